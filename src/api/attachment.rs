@@ -1,0 +1,264 @@
+//! `VolumeAttachment` (`volumeattachments.tessera.io`): who wants the volume where.
+//!
+//! One per Volume, with the same name. The shape is Longhorn's
+//! (`longhorn.io/v1beta2` VolumeAttachment): `spec.attachmentTickets` is a map keyed by
+//! ticket id; `status.attachmentTicketStatuses` is the same map with `satisfied`,
+//! `generation` and a `Satisfied` condition whose reason and message say exactly what
+//! blocks the ticket. Writers of tickets: the CSI driver (`csi-attacher`), GitOps
+//! users (`manual`), and Tessera's own controllers (background work). The ticket map
+//! is a granular map, so server-side apply merges it per key: a GitOps tool that owns
+//! one ticket never removes a ticket that another manager owns.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// Spec of a VolumeAttachment: the tickets.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "tessera.io",
+    version = "v1alpha1",
+    doc = "One per Volume, same name: attachment tickets (spec) and their statuses (status).",
+    kind = "VolumeAttachment",
+    plural = "volumeattachments",
+    shortname = "tva",
+    category = "tessera",
+    status = "VolumeAttachmentStatus",
+    validation = Rule::new("self.metadata.name == self.spec.volume").message("a VolumeAttachment must have the same name as its Volume (spec.volume)"),
+    printcolumn(name = "Volume", type_ = "string", json_path = ".spec.volume"),
+    printcolumn(name = "Tickets", type_ = "integer", json_path = ".status.ticketCount"),
+    printcolumn(name = "Satisfied", type_ = "integer", json_path = ".status.satisfiedCount"),
+    printcolumn(name = "Nodes", type_ = "string", json_path = ".status.nodes"),
+    printcolumn(name = "Waiting", type_ = "string", json_path = ".status.waiting"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeAttachmentSpec {
+    /// Name of the Volume these tickets are for. Immutable.
+    #[x_kube(
+        validation = Rule::new("self == oldSelf").message("spec.volume is immutable"),
+        validation = Rule::new(super::common::DNS_SUBDOMAIN_RULE).message("spec.volume must be a valid object name (lowercase letters, digits, '-' and '.')")
+    )]
+    #[schemars(length(min = 1, max = 253))]
+    pub volume: String,
+
+    /// Attachment tickets, keyed by ticket id. Each key must equal its ticket's `id`.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self.all(k, self[k].id == k)").message("each key of spec.attachmentTickets must equal the ticket's id"))]
+    #[schemars(extend("maxProperties" = 256))]
+    pub attachment_tickets: BTreeMap<String, AttachmentTicket>,
+}
+
+/// A request to attach the volume to a node, on behalf of someone.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentTicket {
+    /// The ticket id; equal to its key in the map. CSI tickets are named like the
+    /// storage.k8s.io VolumeAttachment they stand for (`csi-<sha256>`).
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$')").message("ticket id must consist of lowercase letters, digits, '-' and '.', and start and end with a letter or digit"))]
+    #[schemars(length(min = 1, max = 253))]
+    pub id: String,
+
+    /// Who asks, which sets the priority: volume-restore, volume-expansion (2000) >
+    /// manual (1000) > csi-attacher, share-manager (900) > snapshot, backup, clone,
+    /// cleanup (800, background: interruptible).
+    #[serde(rename = "type")]
+    pub type_: AttacherType,
+
+    /// The node to attach to.
+    #[serde(rename = "nodeID")]
+    #[x_kube(validation = Rule::new(super::common::DNS_SUBDOMAIN_RULE).message("nodeID must be a valid node name (lowercase letters, digits, '-' and '.')"))]
+    #[schemars(length(min = 1, max = 253))]
+    pub node_id: String,
+
+    /// Attachment parameters. Known keys: `readOnly` (`"true"`/`"false"`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new("!has(self.readOnly) || self.readOnly in ['true', 'false']").message("parameters.readOnly must be \"true\" or \"false\""))]
+    #[schemars(extend("maxProperties" = 16))]
+    pub parameters: BTreeMap<String, String>,
+
+    /// Bumped by the ticket's owner whenever it changes what it asks for; a ticket is
+    /// satisfied only once its status reports the same generation.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub generation: i64,
+
+    /// For manual tickets: when the reaper may remove the ticket (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Time>,
+}
+
+/// The kind of requester behind a ticket.
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttacherType {
+    /// Restoring data into the volume (system work that must not be interrupted).
+    VolumeRestore,
+    /// Offline expansion of the volume.
+    VolumeExpansion,
+    /// A person or GitOps tool asked for the volume on a node.
+    Manual,
+    /// The CSI driver, on behalf of a storage.k8s.io VolumeAttachment (a pod).
+    CsiAttacher,
+    /// A share manager exporting the volume.
+    ShareManager,
+    /// Taking a snapshot (background).
+    Snapshot,
+    /// Taking a backup (background).
+    Backup,
+    /// Cloning into another volume (background).
+    Clone,
+    /// Removing a deleted volume's data (background, system).
+    Cleanup,
+}
+
+impl AttacherType {
+    /// Every attacher type, in priority order.
+    pub const ALL: [AttacherType; 9] = [
+        AttacherType::VolumeRestore,
+        AttacherType::VolumeExpansion,
+        AttacherType::Manual,
+        AttacherType::CsiAttacher,
+        AttacherType::ShareManager,
+        AttacherType::Snapshot,
+        AttacherType::Backup,
+        AttacherType::Clone,
+        AttacherType::Cleanup,
+    ];
+
+    /// The name used in manifests (`csi-attacher`, `manual`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttacherType::VolumeRestore => "volume-restore",
+            AttacherType::VolumeExpansion => "volume-expansion",
+            AttacherType::Manual => "manual",
+            AttacherType::CsiAttacher => "csi-attacher",
+            AttacherType::ShareManager => "share-manager",
+            AttacherType::Snapshot => "snapshot",
+            AttacherType::Backup => "backup",
+            AttacherType::Clone => "clone",
+            AttacherType::Cleanup => "cleanup",
+        }
+    }
+}
+
+impl std::fmt::Display for AttacherType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Observed state of the tickets.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeAttachmentStatus {
+    /// One status per ticket, keyed by ticket id.
+    #[serde(default)]
+    pub attachment_ticket_statuses: BTreeMap<String, AttachmentTicketStatus>,
+    /// Number of tickets (for `kubectl get`).
+    #[serde(default)]
+    pub ticket_count: i32,
+    /// Number of satisfied tickets (for `kubectl get`).
+    #[serde(default)]
+    pub satisfied_count: i32,
+    /// Nodes the volume is attached to, or being attached to, as arbitration decided.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
+    /// The first blocked ticket and what it waits for (for `kubectl get`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The status of one ticket.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentTicketStatus {
+    /// The ticket id.
+    pub id: String,
+    /// Whether the volume is attached as the ticket asks (generation included).
+    pub satisfied: bool,
+    /// The ticket generation this status describes.
+    #[serde(default)]
+    pub generation: i64,
+    /// When the controller first saw the ticket; orders tickets of equal priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_at: Option<Time>,
+    /// The `Satisfied` condition. Reason: Attached, Attaching, HeldByOtherNode,
+    /// WaitingForDetach, LowerPriority, Interrupted, NodeLocalElsewhere,
+    /// GenerationPending, MountFailed, VolumeDeleting or InvalidParameters; the message
+    /// names what blocks the ticket.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Condition type on ticket statuses.
+pub const CONDITION_SATISFIED: &str = "Satisfied";
+
+/// Why a ticket is, or is not, satisfied: the `reason` of its `Satisfied` condition.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, schemars::JsonSchema)]
+pub enum TicketReason {
+    /// The volume is attached to the ticket's node and the mount is ready.
+    Attached,
+    /// The ticket won; the MountPod on its node is not ready yet.
+    Attaching,
+    /// A single-node volume is held by another ticket on another node.
+    HeldByOtherNode,
+    /// A single-node volume is detaching from another node; attach follows.
+    WaitingForDetach,
+    /// Another ticket of higher priority (or earlier) was chosen.
+    LowerPriority,
+    /// A background ticket yielded to a workload ticket on another node.
+    Interrupted,
+    /// A node-local volume cannot be attached on another node.
+    NodeLocalElsewhere,
+    /// The ticket's generation is newer than what is attached.
+    GenerationPending,
+    /// The MountPod for the ticket's node failed.
+    MountFailed,
+    /// The volume is being deleted; only cleanup tickets are served.
+    VolumeDeleting,
+    /// The parameters conflict with the access mode or with other tickets on the node.
+    InvalidParameters,
+}
+
+impl TicketReason {
+    /// The reason string written to the condition.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TicketReason::Attached => "Attached",
+            TicketReason::Attaching => "Attaching",
+            TicketReason::HeldByOtherNode => "HeldByOtherNode",
+            TicketReason::WaitingForDetach => "WaitingForDetach",
+            TicketReason::LowerPriority => "LowerPriority",
+            TicketReason::Interrupted => "Interrupted",
+            TicketReason::NodeLocalElsewhere => "NodeLocalElsewhere",
+            TicketReason::GenerationPending => "GenerationPending",
+            TicketReason::MountFailed => "MountFailed",
+            TicketReason::VolumeDeleting => "VolumeDeleting",
+            TicketReason::InvalidParameters => "InvalidParameters",
+        }
+    }
+}
+
+impl std::fmt::Display for TicketReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,202 @@
+//! `MountPod`: one shared, reference-counted FUSE mount of one volume on one node.
+//!
+//! The volume controller creates a MountPod for every node that arbitration picked;
+//! the node agent of that node (which watches only MountPods labelled with its node)
+//! starts the `tessera mount` process and reports readiness in the status. CSI
+//! NodePublish adds a reference (a target path and who owns it), NodeUnpublish removes
+//! it; a MountPod with no references is deleted, optionally after a delay.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// Label carrying the node name, so a node agent can watch only its own MountPods.
+pub const LABEL_NODE: &str = "tessera.io/node";
+/// Label carrying the volume name.
+pub const LABEL_VOLUME: &str = "tessera.io/volume";
+
+/// Spec of a MountPod.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "tessera.io",
+    version = "v1alpha1",
+    doc = "One shared, reference-counted FUSE mount of one volume on one node.",
+    kind = "MountPod",
+    plural = "mountpods",
+    shortname = "mp",
+    category = "tessera",
+    status = "MountPodStatus",
+    printcolumn(name = "Volume", type_ = "string", json_path = ".spec.volume"),
+    printcolumn(name = "Node", type_ = "string", json_path = ".spec.nodeName"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Refs", type_ = "integer", json_path = ".status.referenceCount"),
+    printcolumn(name = "Restarts", type_ = "integer", json_path = ".status.restarts"),
+    printcolumn(
+        name = "PID",
+        type_ = "integer",
+        json_path = ".status.pid",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Mount Point",
+        type_ = "string",
+        json_path = ".status.mountPoint",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Last Error",
+        type_ = "string",
+        json_path = ".status.lastError",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MountPodSpec {
+    /// The Volume mounted. Immutable.
+    #[x_kube(
+        validation = Rule::new("self == oldSelf").message("spec.volume is immutable"),
+        validation = Rule::new(super::common::DNS_SUBDOMAIN_RULE).message("spec.volume must be a valid object name (lowercase letters, digits, '-' and '.')")
+    )]
+    #[schemars(length(min = 1, max = 253))]
+    pub volume: String,
+
+    /// The node the mount runs on. Immutable.
+    #[x_kube(
+        validation = Rule::new("self == oldSelf").message("spec.nodeName is immutable"),
+        validation = Rule::new(super::common::DNS_SUBDOMAIN_RULE).message("spec.nodeName must be a valid node name (lowercase letters, digits, '-' and '.')")
+    )]
+    #[schemars(length(min = 1, max = 253))]
+    pub node_name: String,
+
+    /// The directory on the node that the mount serves (the volume's directory under
+    /// its backend root).
+    #[x_kube(validation = Rule::new("self.startsWith('/') && !self.matches('(^|/)\\\\.\\\\.?(/|$)')")
+        .message("spec.source must be an absolute path without '.' or '..' components"))]
+    #[schemars(length(min = 1, max = 4096))]
+    pub source: String,
+
+    /// Quota in bytes, enforced by the mount and reported through statfs.
+    #[schemars(range(min = 1))]
+    pub capacity_bytes: i64,
+
+    /// Mount read-only.
+    #[serde(default)]
+    pub read_only: bool,
+
+    /// Options passed to the FUSE mount.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub mount_options: Vec<String>,
+
+    /// Target paths bound to this mount and who owns them. A list map keyed by
+    /// `targetPath`, so concurrent NodePublish calls merge under server-side apply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["targetPath".into()]))]
+    #[schemars(length(max = 1024))]
+    pub references: Vec<MountReference>,
+
+    /// How long a MountPod without references is kept before it is deleted, so a pod
+    /// that is restarted at once finds its mount still there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub retain_seconds: Option<i64>,
+}
+
+/// One bind mount of the volume into a pod.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MountReference {
+    /// Absolute path that the bind mount targets (kubelet's publish path).
+    #[x_kube(validation = Rule::new("self.startsWith('/') && !self.matches('(^|/)\\\\.\\\\.?(/|$)')")
+        .message("targetPath must be an absolute path without '.' or '..' components"))]
+    #[schemars(length(min = 1, max = 4096))]
+    pub target_path: String,
+    /// Who owns the reference (`pod/<uid>`, `csi/<volume id>`), for garbage collection.
+    #[schemars(length(min = 1, max = 512))]
+    pub owner: String,
+    /// Whether the bind mount is read-only.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// Observed state of a MountPod, written by the node agent.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MountPodStatus {
+    /// Where the mount is in its life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<MountPhase>,
+    /// Process id of the FUSE daemon on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<i64>,
+    /// Where the FUSE filesystem is mounted on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_point: Option<String>,
+    /// How many times the FUSE daemon was restarted after a failure.
+    #[serde(default)]
+    pub restarts: i32,
+    /// The last failure, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// When the last failure happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error_time: Option<Time>,
+    /// Number of references bound (for `kubectl get`).
+    #[serde(default)]
+    pub reference_count: i32,
+    /// Conditions (`Ready`, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Life of a mount.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum MountPhase {
+    /// Created; no agent has acted yet.
+    Pending,
+    /// The FUSE daemon is starting (or restarting after a failure).
+    Mounting,
+    /// The mount answers.
+    Ready,
+    /// The mount failed and could not be repaired; see `lastError`.
+    Failed,
+    /// Unmounting.
+    Terminating,
+}
+
+impl MountPod {
+    /// Whether the node agent reports this MountPod ready for its current spec.
+    pub fn is_ready(&self) -> bool {
+        let Some(status) = &self.status else {
+            return false;
+        };
+        self.metadata.deletion_timestamp.is_none()
+            && status.phase == Some(MountPhase::Ready)
+            && status.observed_generation == self.metadata.generation
+    }
+}
+
+/// The name of the MountPod of `volume` on `node`: `<volume>-<hash>`, where the hash
+/// is of the node name, so that the name is unique, stable and a valid object name
+/// whatever the lengths of both names.
+pub fn mountpod_name(volume: &str, node: &str) -> String {
+    // FNV-1a, 64 bit: stable across releases and platforms (unlike std's hasher).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in node.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let suffix = format!("{h:016x}");
+    let max_prefix = 253 - 1 - suffix.len();
+    let prefix: String = volume.chars().take(max_prefix).collect();
+    let prefix = prefix.trim_end_matches(['-', '.']);
+    format!("{prefix}-{suffix}")
+}

@@ -1,0 +1,149 @@
+//! `Volume`: the volume itself — size, access mode, where its data lives.
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::AccessMode;
+
+/// A Tessera volume. Cluster-scoped, like a PersistentVolume; created by the CSI
+/// driver's CreateVolume or applied directly by a GitOps user.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "tessera.io",
+    version = "v1alpha1",
+    doc = "A Tessera volume: size, access mode and where its data lives.",
+    kind = "Volume",
+    plural = "volumes",
+    shortname = "tvol",
+    category = "tessera",
+    status = "VolumeStatus",
+    printcolumn(name = "Size", type_ = "string", json_path = ".spec.size"),
+    printcolumn(name = "Access", type_ = "string", json_path = ".spec.accessMode"),
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(name = "Nodes", type_ = "string", json_path = ".status.attachedNodes"),
+    printcolumn(
+        name = "Backend",
+        type_ = "string",
+        json_path = ".spec.backend.root",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeSpec {
+    /// Capacity of the volume, as a Kubernetes quantity (`1Gi`, `500M`). Enforced as a
+    /// quota by the FUSE mount. It may grow (volume expansion) but never shrink.
+    #[x_kube(
+        validation = Rule::new("isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0'))")
+            .message("size must be a positive quantity such as 1Gi"),
+        validation = Rule::new("!isQuantity(string(self)) || !isQuantity(string(oldSelf)) || quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0")
+            .message("size may grow but never shrink")
+    )]
+    pub size: Quantity,
+
+    /// How many nodes may hold the volume at once: ReadWriteOnce, ReadWriteOncePod,
+    /// ReadOnlyMany or ReadWriteMany. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("accessMode is immutable; create a new Volume instead"))]
+    pub access_mode: AccessMode,
+
+    /// Where the volume's data lives.
+    pub backend: VolumeBackend,
+
+    /// Options passed to the FUSE mount (for example `ro`, `allow_other`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub mount_options: Vec<String>,
+}
+
+/// The backend of a volume: a directory `root/<volume name>` on the node.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.scope != 'Shared' || !has(self.node)")
+        .message("backend.node is only for scope NodeLocal"),
+    validation = Rule::new("!has(oldSelf.node) || (has(self.node) && self.node == oldSelf.node)")
+        .message("backend.node is set once and then immutable: a node-local volume cannot move")
+)]
+pub struct VolumeBackend {
+    /// Absolute directory on the node under which the volume's directory lives.
+    /// Immutable.
+    #[x_kube(
+        validation = Rule::new("self.startsWith('/') && !self.matches('(^|/)\\\\.\\\\.?(/|$)')")
+            .message("backend.root must be an absolute path without '.' or '..' components"),
+        validation = Rule::new("self == oldSelf").message("backend.root is immutable")
+    )]
+    #[schemars(length(min = 1, max = 4096))]
+    pub root: String,
+
+    /// `Shared`: the root is the same filesystem on every node (NFS, CephFS, …), so the
+    /// volume can move between nodes. `NodeLocal`: the root is a local disk; the volume
+    /// is pinned to `node`. Immutable.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("backend.scope is immutable"))]
+    pub scope: BackendScope,
+
+    /// For `NodeLocal` volumes: the node that holds the data. Set once, by the user or
+    /// at the first attachment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(super::common::DNS_SUBDOMAIN_RULE).message("backend.node must be a valid node name (lowercase letters, digits, '-' and '.')"))]
+    #[schemars(length(min = 1, max = 253))]
+    pub node: Option<String>,
+}
+
+/// Whether a backend root is shared by all nodes or local to one.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
+pub enum BackendScope {
+    /// The same data is reachable from every node.
+    #[default]
+    Shared,
+    /// The data lives on one node's disk.
+    NodeLocal,
+}
+
+/// Observed state of a volume.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeStatus {
+    /// Summary of the attachment state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<VolumeState>,
+    /// Nodes where the volume is mounted and ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attached_nodes: Vec<String>,
+    /// Capacity in effect (the quota the mounts enforce).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<Quantity>,
+    /// Conditions (`Ready`, `Faulted`, …) with reasons and messages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The life cycle of a volume, as the volume controller reports it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum VolumeState {
+    /// The VolumeAttachment and the data directory are being created.
+    Creating,
+    /// No node holds the volume.
+    Detached,
+    /// A node was chosen; its mount is not ready yet.
+    Attaching,
+    /// Every node the tickets chose has a ready mount.
+    Attached,
+    /// Mounts are being torn down.
+    Detaching,
+    /// The volume is being deleted (its data is being removed).
+    Deleting,
+    /// Something needs an operator: see the conditions.
+    Faulted,
+}

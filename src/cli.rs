@@ -1,0 +1,52 @@
+//! The roles of the `tessera` binary, wired in one place.
+//!
+//! | subcommand   | role |
+//! |--------------|------|
+//! | `crds`       | print the CRDs generated from [`crate::api`] (the content of `crds/`) |
+//! | `controller` | Volume, VolumeAttachment and MountPod controllers + CSI controller service |
+//! | `node`       | node agent: FUSE mounts for this node's MountPods + CSI node service |
+//! | `mount`      | the FUSE filesystem of one volume on one node |
+
+use std::io::Write;
+
+use clap::{Parser, Subcommand};
+
+/// Command line of the `tessera` binary.
+#[derive(Parser, Debug)]
+#[command(
+    name = "tessera",
+    version,
+    about = "Kubernetes volumes through FUSE mounts, arbitrated by attachment tickets"
+)]
+pub struct Args {
+    /// The role to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The roles.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print the CustomResourceDefinitions generated from the Rust types.
+    Crds,
+    /// Run the controllers and the CSI controller service (not built yet).
+    Controller,
+    /// Run the node agent and the CSI node service (not built yet).
+    Node,
+    /// Serve one volume through FUSE (not built yet).
+    Mount,
+}
+
+/// Run the role named on the command line.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        Command::Crds => {
+            let yaml = crate::api::crds_yaml()?;
+            std::io::stdout().lock().write_all(yaml.as_bytes())?;
+            Ok(())
+        }
+        Command::Controller | Command::Node | Command::Mount => {
+            anyhow::bail!("this role is not implemented in this build yet")
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! Tessera: a Kubernetes storage operator. Pods get volumes through FUSE mounts;
+//! who may hold a volume is decided by Longhorn-style attachment tickets.
+//!
+//! Module map (dependencies point downwards only):
+//!
+//! ```text
+//!   cli        wires the roles (controller, node, mount, crds)
+//!    │
+//!   tickets    pure arbitration: tickets in, decision out (no I/O)
+//!    │
+//!   api        CRD types: Volume, VolumeAttachment, MountPod (imports nothing of ours)
+//! ```
+
+pub mod api;
+pub mod cli;
+pub mod tickets;

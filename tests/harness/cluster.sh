@@ -1,0 +1,300 @@
+#!/usr/bin/env bash
+# Tessera test control plane: etcd + kube-apiserver + kube-controller-manager
+# + kube-scheduler on loopback, each a detached process (own session/process
+# group), built by tests/harness/build.sh.
+#
+#   cluster.sh up       start (or reuse) the cluster; safe to call concurrently
+#   cluster.sh down     stop every process started by `up`
+#   cluster.sh status   print what runs; exit 0 iff the cluster is up and ready
+#
+# Layout (relative to the repository root):
+#   target/cluster/kubeconfig       admin kubeconfig (system:masters client cert)
+#   target/cluster/cluster.env      KUBECONFIG=, TESSERA_APISERVER_URL=, ports
+#   target/cluster/pki/             CA, serving/admin certs, SA keys
+#   target/cluster/logs/<c>.log     component logs
+#   target/cluster/pids/<c>.pid     component pids (= process group ids)
+#   target/cluster.lock             flock(1) lock serializing up/down
+#
+# Environment:
+#   HARNESS_LOCK_TIMEOUT   seconds to wait for the lock (default 3600: a cold
+#                          build by another caller may hold it that long)
+#   HARNESS_READY_TIMEOUT  seconds to wait for /readyz (default 180)
+#   HARNESS_KCM_CONTROLLERS  override kube-controller-manager --controllers
+#   HARNESS_NO_SCHEDULER=1 do not start kube-scheduler
+set -euo pipefail
+
+HARNESS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HARNESS_DIR/../.." && pwd)"
+BIN="${HARNESS_BIN:-$ROOT/target/harness/bin}"
+CL="$ROOT/target/cluster"
+PKI="$CL/pki"
+LOGS="$CL/logs"
+PIDS="$CL/pids"
+LOCK="$ROOT/target/cluster.lock"
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+
+KCM_CONTROLLERS="${HARNESS_KCM_CONTROLLERS:-garbage-collector-controller,persistentvolume-binder-controller,persistentvolume-attach-detach-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,persistentvolume-expander-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller}"
+
+log() { printf '[cluster] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+now_ms() { date +%s%3N; }
+T0=$(now_ms)
+elapsed() { local t=$(( $(now_ms) - T0 )); printf '%d.%03ds' $((t / 1000)) $((t % 1000)); }
+
+take_lock() {
+  mkdir -p "$ROOT/target"
+  exec 9>"$LOCK"
+  if command -v flock >/dev/null 2>&1; then
+    flock -w "${HARNESS_LOCK_TIMEOUT:-3600}" 9 || die "timed out waiting for $LOCK"
+  else
+    log "warning: flock(1) not found; concurrent calls are not serialized"
+  fi
+}
+
+# pid of component $1 if it is alive and really is our binary, else nothing.
+alive_pid() {
+  local f="$PIDS/$1.pid" pid argv0
+  [[ -f "$f" ]] || return 1
+  pid=$(<"$f")
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  [[ -r "/proc/$pid/cmdline" ]] || return 1
+  argv0=$(tr '\0' '\n' <"/proc/$pid/cmdline" | head -n1)
+  [[ "$argv0" == "$BIN/$1" ]] || return 1
+  # zombies do not count
+  [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]] || return 1
+  echo "$pid"
+}
+
+expected_components() {
+  local c
+  for c in "${COMPONENTS[@]}"; do
+    [[ "$c" == kube-scheduler && -n "${HARNESS_NO_SCHEDULER:-}" ]] && continue
+    echo "$c"
+  done
+}
+
+all_alive() {
+  local c
+  [[ -f "$CL/kubeconfig" ]] || return 1
+  for c in $(cat "$CL/components" 2>/dev/null || expected_components); do
+    alive_pid "$c" >/dev/null || return 1
+  done
+}
+
+# every pid of processes whose argv0 is one of our component paths (orphans
+# whose pid file was lost); matches exact paths under $BIN only.
+our_processes() {
+  local p argv0 c
+  for p in /proc/[0-9]*; do
+    argv0=$(tr '\0' '\n' <"$p/cmdline" 2>/dev/null | head -n1) || continue
+    for c in "${COMPONENTS[@]}"; do
+      [[ "$argv0" == "$BIN/$c" ]] && echo "${p#/proc/}"
+    done
+  done
+  return 0
+}
+
+stop_pid() { # stop_pid NAME PID: TERM the process group, then KILL after 15s
+  local name=$1 pid=$2 pgid i
+  pgid=$(awk '{print $5}' "/proc/$pid/stat" 2>/dev/null) || true
+  if [[ -n "$pgid" && "$pgid" == "$pid" ]]; then
+    kill -TERM -- "-$pgid" 2>/dev/null || true
+  else
+    kill -TERM "$pid" 2>/dev/null || true
+  fi
+  for i in $(seq 1 150); do
+    kill -0 "$pid" 2>/dev/null || { log "stopped $name (pid $pid)"; return 0; }
+    sleep 0.1
+  done
+  log "$name (pid $pid) ignored SIGTERM; sending SIGKILL"
+  if [[ -n "$pgid" && "$pgid" == "$pid" ]]; then
+    kill -KILL -- "-$pgid" 2>/dev/null || true
+  else
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  log "warning: $name (pid $pid) still present"
+}
+
+stop_all() {
+  local c pid i
+  # reverse order: scheduler, KCM, apiserver, etcd
+  for (( i=${#COMPONENTS[@]}-1; i>=0; i-- )); do
+    c=${COMPONENTS[$i]}
+    if pid=$(alive_pid "$c"); then stop_pid "$c" "$pid"; fi
+    rm -f "$PIDS/$c.pid"
+  done
+  for pid in $(our_processes); do
+    log "stopping orphan pid $pid ($(tr '\0' ' ' </proc/$pid/cmdline 2>/dev/null | cut -c1-80))"
+    stop_pid orphan "$pid"
+  done
+}
+
+start_component() { # start_component NAME ARGS... -> pid file; detached (setsid)
+  local name=$1; shift
+  # setsid: own session and process group (pid == pgid), immune to the
+  # caller's terminal signals; fd 9 (the lock) must not leak into daemons.
+  setsid "$BIN/$name" "$@" </dev/null >"$LOGS/$name.log" 2>&1 9>&- &
+  local pid=$!
+  echo "$pid" >"$PIDS/$name.pid"
+  log "started $name (pid $pid, log $LOGS/$name.log)"
+}
+
+wait_tcp() { # wait_tcp PORT SECONDS PID
+  local port=$1 secs=$2 pid=$3 i
+  for (( i=0; i<secs*10; i++ )); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+fail_start() {
+  local c
+  log "error: $*"
+  for c in "${COMPONENTS[@]}"; do
+    if [[ -s "$LOGS/$c.log" ]]; then
+      log "---- last lines of $LOGS/$c.log ----"
+      tail -n 25 "$LOGS/$c.log" >&2
+    fi
+  done
+  stop_all
+  exit 1
+}
+
+cmd_up() {
+  take_lock
+
+  if all_alive; then
+    if "$BIN/k8s-harness" wait-ready --kubeconfig "$CL/kubeconfig" --timeout 30s; then
+      log "reusing running cluster ($(elapsed)); KUBECONFIG=$CL/kubeconfig"
+      echo "$CL/kubeconfig"
+      return 0
+    fi
+    log "cluster processes alive but /readyz failing for 30s; restarting"
+  fi
+
+  # Stale or partial cluster: clean up before starting fresh.
+  stop_all
+  bash "$HARNESS_DIR/build.sh" 9>&-
+  local tb=$(now_ms)
+
+  rm -rf "$CL"
+  mkdir -p "$PKI" "$LOGS" "$PIDS" "$CL/etcd"
+  local ports API EC EP
+  ports=$("$BIN/k8s-harness" freeports 3)
+  API=$(sed -n 1p <<<"$ports"); EC=$(sed -n 2p <<<"$ports"); EP=$(sed -n 3p <<<"$ports")
+
+  "$BIN/k8s-harness" pki --port "$API" "$PKI"
+  expected_components >"$CL/components"
+
+  start_component etcd --data-dir "$CL/etcd" --client-port "$EC" --peer-port "$EP"
+  wait_tcp "$EC" 60 "$(<"$PIDS/etcd.pid")" || fail_start "etcd did not listen on 127.0.0.1:$EC"
+
+  start_component kube-apiserver \
+    --etcd-servers="http://127.0.0.1:$EC" \
+    --bind-address=127.0.0.1 \
+    --advertise-address=127.0.0.1 \
+    --secure-port="$API" \
+    --cert-dir="$PKI" \
+    --tls-cert-file="$PKI/serving.crt" \
+    --tls-private-key-file="$PKI/serving.key" \
+    --client-ca-file="$PKI/ca.crt" \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --authorization-mode=RBAC \
+    --allow-privileged=true \
+    --disable-admission-plugins=ServiceAccount \
+    --enable-priority-and-fairness=false \
+    --profiling=false \
+    --event-ttl=30m
+
+  "$BIN/k8s-harness" wait-ready --kubeconfig "$PKI/admin.kubeconfig" \
+      --timeout "${HARNESS_READY_TIMEOUT:-180}s" \
+      --pids "$(<"$PIDS/etcd.pid"),$(<"$PIDS/kube-apiserver.pid")" \
+    || fail_start "kube-apiserver did not become ready"
+  log "kube-apiserver ready on https://127.0.0.1:$API after $(elapsed)"
+
+  start_component kube-controller-manager \
+    --kubeconfig="$PKI/admin.kubeconfig" \
+    --leader-elect=false \
+    --secure-port=0 \
+    --controllers="$KCM_CONTROLLERS" \
+    --service-account-private-key-file="$PKI/sa.key" \
+    --root-ca-file="$PKI/ca.crt" \
+    --cluster-name=tessera \
+    --profiling=false
+
+  if [[ -z "${HARNESS_NO_SCHEDULER:-}" ]]; then
+    start_component kube-scheduler \
+      --kubeconfig="$PKI/admin.kubeconfig" \
+      --leader-elect=false \
+      --secure-port=0 \
+      --profiling=false
+  fi
+
+  # Flag errors make KCM/scheduler exit within a second; catch that here.
+  sleep 1
+  local c
+  for c in $(<"$CL/components"); do
+    alive_pid "$c" >/dev/null || fail_start "$c exited during start-up"
+  done
+
+  cp "$PKI/admin.kubeconfig" "$CL/kubeconfig.tmp"
+  mv -f "$CL/kubeconfig.tmp" "$CL/kubeconfig"
+  cat >"$CL/cluster.env" <<EOF
+KUBECONFIG=$CL/kubeconfig
+TESSERA_APISERVER_URL=https://127.0.0.1:$API
+TESSERA_APISERVER_PORT=$API
+TESSERA_ETCD_CLIENT_PORT=$EC
+TESSERA_ETCD_PEER_PORT=$EP
+TESSERA_HARNESS_BIN=$BIN
+EOF
+  local ts=$(( $(now_ms) - tb ))
+  log "cluster up in $(elapsed) (control plane start $((ts / 1000)).$(printf '%03d' $((ts % 1000)))s, rest was build/lock); KUBECONFIG=$CL/kubeconfig"
+  echo "$CL/kubeconfig"
+}
+
+cmd_down() {
+  take_lock
+  stop_all
+  rm -rf "$CL/etcd" "$CL/kubeconfig" "$CL/cluster.env"
+  local left
+  left=$(our_processes)
+  [[ -z "$left" ]] || die "processes still running: $left"
+  log "cluster down ($(elapsed)); logs kept in $LOGS"
+}
+
+cmd_status() {
+  local c pid rc=0
+  for c in "${COMPONENTS[@]}"; do
+    if pid=$(alive_pid "$c"); then
+      printf '%-24s running  pid %s\n' "$c" "$pid"
+    elif grep -qx "$c" "$CL/components" 2>/dev/null; then
+      printf '%-24s STOPPED\n' "$c"; rc=1
+    else
+      printf '%-24s not started\n' "$c"
+    fi
+  done
+  if [[ -f "$CL/cluster.env" ]]; then sed 's/^/  /' "$CL/cluster.env"; fi
+  if [[ -f "$CL/kubeconfig" && -x "$BIN/k8s-harness" ]] && "$BIN/k8s-harness" readyz -q --kubeconfig "$CL/kubeconfig"; then
+    echo "readyz: ok"
+  else
+    echo "readyz: not ready"; rc=1
+  fi
+  local orphans
+  orphans=$(our_processes | tr '\n' ' ')
+  echo "processes running from $BIN: ${orphans:-none}"
+  return $rc
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac
