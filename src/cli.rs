@@ -33,8 +33,8 @@ pub enum Command {
     Controller,
     /// Run the node agent and the CSI node service (not built yet).
     Node,
-    /// Serve one volume through FUSE (not built yet).
-    Mount,
+    /// Serve one volume through FUSE.
+    Mount(crate::fuse::MountArgs),
 }
 
 /// Run the role named on the command line.
@@ -45,7 +45,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(yaml.as_bytes())?;
             Ok(())
         }
-        Command::Controller | Command::Node | Command::Mount => {
+        Command::Mount(args) => Ok(crate::fuse::run(args)?),
+        Command::Controller | Command::Node => {
             anyhow::bail!("this role is not implemented in this build yet")
         }
     }

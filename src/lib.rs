@@ -6,6 +6,8 @@
 //! ```text
 //!   cli        wires the roles (controller, node, mount, crds)
 //!    │
+//!   fuse       the FUSE filesystem of one volume (knows nothing of Kubernetes)
+//!    │
 //!   tickets    pure arbitration: tickets in, decision out (no I/O)
 //!    │
 //!   api        CRD types: Volume, VolumeAttachment, MountPod (imports nothing of ours)
@@ -13,4 +15,5 @@
 
 pub mod api;
 pub mod cli;
+pub mod fuse;
 pub mod tickets;
