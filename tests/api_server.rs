@@ -1,0 +1,319 @@
+//! The API as the API server sees it: the CRDs install, examples/ is valid, every
+//! manifest in tests/invalid/ is rejected with its message, immutable fields stay put,
+//! `kubectl get` shows the printer columns, and status writes leave spec alone.
+//!
+//! Runs against the local control plane from tests/harness, or the cluster in KUBECONFIG.
+
+mod support;
+
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tessera::api::{MountPod, Volume, VolumeAttachment};
+
+async fn setup() -> Client {
+    let client = support::client().await;
+    support::ensure_crds(&client).await;
+    client
+}
+
+fn volume_manifest(name: &str, size: &str, mode: &str) -> Volume {
+    serde_json::from_value(json!({
+        "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
+        "metadata": {"name": name},
+        "spec": {"size": size, "accessMode": mode, "backend": {"root": "/var/lib/tessera/volumes"}}
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn examples_pass_server_side_dry_run() {
+    let client = setup().await;
+    let files = support::yaml_files(&support::repo_root().join("examples"));
+    assert!(!files.is_empty());
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for obj in support::parse_documents::<DynamicObject>(&text) {
+            let (api, _, _) = support::dynamic_api(&client, &obj).await;
+            let name = obj.metadata.name.clone().unwrap();
+            let params = PatchParams::apply("tessera-tests").dry_run();
+            api.patch(&name, &params, &Patch::Apply(&obj))
+                .await
+                .unwrap_or_else(|e| panic!("{}: {name} rejected: {e}", file.display()));
+        }
+    }
+}
+
+#[tokio::test]
+async fn invalid_manifests_are_rejected_with_their_message() {
+    let client = setup().await;
+    let files = support::yaml_files(&support::repo_root().join("tests/invalid"));
+    assert!(
+        files.len() >= 10,
+        "expected the invalid manifests in tests/invalid"
+    );
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let expected: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# expect: "))
+            .collect();
+        assert!(
+            !expected.is_empty(),
+            "{}: no `# expect:` line",
+            file.display()
+        );
+        let obj: DynamicObject = support::parse_documents(&text).remove(0);
+        let (api, _, _) = support::dynamic_api(&client, &obj).await;
+        let err = api
+            .create(
+                &PostParams {
+                    dry_run: true,
+                    ..Default::default()
+                },
+                &obj,
+            )
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{}: accepted, but must be rejected", file.display()));
+        let message = match &err {
+            kube::Error::Api(status) => status.message.clone(),
+            other => panic!("{}: unexpected error {other}", file.display()),
+        };
+        for want in expected {
+            assert!(
+                message.contains(want),
+                "{}: message {message:?} lacks {want:?}",
+                file.display()
+            );
+        }
+    }
+}
+
+/// Apply `patch` (a JSON merge patch) and return the API server's message.
+async fn rejected<K>(api: &Api<K>, name: &str, patch: serde_json::Value) -> String
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => panic!("patch {patch} on {name} was accepted, but must be rejected"),
+        Err(kube::Error::Api(status)) => status.message,
+        Err(other) => panic!("unexpected error {other}"),
+    }
+}
+
+#[tokio::test]
+async fn immutable_fields_cannot_change() {
+    let client = setup().await;
+    let name = support::unique_name("immutable");
+    let volumes: Api<Volume> = Api::all(client.clone());
+    volumes
+        .create(
+            &PostParams::default(),
+            &volume_manifest(&name, "1Gi", "ReadWriteOnce"),
+        )
+        .await
+        .unwrap();
+
+    let msg = rejected(
+        &volumes,
+        &name,
+        json!({"spec": {"accessMode": "ReadWriteMany"}}),
+    )
+    .await;
+    assert!(msg.contains("accessMode is immutable"), "{msg}");
+    let msg = rejected(&volumes, &name, json!({"spec": {"size": "512Mi"}})).await;
+    assert!(msg.contains("size may grow but never shrink"), "{msg}");
+    let msg = rejected(
+        &volumes,
+        &name,
+        json!({"spec": {"backend": {"root": "/elsewhere"}}}),
+    )
+    .await;
+    assert!(msg.contains("backend.root is immutable"), "{msg}");
+    // Growing is allowed.
+    volumes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": "2Gi"}})),
+        )
+        .await
+        .unwrap();
+
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    let va: VolumeAttachment = serde_json::from_value(json!({
+        "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
+        "metadata": {"name": name}, "spec": {"volume": name}
+    }))
+    .unwrap();
+    attachments
+        .create(&PostParams::default(), &va)
+        .await
+        .unwrap();
+    let msg = rejected(&attachments, &name, json!({"spec": {"volume": "other"}})).await;
+    assert!(msg.contains("spec.volume is immutable"), "{msg}");
+
+    let mountpods: Api<MountPod> = Api::all(client.clone());
+    let mp: MountPod = serde_json::from_value(json!({
+        "apiVersion": "tessera.io/v1alpha1", "kind": "MountPod",
+        "metadata": {"name": name},
+        "spec": {"volume": name, "nodeName": "worker-1", "source": "/var/lib/tessera/volumes/x", "capacityBytes": 1024}
+    }))
+    .unwrap();
+    mountpods.create(&PostParams::default(), &mp).await.unwrap();
+    let msg = rejected(&mountpods, &name, json!({"spec": {"nodeName": "worker-2"}})).await;
+    assert!(msg.contains("spec.nodeName is immutable"), "{msg}");
+    let msg = rejected(&mountpods, &name, json!({"spec": {"volume": "other"}})).await;
+    assert!(msg.contains("spec.volume is immutable"), "{msg}");
+
+    let dp = DeleteParams::default();
+    mountpods.delete(&name, &dp).await.unwrap();
+    attachments.delete(&name, &dp).await.unwrap();
+    volumes.delete(&name, &dp).await.unwrap();
+}
+
+#[tokio::test]
+async fn status_writes_do_not_touch_spec_and_kubectl_shows_the_columns() {
+    let client = setup().await;
+    let name = support::unique_name("columns");
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    let va: VolumeAttachment = serde_json::from_value(json!({
+        "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
+        "metadata": {"name": name},
+        "spec": {"volume": name, "attachmentTickets": {
+            "manual-a": {"id": "manual-a", "type": "manual", "nodeID": "worker-1"}}}
+    }))
+    .unwrap();
+    attachments
+        .create(&PostParams::default(), &va)
+        .await
+        .unwrap();
+
+    // A status patch that also tries to change spec: only status may change.
+    let patch = json!({
+        "spec": {"attachmentTickets": {"manual-a": {"nodeID": "worker-9"}}},
+        "status": {
+            "attachmentTicketStatuses": {"manual-a": {"id": "manual-a", "satisfied": true, "generation": 0}},
+            "ticketCount": 1, "satisfiedCount": 1, "nodes": ["worker-1"],
+        }
+    });
+    attachments
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let got = attachments.get(&name).await.unwrap();
+    assert_eq!(
+        got.spec.attachment_tickets["manual-a"].node_id, "worker-1",
+        "status write changed spec"
+    );
+    let status = got.status.expect("status written");
+    assert!(status.attachment_ticket_statuses["manual-a"].satisfied);
+    assert_eq!(status.satisfied_count, 1);
+
+    let out = support::kubectl()
+        .args(["get", "volumeattachments.tessera.io", &name])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl get failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "VOLUME",
+            "TICKETS",
+            "SATISFIED",
+            "NODES",
+            "WAITING",
+            "AGE"
+        ],
+        "{text}"
+    );
+    let row = text.lines().nth(1).unwrap();
+    assert!(row.contains(&name) && row.contains("worker-1"), "{text}");
+
+    // The other two kinds, each with one object so kubectl prints a table.
+    let volumes: Api<Volume> = Api::all(client.clone());
+    volumes
+        .create(
+            &PostParams::default(),
+            &volume_manifest(&name, "1Gi", "ReadWriteMany"),
+        )
+        .await
+        .unwrap();
+    let mountpods: Api<MountPod> = Api::all(client.clone());
+    let mp: MountPod = serde_json::from_value(json!({
+        "apiVersion": "tessera.io/v1alpha1", "kind": "MountPod",
+        "metadata": {"name": name},
+        "spec": {"volume": name, "nodeName": "worker-1", "source": "/var/lib/tessera/volumes/x", "capacityBytes": 1024}
+    }))
+    .unwrap();
+    mountpods.create(&PostParams::default(), &mp).await.unwrap();
+    for (kind, want) in [
+        (
+            "volumes.tessera.io",
+            &["NAME", "SIZE", "ACCESS", "STATE", "NODES", "AGE"][..],
+        ),
+        (
+            "mountpods.tessera.io",
+            &["NAME", "VOLUME", "NODE", "PHASE", "REFS", "RESTARTS", "AGE"][..],
+        ),
+    ] {
+        let out = support::kubectl()
+            .args(["get", kind, &name])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl get {kind}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
+        assert_eq!(header, want, "{kind}: {text}");
+        assert!(
+            text.lines()
+                .nth(1)
+                .is_some_and(|row| row.starts_with(&name)),
+            "{kind}: {text}"
+        );
+    }
+    // `kubectl get tessera` lists every kind of the category.
+    let out = support::kubectl()
+        .args(["get", "tessera", "-o", "name"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for kind in [
+        "volume.tessera.io",
+        "volumeattachment.tessera.io",
+        "mountpod.tessera.io",
+    ] {
+        assert!(
+            text.contains(&format!("{kind}/{name}")),
+            "kubectl get tessera lacks {kind}/{name}: {text}"
+        );
+    }
+
+    mountpods
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    volumes
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    attachments
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+}

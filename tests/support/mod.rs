@@ -1,0 +1,187 @@
+//! Shared fixture for the tests that talk to Kubernetes.
+//!
+//! A test asks [`client`] for a `kube::Client`. When `KUBECONFIG` is set, that cluster is
+//! used as it is (the same tests run unchanged against any cluster). Otherwise the local
+//! control plane from `tests/harness` is started once (`tests/harness/cluster.sh up`,
+//! which is idempotent and safe to call from parallel test processes) and its
+//! kubeconfig, `target/cluster/kubeconfig`, is used. [`ensure_crds`] installs `crds/`
+//! once per test process and waits until the CRDs are Established. Every test makes its
+//! own object names with [`unique_name`], so tests run in parallel and leave nothing
+//! behind that another test could trip over.
+
+#![allow(dead_code)] // each test binary uses a different part of the fixture
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiCapabilities, ApiResource, Scope};
+use kube::{Client, Config};
+use tokio::sync::OnceCell;
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Path of the kubeconfig of the cluster under test.
+pub fn kubeconfig_path() -> PathBuf {
+    match std::env::var_os("KUBECONFIG") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => {
+            start_local_cluster();
+            repo_root().join("target/cluster/kubeconfig")
+        }
+    }
+}
+
+fn start_local_cluster() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        let status = Command::new("bash")
+            .arg(repo_root().join("tests/harness/cluster.sh"))
+            .arg("up")
+            .current_dir(repo_root())
+            .status()
+            .expect("running tests/harness/cluster.sh up");
+        assert!(
+            status.success(),
+            "tests/harness/cluster.sh up failed: {status}"
+        );
+    });
+}
+
+/// A client for the cluster under test.
+pub async fn client() -> Client {
+    let path = kubeconfig_path();
+    let kubeconfig = Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| panic!("reading kubeconfig {}: {e}", path.display()));
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig usable");
+    Client::try_from(config).expect("client")
+}
+
+/// The kubectl to run: the harness build if present, else `kubectl` from PATH.
+pub fn kubectl() -> Command {
+    let built = repo_root().join("target/harness/bin/kubectl");
+    let mut cmd = if built.exists() {
+        Command::new(built)
+    } else {
+        Command::new("kubectl")
+    };
+    cmd.arg("--kubeconfig").arg(kubeconfig_path());
+    cmd
+}
+
+/// A name no other test (or earlier run) uses: `<prefix>-<pid>-<n>-<nanos>`.
+pub fn unique_name(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("{prefix}-{}-{n}-{:x}", std::process::id(), nanos & 0xffff)
+}
+
+/// Install (server-side apply) the CRDs from `crds/` and wait until they are Established.
+pub async fn ensure_crds(client: &Client) {
+    static DONE: OnceCell<()> = OnceCell::const_new();
+    DONE.get_or_init(|| async {
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let text = std::fs::read_to_string(repo_root().join("crds/tessera.io.yaml")).unwrap();
+        for crd in parse_documents::<CustomResourceDefinition>(&text) {
+            let name = crd.metadata.name.clone().unwrap();
+            api.patch(
+                &name,
+                &PatchParams::apply("tessera-tests").force(),
+                &Patch::Apply(&crd),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
+            wait_established(&api, &name).await;
+        }
+    })
+    .await;
+}
+
+/// Wait until the CRD `name` has condition Established=True.
+pub async fn wait_established(api: &Api<CustomResourceDefinition>, name: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let crd = api.get(name).await.unwrap();
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "CRD {name} not Established within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Parse a multi-document YAML stream, skipping empty documents.
+pub fn parse_documents<T: serde::de::DeserializeOwned>(text: &str) -> Vec<T> {
+    use serde::Deserialize;
+    serde_yaml::Deserializer::from_str(text)
+        .filter_map(|doc| {
+            let value = serde_yaml::Value::deserialize(doc).expect("valid YAML");
+            if value.is_null() {
+                None
+            } else {
+                Some(serde_yaml::from_value(value).expect("document of the expected type"))
+            }
+        })
+        .collect()
+}
+
+/// An `Api<DynamicObject>` for whatever kind `obj` is, resolved by discovery.
+pub async fn dynamic_api(
+    client: &Client,
+    obj: &DynamicObject,
+) -> (Api<DynamicObject>, ApiResource, ApiCapabilities) {
+    let tm = obj
+        .types
+        .as_ref()
+        .expect("manifest has apiVersion and kind");
+    let gvk = GroupVersionKind::try_from(tm).expect("apiVersion parses");
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .unwrap_or_else(|e| panic!("discovering {gvk:?}: {e}"));
+    let api = match caps.scope {
+        Scope::Cluster => Api::all_with(client.clone(), &ar),
+        Scope::Namespaced => {
+            let ns = obj
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
+            Api::namespaced_with(client.clone(), &ns, &ar)
+        }
+    };
+    (api, ar, caps)
+}
+
+/// All YAML files in a directory, sorted by name.
+pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+        .collect();
+    files.sort();
+    files
+}
