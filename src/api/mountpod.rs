@@ -80,6 +80,13 @@ pub struct MountPodSpec {
     #[schemars(length(min = 1, max = 4096))]
     pub source: String,
 
+    /// What the node agent does for this MountPod: serve the volume (the usual), or
+    /// remove the volume's data (the node-side work of a deleted volume's `cleanup`
+    /// ticket). Immutable.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.task is immutable"))]
+    pub task: MountTask,
+
     /// Quota in bytes, enforced by the mount and reported through statfs.
     #[schemars(range(min = 1))]
     pub capacity_bytes: i64,
@@ -105,6 +112,16 @@ pub struct MountPodSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub retain_seconds: Option<i64>,
+}
+
+/// The node-side work a MountPod stands for.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+pub enum MountTask {
+    /// Mount the volume with FUSE and keep it mounted.
+    #[default]
+    Serve,
+    /// Remove the volume's directory under its backend root, then report Ready.
+    RemoveData,
 }
 
 /// One bind mount of the volume into a pod.
