@@ -29,8 +29,8 @@ pub struct Args {
 pub enum Command {
     /// Print the CustomResourceDefinitions generated from the Rust types.
     Crds,
-    /// Run the controllers and the CSI controller service (not built yet).
-    Controller,
+    /// Run the controllers (and, later, the CSI controller service).
+    Controller(crate::controller::ControllerArgs),
     /// Run the node agent and the CSI node service (not built yet).
     Node,
     /// Serve one volume through FUSE.
@@ -46,8 +46,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Mount(args) => Ok(crate::fuse::run(args)?),
-        Command::Controller | Command::Node => {
+        Command::Controller(args) => {
+            init_tracing();
+            let rt = tokio::runtime::Runtime::new()?;
+            Ok(rt.block_on(crate::controller::run(args))?)
+        }
+        Command::Node => {
             anyhow::bail!("this role is not implemented in this build yet")
         }
+    }
+}
+
+/// Structured logs on stderr; `RUST_LOG` filters (default `info`), `TESSERA_LOG_FORMAT=json`
+/// switches to JSON lines.
+pub fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if std::env::var("TESSERA_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        builder.json().init();
+    } else {
+        builder.init();
     }
 }

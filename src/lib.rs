@@ -6,6 +6,8 @@
 //! ```text
 //!   cli        wires the roles (controller, node, mount, crds)
 //!    │
+//!   controller Volume, VolumeAttachment and reaper controllers (kube-runtime)
+//!    │         metrics: Prometheus registry + /metrics, /healthz, /readyz
 //!   fuse       the FUSE filesystem of one volume (knows nothing of Kubernetes)
 //!    │
 //!   tickets    pure arbitration: tickets in, decision out (no I/O)
@@ -15,5 +17,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod controller;
 pub mod fuse;
+pub mod metrics;
 pub mod tickets;

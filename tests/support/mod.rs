@@ -185,3 +185,4 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files.sort();
     files
 }
+pub mod fixtures;

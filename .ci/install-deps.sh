@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh machine (Debian, root). Idempotent and quick
+# when everything is present.
+set -euo pipefail
+
+need_apt=()
+command -v flock >/dev/null || need_apt+=(util-linux)
+command -v fusermount3 >/dev/null || need_apt+=(fuse3)
+command -v fio >/dev/null || need_apt+=(fio)
+command -v bindfs >/dev/null || need_apt+=(bindfs)
+if ((${#need_apt[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+fi
+
+command -v go >/dev/null || { echo "Go is required (1.26)" >&2; exit 1; }
+command -v cargo >/dev/null || { echo "Rust (cargo) is required" >&2; exit 1; }
+rustup component add rustfmt clippy >/dev/null 2>&1 || true

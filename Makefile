@@ -1,0 +1,40 @@
+# Tessera. `make demo` runs Tessera locally; `make test` runs every test.
+# See README.md.
+
+CARGO ?= cargo
+
+include tests/harness/harness.mk
+
+.PHONY: all build test lint crds demo bench-fuse bench-controller
+
+all: build
+
+## build: the tessera binary (release)
+build:
+	$(CARGO) build --release
+
+## crds: regenerate crds/ from the Rust types
+crds:
+	$(CARGO) run -q -- crds > crds/tessera.io.yaml
+
+## lint: formatting and clippy, warnings are errors
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+## test: lint, build the harness, start the local control plane (unless KUBECONFIG
+## names a cluster), run every test, stop the control plane
+test: lint harness
+	bash tests/run.sh
+
+## demo: run Tessera locally (ONCE=1: run the flow once, tear down, exit)
+demo: harness
+	bash tests/demo.sh
+
+## bench-fuse: fio + metadata benchmark: native vs tessera mount vs bindfs
+bench-fuse:
+	bash bench/fuse/run.sh
+
+## bench-controller: 1,000 volumes through the controller on the local control plane
+bench-controller: harness
+	bash bench/controller/run.sh

@@ -1,0 +1,460 @@
+//! The VolumeAttachment controller: runs ticket arbitration for one volume and makes
+//! the world match the decision.
+//!
+//! ```text
+//!  VolumeAttachment (tickets) + Volume + MountPods (cache)
+//!        │ gather ─▶ tickets::decide ─▶ Decision { nodes, outcome per ticket }
+//!        ▼
+//!  MountPods: create (SSA) on chosen nodes, delete elsewhere   — detach before attach
+//!  VolumeAttachment status: one status per ticket (SSA, status subresource)
+//!  Volume status: state, attached nodes, capacity, conditions  (SSA, status subresource)
+//! ```
+//!
+//! Nothing is written when nothing changed. A ticket of a single-node volume is never
+//! declared satisfied from the cache alone: before such a status is written the
+//! MountPods and tickets are read again from the API server and the decision is
+//! recomputed, so a stale cache cannot make two nodes look like owners.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info, instrument};
+
+use super::{Context, Error, FIELD_MANAGER, KubeContext};
+use crate::api::{
+    self, AttacherType, AttachmentTicketStatus, BackendScope, CONDITION_SATISFIED, LABEL_NODE, LABEL_VOLUME,
+    MountPhase, MountPod, MountPodSpec, MountTask, TicketReason, Volume, VolumeAttachment,
+    VolumeAttachmentStatus, VolumeState, VolumeStatus, condition_status,
+};
+use crate::tickets::{self, Decision, Input, MountState, MountView, TicketInput};
+
+/// Reconcile one VolumeAttachment.
+#[instrument(skip_all, fields(volume = %va.name_any()))]
+pub async fn reconcile(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let metrics = ctx.metrics.clone();
+    super::measured(&metrics, "attachment", reconcile_inner(va, ctx)).await
+}
+
+/// Back off on errors.
+pub fn error_policy(_va: Arc<VolumeAttachment>, err: &Error, _ctx: Arc<Context>) -> Action {
+    debug!(error = %err, "attachment reconcile failed");
+    Action::requeue(Duration::from_secs(2))
+}
+
+async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !ctx.caches_ready().await {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    let name = va.name_any();
+    let Some(volume) = ctx.volumes.get(&ObjectRef::new(&name)) else {
+        // Tickets applied before their Volume: wait for it (its watch triggers us).
+        return Ok(Action::await_change());
+    };
+    let mountpods: Vec<Arc<MountPod>> =
+        ctx.mountpods.state().into_iter().filter(|mp| mp.spec.volume == name).collect();
+    let now = Time(jiff::Timestamp::now());
+
+    let input = gather(&volume, &va, &mountpods, &now);
+    let mut decision = tickets::decide(&input);
+
+    // A node-local volume without a node is pinned to the first node chosen for it.
+    if volume.spec.backend.scope == BackendScope::NodeLocal && volume.spec.backend.node.is_none() {
+        if let Some(node) = decision.nodes.keys().next() {
+            pin_volume(&ctx, &volume, node).await?;
+            return Ok(Action::requeue(Duration::from_millis(100)));
+        }
+    }
+
+    sync_mountpods(&ctx, &volume, &va, &mountpods, &decision).await?;
+
+    // Re-check from the API server before declaring a single-node ticket newly satisfied.
+    let old = va.status.clone().unwrap_or_default();
+    let newly_satisfied = decision.tickets.iter().any(|(id, o)| {
+        o.satisfied && !old.attachment_ticket_statuses.get(id).is_some_and(|s| s.satisfied)
+    });
+    let (va, decision, input) = if newly_satisfied && !volume.spec.access_mode.is_multi_node() {
+        let fresh_va = Api::<VolumeAttachment>::all(ctx.client.clone())
+            .get(&name)
+            .await
+            .context(|| format!("re-reading VolumeAttachment {name}"))?;
+        let fresh_mps = Api::<MountPod>::all(ctx.client.clone())
+            .list(&ListParams::default().labels(&format!("{LABEL_VOLUME}={name}")))
+            .await
+            .context(|| format!("re-listing MountPods of {name}"))?;
+        let fresh_mps: Vec<Arc<MountPod>> =
+            fresh_mps.items.into_iter().filter(|mp| mp.spec.volume == name).map(Arc::new).collect();
+        let input = gather(&volume, &fresh_va, &fresh_mps, &now);
+        decision = tickets::decide(&input);
+        (Arc::new(fresh_va), decision, input)
+    } else {
+        (va, decision, input)
+    };
+
+    write_attachment_status(&ctx, &va, &decision, &input, &now).await?;
+    write_volume_status(&ctx, &volume, &mountpods, &decision).await?;
+    // A safety net: level-triggered reconciles also run without events.
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// The arbitration input for a volume, from its objects.
+pub fn gather(volume: &Volume, va: &VolumeAttachment, mountpods: &[Arc<MountPod>], now: &Time) -> Input {
+    let statuses = va.status.as_ref().map(|s| &s.attachment_ticket_statuses);
+    let tickets = va
+        .spec
+        .attachment_tickets
+        .values()
+        .map(|t| TicketInput {
+            ticket: t.clone(),
+            requested_at: Some(
+                statuses
+                    .and_then(|s| s.get(&t.id))
+                    .and_then(|s| s.requested_at.clone())
+                    .unwrap_or_else(|| now.clone()),
+            ),
+        })
+        .collect();
+    let mut mounts = BTreeMap::new();
+    for mp in mountpods {
+        mounts.insert(mp.spec.node_name.clone(), mount_view(mp));
+    }
+    Input {
+        access_mode: volume.spec.access_mode,
+        deleting: volume.metadata.deletion_timestamp.is_some(),
+        pinned_node: match volume.spec.backend.scope {
+            BackendScope::NodeLocal => volume.spec.backend.node.clone(),
+            BackendScope::Shared => None,
+        },
+        tickets,
+        mounts,
+    }
+}
+
+/// How arbitration sees a MountPod.
+pub fn mount_view(mp: &MountPod) -> MountView {
+    let status = mp.status.clone().unwrap_or_default();
+    let state = if mp.metadata.deletion_timestamp.is_some() {
+        MountState::Terminating
+    } else if mp.is_ready() {
+        MountState::Ready
+    } else if status.phase == Some(MountPhase::Failed) {
+        MountState::Failed(status.last_error.unwrap_or_else(|| "mount failed".into()))
+    } else {
+        MountState::Starting
+    };
+    MountView { state, read_only: mp.spec.read_only }
+}
+
+async fn pin_volume(ctx: &Context, volume: &Volume, node: &str) -> Result<(), Error> {
+    let name = volume.name_any();
+    let patch = json!({"spec": {"backend": {"node": node}}});
+    Api::<Volume>::all(ctx.client.clone())
+        .patch(&name, &super::merge_params(), &Patch::Merge(&patch))
+        .await
+        .context(|| format!("pinning node-local volume {name} to {node}"))?;
+    ctx.metrics.write("Volume", "patch");
+    info!(volume = %name, %node, "pinned node-local volume");
+    Ok(())
+}
+
+/// Make the MountPods match the decision: detach (delete) before attach (create).
+async fn sync_mountpods(
+    ctx: &Context,
+    volume: &Volume,
+    va: &VolumeAttachment,
+    mountpods: &[Arc<MountPod>],
+    decision: &Decision,
+) -> Result<(), Error> {
+    let api: Api<MountPod> = Api::all(ctx.client.clone());
+    let name = volume.name_any();
+    for mp in mountpods {
+        if mp.metadata.deletion_timestamp.is_none() && !decision.nodes.contains_key(&mp.spec.node_name) {
+            let mp_name = mp.name_any();
+            match api.delete(&mp_name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e).context(|| format!("deleting MountPod {mp_name}")),
+            }
+            ctx.metrics.write("MountPod", "delete");
+            info!(volume = %name, node = %mp.spec.node_name, "detaching");
+            publish(ctx, volume, EventType::Normal, "Detaching", &format!("detaching from node {}", mp.spec.node_name))
+                .await;
+        }
+    }
+    for (node, mount) in &decision.nodes {
+        let task = node_task(va, node);
+        let desired = desired_spec(volume, node, mount.read_only, task)?;
+        let existing = mountpods.iter().find(|mp| &mp.spec.node_name == node);
+        match existing {
+            Some(mp) if mp.metadata.deletion_timestamp.is_some() => continue, // old one must go first
+            Some(mp) if mp.spec.task != task => {
+                api.delete(&mp.name_any(), &DeleteParams::default())
+                    .await
+                    .context(|| format!("replacing MountPod {}", mp.name_any()))?;
+                ctx.metrics.write("MountPod", "delete");
+                continue;
+            }
+            Some(mp) if same_controlled_fields(&mp.spec, &desired) => continue,
+            _ => {}
+        }
+        let mp_name = api::mountpod_name(&name, node);
+        let mut labels = ctx.labels.0.clone();
+        labels.insert(LABEL_NODE.into(), node.clone());
+        labels.insert(LABEL_VOLUME.into(), name.clone());
+        let owner = owner_reference(volume);
+        // Only the fields the controller owns: never `references` (the CSI node's).
+        let body = json!({
+            "apiVersion": "tessera.io/v1alpha1",
+            "kind": "MountPod",
+            "metadata": {"name": mp_name, "labels": labels, "ownerReferences": [owner]},
+            "spec": {
+                "volume": desired.volume,
+                "nodeName": desired.node_name,
+                "source": desired.source,
+                "task": desired.task,
+                "capacityBytes": desired.capacity_bytes,
+                "readOnly": desired.read_only,
+                "mountOptions": desired.mount_options,
+            }
+        });
+        api.patch(&mp_name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body))
+            .await
+            .context(|| format!("applying MountPod {mp_name}"))?;
+        ctx.metrics.write("MountPod", "apply");
+        if existing.is_none() {
+            info!(volume = %name, %node, ?task, "attaching");
+            let what = match task {
+                MountTask::Serve => format!("attaching to node {node}"),
+                MountTask::RemoveData => format!("removing the volume's data on node {node}"),
+            };
+            publish(ctx, volume, EventType::Normal, "Attaching", &what).await;
+        }
+    }
+    Ok(())
+}
+
+/// A node whose only tickets are cleanup tickets removes the data instead of serving.
+fn node_task(va: &VolumeAttachment, node: &str) -> MountTask {
+    let mut on_node = va.spec.attachment_tickets.values().filter(|t| t.node_id == node).peekable();
+    if on_node.peek().is_some() && on_node.all(|t| t.type_ == AttacherType::Cleanup) {
+        MountTask::RemoveData
+    } else {
+        MountTask::Serve
+    }
+}
+
+fn same_controlled_fields(a: &MountPodSpec, b: &MountPodSpec) -> bool {
+    a.source == b.source
+        && a.capacity_bytes == b.capacity_bytes
+        && a.read_only == b.read_only
+        && a.mount_options == b.mount_options
+        && a.task == b.task
+}
+
+/// The MountPod spec the controller wants for `volume` on `node`.
+pub fn desired_spec(volume: &Volume, node: &str, read_only: bool, task: MountTask) -> Result<MountPodSpec, Error> {
+    let name = volume.name_any();
+    let capacity = api::quantity_bytes(&volume.spec.size.0)
+        .map_err(|e| Error::InvalidVolume { volume: name.clone(), message: e.to_string() })?;
+    let capacity = i64::try_from(capacity)
+        .map_err(|_| Error::InvalidVolume { volume: name.clone(), message: "size too large".into() })?;
+    let root = volume.spec.backend.root.trim_end_matches('/');
+    Ok(MountPodSpec {
+        volume: name.clone(),
+        node_name: node.to_string(),
+        source: format!("{root}/{name}"),
+        task,
+        capacity_bytes: capacity,
+        read_only,
+        mount_options: volume.spec.mount_options.clone(),
+        references: vec![],
+        retain_seconds: None,
+    })
+}
+
+/// Controller owner reference to the Volume.
+pub fn owner_reference(volume: &Volume) -> OwnerReference {
+    volume.controller_owner_ref(&()).expect("a Volume read from the API has a uid")
+}
+
+/// Publish an Event about the Volume; failures are logged, never fatal.
+pub(crate) async fn publish(ctx: &Context, volume: &Volume, type_: EventType, reason: &str, note: &str) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.into()),
+        action: reason.into(),
+        secondary: None,
+    };
+    ctx.metrics.write("Event", "create");
+    if let Err(e) = ctx.recorder.publish(&ev, &volume.object_ref(&())).await {
+        debug!(error = %e, "publishing event");
+    }
+}
+
+/// Build and (if it differs) write the VolumeAttachment status.
+async fn write_attachment_status(
+    ctx: &Context,
+    va: &VolumeAttachment,
+    decision: &Decision,
+    input: &Input,
+    now: &Time,
+) -> Result<(), Error> {
+    let old = va.status.clone().unwrap_or_default();
+    let requested: BTreeMap<&str, &Time> = input
+        .tickets
+        .iter()
+        .filter_map(|t| t.requested_at.as_ref().map(|r| (t.ticket.id.as_str(), r)))
+        .collect();
+    let mut statuses = BTreeMap::new();
+    for (id, outcome) in &decision.tickets {
+        let prev = old.attachment_ticket_statuses.get(id);
+        let status_str = if outcome.satisfied { condition_status::TRUE } else { condition_status::FALSE };
+        let prev_cond = prev.and_then(|p| p.conditions.iter().find(|c| c.type_ == CONDITION_SATISFIED));
+        let transition = match prev_cond {
+            Some(c) if c.status == status_str && c.reason == outcome.reason.as_str() => c.last_transition_time.clone(),
+            _ => now.clone(),
+        };
+        if outcome.satisfied && !prev.is_some_and(|p| p.satisfied) {
+            if let Some(req) = requested.get(id.as_str()) {
+                let secs = now.0.duration_since(req.0).as_secs_f64().max(0.0);
+                ctx.metrics.ticket_satisfied_seconds.observe(secs);
+            }
+        }
+        statuses.insert(
+            id.clone(),
+            AttachmentTicketStatus {
+                id: id.clone(),
+                satisfied: outcome.satisfied,
+                generation: outcome.generation,
+                requested_at: requested.get(id.as_str()).map(|t| (*t).clone()),
+                conditions: vec![Condition {
+                    type_: CONDITION_SATISFIED.into(),
+                    status: status_str.into(),
+                    reason: outcome.reason.as_str().into(),
+                    message: outcome.message.clone(),
+                    last_transition_time: transition,
+                    observed_generation: va.metadata.generation,
+                }],
+            },
+        );
+    }
+    let waiting = decision
+        .tickets
+        .iter()
+        .find(|(_, o)| !o.satisfied)
+        .map(|(id, o)| format!("{id}: {}", o.message));
+    let status = VolumeAttachmentStatus {
+        ticket_count: i32::try_from(decision.tickets.len()).unwrap_or(i32::MAX),
+        satisfied_count: i32::try_from(decision.tickets.values().filter(|o| o.satisfied).count()).unwrap_or(i32::MAX),
+        nodes: decision.nodes.keys().cloned().collect(),
+        waiting,
+        attachment_ticket_statuses: statuses,
+        observed_generation: va.metadata.generation,
+    };
+    if va.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let name = va.name_any();
+    let body = json!({"apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment", "status": status});
+    Api::<VolumeAttachment>::all(ctx.client.clone())
+        .patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body))
+        .await
+        .context(|| format!("writing status of VolumeAttachment {name}"))?;
+    ctx.metrics.write("VolumeAttachment", "status");
+    for (id, o) in &decision.tickets {
+        let was = old.attachment_ticket_statuses.get(id).is_some_and(|s| s.satisfied);
+        if o.satisfied != was {
+            info!(volume = %name, ticket = %id, satisfied = o.satisfied, reason = %o.reason, "ticket status changed");
+        }
+    }
+    Ok(())
+}
+
+/// Build and (if it differs) write the Volume status.
+async fn write_volume_status(
+    ctx: &Context,
+    volume: &Volume,
+    mountpods: &[Arc<MountPod>],
+    decision: &Decision,
+) -> Result<(), Error> {
+    let ready: BTreeSet<String> =
+        mountpods.iter().filter(|mp| mp.is_ready() && mp.spec.task == MountTask::Serve).map(|mp| mp.spec.node_name.clone()).collect();
+    let failed: Vec<String> = decision
+        .tickets
+        .iter()
+        .filter(|(_, o)| o.reason == TicketReason::MountFailed)
+        .map(|(id, o)| format!("{id}: {}", o.message))
+        .collect();
+    let state = if volume.metadata.deletion_timestamp.is_some() {
+        VolumeState::Deleting
+    } else if !failed.is_empty() {
+        VolumeState::Faulted
+    } else if decision.nodes.is_empty() {
+        if mountpods.is_empty() { VolumeState::Detached } else { VolumeState::Detaching }
+    } else if decision.nodes.keys().all(|n| ready.contains(n)) {
+        VolumeState::Attached
+    } else if mountpods.iter().any(|mp| !decision.nodes.contains_key(&mp.spec.node_name)) {
+        VolumeState::Detaching
+    } else {
+        VolumeState::Attaching
+    };
+    let old = volume.status.clone().unwrap_or_default();
+    let now = Time(jiff::Timestamp::now());
+    let cond = |type_: &str, ok: bool, reason: &str, message: String| {
+        let status = if ok { condition_status::TRUE } else { condition_status::FALSE };
+        let transition = old
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == status && c.reason == reason)
+            .map(|c| c.last_transition_time.clone())
+            .unwrap_or_else(|| now.clone());
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            last_transition_time: transition,
+            observed_generation: volume.metadata.generation,
+        }
+    };
+    let attached = state == VolumeState::Attached;
+    let mut conditions = vec![cond(
+        "Attached",
+        attached,
+        if attached { "MountsReady" } else { "NotAttached" },
+        if attached {
+            format!("mounted and ready on {}", ready.iter().cloned().collect::<Vec<_>>().join(", "))
+        } else {
+            format!("state {state:?}")
+        },
+    )];
+    if !failed.is_empty() {
+        conditions.push(cond("Faulted", true, "MountFailed", failed.join("; ")));
+    }
+    let status = VolumeStatus {
+        state: Some(state),
+        attached_nodes: ready.into_iter().filter(|n| decision.nodes.contains_key(n)).collect(),
+        capacity: Some(volume.spec.size.clone()),
+        conditions,
+        observed_generation: volume.metadata.generation,
+    };
+    if volume.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let name = volume.name_any();
+    let body = json!({"apiVersion": "tessera.io/v1alpha1", "kind": "Volume", "status": status});
+    Api::<Volume>::all(ctx.client.clone())
+        .patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body))
+        .await
+        .context(|| format!("writing status of Volume {name}"))?;
+    ctx.metrics.write("Volume", "status");
+    Ok(())
+}

@@ -1,0 +1,309 @@
+//! `tessera controller`: the Volume, VolumeAttachment and reaper controllers.
+//!
+//! ```text
+//!  Volume ──▶ volume::reconcile ──▶ creates the VolumeAttachment (owned, same name);
+//!                                   on delete: adds a cleanup ticket, waits, lets go
+//!  VolumeAttachment ─┐
+//!  Volume ───────────┼─▶ attachment::reconcile ──▶ tickets::decide (pure)
+//!  MountPod ─────────┘        │ MountPods created/deleted per the decision
+//!                             │ ticket statuses + Volume status written (SSA, status only)
+//!  Node, storage VA, clock ─▶ reaper ──▶ removes tickets nothing stands behind (+ Event)
+//! ```
+//!
+//! Everything is level-triggered: a reconcile reads the current objects, decides, and
+//! writes only what differs, so killing the process at any point and starting it again
+//! converges to the same state. One replica acts at a time (leader election on a
+//! Lease). All writes use one field manager, [`FIELD_MANAGER`]; tickets are upserted
+//! with merge patches (never server-side apply), so Tessera never takes ownership of,
+//! or removes, a ticket that a GitOps tool applied.
+
+pub mod attachment;
+pub mod leader;
+pub mod reaper;
+pub mod volume;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use kube::{Api, Client};
+use tracing::{error, info, warn};
+
+use crate::api::{MountPod, Volume, VolumeAttachment};
+use crate::metrics::Metrics;
+
+/// The field manager of every write the controller makes.
+pub const FIELD_MANAGER: &str = "tessera-controller";
+/// Finalizer on Volumes: the data is removed (through a cleanup ticket) before the
+/// Volume goes.
+pub const VOLUME_FINALIZER: &str = "tessera.io/volume-data";
+/// Annotation on a Volume: `Retain` keeps the data when the Volume is deleted.
+pub const ANNOTATION_RECLAIM: &str = "tessera.io/reclaim-policy";
+
+/// Command line of `tessera controller`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ControllerArgs {
+    /// Address of the metrics and health endpoint.
+    #[arg(long, env = "TESSERA_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Namespace of the leader-election Lease (and of nothing else).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "tessera-controller")]
+    pub lease_name: String,
+    /// This replica's identity in the election (default: hostname and pid).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Run without leader election (only one replica must run).
+    #[arg(long)]
+    pub no_leader_election: bool,
+    /// Only handle Volumes, VolumeAttachments and MountPods carrying these labels
+    /// (`key=value[,key=value]`), for sharding or for tests sharing a cluster. The
+    /// labels are copied onto the objects the controller creates.
+    #[arg(long, value_parser = parse_labels)]
+    pub watch_selector: Option<Labels>,
+    /// How often the reaper looks for tickets nothing stands behind, in seconds.
+    #[arg(long, default_value_t = 10)]
+    pub reap_interval_seconds: u64,
+    /// How old a ticket must be before the reaper may remove it for a missing owner
+    /// (storage.k8s.io VolumeAttachment or Node), in seconds: covers watch lag.
+    #[arg(long, default_value_t = 30)]
+    pub reap_grace_seconds: u64,
+}
+
+/// Labels given on the command line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Labels(pub BTreeMap<String, String>);
+
+impl Labels {
+    /// As a label selector string (`a=b,c=d`).
+    pub fn selector(&self) -> String {
+        self.0.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+    }
+}
+
+fn parse_labels(s: &str) -> Result<Labels, String> {
+    let mut out = BTreeMap::new();
+    for pair in s.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("{pair:?} is not key=value (only equality selectors are supported)"))?;
+        out.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(Labels(out))
+}
+
+/// Errors of the controllers.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A call to the API server failed.
+    #[error("{action}")]
+    Kube {
+        /// What was being done.
+        action: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The Volume's spec cannot be served (for example its size does not parse).
+    #[error("volume {volume}: {message}")]
+    InvalidVolume {
+        /// The Volume.
+        volume: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The finalizer helper failed.
+    #[error("finalizer of volume {volume}")]
+    Finalizer {
+        /// The Volume.
+        volume: String,
+        /// The cause.
+        #[source]
+        source: Box<kube::runtime::finalizer::Error<Error>>,
+    },
+    /// Leader election failed.
+    #[error(transparent)]
+    Leader(#[from] leader::Error),
+    /// The metrics endpoint could not start.
+    #[error("serving metrics on {addr}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No client configuration.
+    #[error("connecting to Kubernetes")]
+    Connect(#[source] kube::Error),
+}
+
+/// Attach a description of the action to a kube error.
+pub(crate) trait KubeContext<T> {
+    fn context(self, action: impl FnOnce() -> String) -> Result<T, Error>;
+}
+
+impl<T> KubeContext<T> for Result<T, kube::Error> {
+    fn context(self, action: impl FnOnce() -> String) -> Result<T, Error> {
+        self.map_err(|source| Error::Kube { action: action(), source })
+    }
+}
+
+/// What every reconcile needs.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Metrics (reconciles, errors, durations, writes, ticket latency).
+    pub metrics: Arc<Metrics>,
+    /// Publishes Kubernetes Events.
+    pub recorder: Recorder,
+    /// Cache of Volumes (from the volume controller's watch).
+    pub volumes: Store<Volume>,
+    /// Cache of VolumeAttachments (from the attachment controller's watch).
+    pub attachments: Store<VolumeAttachment>,
+    /// Cache of MountPods.
+    pub mountpods: Store<MountPod>,
+    /// Labels copied onto created objects (the watch selector).
+    pub labels: Labels,
+    /// Reaper settings.
+    pub reap_grace: Duration,
+}
+
+impl Context {
+    /// Wait (bounded) until every cache has its first full list, so no decision is
+    /// taken on an empty cache.
+    pub(crate) async fn caches_ready(&self) -> bool {
+        let wait = async {
+            let _ = self.volumes.wait_until_ready().await;
+            let _ = self.attachments.wait_until_ready().await;
+            let _ = self.mountpods.wait_until_ready().await;
+        };
+        tokio::time::timeout(Duration::from_secs(30), wait).await.is_ok()
+    }
+}
+
+/// Run the controller role until a signal or a lost election.
+pub async fn run(args: ControllerArgs) -> Result<(), Error> {
+    let client = Client::try_default().await.map_err(Error::Connect)?;
+    let metrics = Arc::new(Metrics::new());
+    let addr = crate::metrics::serve(args.metrics_addr, metrics.clone())
+        .await
+        .map_err(|source| Error::Metrics { addr: args.metrics_addr, source })?;
+    info!(%addr, "metrics endpoint listening");
+
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    let elector = (!args.no_leader_election).then(|| {
+        leader::Elector::new(
+            client.clone(),
+            leader::LeaseConfig {
+                namespace: args.namespace.clone(),
+                name: args.lease_name.clone(),
+                identity: identity.clone(),
+                duration: Duration::from_secs(15),
+                renew: Duration::from_secs(2),
+            },
+        )
+    });
+    if let Some(elector) = &elector {
+        info!(lease = %args.lease_name, %identity, "waiting for leadership");
+        elector.acquire().await?;
+    }
+
+    let run = run_controllers(client, metrics.clone(), &args, identity);
+    tokio::select! {
+        () = run => Ok(()),
+        err = async {
+            match &elector {
+                Some(e) => e.hold().await,
+                None => std::future::pending().await,
+            }
+        } => {
+            error!(error = %err, "stepping down");
+            Err(err.into())
+        }
+        _ = tokio::signal::ctrl_c() => { info!("interrupted"); Ok(()) }
+    }
+}
+
+async fn run_controllers(client: Client, metrics: Arc<Metrics>, args: &ControllerArgs, identity: String) {
+    let labels = args.watch_selector.clone().unwrap_or_default();
+    let wc = if labels.0.is_empty() {
+        watcher::Config::default()
+    } else {
+        watcher::Config::default().labels(&labels.selector())
+    };
+    let volumes: Api<Volume> = Api::all(client.clone());
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    let mountpods: Api<MountPod> = Api::all(client.clone());
+
+    let volume_ctrl = Controller::new(volumes.clone(), wc.clone()).owns(attachments.clone(), wc.clone());
+
+    let (mp_store, mp_writer) = reflector::store();
+    let mp_stream = reflector(mp_writer, watcher(mountpods, wc.clone()))
+        .default_backoff()
+        .touched_objects();
+    let attachment_ctrl = Controller::new(attachments, wc.clone())
+        .watches_stream(mp_stream, |mp: MountPod| Some(ObjectRef::new(&mp.spec.volume)))
+        .watches(volumes, wc, |v: Volume| {
+            v.metadata.name.map(|n| ObjectRef::new(&n))
+        });
+
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter { controller: FIELD_MANAGER.into(), instance: Some(identity) },
+        ),
+        client,
+        metrics: metrics.clone(),
+        volumes: volume_ctrl.store(),
+        attachments: attachment_ctrl.store(),
+        mountpods: mp_store,
+        labels,
+        reap_grace: Duration::from_secs(args.reap_grace_seconds),
+    });
+    metrics.set_ready(true);
+
+    let volume_run = volume_ctrl
+        .run(volume::reconcile, volume::error_policy, ctx.clone())
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                warn!(error = %e, "volume controller");
+            }
+        });
+    let attachment_run = attachment_ctrl
+        .run(attachment::reconcile, attachment::error_policy, ctx.clone())
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                warn!(error = %e, "attachment controller");
+            }
+        });
+    let reaper_run = reaper::run(ctx.clone(), Duration::from_secs(args.reap_interval_seconds));
+    tokio::join!(volume_run, attachment_run, reaper_run);
+}
+
+/// Time a reconcile and count it.
+pub(crate) async fn measured<F, T>(metrics: &Metrics, controller: &str, fut: F) -> Result<T, Error>
+where
+    F: std::future::Future<Output = Result<T, Error>>,
+{
+    let start = Instant::now();
+    let res = fut.await;
+    metrics.reconciled(controller, start.elapsed(), res.is_err());
+    res
+}
+
+/// Parameters of a merge or JSON patch by the controller (field manager set, so
+/// `managedFields` tells who wrote what).
+pub(crate) fn merge_params() -> kube::api::PatchParams {
+    kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }
+}

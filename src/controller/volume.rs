@@ -1,0 +1,183 @@
+//! The Volume controller: gives every Volume its VolumeAttachment, and removes a
+//! deleted Volume's data through the ticket system itself.
+//!
+//! ```text
+//!  Volume (new) ──▶ finalizer added ──▶ VolumeAttachment applied (owned, same name)
+//!  Volume (deleted) ──▶ cleanup ticket `cleanup-data` for one node (merge patch)
+//!        ──▶ arbitration gives that node a MountPod with task RemoveData
+//!        ──▶ the node agent removes the data, reports Ready ──▶ ticket satisfied
+//!        ──▶ finalizer removed; the VolumeAttachment and MountPods go with the Volume
+//! ```
+//!
+//! The cleanup node is the volume's pinned node (node-local), else a node that has a
+//! MountPod of the volume, else the first node whose CSINode lists the Tessera driver
+//! (a node where the agent runs). `tessera.io/reclaim-policy: Retain` keeps the data.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::storage::v1::CSINode;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::ResourceExt;
+use serde_json::json;
+use tracing::{debug, info, instrument};
+
+use super::attachment::{owner_reference, publish};
+use super::{ANNOTATION_RECLAIM, Context, Error, FIELD_MANAGER, KubeContext, VOLUME_FINALIZER};
+use crate::api::{AttacherType, BackendScope, CSI_DRIVER_NAME, Volume, VolumeAttachment};
+
+/// Id of the ticket that removes a deleted volume's data.
+pub const CLEANUP_TICKET: &str = "cleanup-data";
+
+/// Reconcile one Volume.
+#[instrument(skip_all, fields(volume = %volume.name_any()))]
+pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let metrics = ctx.metrics.clone();
+    super::measured(&metrics, "volume", async {
+        let api: Api<Volume> = Api::all(ctx.client.clone());
+        let name = volume.name_any();
+        finalizer(&api, VOLUME_FINALIZER, volume, |event| async {
+            match event {
+                Finalizer::Apply(v) => apply(&v, &ctx).await,
+                Finalizer::Cleanup(v) => cleanup(&v, &ctx).await,
+            }
+        })
+        .await
+        .map_err(|e| Error::Finalizer { volume: name, source: Box::new(e) })
+    })
+    .await
+}
+
+/// Back off on errors.
+pub fn error_policy(_volume: Arc<Volume>, err: &Error, _ctx: Arc<Context>) -> Action {
+    debug!(error = %err, "volume reconcile failed");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// The VolumeAttachment exists, is owned by the Volume and carries the watch labels.
+async fn apply(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
+    ensure_attachment(volume, ctx).await?;
+    Ok(Action::requeue(Duration::from_secs(600)))
+}
+
+async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<(), Error> {
+    if !ctx.caches_ready().await {
+        return Ok(());
+    }
+    let name = volume.name_any();
+    let uid = volume.uid().unwrap_or_default();
+    let existing = ctx.attachments.get(&ObjectRef::new(&name));
+    let owned = existing.as_ref().is_some_and(|va| {
+        va.owner_references().iter().any(|o| o.uid == uid)
+            && ctx.labels.0.iter().all(|(k, v)| va.labels().get(k) == Some(v))
+    });
+    if owned {
+        return Ok(());
+    }
+    // Server-side apply of only what the controller owns: the tickets map stays with
+    // whoever wrote each ticket.
+    let body = json!({
+        "apiVersion": "tessera.io/v1alpha1",
+        "kind": "VolumeAttachment",
+        "metadata": {"name": name, "labels": ctx.labels.0, "ownerReferences": [owner_reference(volume)]},
+        "spec": {"volume": name},
+    });
+    Api::<VolumeAttachment>::all(ctx.client.clone())
+        .patch(&name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&body))
+        .await
+        .context(|| format!("applying VolumeAttachment {name}"))?;
+    ctx.metrics.write("VolumeAttachment", "apply");
+    if existing.is_none() {
+        info!(volume = %name, "created VolumeAttachment");
+    }
+    Ok(())
+}
+
+/// The Volume is being deleted: remove its data via a cleanup ticket, then let go.
+async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
+    let name = volume.name_any();
+    if volume.annotations().get(ANNOTATION_RECLAIM).is_some_and(|p| p == "Retain") {
+        publish(ctx, volume, EventType::Normal, "DataRetained", "reclaim policy Retain: the data is kept").await;
+        return Ok(Action::await_change());
+    }
+    ensure_attachment(volume, ctx).await?;
+    let va = Api::<VolumeAttachment>::all(ctx.client.clone())
+        .get_opt(&name)
+        .await
+        .context(|| format!("reading VolumeAttachment {name}"))?;
+    let Some(va) = va else {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    };
+    if let Some(ticket) = va.spec.attachment_tickets.get(CLEANUP_TICKET) {
+        let done = va
+            .status
+            .as_ref()
+            .and_then(|s| s.attachment_ticket_statuses.get(CLEANUP_TICKET))
+            .is_some_and(|s| s.satisfied && s.generation == ticket.generation);
+        if done {
+            info!(volume = %name, node = %ticket.node_id, "data removed");
+            publish(ctx, volume, EventType::Normal, "DataRemoved", &format!("data removed on node {}", ticket.node_id))
+                .await;
+            return Ok(Action::await_change());
+        }
+        // Waiting for the node agent; the VolumeAttachment's status change wakes us.
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    let Some(node) = cleanup_node(volume, ctx).await? else {
+        publish(
+            ctx,
+            volume,
+            EventType::Warning,
+            "NoNodeForCleanup",
+            &format!("no node runs the Tessera node agent (no CSINode lists {CSI_DRIVER_NAME}); the data cannot be removed yet"),
+        )
+        .await;
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    };
+    let patch = json!({"spec": {"attachmentTickets": {CLEANUP_TICKET: {
+        "id": CLEANUP_TICKET, "type": AttacherType::Cleanup.as_str(), "nodeID": node, "generation": 0,
+    }}}});
+    Api::<VolumeAttachment>::all(ctx.client.clone())
+        .patch(&name, &super::merge_params(), &Patch::Merge(&patch))
+        .await
+        .context(|| format!("adding the cleanup ticket to {name}"))?;
+    ctx.metrics.write("VolumeAttachment", "patch");
+    publish(ctx, volume, EventType::Normal, "RemovingData", &format!("cleanup ticket added for node {node}")).await;
+    Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, Error> {
+    if volume.spec.backend.scope == BackendScope::NodeLocal {
+        if let Some(node) = &volume.spec.backend.node {
+            return Ok(Some(node.clone()));
+        }
+    }
+    let name = volume.name_any();
+    let mut from_mounts: Vec<String> = ctx
+        .mountpods
+        .state()
+        .iter()
+        .filter(|mp| mp.spec.volume == name)
+        .map(|mp| mp.spec.node_name.clone())
+        .collect();
+    from_mounts.sort();
+    if let Some(node) = from_mounts.into_iter().next() {
+        return Ok(Some(node));
+    }
+    let csinodes = Api::<CSINode>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+        .context(|| "listing CSINodes".to_string())?;
+    let mut nodes: Vec<String> = csinodes
+        .items
+        .iter()
+        .filter(|n| n.spec.drivers.iter().any(|d| d.name == CSI_DRIVER_NAME))
+        .map(|n| n.name_any())
+        .collect();
+    nodes.sort();
+    Ok(nodes.into_iter().next())
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs every test. Without KUBECONFIG the local control plane from tests/harness is
+# started first and stopped at the end; with KUBECONFIG the tests run against that
+# cluster and nothing is started or stopped.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+started=0
+if [[ -z "${KUBECONFIG:-}" ]]; then
+  if ! bash tests/harness/cluster.sh status >/dev/null 2>&1; then
+    started=1
+  fi
+  bash tests/harness/cluster.sh up
+  trap '[[ $started == 1 ]] && bash tests/harness/cluster.sh down' EXIT
+fi
+
+cargo test --all-targets -- --test-threads="${TEST_THREADS:-4}"
