@@ -18,6 +18,7 @@
 pub mod api;
 pub mod cli;
 pub mod controller;
+pub mod csi;
 pub mod fuse;
 pub mod metrics;
 pub mod tickets;

@@ -71,6 +71,21 @@ pub struct ControllerArgs {
     /// How often the reaper looks for tickets nothing stands behind, in seconds.
     #[arg(long, default_value_t = 10)]
     pub reap_interval_seconds: u64,
+    /// Serve the CSI Identity and Controller services on this unix socket
+    /// (`unix:///csi/csi.sock` next to the sidecars).
+    #[arg(long, env = "CSI_ENDPOINT")]
+    pub csi_endpoint: Option<String>,
+    /// Backend root of volumes whose StorageClass names none.
+    #[arg(long, default_value = "/var/lib/tessera/volumes")]
+    pub default_backend_root: String,
+    /// How long ControllerPublishVolume waits for its ticket, in seconds (keep it below
+    /// the external-attacher's --timeout, 15 s by default).
+    #[arg(long, default_value_t = 10)]
+    pub publish_timeout_seconds: u64,
+    /// Capacity reported by GetCapacity, in bytes (default: free space of the default
+    /// backend root as the controller sees it).
+    #[arg(long)]
+    pub capacity_bytes: Option<u64>,
     /// How old a ticket must be before the reaper may remove it for a missing owner
     /// (storage.k8s.io VolumeAttachment or Node), in seconds: covers watch lag.
     #[arg(long, default_value_t = 30)]
@@ -84,16 +99,20 @@ pub struct Labels(pub BTreeMap<String, String>);
 impl Labels {
     /// As a label selector string (`a=b,c=d`).
     pub fn selector(&self) -> String {
-        self.0.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+        self.0
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
 fn parse_labels(s: &str) -> Result<Labels, String> {
     let mut out = BTreeMap::new();
     for pair in s.split(',').filter(|p| !p.is_empty()) {
-        let (k, v) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("{pair:?} is not key=value (only equality selectors are supported)"))?;
+        let (k, v) = pair.split_once('=').ok_or_else(|| {
+            format!("{pair:?} is not key=value (only equality selectors are supported)")
+        })?;
         out.insert(k.trim().to_string(), v.trim().to_string());
     }
     Ok(Labels(out))
@@ -140,6 +159,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The CSI socket could not be served.
+    #[error(transparent)]
+    Csi(#[from] crate::csi::ServeError),
     /// No client configuration.
     #[error("connecting to Kubernetes")]
     Connect(#[source] kube::Error),
@@ -152,7 +174,10 @@ pub(crate) trait KubeContext<T> {
 
 impl<T> KubeContext<T> for Result<T, kube::Error> {
     fn context(self, action: impl FnOnce() -> String) -> Result<T, Error> {
-        self.map_err(|source| Error::Kube { action: action(), source })
+        self.map_err(|source| Error::Kube {
+            action: action(),
+            source,
+        })
     }
 }
 
@@ -185,7 +210,9 @@ impl Context {
             let _ = self.attachments.wait_until_ready().await;
             let _ = self.mountpods.wait_until_ready().await;
         };
-        tokio::time::timeout(Duration::from_secs(30), wait).await.is_ok()
+        tokio::time::timeout(Duration::from_secs(30), wait)
+            .await
+            .is_ok()
     }
 }
 
@@ -195,8 +222,38 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     let metrics = Arc::new(Metrics::new());
     let addr = crate::metrics::serve(args.metrics_addr, metrics.clone())
         .await
-        .map_err(|source| Error::Metrics { addr: args.metrics_addr, source })?;
+        .map_err(|source| Error::Metrics {
+            addr: args.metrics_addr,
+            source,
+        })?;
     info!(%addr, "metrics endpoint listening");
+
+    if let Some(endpoint) = &args.csi_endpoint {
+        let path = crate::csi::endpoint_path(endpoint);
+        let listener = crate::csi::bind_unix(&path)?;
+        let service = crate::csi::controller::ControllerService::new(
+            client.clone(),
+            crate::csi::controller::Settings {
+                default_backend_root: args.default_backend_root.clone(),
+                publish_timeout: Duration::from_secs(args.publish_timeout_seconds),
+                unpublish_timeout: Duration::from_secs(args.publish_timeout_seconds),
+                capacity_bytes: args.capacity_bytes,
+            },
+        );
+        info!(socket = %path.display(), "serving CSI identity and controller");
+        tokio::spawn(async move {
+            let res = tonic::transport::Server::builder()
+                .add_service(crate::csi::proto::identity_server::IdentityServer::new(
+                    crate::csi::identity::IdentityService { controller: true },
+                ))
+                .add_service(crate::csi::proto::controller_server::ControllerServer::new(service))
+                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+                .await;
+            if let Err(e) = res {
+                error!(error = %e, "CSI server stopped");
+            }
+        });
+    }
 
     let identity = args.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
@@ -235,7 +292,12 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     }
 }
 
-async fn run_controllers(client: Client, metrics: Arc<Metrics>, args: &ControllerArgs, identity: String) {
+async fn run_controllers(
+    client: Client,
+    metrics: Arc<Metrics>,
+    args: &ControllerArgs,
+    identity: String,
+) {
     let labels = args.watch_selector.clone().unwrap_or_default();
     let wc = if labels.0.is_empty() {
         watcher::Config::default()
@@ -246,14 +308,17 @@ async fn run_controllers(client: Client, metrics: Arc<Metrics>, args: &Controlle
     let attachments: Api<VolumeAttachment> = Api::all(client.clone());
     let mountpods: Api<MountPod> = Api::all(client.clone());
 
-    let volume_ctrl = Controller::new(volumes.clone(), wc.clone()).owns(attachments.clone(), wc.clone());
+    let volume_ctrl =
+        Controller::new(volumes.clone(), wc.clone()).owns(attachments.clone(), wc.clone());
 
     let (mp_store, mp_writer) = reflector::store();
     let mp_stream = reflector(mp_writer, watcher(mountpods, wc.clone()))
         .default_backoff()
         .touched_objects();
     let attachment_ctrl = Controller::new(attachments, wc.clone())
-        .watches_stream(mp_stream, |mp: MountPod| Some(ObjectRef::new(&mp.spec.volume)))
+        .watches_stream(mp_stream, |mp: MountPod| {
+            Some(ObjectRef::new(&mp.spec.volume))
+        })
         .watches(volumes, wc, |v: Volume| {
             v.metadata.name.map(|n| ObjectRef::new(&n))
         });
@@ -261,7 +326,10 @@ async fn run_controllers(client: Client, metrics: Arc<Metrics>, args: &Controlle
     let ctx = Arc::new(Context {
         recorder: Recorder::new(
             client.clone(),
-            Reporter { controller: FIELD_MANAGER.into(), instance: Some(identity) },
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: Some(identity),
+            },
         ),
         client,
         metrics: metrics.clone(),
@@ -305,5 +373,8 @@ where
 /// Parameters of a merge or JSON patch by the controller (field manager set, so
 /// `managedFields` tells who wrote what).
 pub(crate) fn merge_params() -> kube::api::PatchParams {
-    kube::api::PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() }
+    kube::api::PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
 }
