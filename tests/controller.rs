@@ -40,14 +40,19 @@ impl Env {
     async fn volume(&self, suffix: &str, mode: &str) -> String {
         let name = format!("{}-{suffix}", self.id);
         Api::<Volume>::all(self.client.clone())
-            .create(&PostParams::default(), &fixtures::volume(&name, &self.id, mode))
+            .create(
+                &PostParams::default(),
+                &fixtures::volume(&name, &self.id, mode),
+            )
             .await
             .unwrap();
         // The controller creates the VolumeAttachment.
         let api: Api<VolumeAttachment> = Api::all(self.client.clone());
-        eventually(WAIT, &format!("VolumeAttachment {name} created"), || async {
-            api.get_opt(&name).await.unwrap().map(|_| ())
-        })
+        eventually(
+            WAIT,
+            &format!("VolumeAttachment {name} created"),
+            || async { api.get_opt(&name).await.unwrap().map(|_| ()) },
+        )
         .await;
         name
     }
@@ -59,7 +64,13 @@ impl Env {
 }
 
 /// Record the largest number of nodes holding a MountPod of `volume` at once.
-fn watch_max_mountpods(client: Client, volume: String) -> (Arc<std::sync::atomic::AtomicUsize>, tokio::task::JoinHandle<()>) {
+fn watch_max_mountpods(
+    client: Client,
+    volume: String,
+) -> (
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
     let max = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let m = max.clone();
     let api: Api<MountPod> = Api::all(client);
@@ -90,24 +101,53 @@ async fn single_rwo_attach() {
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
 
-    fixtures::put_ticket(&e.client, &vol, "manual-a", "manual", &e.nodes[0], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-a",
+        "manual",
+        &e.nodes[0],
+        json!({}),
+    )
+    .await;
     fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
-    assert_eq!(fixtures::mountpods_of(&e.client, &vol).await, BTreeMap::from([(e.nodes[0].clone(), false)]));
+    assert_eq!(
+        fixtures::mountpods_of(&e.client, &vol).await,
+        BTreeMap::from([(e.nodes[0].clone(), false)])
+    );
     let volumes: Api<Volume> = Api::all(e.client.clone());
     let status = eventually(WAIT, "volume Attached", || async {
-        volumes.get(&vol).await.unwrap().status.filter(|s| s.state == Some(VolumeState::Attached))
+        volumes
+            .get(&vol)
+            .await
+            .unwrap()
+            .status
+            .filter(|s| s.state == Some(VolumeState::Attached))
     })
     .await;
     assert_eq!(status.attached_nodes, vec![e.nodes[0].clone()]);
 
     // Removing the ticket detaches.
     fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
-    eventually(WAIT, "MountPod gone after the ticket is removed", || async {
-        fixtures::mountpods_of(&e.client, &vol).await.is_empty().then_some(())
-    })
+    eventually(
+        WAIT,
+        "MountPod gone after the ticket is removed",
+        || async {
+            fixtures::mountpods_of(&e.client, &vol)
+                .await
+                .is_empty()
+                .then_some(())
+        },
+    )
     .await;
     eventually(WAIT, "volume Detached", || async {
-        volumes.get(&vol).await.unwrap().status.filter(|s| s.state == Some(VolumeState::Detached)).map(|_| ())
+        volumes
+            .get(&vol)
+            .await
+            .unwrap()
+            .status
+            .filter(|s| s.state == Some(VolumeState::Detached))
+            .map(|_| ())
     })
     .await;
     e.cleanup(&[vol]).await;
@@ -121,22 +161,61 @@ async fn rwo_second_node_waits_for_the_holder_then_moves() {
     let vol = e.volume("v", "ReadWriteOnce").await;
     let (max_nodes, watch) = watch_max_mountpods(e.client.clone(), vol.clone());
 
-    fixtures::put_ticket(&e.client, &vol, "csi-first", "csi-attacher", &e.nodes[0], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "csi-first",
+        "csi-attacher",
+        &e.nodes[0],
+        json!({}),
+    )
+    .await;
     fixtures::wait_satisfied(&e.client, &vol, "csi-first").await;
-    fixtures::put_ticket(&e.client, &vol, "csi-second", "csi-attacher", &e.nodes[1], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "csi-second",
+        "csi-attacher",
+        &e.nodes[1],
+        json!({}),
+    )
+    .await;
     let (_, reason, message) = eventually(WAIT, "second ticket blocked with a reason", || async {
-        fixtures::ticket_states(&e.client, &vol).await.get("csi-second").cloned().filter(|s| !s.1.is_empty())
+        fixtures::ticket_states(&e.client, &vol)
+            .await
+            .get("csi-second")
+            .cloned()
+            .filter(|s| !s.1.is_empty())
     })
     .await;
     assert_eq!(reason, "HeldByOtherNode", "{message}");
-    assert!(message.contains("csi-first") && message.contains(&e.nodes[0]), "message must name the holder: {message}");
-    let waiting = Api::<VolumeAttachment>::all(e.client.clone()).get(&vol).await.unwrap().status.unwrap().waiting;
-    assert!(waiting.is_some_and(|w| w.contains("csi-second")), "status.waiting names the blocked ticket");
+    assert!(
+        message.contains("csi-first") && message.contains(&e.nodes[0]),
+        "message must name the holder: {message}"
+    );
+    let waiting = Api::<VolumeAttachment>::all(e.client.clone())
+        .get(&vol)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .waiting;
+    assert!(
+        waiting.is_some_and(|w| w.contains("csi-second")),
+        "status.waiting names the blocked ticket"
+    );
 
     fixtures::remove_ticket(&e.client, &vol, "csi-first").await;
     fixtures::wait_satisfied(&e.client, &vol, "csi-second").await;
-    assert_eq!(fixtures::mountpods_of(&e.client, &vol).await, BTreeMap::from([(e.nodes[1].clone(), false)]));
-    assert_eq!(max_nodes.load(std::sync::atomic::Ordering::SeqCst), 1, "the old MountPod must be gone before the new one exists");
+    assert_eq!(
+        fixtures::mountpods_of(&e.client, &vol).await,
+        BTreeMap::from([(e.nodes[1].clone(), false)])
+    );
+    assert_eq!(
+        max_nodes.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the old MountPod must be gone before the new one exists"
+    );
     watch.abort();
     e.cleanup(&[vol]).await;
 }
@@ -148,11 +227,31 @@ async fn a_higher_priority_ticket_does_not_preempt_a_workload() {
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
 
-    fixtures::put_ticket(&e.client, &vol, "csi-app", "csi-attacher", &e.nodes[0], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "csi-app",
+        "csi-attacher",
+        &e.nodes[0],
+        json!({}),
+    )
+    .await;
     fixtures::wait_satisfied(&e.client, &vol, "csi-app").await;
-    fixtures::put_ticket(&e.client, &vol, "manual-ops", "manual", &e.nodes[1], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-ops",
+        "manual",
+        &e.nodes[1],
+        json!({}),
+    )
+    .await;
     let (_, reason, message) = eventually(WAIT, "manual ticket blocked", || async {
-        fixtures::ticket_states(&e.client, &vol).await.get("manual-ops").cloned().filter(|s| !s.1.is_empty())
+        fixtures::ticket_states(&e.client, &vol)
+            .await
+            .get("manual-ops")
+            .cloned()
+            .filter(|s| !s.1.is_empty())
     })
     .await;
     assert_eq!(reason, "HeldByOtherNode", "{message}");
@@ -161,7 +260,10 @@ async fn a_higher_priority_ticket_does_not_preempt_a_workload() {
     let states = fixtures::ticket_states(&e.client, &vol).await;
     assert!(states["csi-app"].0, "the workload ticket stays satisfied");
     assert!(!states["manual-ops"].0);
-    assert_eq!(fixtures::mountpods_of(&e.client, &vol).await, BTreeMap::from([(e.nodes[0].clone(), false)]));
+    assert_eq!(
+        fixtures::mountpods_of(&e.client, &vol).await,
+        BTreeMap::from([(e.nodes[0].clone(), false)])
+    );
     e.cleanup(&[vol]).await;
 }
 
@@ -172,7 +274,15 @@ async fn rwx_attaches_on_three_nodes() {
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteMany").await;
     for (i, node) in e.nodes.iter().enumerate() {
-        fixtures::put_ticket(&e.client, &vol, &format!("csi-{i}"), "csi-attacher", node, json!({})).await;
+        fixtures::put_ticket(
+            &e.client,
+            &vol,
+            &format!("csi-{i}"),
+            "csi-attacher",
+            node,
+            json!({}),
+        )
+        .await;
     }
     for i in 0..3 {
         fixtures::wait_satisfied(&e.client, &vol, &format!("csi-{i}")).await;
@@ -181,7 +291,12 @@ async fn rwx_attaches_on_three_nodes() {
     assert_eq!(mps.len(), 3, "{mps:?}");
     let volumes: Api<Volume> = Api::all(e.client.clone());
     let status = eventually(WAIT, "three attached nodes", || async {
-        volumes.get(&vol).await.unwrap().status.filter(|s| s.attached_nodes.len() == 3)
+        volumes
+            .get(&vol)
+            .await
+            .unwrap()
+            .status
+            .filter(|s| s.attached_nodes.len() == 3)
     })
     .await;
     assert_eq!(status.state, Some(VolumeState::Attached));
@@ -195,21 +310,40 @@ async fn a_background_ticket_yields_to_a_workload_on_another_node() {
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
 
-    fixtures::put_ticket(&e.client, &vol, "backup-nightly", "backup", &e.nodes[0], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "backup-nightly",
+        "backup",
+        &e.nodes[0],
+        json!({}),
+    )
+    .await;
     fixtures::wait_satisfied(&e.client, &vol, "backup-nightly").await;
+    let log = fixtures::ReasonLog::start(e.client.clone(), &vol, "backup-nightly");
     fixtures::put_ticket(&e.client, &vol, "csi-app", "csi-attacher", &e.nodes[1], json!({})).await;
     fixtures::wait_satisfied(&e.client, &vol, "csi-app").await;
-    let states = fixtures::ticket_states(&e.client, &vol).await;
-    assert_eq!(states["backup-nightly"].1, "Interrupted", "{:?}", states["backup-nightly"]);
-    assert!(states["backup-nightly"].2.contains("csi-app"), "names the workload: {:?}", states["backup-nightly"]);
-    assert_eq!(fixtures::mountpods_of(&e.client, &vol).await, BTreeMap::from([(e.nodes[1].clone(), false)]));
+    // The backup was interrupted (naming the workload that took the volume), and now
+    // waits behind it; it is not satisfied.
+    let history = eventually(WAIT, "backup ticket seen Interrupted", || async {
+        let h = log.history();
+        h.iter().any(|(r, _)| r == "Interrupted").then_some(h)
+    })
+    .await;
+    let (_, message) = history.iter().find(|(r, _)| r == "Interrupted").unwrap();
+    assert!(message.contains("csi-app"), "names the workload: {message}");
+    assert!(!fixtures::ticket_states(&e.client, &vol).await["backup-nightly"].0);
+    assert_eq!(
+        fixtures::mountpods_of(&e.client, &vol).await,
+        BTreeMap::from([(e.nodes[1].clone(), false)])
+    );
     e.cleanup(&[vol]).await;
 }
 
 #[tokio::test]
 async fn the_reaper_removes_tickets_nothing_stands_behind() {
     let e = env("reaper", 3).await;
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election", "--reap-grace-seconds=2"]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteMany").await;
 
@@ -223,46 +357,100 @@ async fn the_reaper_removes_tickets_nothing_stands_behind() {
     }))
     .unwrap();
     svas.create(&PostParams::default(), &sva).await.unwrap();
-    fixtures::put_ticket(&e.client, &vol, &sva_name, "csi-attacher", &e.nodes[0], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        &sva_name,
+        "csi-attacher",
+        &e.nodes[0],
+        json!({}),
+    )
+    .await;
     // A manual ticket on a node that will be deleted, and one that expires.
-    fixtures::put_ticket(&e.client, &vol, "manual-doomed-node", "manual", &e.nodes[1], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-doomed-node",
+        "manual",
+        &e.nodes[1],
+        json!({}),
+    )
+    .await;
     let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(4);
-    fixtures::put_ticket(&e.client, &vol, "manual-expiring", "manual", &e.nodes[2], json!({"expiresAt": expires.to_string()}))
-        .await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-expiring",
+        "manual",
+        &e.nodes[2],
+        json!({"expiresAt": expires.to_string()}),
+    )
+    .await;
     fixtures::wait_satisfied(&e.client, &vol, &sva_name).await;
     fixtures::wait_satisfied(&e.client, &vol, "manual-doomed-node").await;
     // Still backed, past the grace period: not reaped.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let va: Api<VolumeAttachment> = Api::all(e.client.clone());
-    assert!(va.get(&vol).await.unwrap().spec.attachment_tickets.contains_key(&sva_name));
+    assert!(
+        va.get(&vol)
+            .await
+            .unwrap()
+            .spec
+            .attachment_tickets
+            .contains_key(&sva_name)
+    );
 
-    svas.delete(&sva_name, &DeleteParams::default()).await.unwrap();
+    svas.delete(&sva_name, &DeleteParams::default())
+        .await
+        .unwrap();
     fixtures::delete_nodes(&e.client, &e.nodes[1..2]).await;
     for gone in [sva_name.as_str(), "manual-doomed-node", "manual-expiring"] {
         eventually(WAIT, &format!("ticket {gone} reaped"), || async {
-            (!va.get(&vol).await.unwrap().spec.attachment_tickets.contains_key(gone)).then_some(())
+            (!va.get(&vol)
+                .await
+                .unwrap()
+                .spec
+                .attachment_tickets
+                .contains_key(gone))
+            .then_some(())
         })
         .await;
     }
     // Each removal is an Event on the Volume naming the ticket and why.
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(e.client.clone(), "default");
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(e.client.clone(), "default");
     let notes = eventually(WAIT, "TicketReaped events", || async {
         let list = events.list(&Default::default()).await.unwrap();
         let notes: Vec<String> = list
             .items
             .into_iter()
-            .filter(|ev| ev.reason.as_deref() == Some("TicketReaped") && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(vol.as_str()))
+            .filter(|ev| {
+                ev.reason.as_deref() == Some("TicketReaped")
+                    && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(vol.as_str())
+            })
             .filter_map(|ev| ev.note)
             .collect();
         (notes.len() >= 3).then_some(notes)
     })
     .await;
     let all = notes.join("\n");
-    assert!(all.contains(&sva_name) && all.contains("VolumeAttachment"), "{all}");
-    assert!(all.contains("manual-doomed-node") && all.contains("no longer exists"), "{all}");
-    assert!(all.contains("manual-expiring") && all.contains("expired"), "{all}");
+    assert!(
+        all.contains(&sva_name) && all.contains("VolumeAttachment"),
+        "{all}"
+    );
+    assert!(
+        all.contains("manual-doomed-node") && all.contains("no longer exists"),
+        "{all}"
+    );
+    assert!(
+        all.contains("manual-expiring") && all.contains("expired"),
+        "{all}"
+    );
     eventually(WAIT, "MountPods of reaped tickets removed", || async {
-        fixtures::mountpods_of(&e.client, &vol).await.is_empty().then_some(())
+        fixtures::mountpods_of(&e.client, &vol)
+            .await
+            .is_empty()
+            .then_some(())
     })
     .await;
     e.cleanup(&[vol]).await;
@@ -279,10 +467,18 @@ async fn gitops_tickets_merge_per_key_and_tessera_owns_none_of_them() {
         json!({"apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
                "metadata": {"name": vol}, "spec": {"volume": vol, "attachmentTickets": tickets}})
     };
-    let argo = manifest(json!({"manual-argo": {"id": "manual-argo", "type": "manual", "nodeID": e.nodes[0]}}));
-    let flux = manifest(json!({"manual-flux": {"id": "manual-flux", "type": "manual", "nodeID": e.nodes[1]}}));
-    api.patch(&vol, &PatchParams::apply("argocd"), &Patch::Apply(&argo)).await.unwrap();
-    api.patch(&vol, &PatchParams::apply("flux"), &Patch::Apply(&flux)).await.unwrap();
+    let argo = manifest(
+        json!({"manual-argo": {"id": "manual-argo", "type": "manual", "nodeID": e.nodes[0]}}),
+    );
+    let flux = manifest(
+        json!({"manual-flux": {"id": "manual-flux", "type": "manual", "nodeID": e.nodes[1]}}),
+    );
+    api.patch(&vol, &PatchParams::apply("argocd"), &Patch::Apply(&argo))
+        .await
+        .unwrap();
+    api.patch(&vol, &PatchParams::apply("flux"), &Patch::Apply(&flux))
+        .await
+        .unwrap();
     fixtures::wait_satisfied(&e.client, &vol, "manual-argo").await;
     fixtures::wait_satisfied(&e.client, &vol, "manual-flux").await;
 
@@ -291,16 +487,34 @@ async fn gitops_tickets_merge_per_key_and_tessera_owns_none_of_them() {
     for mf in got.metadata.managed_fields.iter().flatten() {
         if mf.manager.as_deref() == Some("tessera-controller") && mf.subresource.is_none() {
             let fields = serde_json::to_string(&mf.fields_v1).unwrap();
-            assert!(!fields.contains("attachmentTickets"), "tessera-controller owns ticket fields: {fields}");
+            assert!(
+                !fields.contains("attachmentTickets"),
+                "tessera-controller owns ticket fields: {fields}"
+            );
         }
     }
-    let strict = PatchParams { field_manager: Some("argocd".into()), force: false, ..Default::default() };
-    api.patch(&vol, &strict, &Patch::Apply(&argo)).await.expect("no conflict for the GitOps owner");
+    let strict = PatchParams {
+        field_manager: Some("argocd".into()),
+        force: false,
+        ..Default::default()
+    };
+    api.patch(&vol, &strict, &Patch::Apply(&argo))
+        .await
+        .expect("no conflict for the GitOps owner");
 
     // Argo drops its ticket: only that one goes; Flux's stays and stays satisfied.
-    api.patch(&vol, &PatchParams::apply("argocd"), &Patch::Apply(&manifest(json!({})))).await.unwrap();
+    api.patch(
+        &vol,
+        &PatchParams::apply("argocd"),
+        &Patch::Apply(&manifest(json!({}))),
+    )
+    .await
+    .unwrap();
     let tickets = api.get(&vol).await.unwrap().spec.attachment_tickets;
-    assert!(!tickets.contains_key("manual-argo") && tickets.contains_key("manual-flux"), "{tickets:?}");
+    assert!(
+        !tickets.contains_key("manual-argo") && tickets.contains_key("manual-flux"),
+        "{tickets:?}"
+    );
     eventually(WAIT, "node 0 detached, node 1 kept", || async {
         let mps = fixtures::mountpods_of(&e.client, &vol).await;
         (mps == BTreeMap::from([(e.nodes[1].clone(), false)])).then_some(())
@@ -316,7 +530,15 @@ async fn nothing_is_written_when_nothing_changed() {
     let ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
-    fixtures::put_ticket(&e.client, &vol, "manual-a", "manual", &e.nodes[0], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-a",
+        "manual",
+        &e.nodes[0],
+        json!({}),
+    )
+    .await;
     fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let writes_before = ctrl.metric_sum("tessera_api_writes_total");
@@ -325,14 +547,24 @@ async fn nothing_is_written_when_nothing_changed() {
     // Touch the objects without changing anything the controller decides on.
     let volumes: Api<Volume> = Api::all(e.client.clone());
     volumes
-        .patch(&vol, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"touched": "1"}}})))
+        .patch(
+            &vol,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"touched": "1"}}})),
+        )
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(4)).await;
     let writes_after = ctrl.metric_sum("tessera_api_writes_total");
     let reconciles_after = ctrl.metric_sum("tessera_reconciles_total");
-    assert!(reconciles_after > reconciles_before, "the touch triggered reconciles");
-    assert_eq!(writes_after, writes_before, "reconciles with nothing to change wrote to the API server");
+    assert!(
+        reconciles_after > reconciles_before,
+        "the touch triggered reconciles"
+    );
+    assert_eq!(
+        writes_after, writes_before,
+        "reconciles with nothing to change wrote to the API server"
+    );
     e.cleanup(&[vol]).await;
 }
 
@@ -346,23 +578,45 @@ async fn killed_mid_reconcile_and_restarted_the_controller_converges() {
         vols.push(e.volume(&format!("v{i}"), "ReadWriteOnce").await);
     }
     for (i, vol) in vols.iter().enumerate() {
-        fixtures::put_ticket(&e.client, vol, "csi-a", "csi-attacher", &e.nodes[i % 2], json!({})).await;
+        fixtures::put_ticket(
+            &e.client,
+            vol,
+            "csi-a",
+            "csi-attacher",
+            &e.nodes[i % 2],
+            json!({}),
+        )
+        .await;
     }
     // Kill -9 while it is working through the burst of tickets, then start a new one.
     tokio::time::sleep(Duration::from_millis(300)).await;
     ctrl.kill();
     for vol in &vols {
-        fixtures::put_ticket(&e.client, vol, "csi-b", "csi-attacher", &e.nodes[1], json!({})).await;
+        fixtures::put_ticket(
+            &e.client,
+            vol,
+            "csi-b",
+            "csi-attacher",
+            &e.nodes[1],
+            json!({}),
+        )
+        .await;
     }
     let _ctrl2 = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    // Converged: csi-a holds each volume on its node with exactly one MountPod; csi-b
+    // shares node 1 where csi-a is there and waits elsewhere; nothing is stranded.
     for (i, vol) in vols.iter().enumerate() {
-        fixtures::wait_satisfied(&e.client, vol, "csi-a").await;
-        let holder = &e.nodes[i % 2];
-        let mps = fixtures::mountpods_of(&e.client, vol).await;
-        assert_eq!(mps, BTreeMap::from([(holder.clone(), false)]), "{vol}: exactly one MountPod, on the holder");
-        let states = fixtures::ticket_states(&e.client, vol).await;
-        let b = &states["csi-b"];
-        assert_eq!(b.0, i % 2 == 1, "{vol}: csi-b shares node 1 only when csi-a is there: {b:?}");
+        let holder = e.nodes[i % 2].clone();
+        let want_b = i % 2 == 1;
+        eventually(WAIT, &format!("{vol} converged"), || async {
+            let states = fixtures::ticket_states(&e.client, vol).await;
+            let mps = fixtures::mountpods_of(&e.client, vol).await;
+            let ok = states.get("csi-a").is_some_and(|a| a.0)
+                && states.get("csi-b").is_some_and(|b| b.0 == want_b && !b.1.is_empty())
+                && mps == BTreeMap::from([(holder.clone(), false)]);
+            ok.then_some(())
+        })
+        .await;
     }
     e.cleanup(&vols).await;
 }
@@ -376,26 +630,74 @@ async fn two_replicas_elect_one_leader() {
     let b = ControllerProcess::start(&e.id, &[&lease_arg, "--identity=replica-b"]);
     let leases: Api<Lease> = Api::namespaced(e.client.clone(), "default");
     let holder = eventually(WAIT, "lease held", || async {
-        leases.get_opt(&lease).await.unwrap().and_then(|l| l.spec?.holder_identity)
+        leases
+            .get_opt(&lease)
+            .await
+            .unwrap()
+            .and_then(|l| l.spec?.holder_identity)
     })
     .await;
     let vol = e.volume("v", "ReadWriteOnce").await;
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
-    fixtures::put_ticket(&e.client, &vol, "manual-a", "manual", &e.nodes[0], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-a",
+        "manual",
+        &e.nodes[0],
+        json!({}),
+    )
+    .await;
     fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
-    let (leader, follower) = if holder == "replica-a" { (&a, &b) } else { (&b, &a) };
-    assert!(leader.metric_sum("tessera_reconciles_total") > 0.0, "the leader reconciles");
-    assert_eq!(follower.metric_sum("tessera_reconciles_total"), 0.0, "the follower must not act");
+    let (leader, follower) = if holder == "replica-a" {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    assert!(
+        leader.metric_sum("tessera_reconciles_total") > 0.0,
+        "the leader reconciles"
+    );
+    assert_eq!(
+        follower.metric_sum("tessera_reconciles_total"),
+        0.0,
+        "the follower must not act"
+    );
 
     // The leader dies: the other replica takes over and serves a new ticket.
-    let follower_id = if holder == "replica-a" { "replica-b" } else { "replica-a" };
-    if holder == "replica-a" { a.kill() } else { drop(b) };
-    eventually(Duration::from_secs(40), "the follower takes over the lease", || async {
-        leases.get_opt(&lease).await.unwrap().and_then(|l| l.spec?.holder_identity).filter(|h| h == follower_id)
-    })
+    let follower_id = if holder == "replica-a" {
+        "replica-b"
+    } else {
+        "replica-a"
+    };
+    if holder == "replica-a" {
+        a.kill()
+    } else {
+        drop(b)
+    };
+    eventually(
+        Duration::from_secs(40),
+        "the follower takes over the lease",
+        || async {
+            leases
+                .get_opt(&lease)
+                .await
+                .unwrap()
+                .and_then(|l| l.spec?.holder_identity)
+                .filter(|h| h == follower_id)
+        },
+    )
     .await;
     fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
-    fixtures::put_ticket(&e.client, &vol, "manual-b", "manual", &e.nodes[0], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-b",
+        "manual",
+        &e.nodes[0],
+        json!({}),
+    )
+    .await;
     fixtures::wait_satisfied(&e.client, &vol, "manual-b").await;
     let _ = leases.delete(&lease, &DeleteParams::default()).await;
     e.cleanup(&[vol]).await;
@@ -407,22 +709,41 @@ async fn deleting_a_volume_removes_its_data_through_a_cleanup_ticket() {
     let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
-    fixtures::put_ticket(&e.client, &vol, "manual-a", "manual", &e.nodes[0], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-a",
+        "manual",
+        &e.nodes[0],
+        json!({}),
+    )
+    .await;
     fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
     fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
 
     let volumes: Api<Volume> = Api::all(e.client.clone());
-    volumes.delete(&vol, &DeleteParams::default()).await.unwrap();
+    volumes
+        .delete(&vol, &DeleteParams::default())
+        .await
+        .unwrap();
     // The cleanup ticket appears, its node gets a RemoveData MountPod, and once the
     // agent reports it done the Volume goes.
     let va: Api<VolumeAttachment> = Api::all(e.client.clone());
     eventually(WAIT, "cleanup ticket added", || async {
-        va.get_opt(&vol).await.unwrap()?.spec.attachment_tickets.get("cleanup-data").map(|_| ())
+        va.get_opt(&vol)
+            .await
+            .unwrap()?
+            .spec
+            .attachment_tickets
+            .get("cleanup-data")
+            .map(|_| ())
     })
     .await;
-    eventually(WAIT, "Volume deleted after its data was removed", || async {
-        volumes.get_opt(&vol).await.unwrap().is_none().then_some(())
-    })
+    eventually(
+        WAIT,
+        "Volume deleted after its data was removed",
+        || async { volumes.get_opt(&vol).await.unwrap().is_none().then_some(()) },
+    )
     .await;
     fixtures::delete_nodes(&e.client, &e.nodes).await;
 }

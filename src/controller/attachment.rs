@@ -30,9 +30,9 @@ use tracing::{debug, info, instrument};
 
 use super::{Context, Error, FIELD_MANAGER, KubeContext};
 use crate::api::{
-    self, AttacherType, AttachmentTicketStatus, BackendScope, CONDITION_SATISFIED, LABEL_NODE, LABEL_VOLUME,
-    MountPhase, MountPod, MountPodSpec, MountTask, TicketReason, Volume, VolumeAttachment,
-    VolumeAttachmentStatus, VolumeState, VolumeStatus, condition_status,
+    self, AttacherType, AttachmentTicketStatus, BackendScope, CONDITION_SATISFIED, LABEL_NODE,
+    LABEL_VOLUME, MountPhase, MountPod, MountPodSpec, MountTask, TicketReason, Volume,
+    VolumeAttachment, VolumeAttachmentStatus, VolumeState, VolumeStatus, condition_status,
 };
 use crate::tickets::{self, Decision, Input, MountState, MountView, TicketInput};
 
@@ -51,15 +51,19 @@ pub fn error_policy(_va: Arc<VolumeAttachment>, err: &Error, _ctx: Arc<Context>)
 
 async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result<Action, Error> {
     if !ctx.caches_ready().await {
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return Ok(Action::requeue(Duration::from_millis(200)));
     }
     let name = va.name_any();
     let Some(volume) = ctx.volumes.get(&ObjectRef::new(&name)) else {
         // Tickets applied before their Volume: wait for it (its watch triggers us).
         return Ok(Action::await_change());
     };
-    let mountpods: Vec<Arc<MountPod>> =
-        ctx.mountpods.state().into_iter().filter(|mp| mp.spec.volume == name).collect();
+    let mountpods: Vec<Arc<MountPod>> = ctx
+        .mountpods
+        .state()
+        .into_iter()
+        .filter(|mp| mp.spec.volume == name)
+        .collect();
     let now = Time(jiff::Timestamp::now());
 
     let input = gather(&volume, &va, &mountpods, &now);
@@ -78,7 +82,11 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     // Re-check from the API server before declaring a single-node ticket newly satisfied.
     let old = va.status.clone().unwrap_or_default();
     let newly_satisfied = decision.tickets.iter().any(|(id, o)| {
-        o.satisfied && !old.attachment_ticket_statuses.get(id).is_some_and(|s| s.satisfied)
+        o.satisfied
+            && !old
+                .attachment_ticket_statuses
+                .get(id)
+                .is_some_and(|s| s.satisfied)
     });
     let (va, decision, input) = if newly_satisfied && !volume.spec.access_mode.is_multi_node() {
         let fresh_va = Api::<VolumeAttachment>::all(ctx.client.clone())
@@ -89,8 +97,12 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
             .list(&ListParams::default().labels(&format!("{LABEL_VOLUME}={name}")))
             .await
             .context(|| format!("re-listing MountPods of {name}"))?;
-        let fresh_mps: Vec<Arc<MountPod>> =
-            fresh_mps.items.into_iter().filter(|mp| mp.spec.volume == name).map(Arc::new).collect();
+        let fresh_mps: Vec<Arc<MountPod>> = fresh_mps
+            .items
+            .into_iter()
+            .filter(|mp| mp.spec.volume == name)
+            .map(Arc::new)
+            .collect();
         let input = gather(&volume, &fresh_va, &fresh_mps, &now);
         decision = tickets::decide(&input);
         (Arc::new(fresh_va), decision, input)
@@ -105,7 +117,12 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
 }
 
 /// The arbitration input for a volume, from its objects.
-pub fn gather(volume: &Volume, va: &VolumeAttachment, mountpods: &[Arc<MountPod>], now: &Time) -> Input {
+pub fn gather(
+    volume: &Volume,
+    va: &VolumeAttachment,
+    mountpods: &[Arc<MountPod>],
+    now: &Time,
+) -> Input {
     let statuses = va.status.as_ref().map(|s| &s.attachment_ticket_statuses);
     let tickets = va
         .spec
@@ -149,7 +166,10 @@ pub fn mount_view(mp: &MountPod) -> MountView {
     } else {
         MountState::Starting
     };
-    MountView { state, read_only: mp.spec.read_only }
+    MountView {
+        state,
+        read_only: mp.spec.read_only,
+    }
 }
 
 async fn pin_volume(ctx: &Context, volume: &Volume, node: &str) -> Result<(), Error> {
@@ -175,7 +195,9 @@ async fn sync_mountpods(
     let api: Api<MountPod> = Api::all(ctx.client.clone());
     let name = volume.name_any();
     for mp in mountpods {
-        if mp.metadata.deletion_timestamp.is_none() && !decision.nodes.contains_key(&mp.spec.node_name) {
+        if mp.metadata.deletion_timestamp.is_none()
+            && !decision.nodes.contains_key(&mp.spec.node_name)
+        {
             let mp_name = mp.name_any();
             match api.delete(&mp_name, &DeleteParams::default()).await {
                 Ok(_) => {}
@@ -184,8 +206,14 @@ async fn sync_mountpods(
             }
             ctx.metrics.write("MountPod", "delete");
             info!(volume = %name, node = %mp.spec.node_name, "detaching");
-            publish(ctx, volume, EventType::Normal, "Detaching", &format!("detaching from node {}", mp.spec.node_name))
-                .await;
+            publish(
+                ctx,
+                volume,
+                EventType::Normal,
+                "Detaching",
+                &format!("detaching from node {}", mp.spec.node_name),
+            )
+            .await;
         }
     }
     for (node, mount) in &decision.nodes {
@@ -224,9 +252,13 @@ async fn sync_mountpods(
                 "mountOptions": desired.mount_options,
             }
         });
-        api.patch(&mp_name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body))
-            .await
-            .context(|| format!("applying MountPod {mp_name}"))?;
+        api.patch(
+            &mp_name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .context(|| format!("applying MountPod {mp_name}"))?;
         ctx.metrics.write("MountPod", "apply");
         if existing.is_none() {
             info!(volume = %name, %node, ?task, "attaching");
@@ -242,7 +274,12 @@ async fn sync_mountpods(
 
 /// A node whose only tickets are cleanup tickets removes the data instead of serving.
 fn node_task(va: &VolumeAttachment, node: &str) -> MountTask {
-    let mut on_node = va.spec.attachment_tickets.values().filter(|t| t.node_id == node).peekable();
+    let mut on_node = va
+        .spec
+        .attachment_tickets
+        .values()
+        .filter(|t| t.node_id == node)
+        .peekable();
     if on_node.peek().is_some() && on_node.all(|t| t.type_ == AttacherType::Cleanup) {
         MountTask::RemoveData
     } else {
@@ -259,12 +296,21 @@ fn same_controlled_fields(a: &MountPodSpec, b: &MountPodSpec) -> bool {
 }
 
 /// The MountPod spec the controller wants for `volume` on `node`.
-pub fn desired_spec(volume: &Volume, node: &str, read_only: bool, task: MountTask) -> Result<MountPodSpec, Error> {
+pub fn desired_spec(
+    volume: &Volume,
+    node: &str,
+    read_only: bool,
+    task: MountTask,
+) -> Result<MountPodSpec, Error> {
     let name = volume.name_any();
-    let capacity = api::quantity_bytes(&volume.spec.size.0)
-        .map_err(|e| Error::InvalidVolume { volume: name.clone(), message: e.to_string() })?;
-    let capacity = i64::try_from(capacity)
-        .map_err(|_| Error::InvalidVolume { volume: name.clone(), message: "size too large".into() })?;
+    let capacity = api::quantity_bytes(&volume.spec.size.0).map_err(|e| Error::InvalidVolume {
+        volume: name.clone(),
+        message: e.to_string(),
+    })?;
+    let capacity = i64::try_from(capacity).map_err(|_| Error::InvalidVolume {
+        volume: name.clone(),
+        message: "size too large".into(),
+    })?;
     let root = volume.spec.backend.root.trim_end_matches('/');
     Ok(MountPodSpec {
         volume: name.clone(),
@@ -281,16 +327,38 @@ pub fn desired_spec(volume: &Volume, node: &str, read_only: bool, task: MountTas
 
 /// Controller owner reference to the Volume.
 pub fn owner_reference(volume: &Volume) -> OwnerReference {
-    volume.controller_owner_ref(&()).expect("a Volume read from the API has a uid")
+    volume
+        .controller_owner_ref(&())
+        .expect("a Volume read from the API has a uid")
 }
 
 /// Publish an Event about the Volume; failures are logged, never fatal.
-pub(crate) async fn publish(ctx: &Context, volume: &Volume, type_: EventType, reason: &str, note: &str) {
+pub(crate) async fn publish(
+    ctx: &Context,
+    volume: &Volume,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    publish_action(ctx, volume, type_, reason, reason, note).await
+}
+
+/// Publish an Event with an explicit action. Events with the same reason and action
+/// on one object are folded into one series, so distinct happenings (one per ticket)
+/// need distinct actions.
+pub(crate) async fn publish_action(
+    ctx: &Context,
+    volume: &Volume,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
     let ev = Event {
         type_,
         reason: reason.into(),
         note: Some(note.into()),
-        action: reason.into(),
+        action: action.chars().take(128).collect(),
         secondary: None,
     };
     ctx.metrics.write("Event", "create");
@@ -316,10 +384,17 @@ async fn write_attachment_status(
     let mut statuses = BTreeMap::new();
     for (id, outcome) in &decision.tickets {
         let prev = old.attachment_ticket_statuses.get(id);
-        let status_str = if outcome.satisfied { condition_status::TRUE } else { condition_status::FALSE };
-        let prev_cond = prev.and_then(|p| p.conditions.iter().find(|c| c.type_ == CONDITION_SATISFIED));
+        let status_str = if outcome.satisfied {
+            condition_status::TRUE
+        } else {
+            condition_status::FALSE
+        };
+        let prev_cond =
+            prev.and_then(|p| p.conditions.iter().find(|c| c.type_ == CONDITION_SATISFIED));
         let transition = match prev_cond {
-            Some(c) if c.status == status_str && c.reason == outcome.reason.as_str() => c.last_transition_time.clone(),
+            Some(c) if c.status == status_str && c.reason == outcome.reason.as_str() => {
+                c.last_transition_time.clone()
+            }
             _ => now.clone(),
         };
         if outcome.satisfied && !prev.is_some_and(|p| p.satisfied) {
@@ -353,7 +428,8 @@ async fn write_attachment_status(
         .map(|(id, o)| format!("{id}: {}", o.message));
     let status = VolumeAttachmentStatus {
         ticket_count: i32::try_from(decision.tickets.len()).unwrap_or(i32::MAX),
-        satisfied_count: i32::try_from(decision.tickets.values().filter(|o| o.satisfied).count()).unwrap_or(i32::MAX),
+        satisfied_count: i32::try_from(decision.tickets.values().filter(|o| o.satisfied).count())
+            .unwrap_or(i32::MAX),
         nodes: decision.nodes.keys().cloned().collect(),
         waiting,
         attachment_ticket_statuses: statuses,
@@ -363,14 +439,22 @@ async fn write_attachment_status(
         return Ok(());
     }
     let name = va.name_any();
-    let body = json!({"apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment", "status": status});
+    let body =
+        json!({"apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment", "status": status});
     Api::<VolumeAttachment>::all(ctx.client.clone())
-        .patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body))
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
         .await
         .context(|| format!("writing status of VolumeAttachment {name}"))?;
     ctx.metrics.write("VolumeAttachment", "status");
     for (id, o) in &decision.tickets {
-        let was = old.attachment_ticket_statuses.get(id).is_some_and(|s| s.satisfied);
+        let was = old
+            .attachment_ticket_statuses
+            .get(id)
+            .is_some_and(|s| s.satisfied);
         if o.satisfied != was {
             info!(volume = %name, ticket = %id, satisfied = o.satisfied, reason = %o.reason, "ticket status changed");
         }
@@ -385,8 +469,11 @@ async fn write_volume_status(
     mountpods: &[Arc<MountPod>],
     decision: &Decision,
 ) -> Result<(), Error> {
-    let ready: BTreeSet<String> =
-        mountpods.iter().filter(|mp| mp.is_ready() && mp.spec.task == MountTask::Serve).map(|mp| mp.spec.node_name.clone()).collect();
+    let ready: BTreeSet<String> = mountpods
+        .iter()
+        .filter(|mp| mp.is_ready() && mp.spec.task == MountTask::Serve)
+        .map(|mp| mp.spec.node_name.clone())
+        .collect();
     let failed: Vec<String> = decision
         .tickets
         .iter()
@@ -398,10 +485,17 @@ async fn write_volume_status(
     } else if !failed.is_empty() {
         VolumeState::Faulted
     } else if decision.nodes.is_empty() {
-        if mountpods.is_empty() { VolumeState::Detached } else { VolumeState::Detaching }
+        if mountpods.is_empty() {
+            VolumeState::Detached
+        } else {
+            VolumeState::Detaching
+        }
     } else if decision.nodes.keys().all(|n| ready.contains(n)) {
         VolumeState::Attached
-    } else if mountpods.iter().any(|mp| !decision.nodes.contains_key(&mp.spec.node_name)) {
+    } else if mountpods
+        .iter()
+        .any(|mp| !decision.nodes.contains_key(&mp.spec.node_name))
+    {
         VolumeState::Detaching
     } else {
         VolumeState::Attaching
@@ -409,7 +503,11 @@ async fn write_volume_status(
     let old = volume.status.clone().unwrap_or_default();
     let now = Time(jiff::Timestamp::now());
     let cond = |type_: &str, ok: bool, reason: &str, message: String| {
-        let status = if ok { condition_status::TRUE } else { condition_status::FALSE };
+        let status = if ok {
+            condition_status::TRUE
+        } else {
+            condition_status::FALSE
+        };
         let transition = old
             .conditions
             .iter()
@@ -429,9 +527,16 @@ async fn write_volume_status(
     let mut conditions = vec![cond(
         "Attached",
         attached,
-        if attached { "MountsReady" } else { "NotAttached" },
         if attached {
-            format!("mounted and ready on {}", ready.iter().cloned().collect::<Vec<_>>().join(", "))
+            "MountsReady"
+        } else {
+            "NotAttached"
+        },
+        if attached {
+            format!(
+                "mounted and ready on {}",
+                ready.iter().cloned().collect::<Vec<_>>().join(", ")
+            )
         } else {
             format!("state {state:?}")
         },
@@ -441,7 +546,10 @@ async fn write_volume_status(
     }
     let status = VolumeStatus {
         state: Some(state),
-        attached_nodes: ready.into_iter().filter(|n| decision.nodes.contains_key(n)).collect(),
+        attached_nodes: ready
+            .into_iter()
+            .filter(|n| decision.nodes.contains_key(n))
+            .collect(),
         capacity: Some(volume.spec.size.clone()),
         conditions,
         observed_generation: volume.metadata.generation,
@@ -452,7 +560,11 @@ async fn write_volume_status(
     let name = volume.name_any();
     let body = json!({"apiVersion": "tessera.io/v1alpha1", "kind": "Volume", "status": status});
     Api::<Volume>::all(ctx.client.clone())
-        .patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&body))
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
         .await
         .context(|| format!("writing status of Volume {name}"))?;
     ctx.metrics.write("Volume", "status");

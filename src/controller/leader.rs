@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{Api, ObjectMeta, PostParams};
 use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
 use tracing::{debug, info, warn};
 
 /// Settings of the election.
@@ -58,11 +58,18 @@ pub struct Elector {
 impl Elector {
     /// A candidate with the given settings.
     pub fn new(client: Client, cfg: LeaseConfig) -> Self {
-        Elector { api: Api::namespaced(client, &cfg.namespace), cfg }
+        Elector {
+            api: Api::namespaced(client, &cfg.namespace),
+            cfg,
+        }
     }
 
     fn err(&self, source: kube::Error) -> Error {
-        Error::Lease { namespace: self.cfg.namespace.clone(), name: self.cfg.name.clone(), source }
+        Error::Lease {
+            namespace: self.cfg.namespace.clone(),
+            name: self.cfg.name.clone(),
+            source,
+        }
     }
 
     /// Wait until this candidate holds the lease.
@@ -99,10 +106,17 @@ impl Elector {
     async fn try_acquire_or_renew(&self) -> Result<bool, Error> {
         let now = jiff::Timestamp::now();
         let duration_secs = self.cfg.duration.as_secs().max(1) as i32;
-        let existing = self.api.get_opt(&self.cfg.name).await.map_err(|e| self.err(e))?;
+        let existing = self
+            .api
+            .get_opt(&self.cfg.name)
+            .await
+            .map_err(|e| self.err(e))?;
         let Some(mut lease) = existing else {
             let lease = Lease {
-                metadata: ObjectMeta { name: Some(self.cfg.name.clone()), ..Default::default() },
+                metadata: ObjectMeta {
+                    name: Some(self.cfg.name.clone()),
+                    ..Default::default()
+                },
                 spec: Some(LeaseSpec {
                     holder_identity: Some(self.cfg.identity.clone()),
                     lease_duration_seconds: Some(duration_secs),
@@ -140,7 +154,11 @@ impl Elector {
         spec.lease_duration_seconds = Some(duration_secs);
         // Replace is guarded by the resourceVersion we read: a concurrent winner makes
         // this fail with 409 instead of both holding the lease.
-        match self.api.replace(&self.cfg.name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(self.err(e)),

@@ -32,7 +32,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::api::{MountPod, Volume, VolumeAttachment};
 use crate::metrics::Metrics;
@@ -199,20 +199,30 @@ pub struct Context {
     pub labels: Labels,
     /// Reaper settings.
     pub reap_grace: Duration,
+    /// Set once every cache has had its first full list.
+    pub caches_ready: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Wait, in one task, until the three caches are populated, then flip the flag.
+fn watch_caches(ctx: &Arc<Context>) {
+    let ctx = ctx.clone();
+    tokio::spawn(async move {
+        let _ = ctx.volumes.wait_until_ready().await;
+        debug!("volume cache ready");
+        let _ = ctx.attachments.wait_until_ready().await;
+        debug!("attachment cache ready");
+        let _ = ctx.mountpods.wait_until_ready().await;
+        ctx.caches_ready.store(true, std::sync::atomic::Ordering::Release);
+        info!("caches ready");
+    });
 }
 
 impl Context {
-    /// Wait (bounded) until every cache has its first full list, so no decision is
-    /// taken on an empty cache.
+    /// Whether every cache has had its first full list, so no decision is taken on an
+    /// empty cache. Callers requeue when not. (One task waits for the stores — see
+    /// [`watch_caches`] — because a store's readiness wakes only one waiter.)
     pub(crate) async fn caches_ready(&self) -> bool {
-        let wait = async {
-            let _ = self.volumes.wait_until_ready().await;
-            let _ = self.attachments.wait_until_ready().await;
-            let _ = self.mountpods.wait_until_ready().await;
-        };
-        tokio::time::timeout(Duration::from_secs(30), wait)
-            .await
-            .is_ok()
+        self.caches_ready.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
@@ -308,20 +318,28 @@ async fn run_controllers(
     let attachments: Api<VolumeAttachment> = Api::all(client.clone());
     let mountpods: Api<MountPod> = Api::all(client.clone());
 
-    let volume_ctrl =
-        Controller::new(volumes.clone(), wc.clone()).owns(attachments.clone(), wc.clone());
-
+    // The caches the reconcilers read are reflectors of their own (not the controllers'
+    // stores): a store's readiness wakes a single waiter, and each Controller already
+    // waits on its own store.
+    let (volume_store, volume_writer) = reflector::store();
+    let volume_stream = reflector(volume_writer, watcher(volumes.clone(), wc.clone()))
+        .default_backoff()
+        .touched_objects();
+    let (va_store, va_writer) = reflector::store();
+    let va_stream = reflector(va_writer, watcher(attachments.clone(), wc.clone()))
+        .default_backoff()
+        .touched_objects();
     let (mp_store, mp_writer) = reflector::store();
     let mp_stream = reflector(mp_writer, watcher(mountpods, wc.clone()))
         .default_backoff()
         .touched_objects();
+
+    // A VolumeAttachment has its Volume's name; a MountPod names its volume.
+    let volume_ctrl = Controller::new(volumes, wc.clone())
+        .watches_stream(va_stream, |va: VolumeAttachment| va.metadata.name.map(|n| ObjectRef::new(&n)));
     let attachment_ctrl = Controller::new(attachments, wc.clone())
-        .watches_stream(mp_stream, |mp: MountPod| {
-            Some(ObjectRef::new(&mp.spec.volume))
-        })
-        .watches(volumes, wc, |v: Volume| {
-            v.metadata.name.map(|n| ObjectRef::new(&n))
-        });
+        .watches_stream(mp_stream, |mp: MountPod| Some(ObjectRef::new(&mp.spec.volume)))
+        .watches_stream(volume_stream, |v: Volume| v.metadata.name.map(|n| ObjectRef::new(&n)));
 
     let ctx = Arc::new(Context {
         recorder: Recorder::new(
@@ -333,12 +351,14 @@ async fn run_controllers(
         ),
         client,
         metrics: metrics.clone(),
-        volumes: volume_ctrl.store(),
-        attachments: attachment_ctrl.store(),
+        volumes: volume_store,
+        attachments: va_store,
         mountpods: mp_store,
         labels,
         reap_grace: Duration::from_secs(args.reap_grace_seconds),
+        caches_ready: Arc::default(),
     });
+    watch_caches(&ctx);
     metrics.set_ready(true);
 
     let volume_run = volume_ctrl

@@ -16,15 +16,15 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVolumeAttachment;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::ResourceExt;
 use tracing::{info, warn};
 
-use super::attachment::publish;
+use super::attachment::publish_action;
 use super::{Context, Error, KubeContext};
-use crate::api::{AttachmentTicket, AttacherType, VolumeAttachment};
+use crate::api::{AttacherType, AttachmentTicket, VolumeAttachment};
 
 /// Run the reaper every `interval`, forever.
 pub async fn run(ctx: Arc<Context>, interval: Duration) {
@@ -59,7 +59,10 @@ pub fn reap_reason(
         return None;
     }
     if ticket.type_ == AttacherType::CsiAttacher && !storage_attachments.contains(&ticket.id) {
-        return Some(format!("its storage.k8s.io VolumeAttachment {} no longer exists", ticket.id));
+        return Some(format!(
+            "its storage.k8s.io VolumeAttachment {} no longer exists",
+            ticket.id
+        ));
     }
     if !nodes.contains(&ticket.node_id) {
         return Some(format!("node {} no longer exists", ticket.node_id));
@@ -92,7 +95,8 @@ async fn reap_once(ctx: &Context) -> Result<(), Error> {
                 .as_ref()
                 .and_then(|s| s.attachment_ticket_statuses.get(&ticket.id))
                 .and_then(|s| s.requested_at.as_ref());
-            let age = seen.map(|t| Duration::from_secs_f64(now.duration_since(t.0).as_secs_f64().max(0.0)));
+            let age = seen
+                .map(|t| Duration::from_secs_f64(now.duration_since(t.0).as_secs_f64().max(0.0)));
             if let Some(why) = reap_reason(ticket, age, ctx.reap_grace, &nodes, &storage, now) {
                 remove_ticket(ctx, &va, ticket, &why).await?;
             }
@@ -101,9 +105,17 @@ async fn reap_once(ctx: &Context) -> Result<(), Error> {
     Ok(())
 }
 
-async fn remove_ticket(ctx: &Context, va: &VolumeAttachment, ticket: &AttachmentTicket, why: &str) -> Result<(), Error> {
+async fn remove_ticket(
+    ctx: &Context,
+    va: &VolumeAttachment,
+    ticket: &AttachmentTicket,
+    why: &str,
+) -> Result<(), Error> {
     let name = va.name_any();
-    let path = format!("/spec/attachmentTickets/{}", ticket.id.replace('~', "~0").replace('/', "~1"));
+    let path = format!(
+        "/spec/attachmentTickets/{}",
+        ticket.id.replace('~', "~0").replace('/', "~1")
+    );
     let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
         {"op": "test", "path": format!("{path}/nodeID"), "value": ticket.node_id},
         {"op": "remove", "path": path},
@@ -120,10 +132,14 @@ async fn remove_ticket(ctx: &Context, va: &VolumeAttachment, ticket: &Attachment
     }
     ctx.metrics.write("VolumeAttachment", "patch");
     ctx.metrics.tickets_reaped.inc();
-    let note = format!("removed ticket {} ({}, node {}): {why}", ticket.id, ticket.type_, ticket.node_id);
+    let note = format!(
+        "removed ticket {} ({}, node {}): {why}",
+        ticket.id, ticket.type_, ticket.node_id
+    );
     info!(volume = %name, ticket = %ticket.id, reason = %why, "reaped ticket");
     if let Some(volume) = ctx.volumes.get(&ObjectRef::new(&name)) {
-        publish(ctx, &volume, EventType::Warning, "TicketReaped", &note).await;
+        let action = format!("RemoveTicket {}", ticket.id);
+        publish_action(ctx, &volume, EventType::Warning, "TicketReaped", &action, &note).await;
     }
     Ok(())
 }
@@ -161,11 +177,34 @@ mod tests {
         not_expired.expires_at = Some(Time(now + jiff::SignedDuration::from_secs(60)));
 
         assert_eq!(reap_reason(&csi_live, old, grace, &nodes, &sva, now), None);
-        assert!(reap_reason(&csi_dead, old, grace, &nodes, &sva, now).unwrap().contains("no longer exists"));
-        assert_eq!(reap_reason(&csi_dead, young, grace, &nodes, &sva, now), None, "grace period");
-        assert_eq!(reap_reason(&csi_dead, None, grace, &nodes, &sva, now), None, "never seen");
-        assert!(reap_reason(&manual_gone_node, old, grace, &nodes, &sva, now).unwrap().contains("node n2"));
-        assert!(reap_reason(&expired, young, grace, &nodes, &sva, now).unwrap().contains("expired"));
-        assert_eq!(reap_reason(&not_expired, old, grace, &nodes, &sva, now), None);
+        assert!(
+            reap_reason(&csi_dead, old, grace, &nodes, &sva, now)
+                .unwrap()
+                .contains("no longer exists")
+        );
+        assert_eq!(
+            reap_reason(&csi_dead, young, grace, &nodes, &sva, now),
+            None,
+            "grace period"
+        );
+        assert_eq!(
+            reap_reason(&csi_dead, None, grace, &nodes, &sva, now),
+            None,
+            "never seen"
+        );
+        assert!(
+            reap_reason(&manual_gone_node, old, grace, &nodes, &sva, now)
+                .unwrap()
+                .contains("node n2")
+        );
+        assert!(
+            reap_reason(&expired, young, grace, &nodes, &sva, now)
+                .unwrap()
+                .contains("expired")
+        );
+        assert_eq!(
+            reap_reason(&not_expired, old, grace, &nodes, &sva, now),
+            None
+        );
     }
 }

@@ -17,12 +17,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::storage::v1::CSINode;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::ResourceExt;
 use serde_json::json;
 use tracing::{debug, info, instrument};
 
@@ -47,7 +47,10 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
             }
         })
         .await
-        .map_err(|e| Error::Finalizer { volume: name, source: Box::new(e) })
+        .map_err(|e| Error::Finalizer {
+            volume: name,
+            source: Box::new(e),
+        })
     })
     .await
 }
@@ -60,23 +63,31 @@ pub fn error_policy(_volume: Arc<Volume>, err: &Error, _ctx: Arc<Context>) -> Ac
 
 /// The VolumeAttachment exists, is owned by the Volume and carries the watch labels.
 async fn apply(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
-    ensure_attachment(volume, ctx).await?;
+    if !ensure_attachment(volume, ctx).await? {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
     Ok(Action::requeue(Duration::from_secs(600)))
 }
 
-async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<(), Error> {
+/// Returns false when the caches are not ready yet (nothing was decided).
+async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error> {
     if !ctx.caches_ready().await {
-        return Ok(());
+        debug!(volume = %volume.name_any(), "caches not ready; retrying");
+        return Ok(false);
     }
     let name = volume.name_any();
     let uid = volume.uid().unwrap_or_default();
     let existing = ctx.attachments.get(&ObjectRef::new(&name));
     let owned = existing.as_ref().is_some_and(|va| {
         va.owner_references().iter().any(|o| o.uid == uid)
-            && ctx.labels.0.iter().all(|(k, v)| va.labels().get(k) == Some(v))
+            && ctx
+                .labels
+                .0
+                .iter()
+                .all(|(k, v)| va.labels().get(k) == Some(v))
     });
     if owned {
-        return Ok(());
+        return Ok(true);
     }
     // Server-side apply of only what the controller owns: the tickets map stays with
     // whoever wrote each ticket.
@@ -87,24 +98,41 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<(), Error> 
         "spec": {"volume": name},
     });
     Api::<VolumeAttachment>::all(ctx.client.clone())
-        .patch(&name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&body))
+        .patch(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER),
+            &Patch::Apply(&body),
+        )
         .await
         .context(|| format!("applying VolumeAttachment {name}"))?;
     ctx.metrics.write("VolumeAttachment", "apply");
     if existing.is_none() {
         info!(volume = %name, "created VolumeAttachment");
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The Volume is being deleted: remove its data via a cleanup ticket, then let go.
 async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
     let name = volume.name_any();
-    if volume.annotations().get(ANNOTATION_RECLAIM).is_some_and(|p| p == "Retain") {
-        publish(ctx, volume, EventType::Normal, "DataRetained", "reclaim policy Retain: the data is kept").await;
+    if volume
+        .annotations()
+        .get(ANNOTATION_RECLAIM)
+        .is_some_and(|p| p == "Retain")
+    {
+        publish(
+            ctx,
+            volume,
+            EventType::Normal,
+            "DataRetained",
+            "reclaim policy Retain: the data is kept",
+        )
+        .await;
         return Ok(Action::await_change());
     }
-    ensure_attachment(volume, ctx).await?;
+    if !ensure_attachment(volume, ctx).await? {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     let va = Api::<VolumeAttachment>::all(ctx.client.clone())
         .get_opt(&name)
         .await
@@ -120,8 +148,14 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
             .is_some_and(|s| s.satisfied && s.generation == ticket.generation);
         if done {
             info!(volume = %name, node = %ticket.node_id, "data removed");
-            publish(ctx, volume, EventType::Normal, "DataRemoved", &format!("data removed on node {}", ticket.node_id))
-                .await;
+            publish(
+                ctx,
+                volume,
+                EventType::Normal,
+                "DataRemoved",
+                &format!("data removed on node {}", ticket.node_id),
+            )
+            .await;
             return Ok(Action::await_change());
         }
         // Waiting for the node agent; the VolumeAttachment's status change wakes us.
@@ -146,7 +180,14 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
         .await
         .context(|| format!("adding the cleanup ticket to {name}"))?;
     ctx.metrics.write("VolumeAttachment", "patch");
-    publish(ctx, volume, EventType::Normal, "RemovingData", &format!("cleanup ticket added for node {node}")).await;
+    publish(
+        ctx,
+        volume,
+        EventType::Normal,
+        "RemovingData",
+        &format!("cleanup ticket added for node {node}"),
+    )
+    .await;
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 

@@ -31,21 +31,35 @@ impl ControllerProcess {
     /// Start a controller that only handles objects labelled `tessera.io/test=<test_id>`.
     pub fn start(test_id: &str, extra: &[&str]) -> Self {
         let metrics_port = free_port();
-        let log = std::fs::File::create(std::env::temp_dir().join(format!("tessera-controller-{test_id}-{metrics_port}.log")))
-            .unwrap();
+        let log = std::fs::File::create(
+            std::env::temp_dir().join(format!("tessera-controller-{test_id}-{metrics_port}.log")),
+        )
+        .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
             .arg("controller")
             .arg(format!("--watch-selector={TEST_LABEL}={test_id}"))
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
-            .args(["--reap-interval-seconds=1", "--reap-grace-seconds=2"])
+            .arg("--reap-interval-seconds=1")
+            // Tests add csi-attacher tickets without storage.k8s.io VolumeAttachments;
+            // only tests of the reaper ask for a short grace period.
+            .args(
+                (!extra.iter().any(|a| a.starts_with("--reap-grace-seconds")))
+                    .then_some("--reap-grace-seconds=3600"),
+            )
             .args(extra)
             .env("KUBECONFIG", super::kubeconfig_path())
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info,kube=warn".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("starting tessera controller");
-        ControllerProcess { child, metrics_port }
+        ControllerProcess {
+            child,
+            metrics_port,
+        }
     }
 
     /// The metrics text, if the endpoint answers.
@@ -53,7 +67,8 @@ impl ControllerProcess {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .ok()?;
         let mut out = String::new();
         s.read_to_string(&mut out).ok()?;
         Some(out)
@@ -84,7 +99,11 @@ impl Drop for ControllerProcess {
 
 /// A free loopback TCP port.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Create Node objects named `names` (with the attach-detach annotation, as a kubelet
@@ -125,7 +144,14 @@ pub fn volume(name: &str, test_id: &str, mode: &str) -> Volume {
 }
 
 /// Add or replace a ticket with a merge patch (as the CSI driver does).
-pub async fn put_ticket(client: &Client, volume: &str, id: &str, type_: &str, node: &str, extra: serde_json::Value) {
+pub async fn put_ticket(
+    client: &Client,
+    volume: &str,
+    id: &str,
+    type_: &str,
+    node: &str,
+    extra: serde_json::Value,
+) {
     let mut ticket = json!({"id": id, "type": type_, "nodeID": node});
     if let (Some(t), Some(e)) = (ticket.as_object_mut(), extra.as_object()) {
         for (k, v) in e {
@@ -143,7 +169,9 @@ pub async fn put_ticket(client: &Client, volume: &str, id: &str, type_: &str, no
 pub async fn remove_ticket(client: &Client, volume: &str, id: &str) {
     let patch = json!({"spec": {"attachmentTickets": {id: null}}});
     let api: Api<VolumeAttachment> = Api::all(client.clone());
-    api.patch(volume, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    api.patch(volume, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
 }
 
 /// Poll `f` every 100 ms until it returns `Some`, or panic after `timeout` with `what`.
@@ -157,31 +185,54 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 /// The ticket statuses of a volume: id → (satisfied, reason, message).
-pub async fn ticket_states(client: &Client, volume: &str) -> BTreeMap<String, (bool, String, String)> {
+pub async fn ticket_states(
+    client: &Client,
+    volume: &str,
+) -> BTreeMap<String, (bool, String, String)> {
     let api: Api<VolumeAttachment> = Api::all(client.clone());
-    let Some(va) = api.get_opt(volume).await.unwrap() else { return BTreeMap::new() };
+    let Some(va) = api.get_opt(volume).await.unwrap() else {
+        return BTreeMap::new();
+    };
     va.status
         .map(|s| s.attachment_ticket_statuses)
         .unwrap_or_default()
         .into_iter()
         .map(|(id, s)| {
             let c = s.conditions.first().cloned();
-            (id, (s.satisfied, c.as_ref().map(|c| c.reason.clone()).unwrap_or_default(), c.map(|c| c.message).unwrap_or_default()))
+            (
+                id,
+                (
+                    s.satisfied,
+                    c.as_ref().map(|c| c.reason.clone()).unwrap_or_default(),
+                    c.map(|c| c.message).unwrap_or_default(),
+                ),
+            )
         })
         .collect()
 }
 
 /// Wait until ticket `id` of `volume` reports `satisfied`.
 pub async fn wait_satisfied(client: &Client, volume: &str, id: &str) {
-    eventually(Duration::from_secs(30), &format!("ticket {id} of {volume} satisfied"), || async {
-        ticket_states(client, volume).await.get(id).filter(|s| s.0).map(|_| ())
-    })
+    eventually(
+        Duration::from_secs(30),
+        &format!("ticket {id} of {volume} satisfied"),
+        || async {
+            ticket_states(client, volume)
+                .await
+                .get(id)
+                .filter(|s| s.0)
+                .map(|_| ())
+        },
+    )
     .await
 }
 
@@ -193,7 +244,12 @@ pub async fn mountpods_of(client: &Client, volume: &str) -> BTreeMap<String, boo
         .unwrap()
         .items
         .into_iter()
-        .map(|mp| (mp.spec.node_name.clone(), mp.metadata.deletion_timestamp.is_some()))
+        .map(|mp| {
+            (
+                mp.spec.node_name.clone(),
+                mp.metadata.deletion_timestamp.is_some(),
+            )
+        })
         .collect()
 }
 
@@ -214,7 +270,10 @@ impl FakeAgent {
         let api: Api<MountPod> = Api::all(client);
         let wc = watcher::Config::default().labels(&format!("{TEST_LABEL}={test_id}"));
         let task = tokio::spawn(async move {
-            let mut stream = watcher(api.clone(), wc).default_backoff().applied_objects().boxed();
+            let mut stream = watcher(api.clone(), wc)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
             while let Some(Ok(mp)) = stream.next().await {
                 if mp.metadata.deletion_timestamp.is_some() {
                     continue;
@@ -228,7 +287,9 @@ impl FakeAgent {
                     continue;
                 }
                 let mount_point = match mp.spec.task {
-                    MountTask::Serve => json!(format!("/var/lib/tessera/mounts/{}", mp.spec.volume)),
+                    MountTask::Serve => {
+                        json!(format!("/var/lib/tessera/mounts/{}", mp.spec.volume))
+                    }
                     MountTask::RemoveData => serde_json::Value::Null,
                 };
                 let patch = json!({"status": {
@@ -236,7 +297,13 @@ impl FakeAgent {
                     "mountPoint": mount_point, "pid": 4242,
                     "lastError": if fail { json!("fuse daemon exited: injected failure") } else { serde_json::Value::Null },
                 }});
-                let _ = api.patch_status(&mp.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await;
+                let _ = api
+                    .patch_status(
+                        &mp.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await;
             }
         });
         FakeAgent { task, failing }
@@ -255,4 +322,318 @@ pub async fn delete_volumes(client: &Client, names: &[String]) {
     for n in names {
         let _ = api.delete(n, &DeleteParams::default()).await;
     }
+}
+
+/// Every (reason, message) a ticket's status went through, recorded from a watch.
+pub struct ReasonLog {
+    task: tokio::task::JoinHandle<()>,
+    /// The history, oldest first (consecutive duplicates folded).
+    pub seen: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+}
+
+impl ReasonLog {
+    /// Start recording ticket `id` of `volume`.
+    pub fn start(client: Client, volume: &str, id: &str) -> Self {
+        let seen: Arc<std::sync::Mutex<Vec<(String, String)>>> = Arc::default();
+        let s = seen.clone();
+        let api: Api<VolumeAttachment> = Api::all(client);
+        let wc = watcher::Config::default().fields(&format!("metadata.name={volume}"));
+        let id = id.to_string();
+        let task = tokio::spawn(async move {
+            let mut stream = watcher(api, wc).default_backoff().applied_objects().boxed();
+            while let Some(Ok(va)) = stream.next().await {
+                let Some(st) = va
+                    .status
+                    .and_then(|s| s.attachment_ticket_statuses.get(&id).cloned())
+                else {
+                    continue;
+                };
+                let Some(c) = st.conditions.first() else {
+                    continue;
+                };
+                let entry = (c.reason.clone(), c.message.clone());
+                let mut log = s.lock().unwrap();
+                if log.last() != Some(&entry) {
+                    log.push(entry);
+                }
+            }
+        });
+        ReasonLog { task, seen }
+    }
+
+    /// The history so far.
+    pub fn history(&self) -> Vec<(String, String)> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for ReasonLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The real node agent (`tessera node`), for tests/node_*.rs.
+
+/// A `tessera node` child process for one (test) node, with its own mount root,
+/// state dir and kubelet dir in a temporary directory, scoped to one test by
+/// `--watch-selector tessera.io/test=<id>`. Dropping it kills the agent, then every
+/// `tessera mount` daemon serving under its mount root, then detaches every mount
+/// under its mount root and kubelet dir, so nothing is left mounted when the
+/// temporary directory is removed.
+pub struct AgentProcess {
+    /// The agent (None after [`AgentProcess::kill`]).
+    pub child: Option<Child>,
+    /// The node name it serves.
+    pub node: String,
+    /// The test id of its watch selector.
+    pub test_id: String,
+    /// Its metrics endpoint.
+    pub metrics_port: u16,
+    /// Its log (stderr, appended across restarts; kept after the test).
+    pub log: std::path::PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl AgentProcess {
+    /// Start an agent for `node`.
+    pub fn start(test_id: &str, node: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("tessera-node-{node}-"))
+            .tempdir()
+            .unwrap();
+        for sub in ["mounts", "state", "kubelet"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let mut agent = AgentProcess {
+            child: None,
+            node: node.to_string(),
+            test_id: test_id.to_string(),
+            metrics_port: free_port(),
+            log: std::env::temp_dir().join(format!("tessera-node-{node}.log")),
+            dir,
+        };
+        agent.spawn();
+        agent
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .arg("node")
+            .arg(format!("--node-name={}", self.node))
+            .arg(format!("--mount-root={}", self.mount_root().display()))
+            .arg(format!("--state-dir={}", self.state_dir().display()))
+            .arg(format!("--kubelet-dir={}", self.kubelet_dir().display()))
+            .arg(format!("--metrics-addr=127.0.0.1:{}", self.metrics_port))
+            .arg(format!("--watch-selector={TEST_LABEL}={}", self.test_id))
+            .env("KUBECONFIG", super::kubeconfig_path())
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting tessera node");
+        self.child = Some(child);
+    }
+
+    /// Kill -9 the agent (its FUSE daemons keep running).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start the agent again with the same directories (after [`AgentProcess::kill`]).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub fn ready(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        if s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .is_err()
+        {
+            return false;
+        }
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out.starts_with("HTTP/1.1 200")
+    }
+
+    /// Where FUSE mounts go.
+    pub fn mount_root(&self) -> std::path::PathBuf {
+        self.dir.path().join("mounts")
+    }
+
+    /// The agent's state dir.
+    pub fn state_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// The stand-in kubelet directory (reference targets must be under it).
+    pub fn kubelet_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("kubelet")
+    }
+
+    /// The mount point of `volume` on this node.
+    pub fn mountpoint(&self, volume: &str) -> std::path::PathBuf {
+        self.mount_root().join(volume)
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        self.kill();
+        kill_mount_daemons_under(&self.mount_root());
+        detach_mounts_under(&[self.mount_root(), self.kubelet_dir()]);
+    }
+}
+
+/// SIGKILL every `tessera mount` process whose `--mountpoint` is under `root`.
+pub fn kill_mount_daemons_under(root: &std::path::Path) {
+    for pid in mount_daemons_under(root) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Pids of the `tessera mount` processes whose `--mountpoint` is under `root`.
+pub fn mount_daemons_under(root: &std::path::Path) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let is_mount = args.get(1).is_some_and(|a| a == "mount");
+        let under = args
+            .windows(2)
+            .any(|w| w[0] == "--mountpoint" && std::path::Path::new(&w[1]).starts_with(root));
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true);
+        if is_mount && under && !zombie {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Detach (lazily) every mount at or under each of `roots`, deepest first.
+pub fn detach_mounts_under(roots: &[std::path::PathBuf]) {
+    for _ in 0..4 {
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut points: Vec<std::path::PathBuf> = tessera::node::mounts::parse_mountinfo(&table)
+            .into_iter()
+            .map(|m| m.mount_point)
+            .filter(|p| roots.iter().any(|r| p.starts_with(r)))
+            .collect();
+        if points.is_empty() {
+            return;
+        }
+        points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        for p in points {
+            let _ = nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+/// The mounts (from `/proc/self/mountinfo`) at `path`, bottom first.
+pub fn mounts_at(path: &std::path::Path) -> Vec<tessera::node::mounts::MountInfo> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    tessera::node::mounts::parse_mountinfo(&table)
+        .into_iter()
+        .filter(|m| m.mount_point == path)
+        .collect()
+}
+
+/// A Volume of test `test_id` whose backend root is `root` (a temporary directory).
+pub fn volume_at(
+    name: &str,
+    test_id: &str,
+    mode: &str,
+    root: &std::path::Path,
+    retain: bool,
+) -> Volume {
+    let annotations = if retain {
+        json!({"tessera.io/reclaim-policy": "Retain"})
+    } else {
+        json!({})
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
+        "metadata": {"name": name, "labels": {TEST_LABEL: test_id}, "annotations": annotations},
+        "spec": {"size": "1Gi", "accessMode": mode, "backend": {"root": root.display().to_string()}}
+    }))
+    .unwrap()
+}
+
+/// Create a CSINode listing the Tessera driver for each of `names` (as
+/// node-driver-registrar would), so the controller knows where an agent runs.
+pub async fn create_csinodes(client: &Client, names: &[String]) {
+    let api: Api<k8s_openapi::api::storage::v1::CSINode> = Api::all(client.clone());
+    for name in names {
+        let csinode = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+            "metadata": {"name": name},
+            "spec": {"drivers": [{"name": tessera::api::CSI_DRIVER_NAME, "nodeID": name}]},
+        }))
+        .unwrap();
+        match api.create(&PostParams::default(), &csinode).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("creating CSINode {name}: {e}"),
+        }
+    }
+}
+
+/// Delete CSINodes.
+pub async fn delete_csinodes(client: &Client, names: &[String]) {
+    let api: Api<k8s_openapi::api::storage::v1::CSINode> = Api::all(client.clone());
+    for name in names {
+        let _ = api.delete(name, &DeleteParams::default()).await;
+    }
+}
+
+/// The MountPod of `volume` on `node`, if any.
+pub async fn mountpod_on(client: &Client, volume: &str, node: &str) -> Option<MountPod> {
+    let api: Api<MountPod> = Api::all(client.clone());
+    api.get_opt(&tessera::api::mountpod_name(volume, node))
+        .await
+        .unwrap()
 }
