@@ -44,6 +44,8 @@ pub struct Metrics {
     pub reconcile_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     /// Writes sent to the API server, per kind and verb.
     pub api_writes: Family<WriteLabels, Counter>,
+    /// Reads sent to the API server outside the watches (re-checks), per kind and verb.
+    pub api_reads: Family<WriteLabels, Counter>,
     /// Seconds from a ticket's first sighting to its first satisfied status.
     pub ticket_satisfied_seconds: Histogram,
     /// Tickets removed by the reaper.
@@ -67,40 +69,79 @@ impl Metrics {
             (|| Histogram::new(exponential_buckets(0.001, 2.0, 14))) as fn() -> Histogram,
         );
         let api_writes = Family::<WriteLabels, Counter>::default();
+        let api_reads = Family::<WriteLabels, Counter>::default();
         let ticket_satisfied_seconds = Histogram::new(exponential_buckets(0.01, 2.0, 14));
         let tickets_reaped = Counter::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
-        registry.register("reconcile_errors", "Reconciles that failed", reconcile_errors.clone());
-        registry.register("reconcile_duration_seconds", "Reconcile duration", reconcile_duration.clone());
-        registry.register("api_writes", "Writes sent to the API server", api_writes.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed",
+            reconcile_errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Reconcile duration",
+            reconcile_duration.clone(),
+        );
+        registry.register(
+            "api_writes",
+            "Writes sent to the API server",
+            api_writes.clone(),
+        );
+        registry.register(
+            "api_reads",
+            "Reads sent to the API server outside the watches",
+            api_reads.clone(),
+        );
         registry.register(
             "ticket_satisfied_seconds",
             "Seconds from a ticket's first sighting to its first satisfied status",
             ticket_satisfied_seconds.clone(),
         );
-        registry.register("tickets_reaped", "Tickets removed by the reaper", tickets_reaped.clone());
+        registry.register(
+            "tickets_reaped",
+            "Tickets removed by the reaper",
+            tickets_reaped.clone(),
+        );
         Metrics {
             registry,
             reconciles,
             reconcile_errors,
             reconcile_duration,
             api_writes,
+            api_reads,
             ticket_satisfied_seconds,
             tickets_reaped,
             ready: AtomicBool::new(false),
         }
     }
 
+    /// Count one API read made outside the watches.
+    pub fn read(&self, kind: &str, verb: &str) {
+        self.api_reads
+            .get_or_create(&WriteLabels { kind: kind.into(), verb: verb.into() })
+            .inc();
+    }
+
     /// Count one API write.
     pub fn write(&self, kind: &str, verb: &str) {
-        self.api_writes.get_or_create(&WriteLabels { kind: kind.into(), verb: verb.into() }).inc();
+        self.api_writes
+            .get_or_create(&WriteLabels {
+                kind: kind.into(),
+                verb: verb.into(),
+            })
+            .inc();
     }
 
     /// Record one reconcile of `controller` that took `elapsed` and failed or not.
     pub fn reconciled(&self, controller: &str, elapsed: Duration, failed: bool) {
-        let labels = ControllerLabels { controller: controller.into() };
+        let labels = ControllerLabels {
+            controller: controller.into(),
+        };
         self.reconciles.get_or_create(&labels).inc();
-        self.reconcile_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
+        self.reconcile_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
         if failed {
             self.reconcile_errors.get_or_create(&labels).inc();
         }
@@ -114,7 +155,8 @@ impl Metrics {
     /// The metrics in the OpenMetrics text format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String");
         out
     }
 }
@@ -126,21 +168,35 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<S
     let local = listener.local_addr()?;
     tokio::spawn(async move {
         loop {
-            let Ok((mut stream, _)) = listener.accept().await else { continue };
+            let Ok((mut stream, _)) = listener.accept().await else {
+                continue;
+            };
             let metrics = metrics.clone();
             tokio::spawn(async move {
                 let mut buf = [0u8; 2048];
-                let n = match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await {
+                let n = match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+                    .await
+                {
                     Ok(Ok(n)) => n,
                     _ => return,
                 };
                 let request = String::from_utf8_lossy(&buf[..n]);
                 let path = request.split_whitespace().nth(1).unwrap_or("/");
                 let (status, body, ctype) = match path {
-                    "/metrics" => ("200 OK", metrics.encode(), "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+                    "/metrics" => (
+                        "200 OK",
+                        metrics.encode(),
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    ),
                     "/healthz" | "/livez" => ("200 OK", "ok\n".to_string(), "text/plain"),
-                    "/readyz" if metrics.ready.load(Ordering::Relaxed) => ("200 OK", "ok\n".to_string(), "text/plain"),
-                    "/readyz" => ("503 Service Unavailable", "not ready\n".to_string(), "text/plain"),
+                    "/readyz" if metrics.ready.load(Ordering::Relaxed) => {
+                        ("200 OK", "ok\n".to_string(), "text/plain")
+                    }
+                    "/readyz" => (
+                        "503 Service Unavailable",
+                        "not ready\n".to_string(),
+                        "text/plain",
+                    ),
                     _ => ("404 Not Found", "not found\n".to_string(), "text/plain"),
                 };
                 let response = format!(

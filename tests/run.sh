@@ -15,4 +15,4 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
   trap '[[ $started == 1 ]] && bash tests/harness/cluster.sh down' EXIT
 fi
 
-cargo test --all-targets -- --test-threads="${TEST_THREADS:-4}"
+cargo test --lib --bins --tests -- --test-threads="${TEST_THREADS:-4}"

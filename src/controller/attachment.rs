@@ -89,6 +89,8 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
                 .is_some_and(|s| s.satisfied)
     });
     let (va, decision, input) = if newly_satisfied && !volume.spec.access_mode.is_multi_node() {
+        ctx.metrics.read("VolumeAttachment", "get");
+        ctx.metrics.read("MountPod", "list");
         let fresh_va = Api::<VolumeAttachment>::all(ctx.client.clone())
             .get(&name)
             .await

@@ -71,6 +71,8 @@ pub fn reap_reason(
 }
 
 async fn reap_once(ctx: &Context) -> Result<(), Error> {
+    ctx.metrics.read("Node", "list");
+    ctx.metrics.read("VolumeAttachment.storage.k8s.io", "list");
     let nodes: BTreeSet<String> = Api::<Node>::all(ctx.client.clone())
         .list_metadata(&ListParams::default())
         .await

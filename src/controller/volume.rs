@@ -133,6 +133,7 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
     if !ensure_attachment(volume, ctx).await? {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
+    ctx.metrics.read("VolumeAttachment", "get");
     let va = Api::<VolumeAttachment>::all(ctx.client.clone())
         .get_opt(&name)
         .await
@@ -209,6 +210,7 @@ async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, 
     if let Some(node) = from_mounts.into_iter().next() {
         return Ok(Some(node));
     }
+    ctx.metrics.read("CSINode", "list");
     let csinodes = Api::<CSINode>::all(ctx.client.clone())
         .list(&ListParams::default())
         .await
