@@ -31,8 +31,8 @@ pub enum Command {
     Crds,
     /// Run the controllers (and, later, the CSI controller service).
     Controller(crate::controller::ControllerArgs),
-    /// Run the node agent and the CSI node service (not built yet).
-    Node,
+    /// Run the node agent (and, later, the CSI node service).
+    Node(crate::node::NodeArgs),
     /// Serve one volume through FUSE.
     Mount(crate::fuse::MountArgs),
 }
@@ -51,8 +51,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let rt = tokio::runtime::Runtime::new()?;
             Ok(rt.block_on(crate::controller::run(args))?)
         }
-        Command::Node => {
-            anyhow::bail!("this role is not implemented in this build yet")
+        Command::Node(args) => {
+            init_tracing();
+            let rt = tokio::runtime::Runtime::new()?;
+            Ok(rt.block_on(crate::node::run(args))?)
         }
     }
 }

@@ -21,4 +21,5 @@ pub mod controller;
 pub mod csi;
 pub mod fuse;
 pub mod metrics;
+pub mod node;
 pub mod tickets;

@@ -14,6 +14,7 @@
 
 pub mod controller;
 pub mod identity;
+pub mod node;
 pub mod paths;
 pub mod proto;
 

@@ -1,0 +1,809 @@
+//! The Kubernetes side of the node agent: watches this node's MountPods, hands the
+//! node-side work to [`Host`] on the blocking pool, and reports the outcome in the
+//! MountPod's status.
+//!
+//! ```text
+//!  MountPods labelled tessera.io/node=<node> (+ --watch-selector)
+//!        │ kube-runtime Controller             health loop (every --health-interval-ms)
+//!        ▼                                      │ reap children; probe every answered mount
+//!  reconcile ◀───── ObjectRef of a broken mount ┘
+//!        │ finalizer tessera.io/mount first
+//!        ├─ Serve ──────▶ Host::serve (start | adopt | repair | SIGHUP | remount)
+//!        ├─ RemoveData ─▶ Host::remove_data
+//!        └─ deleted ────▶ references remain? refuse (Terminating) : Host::teardown, drop finalizer
+//!        ▼
+//!  status subresource, server-side apply as tessera-node-<node>, only when it changed
+//! ```
+//!
+//! Status fields: `phase` (Mounting → Ready only once the mount answers), `pid`,
+//! `mountPoint`, `restarts` (daemon restarts after a failure), `lastError` and its
+//! time, `referenceCount` (= `spec.references`), conditions (`Ready`; `SpecApplied`
+//! when a remount waits for references to go; `References` when a reference is
+//! refused or could not be re-bound; `DataRemoved` for a RemoveData task) and
+//! `observedGeneration`. `observedGeneration` is left behind while the running mount
+//! does not have the spec's `readOnly`/`mountOptions`, so `MountPod::is_ready()` only
+//! holds for a mount that is what the spec says.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::channel::mpsc;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::reconcile::{self, Health, Host, Progress, Served, error_chain};
+use super::{Error, FINALIZER, Labels};
+use crate::api::{MountPhase, MountPod, MountPodStatus, MountTask, condition_status};
+use crate::metrics::Metrics;
+
+/// What every reconcile needs.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// This node's name.
+    pub node: String,
+    /// Field manager of every write: `tessera-node-<node>`.
+    pub field_manager: String,
+    /// The node-side work.
+    pub host: Arc<Host>,
+    /// Metrics (reconciles, durations, writes).
+    pub metrics: Arc<Metrics>,
+    /// Publishes Kubernetes Events.
+    pub recorder: Recorder,
+}
+
+/// Run the agent's controller and health loop until the future is dropped.
+pub async fn run(
+    client: Client,
+    metrics: Arc<Metrics>,
+    host: Arc<Host>,
+    node: String,
+    selector: Labels,
+    health_interval: Duration,
+) {
+    let mut labels = selector.0.clone();
+    labels.insert(crate::api::LABEL_NODE.into(), node.clone());
+    let wc = watcher::Config::default().labels(&Labels(labels).selector());
+    let api: Api<MountPod> = Api::all(client.clone());
+    let field_manager = format!("tessera-node-{node}");
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: field_manager.clone(),
+                instance: Some(node.clone()),
+            },
+        ),
+        client,
+        node,
+        field_manager,
+        host,
+        metrics: metrics.clone(),
+    });
+    let (trigger, triggered) = mpsc::unbounded();
+    let controller = Controller::new(api, wc).reconcile_on(triggered);
+    let store = controller.store();
+    let health = health_loop(ctx.clone(), store.clone(), trigger, health_interval);
+    let ready = {
+        let metrics = metrics.clone();
+        let store = store.clone();
+        async move {
+            let _ = store.wait_until_ready().await;
+            metrics.set_ready(true);
+        }
+    };
+    let run = controller
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                debug!(error = %e, "mountpod reconcile");
+            }
+        });
+    tokio::join!(run, health, ready);
+}
+
+/// Reconcile one MountPod of this node.
+pub async fn reconcile(mp: Arc<MountPod>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let span = info_span!("mountpod", mountpod = %mp.name_any(), volume = %mp.spec.volume, node = %ctx.node);
+    async {
+        let start = Instant::now();
+        let res = reconcile_inner(&mp, &ctx).await;
+        ctx.metrics
+            .reconciled("mountpod", start.elapsed(), res.is_err());
+        if let Err(e) = &res {
+            warn!(error = %error_chain(e), "reconcile failed");
+        }
+        res
+    }
+    .instrument(span)
+    .await
+}
+
+/// Back off after an error.
+pub fn error_policy(_mp: Arc<MountPod>, _err: &Error, _ctx: Arc<Context>) -> Action {
+    Action::requeue(Duration::from_secs(2))
+}
+
+async fn reconcile_inner(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
+    if mp.spec.node_name != ctx.node {
+        warn!(spec_node = %mp.spec.node_name, "labelled for this node but spec.nodeName differs; ignored");
+        return Ok(Action::await_change());
+    }
+    if mp.metadata.deletion_timestamp.is_some() {
+        return delete(mp, ctx).await;
+    }
+    if !mp.finalizers().iter().any(|f| f == FINALIZER) {
+        let mut finalizers = mp.finalizers().to_vec();
+        finalizers.push(FINALIZER.into());
+        patch_finalizers(mp, ctx, finalizers).await?;
+    }
+    match mp.spec.task {
+        MountTask::Serve => serve(mp, ctx).await,
+        MountTask::RemoveData => remove_data(mp, ctx).await,
+    }
+}
+
+async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
+    let name = mp.name_any();
+    let mut current = mp.status.clone().unwrap_or_default();
+    let (want, refused) = match reconcile::want(&name, &mp.spec, &ctx.host.config) {
+        Ok(w) => w,
+        Err(msg) => {
+            let report = Report::failed("InvalidSpec", msg.clone());
+            write_status(mp, ctx, &mut current, report).await?;
+            publish(ctx, mp, EventType::Warning, "InvalidSpec", &msg).await;
+            return Ok(Action::await_change());
+        }
+    };
+    let prev = mp.status.clone().unwrap_or_default();
+    let now = jiff::Timestamp::now();
+    let (tx, mut rx) = mpsc::unbounded();
+    let host = ctx.host.clone();
+    let w = want.clone();
+    let job = blocking(move || {
+        host.serve(&w, &|p| {
+            let _ = tx.unbounded_send(p);
+        })
+    });
+    while let Some(Progress::Starting { cause }) = rx.next().await {
+        let report = Report {
+            phase: MountPhase::Mounting,
+            pid: None,
+            mount_point: Some(want.mountpoint.display().to_string()),
+            error: cause.clone(),
+            restarted: cause.is_some(),
+            ready: cond(
+                "Ready",
+                false,
+                "Starting",
+                format!("starting the fuse daemon for {}", want.mountpoint.display()),
+            ),
+            extra: vec![],
+            observed: true,
+        };
+        write_status_from(mp, ctx, &prev, &mut current, report, now).await?;
+    }
+    let served = match job.await.map_err(Error::Join)? {
+        Ok(s) => s,
+        Err(e) => {
+            let msg = error_chain(&e);
+            write_status(
+                mp,
+                ctx,
+                &mut current,
+                Report::failed("MountFailed", msg.clone()),
+            )
+            .await?;
+            publish(ctx, mp, EventType::Warning, "MountFailed", &msg).await;
+            return Err(Error::Host(e));
+        }
+    };
+    let (report, action) = serve_report(&want, &served, &refused, mp, &prev);
+    if let Some(cause) = &served.repaired {
+        let took = served.repair_time.unwrap_or_default();
+        info!(cause = %cause, repair_ms = took.as_millis() as u64, rebound = served.rebound, "mount repaired");
+        if served.answers {
+            let note = format!(
+                "{cause}; remounted and re-bound {} reference(s) in {} ms",
+                served.rebound,
+                took.as_millis()
+            );
+            publish(ctx, mp, EventType::Warning, "Repaired", &note).await;
+        }
+    }
+    if let Some(f) = &served.failure {
+        publish(ctx, mp, EventType::Warning, "MountFailed", f).await;
+    }
+    // Reference problems are announced once, when they change.
+    let references_message = |st: &MountPodStatus| {
+        st.conditions
+            .iter()
+            .find(|c| c.type_ == "References")
+            .map(|c| c.message.clone())
+    };
+    let known = references_message(&prev);
+    for msg in refused.iter().chain(&served.rebind_errors) {
+        if known.as_deref().is_none_or(|k| !k.contains(msg.as_str())) {
+            warn!(%msg, "reference");
+            publish(ctx, mp, EventType::Warning, "ReferenceFailed", msg).await;
+        }
+    }
+    write_status_from(mp, ctx, &prev, &mut current, report, now).await?;
+    Ok(action)
+}
+
+/// The status report of a serve pass, and when to look again.
+fn serve_report(
+    want: &reconcile::Want,
+    served: &Served,
+    refused: &[String],
+    mp: &MountPod,
+    prev: &MountPodStatus,
+) -> (Report, Action) {
+    let mount_point = Some(want.mountpoint.display().to_string());
+    let pid = served.daemon.map(|d| i64::from(d.pid));
+    let mut extra = Vec::new();
+    let mut errors: Vec<String> = refused.to_vec();
+    errors.extend(served.rebind_errors.iter().cloned());
+    if !errors.is_empty() {
+        extra.push(cond("References", false, "Refused", errors.join("; ")));
+    }
+    if served.remount_blocked {
+        let targets: Vec<String> = mp
+            .spec
+            .references
+            .iter()
+            .map(|r| r.target_path.clone())
+            .collect();
+        extra.push(cond(
+            "SpecApplied",
+            false,
+            "RemountBlocked",
+            format!(
+                "readOnly/mountOptions changed; the mount keeps its settings until no reference remains ({} left: {})",
+                targets.len(),
+                targets.join(", ")
+            ),
+        ));
+    }
+    let cause = served
+        .failure
+        .clone()
+        .or_else(|| served.repaired.clone())
+        .or_else(|| errors.first().cloned());
+    if let Some(failure) = &served.failure {
+        let backoff = Duration::from_secs(1u64 << prev.restarts.clamp(0, 8) as u32)
+            .min(Duration::from_secs(300));
+        let report = Report {
+            phase: MountPhase::Failed,
+            pid: None,
+            mount_point,
+            error: cause,
+            restarted: served.repaired.is_some(),
+            ready: cond("Ready", false, "DaemonFailed", failure.clone()),
+            extra,
+            observed: true,
+        };
+        return (report, Action::requeue(backoff));
+    }
+    if !served.answers {
+        let report = Report {
+            phase: MountPhase::Mounting,
+            pid,
+            mount_point: mount_point.clone(),
+            error: cause,
+            restarted: served.repaired.is_some(),
+            ready: cond(
+                "Ready",
+                false,
+                "Starting",
+                format!(
+                    "waiting for the mount at {} to answer",
+                    want.mountpoint.display()
+                ),
+            ),
+            extra,
+            observed: true,
+        };
+        return (report, Action::requeue(Duration::from_secs(1)));
+    }
+    let report = Report {
+        phase: MountPhase::Ready,
+        pid,
+        mount_point,
+        error: cause,
+        restarted: served.repaired.is_some(),
+        ready: cond(
+            "Ready",
+            true,
+            "Mounted",
+            format!(
+                "fuse daemon {} serves {}",
+                pid.unwrap_or_default(),
+                want.mountpoint.display()
+            ),
+        ),
+        extra,
+        observed: !served.remount_blocked,
+    };
+    (report, Action::requeue(Duration::from_secs(300)))
+}
+
+async fn remove_data(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
+    let mut current = mp.status.clone().unwrap_or_default();
+    let host = ctx.host.clone();
+    let source = mp.spec.source.clone();
+    let res = blocking(move || host.remove_data(&source))
+        .await
+        .map_err(Error::Join)?;
+    let report = match res {
+        Ok(_) => Report {
+            phase: MountPhase::Ready,
+            pid: None,
+            mount_point: None,
+            error: None,
+            restarted: false,
+            ready: cond(
+                "Ready",
+                true,
+                "DataRemoved",
+                format!("{} removed", mp.spec.source),
+            ),
+            extra: vec![cond(
+                "DataRemoved",
+                true,
+                "Removed",
+                format!("{} removed", mp.spec.source),
+            )],
+            observed: true,
+        },
+        Err(e) => {
+            let msg = error_chain(&e);
+            publish(ctx, mp, EventType::Warning, "RemoveDataFailed", &msg).await;
+            let mut r = Report::failed("RemoveDataFailed", msg.clone());
+            r.extra
+                .push(cond("DataRemoved", false, "RemoveFailed", msg));
+            r
+        }
+    };
+    let failed = report.phase == MountPhase::Failed;
+    write_status(mp, ctx, &mut current, report).await?;
+    Ok(if failed {
+        Action::requeue(Duration::from_secs(10))
+    } else {
+        Action::await_change()
+    })
+}
+
+async fn delete(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
+    if !mp.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let mut current = mp.status.clone().unwrap_or_default();
+    if mp.spec.task == MountTask::Serve {
+        if !mp.spec.references.is_empty() {
+            let targets: Vec<&str> = mp
+                .spec
+                .references
+                .iter()
+                .map(|r| r.target_path.as_str())
+                .collect();
+            let msg = format!(
+                "deletion waits: {} reference(s) remain: {}; the mount is kept until they are removed",
+                targets.len(),
+                targets.join(", ")
+            );
+            let mut report = Report::keep(&current, MountPhase::Terminating);
+            report.ready = cond("Ready", false, "ReferencesRemain", msg);
+            write_status(mp, ctx, &mut current, report).await?;
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+        if let Ok(volume) = super::paths::component(&mp.spec.volume) {
+            let host = ctx.host.clone();
+            let volume = volume.to_string();
+            let mountpoint = host.config.mount_root.join(&volume);
+            let res = blocking(move || host.teardown(&volume, &mountpoint))
+                .await
+                .map_err(Error::Join)?;
+            if let Err(e) = res {
+                let msg = error_chain(&e);
+                let mut report = Report::keep(&current, MountPhase::Terminating);
+                report.ready = cond("Ready", false, "UnmountFailed", msg.clone());
+                report.error = Some(msg);
+                write_status(mp, ctx, &mut current, report).await?;
+                return Err(Error::Host(e));
+            }
+        }
+    }
+    let finalizers: Vec<String> = mp
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    patch_finalizers(mp, ctx, finalizers).await?;
+    info!("finalizer removed");
+    Ok(Action::await_change())
+}
+
+/// Run node-side work on the blocking pool, inside the caller's span (volume, node).
+fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> tokio::task::JoinHandle<T> {
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || span.in_scope(f))
+}
+
+/// Replace the finalizers, guarded by the resourceVersion the decision was made on.
+async fn patch_finalizers(
+    mp: &MountPod,
+    ctx: &Context,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let name = mp.name_any();
+    let patch =
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": mp.resource_version()}});
+    let params = PatchParams {
+        field_manager: Some(ctx.field_manager.clone()),
+        ..Default::default()
+    };
+    Api::<MountPod>::all(ctx.client.clone())
+        .patch(&name, &params, &Patch::Merge(&patch))
+        .await
+        .map_err(|source| Error::Kube {
+            action: format!("updating the finalizers of MountPod {name}"),
+            source,
+        })?;
+    ctx.metrics.write("MountPod", "patch");
+    Ok(())
+}
+
+/// What a reconcile has to say in the status.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Report {
+    phase: MountPhase,
+    pid: Option<i64>,
+    mount_point: Option<String>,
+    /// A failure to record in `lastError` (its time is updated when the message
+    /// changes or the daemon was restarted).
+    error: Option<String>,
+    /// The daemon was restarted after a failure (`restarts` + 1).
+    restarted: bool,
+    ready: Condition,
+    extra: Vec<Condition>,
+    /// Set `observedGeneration` to the current generation.
+    observed: bool,
+}
+
+impl Report {
+    fn failed(reason: &str, msg: String) -> Self {
+        Report {
+            phase: MountPhase::Failed,
+            pid: None,
+            mount_point: None,
+            error: Some(msg.clone()),
+            restarted: false,
+            ready: cond("Ready", false, reason, msg),
+            extra: vec![],
+            observed: true,
+        }
+    }
+
+    /// Everything as it is, in a new phase.
+    fn keep(status: &MountPodStatus, phase: MountPhase) -> Self {
+        Report {
+            phase,
+            pid: status.pid,
+            mount_point: status.mount_point.clone(),
+            error: None,
+            restarted: false,
+            ready: cond("Ready", false, "Terminating", String::new()),
+            extra: vec![],
+            observed: true,
+        }
+    }
+}
+
+fn cond(type_: &str, ok: bool, reason: &str, message: String) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if ok {
+            condition_status::TRUE
+        } else {
+            condition_status::FALSE
+        }
+        .into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+        observed_generation: None,
+    }
+}
+
+/// The status a report leads to, given the status it replaces. Pure.
+pub(crate) fn next_status(
+    prev: &MountPodStatus,
+    mp: &MountPod,
+    report: Report,
+    now: jiff::Timestamp,
+) -> MountPodStatus {
+    let now = Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now));
+    let generation = mp.metadata.generation;
+    let mut conditions = Vec::new();
+    for mut c in std::iter::once(report.ready).chain(report.extra) {
+        c.observed_generation = generation;
+        c.last_transition_time = match prev.conditions.iter().find(|p| p.type_ == c.type_) {
+            Some(p) if p.status == c.status => p.last_transition_time.clone(),
+            _ => now.clone(),
+        };
+        conditions.push(c);
+    }
+    let (last_error, last_error_time) = match report.error {
+        Some(e) if report.restarted || prev.last_error.as_ref() != Some(&e) => {
+            (Some(e), Some(now.clone()))
+        }
+        _ => (prev.last_error.clone(), prev.last_error_time.clone()),
+    };
+    MountPodStatus {
+        phase: Some(report.phase),
+        pid: report.pid,
+        mount_point: report.mount_point,
+        restarts: prev.restarts + i32::from(report.restarted),
+        last_error,
+        last_error_time,
+        reference_count: i32::try_from(mp.spec.references.len()).unwrap_or(i32::MAX),
+        conditions,
+        observed_generation: if report.observed {
+            generation
+        } else {
+            prev.observed_generation
+        },
+    }
+}
+
+async fn write_status(
+    mp: &MountPod,
+    ctx: &Context,
+    current: &mut MountPodStatus,
+    report: Report,
+) -> Result<(), Error> {
+    let prev = mp.status.clone().unwrap_or_default();
+    write_status_from(mp, ctx, &prev, current, report, jiff::Timestamp::now()).await
+}
+
+/// Compute the status from `prev` (the status this reconcile started from) and
+/// apply it if it differs from `current` (what the API server has now). Writes of
+/// one reconcile pass the same `now`, so an interim write and the final one agree
+/// on every time they share.
+async fn write_status_from(
+    mp: &MountPod,
+    ctx: &Context,
+    prev: &MountPodStatus,
+    current: &mut MountPodStatus,
+    report: Report,
+    now: jiff::Timestamp,
+) -> Result<(), Error> {
+    let status = next_status(prev, mp, report, now);
+    if &status == current {
+        return Ok(());
+    }
+    let name = mp.name_any();
+    let body = json!({"apiVersion": "tessera.io/v1alpha1", "kind": "MountPod", "status": status});
+    Api::<MountPod>::all(ctx.client.clone())
+        .patch_status(
+            &name,
+            &PatchParams::apply(&ctx.field_manager).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|source| Error::Kube {
+            action: format!("writing the status of MountPod {name}"),
+            source,
+        })?;
+    ctx.metrics.write("MountPod", "status");
+    debug!(phase = ?status.phase, pid = ?status.pid, restarts = status.restarts, "status written");
+    *current = status;
+    Ok(())
+}
+
+async fn publish(ctx: &Context, mp: &MountPod, type_: EventType, reason: &str, note: &str) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note.into()),
+        action: reason.into(),
+        secondary: None,
+    };
+    ctx.metrics.write("Event", "create");
+    if let Err(e) = ctx.recorder.publish(&ev, &mp.object_ref(&())).await {
+        debug!(error = %e, "publishing event");
+    }
+}
+
+/// Every interval: reap exited children, probe every mount that has answered once,
+/// and trigger a reconcile of each broken one. Now and then, tear down mounts whose
+/// MountPod no longer exists at all.
+async fn health_loop(
+    ctx: Arc<Context>,
+    store: Store<MountPod>,
+    trigger: mpsc::UnboundedSender<ObjectRef<MountPod>>,
+    interval: Duration,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let orphan_every =
+        (Duration::from_secs(30).as_millis() / interval.as_millis().max(1)).max(1) as u64;
+    let mut n: u64 = 0;
+    loop {
+        tick.tick().await;
+        n += 1;
+        let host = ctx.host.clone();
+        let checked = tokio::task::spawn_blocking(move || {
+            host.daemons.reap();
+            let records = host.state.list().unwrap_or_default();
+            records
+                .into_iter()
+                .map(|r| {
+                    let health = if r.answered {
+                        host.health(&r)
+                    } else {
+                        Health::Starting
+                    };
+                    (r, health)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        let Ok(checked) = checked else { continue };
+        for (record, health) in &checked {
+            if let Health::Broken(why) = health {
+                debug!(volume = %record.volume, cause = %why, "broken mount; reconciling");
+                let _ = trigger.unbounded_send(ObjectRef::new(&record.mountpod));
+            }
+        }
+        if n.is_multiple_of(orphan_every) && store.wait_until_ready().await.is_ok() {
+            for (record, _) in checked {
+                if store.get(&ObjectRef::new(&record.mountpod)).is_none() {
+                    teardown_orphan(&ctx, record).await;
+                }
+            }
+        }
+    }
+}
+
+/// A record whose MountPod is gone from the API server (not just from this agent's
+/// view): stop and unmount it.
+async fn teardown_orphan(ctx: &Context, record: super::supervisor::Record) {
+    match Api::<MountPod>::all(ctx.client.clone())
+        .get_opt(&record.mountpod)
+        .await
+    {
+        Ok(None) => {}
+        _ => return,
+    }
+    warn!(volume = %record.volume, mountpod = %record.mountpod, "MountPod is gone; tearing down its mount");
+    let host = ctx.host.clone();
+    let res =
+        tokio::task::spawn_blocking(move || host.teardown(&record.volume, &record.mountpoint))
+            .await;
+    if let Ok(Err(e)) = res {
+        warn!(error = %error_chain(&e), "tearing down an orphaned mount");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{MountPodSpec, MountReference};
+
+    fn mountpod(generation: i64, refs: usize) -> MountPod {
+        let mut mp = MountPod::new(
+            "v-1",
+            MountPodSpec {
+                volume: "v".into(),
+                node_name: "n".into(),
+                source: "/b/v".into(),
+                task: MountTask::Serve,
+                capacity_bytes: 1,
+                read_only: false,
+                mount_options: vec![],
+                references: (0..refs)
+                    .map(|i| MountReference {
+                        target_path: format!("/k/{i}"),
+                        owner: "pod/x".into(),
+                        read_only: false,
+                    })
+                    .collect(),
+                retain_seconds: None,
+            },
+        );
+        mp.metadata.generation = Some(generation);
+        mp
+    }
+
+    fn ready(pid: i64) -> Report {
+        Report {
+            phase: MountPhase::Ready,
+            pid: Some(pid),
+            mount_point: Some("/m/v".into()),
+            error: None,
+            restarted: false,
+            ready: cond("Ready", true, "Mounted", "ok".into()),
+            extra: vec![],
+            observed: true,
+        }
+    }
+
+    #[test]
+    fn a_ready_report_makes_the_mountpod_ready() {
+        let mut mp = mountpod(3, 2);
+        let t0 = jiff::Timestamp::from_second(1_000).unwrap();
+        let s = next_status(&MountPodStatus::default(), &mp, ready(42), t0);
+        assert_eq!(s.phase, Some(MountPhase::Ready));
+        assert_eq!(s.reference_count, 2);
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.conditions[0].last_transition_time, Time(t0));
+        mp.status = Some(s.clone());
+        assert!(mp.is_ready());
+        // The same report later changes nothing (no write).
+        let again = next_status(&s, &mp, ready(42), t0 + jiff::SignedDuration::from_secs(60));
+        assert_eq!(again, s);
+    }
+
+    #[test]
+    fn a_repair_counts_a_restart_and_records_the_cause() {
+        let mp = mountpod(1, 0);
+        let t0 = jiff::Timestamp::from_second(1_000).unwrap();
+        let s0 = next_status(&MountPodStatus::default(), &mp, ready(42), t0);
+        let mut r = ready(43);
+        r.restarted = true;
+        r.error = Some("fuse daemon exited: signal 9".into());
+        let t1 = t0 + jiff::SignedDuration::from_secs(5);
+        let s1 = next_status(&s0, &mp, r.clone(), t1);
+        assert_eq!(s1.restarts, 1);
+        assert_eq!(
+            s1.last_error.as_deref(),
+            Some("fuse daemon exited: signal 9")
+        );
+        assert_eq!(s1.last_error_time, Some(Time(t1)));
+        assert_eq!(s1.pid, Some(43));
+        // Ready did not flip: its transition time stays.
+        assert_eq!(s1.conditions[0].last_transition_time, Time(t0));
+        // A second crash with the same cause is a new error.
+        let t2 = t1 + jiff::SignedDuration::from_secs(5);
+        let s2 = next_status(&s1, &mp, r, t2);
+        assert_eq!(s2.restarts, 2);
+        assert_eq!(s2.last_error_time, Some(Time(t2)));
+        // A lasting error that is no restart keeps its time.
+        let mut lasting = ready(43);
+        lasting.error = Some("fuse daemon exited: signal 9".into());
+        let s3 = next_status(&s2, &mp, lasting, t2 + jiff::SignedDuration::from_secs(5));
+        assert_eq!(s3.last_error_time, Some(Time(t2)));
+    }
+
+    #[test]
+    fn a_blocked_remount_leaves_observed_generation_behind() {
+        let mut mp = mountpod(1, 1);
+        let s = next_status(
+            &MountPodStatus::default(),
+            &mp,
+            ready(42),
+            jiff::Timestamp::now(),
+        );
+        mp.metadata.generation = Some(2);
+        let mut r = ready(42);
+        r.observed = false;
+        let s2 = next_status(&s, &mp, r, jiff::Timestamp::now());
+        assert_eq!(s2.observed_generation, Some(1));
+        mp.status = Some(s2);
+        assert!(!mp.is_ready());
+    }
+}

@@ -1,0 +1,258 @@
+//! `tessera node`: the node agent. One per node (a DaemonSet); it watches the
+//! MountPods of its node and makes the node match them: a FUSE daemon per volume,
+//! started, adopted after an agent restart, repaired when it dies, stopped when the
+//! MountPod goes; a deleted volume's data removed when asked.
+//!
+//! ```text
+//!              ┌──────────────────── agent (kube side) ─────────────────────┐
+//!  MountPods ─▶│ Controller<MountPod>  ◀── health loop (broken mount found) │── status (SSA,
+//!  (this node) │      │ spawn_blocking                                      │   tessera-node-<node>)
+//!              └──────┼──────────────────────────────────────────────────────┘
+//!                     ▼
+//!              reconcile::Host (node side, blocking, no Kubernetes)
+//!                ├─ paths       every path from the CR validated (CVE-2020-8568)
+//!                ├─ supervisor  `tessera mount` daemons (own session) + state dir records
+//!                └─ mounts      mountinfo, bind, lazy unmount, probe (trait; fake in tests)
+//! ```
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`agent`] | the watch, finalizer `tessera.io/mount`, status, Events, the health loop |
+//! | [`reconcile`] | the decisions: start, adopt, repair + re-bind, online resize, remount, teardown, data removal |
+//! | [`supervisor`] | daemon processes (spawn detached, liveness with pid-reuse check, signals, reaping) and the state directory |
+//! | [`mounts`] | the mount table and mount syscalls behind the [`mounts::Mounts`] trait |
+//! | [`paths`] | validation of paths taken from custom resources |
+//!
+//! Data flow of a volume on this node: the controller creates the MountPod
+//! (`spec.source` = `<backend root>/<volume>`); the agent mounts it with FUSE at
+//! `<mount root>/<volume>` and reports Ready; CSI NodePublish bind-mounts that mount
+//! point into the pod's target path (under the kubelet directory) and records it in
+//! `spec.references`, which the agent re-binds after a repair and which holds back
+//! the unmount when the MountPod is deleted.
+//!
+//! The node never imports the controller: the two only meet in the API objects.
+
+pub mod agent;
+pub mod mounts;
+pub mod paths;
+pub mod reconcile;
+pub mod supervisor;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use crate::metrics::Metrics;
+
+/// Finalizer on MountPods: the node has unmounted (or, for RemoveData, finished)
+/// before the MountPod goes.
+pub const FINALIZER: &str = "tessera.io/mount";
+
+/// Command line of `tessera node`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct NodeArgs {
+    /// This node's name (the MountPods labelled `tessera.io/node=<name>` are served).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Where FUSE mounts go: `<mount-root>/<volume>`.
+    #[arg(long, default_value = "/var/lib/tessera/mounts")]
+    pub mount_root: PathBuf,
+    /// Where the agent keeps a record of each mount (for adoption after a restart),
+    /// capacity files and daemon logs.
+    #[arg(long, default_value = "/var/lib/tessera/node")]
+    pub state_dir: PathBuf,
+    /// Every reference's target path must be under this directory; others are refused.
+    #[arg(long, default_value = "/var/lib/kubelet")]
+    pub kubelet_dir: PathBuf,
+    /// Address of the metrics and health endpoint.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub metrics_addr: SocketAddr,
+    /// Only handle MountPods that also carry these labels (`key=value[,key=value]`),
+    /// for sharding or for tests sharing a cluster.
+    #[arg(long, value_parser = parse_labels)]
+    pub watch_selector: Option<Labels>,
+    /// How often every mount is checked (daemon alive, mount point answering).
+    #[arg(long, default_value_t = 500)]
+    pub health_interval_ms: u64,
+    /// How long a mount point may take to answer a probe before it counts as hung.
+    #[arg(long, default_value_t = 2000)]
+    pub probe_timeout_ms: u64,
+    /// How long a new daemon may take before its mount answers.
+    #[arg(long, default_value_t = 30)]
+    pub start_timeout_seconds: u64,
+}
+
+/// Labels given on the command line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Labels(pub BTreeMap<String, String>);
+
+impl Labels {
+    /// As a label selector string (`a=b,c=d`).
+    pub fn selector(&self) -> String {
+        self.0
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+fn parse_labels(s: &str) -> Result<Labels, String> {
+    let mut out = BTreeMap::new();
+    for pair in s.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').ok_or_else(|| {
+            format!("{pair:?} is not key=value (only equality selectors are supported)")
+        })?;
+        out.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(Labels(out))
+}
+
+/// Errors of the node agent.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A call to the API server failed.
+    #[error("{action}")]
+    Kube {
+        /// What was being done.
+        action: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Node-side work failed.
+    #[error(transparent)]
+    Host(#[from] reconcile::Error),
+    /// The state directory could not be opened.
+    #[error(transparent)]
+    Supervisor(#[from] supervisor::Error),
+    /// A blocking task panicked or was cancelled.
+    #[error("node-side task")]
+    Join(#[source] tokio::task::JoinError),
+    /// A command-line argument is unusable.
+    #[error("--{arg}: {message}")]
+    InvalidArg {
+        /// The argument.
+        arg: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// The metrics endpoint could not start.
+    #[error("serving metrics on {addr}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No client configuration.
+    #[error("connecting to Kubernetes")]
+    Connect(#[source] kube::Error),
+}
+
+/// Run the node agent until SIGINT or SIGTERM. The FUSE daemons keep running when
+/// the agent stops; the next agent adopts them.
+pub async fn run(args: NodeArgs) -> Result<(), Error> {
+    paths::component(&args.node_name).map_err(|e| Error::InvalidArg {
+        arg: "node-name",
+        message: e.to_string(),
+    })?;
+    let checked = |arg: &'static str, p: &PathBuf| {
+        paths::absolute(&p.to_string_lossy()).map_err(|e| Error::InvalidArg {
+            arg,
+            message: e.to_string(),
+        })
+    };
+    let mount_root = checked("mount-root", &args.mount_root)?;
+    let state_dir = checked("state-dir", &args.state_dir)?;
+    let kubelet_dir = checked("kubelet-dir", &args.kubelet_dir)?;
+    std::fs::create_dir_all(&mount_root).map_err(|e| Error::InvalidArg {
+        arg: "mount-root",
+        message: e.to_string(),
+    })?;
+    if !kubelet_dir.is_dir() {
+        warn!(kubelet_dir = %kubelet_dir.display(), "kubelet directory does not exist; every reference will be refused");
+    }
+    let state = supervisor::StateDir::open(&state_dir)?;
+
+    let client = kube::Client::try_default().await.map_err(Error::Connect)?;
+    let metrics = Arc::new(Metrics::new());
+    let addr = crate::metrics::serve(args.metrics_addr, metrics.clone())
+        .await
+        .map_err(|source| Error::Metrics {
+            addr: args.metrics_addr,
+            source,
+        })?;
+    info!(%addr, node = %args.node_name, "node agent: metrics endpoint listening");
+
+    let host = Arc::new(reconcile::Host {
+        config: reconcile::Config {
+            mount_root,
+            kubelet_dir,
+            probe_timeout: Duration::from_millis(args.probe_timeout_ms.max(1)),
+            start_timeout: Duration::from_secs(args.start_timeout_seconds.max(1)),
+            stop_grace: Duration::from_secs(5),
+        },
+        mounts: Arc::new(mounts::HostMounts::new()),
+        // The agent's own binary, even if the file was replaced since it started.
+        daemons: Arc::new(supervisor::HostDaemons::new(PathBuf::from(
+            "/proc/self/exe",
+        ))),
+        state,
+    });
+    let agent = agent::run(
+        client,
+        metrics,
+        host,
+        args.node_name.clone(),
+        args.watch_selector.clone().unwrap_or_default(),
+        Duration::from_millis(args.health_interval_ms.max(10)),
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| Error::InvalidArg {
+            arg: "(signals)",
+            message: e.to_string(),
+        })?;
+    tokio::select! {
+        () = agent => {}
+        _ = tokio::signal::ctrl_c() => info!("interrupted; fuse daemons keep running"),
+        _ = term.recv() => info!("terminated; fuse daemons keep running"),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_selectors() {
+        let l = parse_labels("tessera.io/test=a,x=y").unwrap();
+        assert_eq!(l.selector(), "tessera.io/test=a,x=y");
+        assert!(parse_labels("nokey").is_err());
+    }
+
+    #[test]
+    fn arguments_have_the_documented_defaults() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            node: NodeArgs,
+        }
+        let cli = Cli::try_parse_from(["t", "--node-name", "n1"]).unwrap();
+        assert_eq!(
+            cli.node.mount_root,
+            PathBuf::from("/var/lib/tessera/mounts")
+        );
+        assert_eq!(cli.node.state_dir, PathBuf::from("/var/lib/tessera/node"));
+        assert_eq!(cli.node.kubelet_dir, PathBuf::from("/var/lib/kubelet"));
+        assert_eq!(cli.node.metrics_addr.port(), 8081);
+        assert_eq!(cli.node.health_interval_ms, 500);
+    }
+}

@@ -1,0 +1,376 @@
+//! The mount table and the mount syscalls the node agent needs, behind [`Mounts`].
+//!
+//! The agent's reconcile logic only ever asks four things of the kernel: what is
+//! mounted where ([`Mounts::table`], from `/proc/self/mountinfo`), bind a path onto
+//! another ([`Mounts::bind`]), detach a mount lazily ([`Mounts::unmount_lazy`]) and
+//! whether a mount point answers ([`Mounts::probe`]). [`HostMounts`] does them for
+//! real (root needed for the first three); unit tests substitute an in-memory table.
+//!
+//! A probe is a `stat` and a `statfs` of the mount point. Against a hung FUSE daemon
+//! both block in the kernel for as long as the daemon does not answer, so the probe
+//! runs on a thread of its own and the caller waits at most the given timeout. While
+//! a probe of a path is still stuck, a new probe of the same path does not start
+//! another thread: it reports [`Probe::TimedOut`] at once, so a hung mount costs one
+//! thread, not one per health check.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::mount::{MntFlags, MsFlags};
+
+/// A mount syscall that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `mount(2)` with `MS_BIND` failed.
+    #[error("bind-mounting {from} onto {target}: {errno}")]
+    Bind {
+        /// What was bound.
+        from: PathBuf,
+        /// Where.
+        target: PathBuf,
+        /// Why not.
+        errno: Errno,
+    },
+    /// Remounting a bind mount read-only failed.
+    #[error("remounting {target} read-only: {errno}")]
+    RemountReadOnly {
+        /// The bind mount.
+        target: PathBuf,
+        /// Why not.
+        errno: Errno,
+    },
+    /// `umount2(2)` failed.
+    #[error("unmounting {target}: {errno}")]
+    Unmount {
+        /// The mount point.
+        target: PathBuf,
+        /// Why not.
+        errno: Errno,
+    },
+    /// `/proc/self/mountinfo` could not be read.
+    #[error("reading /proc/self/mountinfo")]
+    MountInfo(#[source] std::io::Error),
+}
+
+/// One line of `/proc/self/mountinfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountInfo {
+    /// Unique id of the mount (changes when something is remounted).
+    pub mount_id: u64,
+    /// Id of the parent mount.
+    pub parent_id: u64,
+    /// `major:minor` of the filesystem (a bind shares it with what it binds).
+    pub dev: String,
+    /// The directory of the source filesystem that is mounted (`/` for a whole fs).
+    pub root: PathBuf,
+    /// Where it is mounted.
+    pub mount_point: PathBuf,
+    /// Per-mount options (`rw`, `ro`, `nosuid`, …).
+    pub options: String,
+    /// Filesystem type (`fuse.tessera`, `ext4`, …).
+    pub fs_type: String,
+    /// Filesystem-specific source.
+    pub source: String,
+}
+
+impl MountInfo {
+    /// Whether the mount is read-only.
+    pub fn read_only(&self) -> bool {
+        self.options.split(',').any(|o| o == "ro")
+    }
+}
+
+/// What a probe of a mount point found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// Something is mounted there (its device differs from the parent's) and it
+    /// answered `stat` and `statfs`.
+    Answers {
+        /// Device of the mount.
+        dev: u64,
+        /// Inode of its root (1 for a FUSE filesystem).
+        ino: u64,
+    },
+    /// The directory exists but nothing is mounted on it.
+    NotMounted,
+    /// The path does not exist.
+    Missing,
+    /// The mount is there but broken: `ENOTCONN` (the daemon is gone), `ENXIO`, …
+    Broken(Errno),
+    /// No answer within the timeout (a hung daemon).
+    TimedOut,
+}
+
+/// The kernel's mount operations, as the agent uses them.
+pub trait Mounts: Send + Sync {
+    /// The mount table of the agent's mount namespace, in mount order.
+    fn table(&self) -> Result<Vec<MountInfo>, Error>;
+    /// Bind `source` onto `target` (an existing directory); then, if `read_only`,
+    /// remount the bind read-only.
+    fn bind(&self, source: &Path, target: &Path, read_only: bool) -> Result<(), Error>;
+    /// Detach the top mount on `target` (`umount2(MNT_DETACH)`). `Ok(false)` when
+    /// nothing is mounted there (or the path does not exist).
+    fn unmount_lazy(&self, target: &Path) -> Result<bool, Error>;
+    /// Whether a mount on `path` answers, waiting at most `timeout`.
+    fn probe(&self, path: &Path, timeout: Duration) -> Probe;
+
+    /// The mounts whose mount point is `path`, bottom first.
+    fn mounts_at(&self, path: &Path) -> Result<Vec<MountInfo>, Error> {
+        Ok(self
+            .table()?
+            .into_iter()
+            .filter(|m| m.mount_point == path)
+            .collect())
+    }
+
+    /// Detach every mount stacked on `path` (at most `limit`, against loops).
+    /// Returns how many were detached.
+    fn unmount_all_lazy(&self, path: &Path, limit: usize) -> Result<usize, Error> {
+        let mut n = 0;
+        while n < limit && self.unmount_lazy(path)? {
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+/// The real mount table and syscalls of this host (mount namespace).
+#[derive(Default)]
+pub struct HostMounts {
+    /// Paths whose probe thread has not come back yet.
+    stuck: Arc<Mutex<HashSet<PathBuf>>>,
+}
+
+impl HostMounts {
+    /// A new handle.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Mounts for HostMounts {
+    fn table(&self) -> Result<Vec<MountInfo>, Error> {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").map_err(Error::MountInfo)?;
+        Ok(parse_mountinfo(&text))
+    }
+
+    fn bind(&self, source: &Path, target: &Path, read_only: bool) -> Result<(), Error> {
+        nix::mount::mount(
+            Some(source),
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|errno| Error::Bind {
+            from: source.to_path_buf(),
+            target: target.to_path_buf(),
+            errno,
+        })?;
+        if read_only {
+            let flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+            if let Err(errno) =
+                nix::mount::mount(None::<&str>, target, None::<&str>, flags, None::<&str>)
+            {
+                // Never leave a writable bind where a read-only one was asked for.
+                let _ = nix::mount::umount2(target, MntFlags::MNT_DETACH);
+                return Err(Error::RemountReadOnly {
+                    target: target.to_path_buf(),
+                    errno,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn unmount_lazy(&self, target: &Path) -> Result<bool, Error> {
+        match nix::mount::umount2(target, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW) {
+            Ok(()) => Ok(true),
+            Err(Errno::EINVAL | Errno::ENOENT) => Ok(false),
+            Err(errno) => Err(Error::Unmount {
+                target: target.to_path_buf(),
+                errno,
+            }),
+        }
+    }
+
+    fn probe(&self, path: &Path, timeout: Duration) -> Probe {
+        {
+            let mut stuck = self.stuck.lock().unwrap_or_else(|e| e.into_inner());
+            if !stuck.insert(path.to_path_buf()) {
+                return Probe::TimedOut;
+            }
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stuck = self.stuck.clone();
+        let owned = path.to_path_buf();
+        let spawned = std::thread::Builder::new()
+            .name("mount-probe".into())
+            .spawn(move || {
+                let result = probe_blocking(&owned);
+                stuck
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&owned);
+                let _ = tx.send(result);
+            });
+        if spawned.is_err() {
+            self.stuck
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(path);
+            return Probe::TimedOut;
+        }
+        rx.recv_timeout(timeout).unwrap_or(Probe::TimedOut)
+    }
+}
+
+/// `stat` + `statfs` of `path`, compared with its parent. Blocks as long as a FUSE
+/// daemon does.
+pub fn probe_blocking(path: &Path) -> Probe {
+    let st = match nix::sys::stat::stat(path) {
+        Ok(st) => st,
+        Err(Errno::ENOENT) => return Probe::Missing,
+        Err(errno) => return Probe::Broken(errno),
+    };
+    let parent_dev = path
+        .parent()
+        .and_then(|p| nix::sys::stat::stat(p).ok())
+        .map(|p| p.st_dev);
+    if parent_dev == Some(st.st_dev) {
+        return Probe::NotMounted;
+    }
+    // `stat` of a FUSE root may be served from the attribute cache; `statfs` is a
+    // round trip to the daemon.
+    match nix::sys::statfs::statfs(path) {
+        Ok(_) | Err(Errno::ENOSYS) => Probe::Answers {
+            dev: st.st_dev,
+            ino: st.st_ino,
+        },
+        Err(errno) => Probe::Broken(errno),
+    }
+}
+
+/// Parse `/proc/<pid>/mountinfo` (see proc(5)). Lines that do not parse are skipped.
+pub fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
+    text.lines().filter_map(parse_line).collect()
+}
+
+fn parse_line(line: &str) -> Option<MountInfo> {
+    // 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
+    let (left, right) = line.split_once(" - ")?;
+    let mut l = left.split(' ');
+    let mount_id = l.next()?.parse().ok()?;
+    let parent_id = l.next()?.parse().ok()?;
+    let dev = l.next()?.to_string();
+    let root = unescape(l.next()?);
+    let mount_point = unescape(l.next()?);
+    let options = l.next()?.to_string();
+    let mut r = right.split(' ');
+    let fs_type = r.next()?.to_string();
+    let source = unescape(r.next().unwrap_or(""))
+        .to_string_lossy()
+        .into_owned();
+    Some(MountInfo {
+        mount_id,
+        parent_id,
+        dev,
+        root,
+        mount_point,
+        options,
+        fs_type,
+        source,
+    })
+}
+
+/// Undo the octal escapes mountinfo uses for space, tab, newline and backslash.
+fn unescape(field: &str) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_mountinfo_lines() {
+        let text = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+36 22 0:45 / /var/lib/tessera/mounts/v\\040one rw,nosuid,nodev,relatime shared:2 - fuse.tessera tessera rw,user_id=0
+37 22 8:1 /var/lib/tessera/mounts/v\\040one /var/lib/kubelet/pods/x/vol ro,relatime - fuse.tessera tessera rw
+garbage
+";
+        let t = parse_mountinfo(text);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t[1].mount_id, 36);
+        assert_eq!(t[1].parent_id, 22);
+        assert_eq!(t[1].dev, "0:45");
+        assert_eq!(
+            t[1].mount_point,
+            PathBuf::from("/var/lib/tessera/mounts/v one")
+        );
+        assert_eq!(t[1].fs_type, "fuse.tessera");
+        assert!(!t[1].read_only());
+        assert!(t[2].read_only());
+        assert_eq!(t[2].root, PathBuf::from("/var/lib/tessera/mounts/v one"));
+    }
+
+    #[test]
+    fn reads_this_process_table() {
+        let t = HostMounts::new().table().unwrap();
+        assert!(t.iter().any(|m| m.mount_point == Path::new("/")));
+    }
+
+    #[test]
+    fn probes_plain_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = HostMounts::new();
+        assert_eq!(
+            m.probe(dir.path(), Duration::from_secs(5)),
+            Probe::NotMounted
+        );
+        assert_eq!(
+            m.probe(&dir.path().join("nope"), Duration::from_secs(5)),
+            Probe::Missing
+        );
+        assert!(matches!(
+            m.probe(Path::new("/proc"), Duration::from_secs(5)),
+            Probe::Answers { .. }
+        ));
+    }
+
+    #[test]
+    fn unmounting_a_plain_directory_is_a_no_op() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = HostMounts::new();
+        // EINVAL (not a mount point) as root, EPERM otherwise.
+        match m.unmount_lazy(dir.path()) {
+            Ok(false) => {}
+            Err(Error::Unmount {
+                errno: Errno::EPERM,
+                ..
+            }) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,578 @@
+//! What the agent does on the node for one MountPod, without any Kubernetes client:
+//! serve (start, adopt, repair, apply spec changes), tear down, remove data.
+//!
+//! ```text
+//!  MountPodSpec ──want()──▶ Want (paths validated; refused references listed)
+//!                             │
+//!  serve(Want) ── record? ──no──────────────────────────────▶ start ─┐
+//!                   │yes                                             │
+//!                 health(record)                                     │
+//!                   ├─ Healthy ─▶ capacity changed? ─▶ file + SIGHUP │
+//!                   │            readOnly/options changed? ─┬─ no references ─▶ stop ▶ start
+//!                   │                                        └─ references ─▶ remount blocked
+//!                   ├─ Starting ─▶ wait for it to answer             │
+//!                   └─ Broken(cause) ─▶ stop, lazy-unmount ─▶ start ─┤ (a repair: cause reported)
+//!                                                                    ▼
+//!                     answers? ─▶ re-bind every reference (stale bind detached, ro remount)
+//! ```
+//!
+//! Everything here blocks (process waits, probes bounded by a timeout), so the agent
+//! runs it on the blocking thread pool. The kernel and the processes are reached only
+//! through [`Mounts`] and [`Daemons`], and the only other state is the
+//! [`StateDir`], so a restarted agent reaches the same decisions from the same
+//! records: a record whose daemon still runs and whose mount answers is adopted as it
+//! is.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use tracing::{info, warn};
+
+use super::mounts::{self, Mounts, Probe};
+use super::paths;
+use super::supervisor::{self, Daemon, DaemonSpec, Daemons, Liveness, Record, StateDir};
+use crate::api::MountPodSpec;
+
+/// Errors of the node-side work. Each names the action that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The state directory or a daemon.
+    #[error(transparent)]
+    Supervisor(#[from] supervisor::Error),
+    /// A mount syscall.
+    #[error(transparent)]
+    Mount(#[from] mounts::Error),
+    /// A directory could not be created or removed.
+    #[error("{action} {path}")]
+    Dir {
+        /// What was being done.
+        action: &'static str,
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The backend root of the volume does not exist on this node.
+    #[error("the backend root {0} does not exist on this node")]
+    NoBackendRoot(PathBuf),
+    /// A path from the MountPod is refused.
+    #[error(transparent)]
+    Path(#[from] paths::PathError),
+    /// The data is still served by a mount on this node.
+    #[error("{source_dir} is still served by the mount at {mountpoint}")]
+    StillMounted {
+        /// The data directory.
+        source_dir: PathBuf,
+        /// The mount serving it.
+        mountpoint: PathBuf,
+    },
+}
+
+/// Settings of the node-side work.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Mounts go to `<mount_root>/<volume>`.
+    pub mount_root: PathBuf,
+    /// Every reference's target path must be under this directory.
+    pub kubelet_dir: PathBuf,
+    /// How long a probe of a mount point may take before the mount counts as hung.
+    pub probe_timeout: Duration,
+    /// How long a new daemon may take before its mount answers.
+    pub start_timeout: Duration,
+    /// How long a daemon gets between SIGTERM and SIGKILL.
+    pub stop_grace: Duration,
+}
+
+/// One bind of the mount into a pod, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The bind mount's target (under the kubelet directory).
+    pub path: PathBuf,
+    /// Bind read-only.
+    pub read_only: bool,
+}
+
+/// What a MountPod asks of this node, with every path validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Want {
+    /// The MountPod's name.
+    pub mountpod: String,
+    /// The volume (one path component).
+    pub volume: String,
+    /// The volume's directory.
+    pub source: PathBuf,
+    /// `<mount_root>/<volume>`.
+    pub mountpoint: PathBuf,
+    /// The quota.
+    pub capacity_bytes: u64,
+    /// Mount read-only.
+    pub read_only: bool,
+    /// Extra mount options.
+    pub options: Vec<String>,
+    /// The accepted references.
+    pub references: Vec<Target>,
+}
+
+/// Validate a MountPod spec: `Err` when the mount cannot be served at all; the
+/// second value lists references refused (target outside the kubelet directory,
+/// CVE-2020-8568), which are left alone but do not stop the mount.
+pub fn want(
+    mountpod: &str,
+    spec: &MountPodSpec,
+    config: &Config,
+) -> Result<(Want, Vec<String>), String> {
+    let volume = paths::component(&spec.volume).map_err(|e| format!("spec.volume: {e}"))?;
+    let source = paths::absolute(&spec.source).map_err(|e| format!("spec.source: {e}"))?;
+    let capacity_bytes = u64::try_from(spec.capacity_bytes)
+        .ok()
+        .filter(|c| *c > 0)
+        .ok_or_else(|| {
+            format!(
+                "spec.capacityBytes {} is not a positive number",
+                spec.capacity_bytes
+            )
+        })?;
+    let mut references = Vec::new();
+    let mut refused = Vec::new();
+    for r in &spec.references {
+        match paths::under(&r.target_path, &config.kubelet_dir) {
+            Ok(path) => references.push(Target {
+                path,
+                read_only: r.read_only,
+            }),
+            Err(e) => refused.push(format!(
+                "reference refused: {e} (bind targets must be under the kubelet directory {})",
+                config.kubelet_dir.display()
+            )),
+        }
+    }
+    let want = Want {
+        mountpod: mountpod.to_string(),
+        volume: volume.to_string(),
+        mountpoint: config.mount_root.join(volume),
+        source,
+        capacity_bytes,
+        read_only: spec.read_only,
+        options: spec.mount_options.clone(),
+        references,
+    };
+    Ok((want, refused))
+}
+
+/// How a recorded mount is doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    /// The daemon runs and the mount answers.
+    Healthy,
+    /// The daemon runs and was started recently; its mount does not answer yet.
+    Starting,
+    /// The mount must be repaired; why, in words.
+    Broken(String),
+}
+
+/// Reported while [`Host::serve`] works, so the agent can publish phase Mounting
+/// before the mount answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// A daemon is being started; `cause` is set when it replaces a broken one.
+    Starting {
+        /// Why the previous daemon was replaced.
+        cause: Option<String>,
+    },
+}
+
+/// What [`Host::serve`] achieved.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Served {
+    /// The daemon serving the mount (if one runs).
+    pub daemon: Option<Daemon>,
+    /// The mount answers.
+    pub answers: bool,
+    /// A broken daemon was replaced; why it broke.
+    pub repaired: Option<String>,
+    /// The mount could not be served; why (the daemon exited while starting, …).
+    pub failure: Option<String>,
+    /// readOnly or mountOptions changed while references remain: the running mount
+    /// still has the old settings.
+    pub remount_blocked: bool,
+    /// References re-bound onto a new mount.
+    pub rebound: usize,
+    /// References that could not be re-bound, in words.
+    pub rebind_errors: Vec<String>,
+    /// How long a repair took, from the decision to restart to the mount answering
+    /// with every reference re-bound.
+    pub repair_time: Option<Duration>,
+}
+
+/// The node: its mounts, its daemons, its state directory.
+pub struct Host {
+    /// Settings.
+    pub config: Config,
+    /// Mount syscalls.
+    pub mounts: Arc<dyn Mounts>,
+    /// The daemons.
+    pub daemons: Arc<dyn Daemons>,
+    /// Records, capacity files, logs.
+    pub state: StateDir,
+}
+
+impl Host {
+    /// How the mount of `record` is doing.
+    pub fn health(&self, record: &Record) -> Health {
+        match self.daemons.liveness(record.daemon, &record.mountpoint) {
+            Liveness::Exited(why) => Health::Broken(why),
+            Liveness::Running => {
+                let young = record.age() < self.config.start_timeout;
+                match self
+                    .mounts
+                    .probe(&record.mountpoint, self.config.probe_timeout)
+                {
+                    Probe::Answers { .. } => Health::Healthy,
+                    Probe::NotMounted | Probe::TimedOut if young => Health::Starting,
+                    Probe::NotMounted => Health::Broken(format!(
+                        "fuse daemon runs but nothing is mounted at {}",
+                        record.mountpoint.display()
+                    )),
+                    Probe::TimedOut => Health::Broken(format!(
+                        "mount point {} did not answer within {:?}",
+                        record.mountpoint.display(),
+                        self.config.probe_timeout
+                    )),
+                    Probe::Broken(errno) => Health::Broken(format!("mount point broken: {errno}")),
+                    Probe::Missing => Health::Broken(format!(
+                        "mount point {} is missing",
+                        record.mountpoint.display()
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Make the node serve `want`: adopt, start, repair or change the mount.
+    pub fn serve(&self, want: &Want, progress: &dyn Fn(Progress)) -> Result<Served, Error> {
+        let mut cause = None;
+        if let Some(mut record) = self.state.load(&want.volume)? {
+            let same_place = record.mountpoint == want.mountpoint && record.source == want.source;
+            match self.health(&record) {
+                Health::Healthy if same_place => {
+                    if let Some(served) = self.apply_changes(&mut record, want)? {
+                        return Ok(served);
+                    }
+                    info!(volume = %want.volume, "remounting for new readOnly/mountOptions");
+                }
+                Health::Starting if same_place => {
+                    return self.await_answer(&record, want, None, Instant::now());
+                }
+                Health::Broken(why) if same_place => {
+                    warn!(volume = %want.volume, cause = %why, "mount broken; repairing");
+                    cause = Some(why);
+                }
+                _ => {
+                    info!(volume = %want.volume, "replacing a mount of another source or mount point")
+                }
+            }
+            // A broken daemon gets little time to exit cleanly: every second counts.
+            let grace = if cause.is_some() {
+                self.config.stop_grace.min(Duration::from_millis(500))
+            } else {
+                self.config.stop_grace
+            };
+            self.daemons
+                .stop(record.daemon, &record.mountpoint, grace)?;
+            self.mounts.unmount_all_lazy(&record.mountpoint, 16)?;
+        }
+        let begun = Instant::now();
+        progress(Progress::Starting {
+            cause: cause.clone(),
+        });
+        let record = self.start(want)?;
+        self.await_answer(&record, want, cause, begun)
+    }
+
+    /// Capacity and mount-setting changes on a healthy mount. `None`: the mount must
+    /// be restarted with the new settings.
+    fn apply_changes(&self, record: &mut Record, want: &Want) -> Result<Option<Served>, Error> {
+        if !record.answered {
+            record.answered = true;
+            self.state.save(record)?;
+        }
+        if record.capacity_bytes != want.capacity_bytes {
+            self.state
+                .write_capacity(&want.volume, want.capacity_bytes)?;
+            self.daemons
+                .signal(record.daemon, &record.mountpoint, Signal::SIGHUP)?;
+            info!(volume = %want.volume, from = record.capacity_bytes, to = want.capacity_bytes, "capacity changed online");
+            record.capacity_bytes = want.capacity_bytes;
+            self.state.save(record)?;
+        }
+        let settings_changed =
+            record.read_only != want.read_only || record.mount_options != want.options;
+        if settings_changed && want.references.is_empty() {
+            return Ok(None);
+        }
+        let mut served = Served {
+            daemon: Some(record.daemon),
+            answers: true,
+            remount_blocked: settings_changed,
+            ..Served::default()
+        };
+        self.rebind_stale(want, &mut served)?;
+        Ok(Some(served))
+    }
+
+    /// Re-bind references still bound to an earlier instance of the mount (an agent
+    /// that died between restarting a daemon and re-binding). A target with nothing
+    /// mounted is left alone: binding it is NodePublish's job, which may be under way.
+    fn rebind_stale(&self, want: &Want, served: &mut Served) -> Result<(), Error> {
+        if want.references.is_empty() {
+            return Ok(());
+        }
+        let table = self.mounts.table()?;
+        let top = |p: &Path| table.iter().rev().find(|m| m.mount_point == p);
+        let Some(current) = top(&want.mountpoint) else {
+            return Ok(());
+        };
+        for target in &want.references {
+            let stale = top(&target.path).is_some_and(|m| {
+                m.dev != current.dev && m.fs_type == current.fs_type && m.source == current.source
+            });
+            if stale {
+                match self.rebind(&want.mountpoint, target) {
+                    Ok(()) => served.rebound += 1,
+                    Err(e) => served.rebind_errors.push(format!(
+                        "re-binding {}: {}",
+                        target.path.display(),
+                        error_chain(&e)
+                    )),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Start a daemon for `want` on a clean mount point and record it.
+    fn start(&self, want: &Want) -> Result<Record, Error> {
+        // A mount left behind without a record (an agent killed mid-start).
+        self.mounts.unmount_all_lazy(&want.mountpoint, 16)?;
+        let backend_root = want.source.parent().unwrap_or(Path::new("/"));
+        if !backend_root.is_dir() {
+            return Err(Error::NoBackendRoot(backend_root.to_path_buf()));
+        }
+        for dir in [&want.source, &want.mountpoint] {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Dir {
+                action: "creating",
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        self.state
+            .write_capacity(&want.volume, want.capacity_bytes)?;
+        let spec = DaemonSpec {
+            volume: want.volume.clone(),
+            source: want.source.clone(),
+            mountpoint: want.mountpoint.clone(),
+            capacity_bytes: want.capacity_bytes,
+            capacity_file: self.state.capacity_file(&want.volume),
+            read_only: want.read_only,
+            options: want.options.clone(),
+        };
+        let daemon = self
+            .daemons
+            .start(&spec, &self.state.log_file(&want.volume))?;
+        info!(volume = %want.volume, pid = daemon.pid, mountpoint = %want.mountpoint.display(), "fuse daemon started");
+        let record = Record {
+            mountpod: want.mountpod.clone(),
+            volume: want.volume.clone(),
+            daemon,
+            started_at: jiff::Timestamp::now().to_string(),
+            source: want.source.clone(),
+            mountpoint: want.mountpoint.clone(),
+            capacity_bytes: want.capacity_bytes,
+            read_only: want.read_only,
+            mount_options: want.options.clone(),
+            answered: false,
+        };
+        self.state.save(&record)?;
+        Ok(record)
+    }
+
+    /// Wait (up to the start timeout, counted from the daemon's start) until the
+    /// mount answers, then re-bind the references.
+    fn await_answer(
+        &self,
+        record: &Record,
+        want: &Want,
+        cause: Option<String>,
+        begun: Instant,
+    ) -> Result<Served, Error> {
+        let deadline = Instant::now() + self.config.start_timeout.saturating_sub(record.age());
+        let mut served = Served {
+            daemon: Some(record.daemon),
+            repaired: cause,
+            ..Served::default()
+        };
+        loop {
+            if let Liveness::Exited(why) = self.daemons.liveness(record.daemon, &record.mountpoint)
+            {
+                let tail = self.state.log_tail(&want.volume, 4096);
+                served.failure = Some(if tail.is_empty() {
+                    why
+                } else {
+                    format!("{why}; log: {tail}")
+                });
+                served.daemon = None;
+                return Ok(served);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let probe = self.mounts.probe(
+                &record.mountpoint,
+                self.config
+                    .probe_timeout
+                    .min(left.max(Duration::from_millis(50))),
+            );
+            if let Probe::Answers { .. } = probe {
+                break;
+            }
+            if Instant::now() >= deadline {
+                // Still Mounting; the next reconcile sees a daemon older than the
+                // start timeout and repairs it.
+                return Ok(served);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        served.answers = true;
+        if !record.answered {
+            let mut answered = record.clone();
+            answered.answered = true;
+            self.state.save(&answered)?;
+        }
+        for target in &want.references {
+            match self.rebind(&want.mountpoint, target) {
+                Ok(()) => served.rebound += 1,
+                Err(e) => served.rebind_errors.push(format!(
+                    "re-binding {}: {}",
+                    target.path.display(),
+                    error_chain(&e)
+                )),
+            }
+        }
+        if served.repaired.is_some() {
+            served.repair_time = Some(begun.elapsed());
+        }
+        Ok(served)
+    }
+
+    /// Replace whatever is bound on `target` by a fresh bind of `mountpoint`.
+    fn rebind(&self, mountpoint: &Path, target: &Target) -> Result<(), Error> {
+        paths::resolves_under(&target.path, &self.config.kubelet_dir)?;
+        // Detach first: `stat` of a bind of a dead FUSE mount fails with ENOTCONN.
+        self.mounts.unmount_all_lazy(&target.path, 16)?;
+        match std::fs::symlink_metadata(&target.path) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::Dir {
+                    action: "binding onto (not a directory)",
+                    path: target.path.clone(),
+                    source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+                });
+            }
+            Err(source) => {
+                return Err(Error::Dir {
+                    action: "binding onto",
+                    path: target.path.clone(),
+                    source,
+                });
+            }
+        }
+        self.mounts
+            .bind(mountpoint, &target.path, target.read_only)?;
+        info!(target = %target.path.display(), read_only = target.read_only, "reference re-bound");
+        Ok(())
+    }
+
+    /// Stop the daemon of `volume`, unmount it, remove its mount point and its
+    /// records. Idempotent.
+    pub fn teardown(&self, volume: &str, mountpoint: &Path) -> Result<(), Error> {
+        if let Some(record) = self.state.load(volume)? {
+            self.daemons
+                .stop(record.daemon, &record.mountpoint, self.config.stop_grace)?;
+            if record.mountpoint != mountpoint {
+                self.unmount_and_remove(&record.mountpoint)?;
+            }
+        }
+        self.unmount_and_remove(mountpoint)?;
+        self.state.remove(volume)?;
+        info!(volume, "unmounted");
+        Ok(())
+    }
+
+    fn unmount_and_remove(&self, mountpoint: &Path) -> Result<(), Error> {
+        self.mounts.unmount_all_lazy(mountpoint, 16)?;
+        match std::fs::remove_dir(mountpoint) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            // Never delete what lies under a mount point: it is not ours.
+            Err(source) => Err(Error::Dir {
+                action: "removing mount point",
+                path: mountpoint.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Remove a deleted volume's data directory. Symlinks inside it are removed, never
+    /// followed. Refused while a mount on this node serves it.
+    pub fn remove_data(&self, source: &str) -> Result<bool, Error> {
+        let source = paths::absolute(source)?;
+        if let Some(r) = self.state.list()?.into_iter().find(|r| r.source == source) {
+            return Err(Error::StillMounted {
+                source_dir: source,
+                mountpoint: r.mountpoint,
+            });
+        }
+        match std::fs::symlink_metadata(&source) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => {
+                return Err(Error::Dir {
+                    action: "inspecting",
+                    path: source,
+                    source: e,
+                });
+            }
+            Ok(m) if !m.is_dir() => {
+                std::fs::remove_file(&source).map_err(|e| Error::Dir {
+                    action: "removing",
+                    path: source.clone(),
+                    source: e,
+                })?;
+            }
+            Ok(_) => {
+                std::fs::remove_dir_all(&source).map_err(|e| Error::Dir {
+                    action: "removing",
+                    path: source.clone(),
+                    source: e,
+                })?;
+            }
+        }
+        info!(source = %source.display(), "volume data removed");
+        Ok(true)
+    }
+}
+
+/// An error and its causes, on one line.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,710 @@
+//! The FUSE daemons of this node: starting, watching, signalling and stopping
+//! `tessera mount` processes, and the state directory that lets a restarted agent
+//! find them again.
+//!
+//! ```text
+//!  start ──▶ /proc/self/exe mount --source S --mountpoint M --capacity-file F …
+//!            own session (setsid), stdin /dev/null, stdout+stderr ▶ <state>/logs/<volume>.log
+//!        ──▶ <state>/mounts/<volume>.json   Record { pid, process start time, spec, … }
+//!
+//!  agent restarts ──▶ Record read back ──▶ same pid + same start time + cmdline
+//!                     `tessera mount … --mountpoint M` ──▶ adopted as it is
+//! ```
+//!
+//! Daemons run in their own session, so they survive the agent (a restart, a crash,
+//! an upgrade) and keep serving I/O. A daemon the agent started is its child until
+//! the agent exits; [`HostDaemons::reap`] waits for exited children so none stay
+//! zombies, and remembers how each ended ("signal 9"). A daemon adopted from a
+//! previous agent is not a child; it is watched through `/proc/<pid>/stat`, where the
+//! start time (in clock ticks since boot) tells the process apart from a later one
+//! that reuses its pid.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+/// Errors of the supervisor and the state directory.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file of the state directory could not be read or written.
+    #[error("{action} {path}")]
+    State {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The daemon could not be started.
+    #[error("starting tessera mount for {volume}")]
+    Spawn {
+        /// The volume.
+        volume: String,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A signal could not be sent.
+    #[error("sending {signal} to fuse daemon {pid}: {errno}")]
+    Signal {
+        /// The daemon.
+        pid: i32,
+        /// The signal.
+        signal: Signal,
+        /// Why not.
+        errno: nix::errno::Errno,
+    },
+    /// The daemon did not exit after SIGKILL.
+    #[error("fuse daemon {pid} did not exit after SIGKILL")]
+    Unkillable {
+        /// The daemon.
+        pid: i32,
+    },
+}
+
+/// What a daemon must serve: the arguments of `tessera mount`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonSpec {
+    /// The volume (names the log, capacity and record files).
+    pub volume: String,
+    /// The volume's directory.
+    pub source: PathBuf,
+    /// Where to mount.
+    pub mountpoint: PathBuf,
+    /// Quota in bytes (also written to the capacity file).
+    pub capacity_bytes: u64,
+    /// The file the daemon re-reads the quota from on SIGHUP.
+    pub capacity_file: PathBuf,
+    /// Mount read-only.
+    pub read_only: bool,
+    /// Extra mount options.
+    pub options: Vec<String>,
+}
+
+/// A running daemon: its pid and the start time that tells it apart from a later
+/// process with the same pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Daemon {
+    /// Process id.
+    pub pid: i32,
+    /// Field 22 of `/proc/<pid>/stat`: start time in clock ticks after boot.
+    pub start_ticks: u64,
+}
+
+/// Whether a daemon still runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    /// It runs, and it is the process that was started for this mount point.
+    Running,
+    /// It is gone; how it ended, in words ("fuse daemon exited: signal 9").
+    Exited(String),
+}
+
+/// The processes side of the agent, so the reconcile logic can be tested without
+/// starting real daemons.
+pub trait Daemons: Send + Sync {
+    /// Start a daemon for `spec`, appending its output to `log`.
+    fn start(&self, spec: &DaemonSpec, log: &Path) -> Result<Daemon, Error>;
+    /// Whether `daemon` still runs and still is a `tessera mount` of `mountpoint`.
+    fn liveness(&self, daemon: Daemon, mountpoint: &Path) -> Liveness;
+    /// Send `signal` to `daemon` if it still is that process.
+    fn signal(&self, daemon: Daemon, mountpoint: &Path, signal: Signal) -> Result<(), Error>;
+    /// SIGTERM, wait up to `grace`, then SIGKILL and wait again. `Ok` once it is gone.
+    fn stop(&self, daemon: Daemon, mountpoint: &Path, grace: Duration) -> Result<(), Error> {
+        if self.liveness(daemon, mountpoint) != Liveness::Running {
+            return Ok(());
+        }
+        let _ = self.signal(daemon, mountpoint, Signal::SIGTERM);
+        if wait_gone(self, daemon, mountpoint, grace) {
+            return Ok(());
+        }
+        let _ = self.signal(daemon, mountpoint, Signal::SIGKILL);
+        if wait_gone(self, daemon, mountpoint, Duration::from_secs(5)) {
+            return Ok(());
+        }
+        Err(Error::Unkillable { pid: daemon.pid })
+    }
+    /// Wait for exited children (no zombies).
+    fn reap(&self);
+}
+
+fn wait_gone<D: Daemons + ?Sized>(
+    d: &D,
+    daemon: Daemon,
+    mountpoint: &Path,
+    timeout: Duration,
+) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if d.liveness(daemon, mountpoint) != Liveness::Running {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Real daemons: `tessera mount` children of this process.
+pub struct HostDaemons {
+    program: PathBuf,
+    children: Mutex<HashMap<i32, Child>>,
+    exits: Mutex<HashMap<i32, ExitStatus>>,
+}
+
+impl HostDaemons {
+    /// Daemons run `program` (normally the agent's own binary, `/proc/self/exe`, so
+    /// a daemon is always the same build as the agent that started it).
+    pub fn new(program: PathBuf) -> Self {
+        HostDaemons {
+            program,
+            children: Mutex::default(),
+            exits: Mutex::default(),
+        }
+    }
+
+    fn exit_of(&self, pid: i32) -> Option<ExitStatus> {
+        self.reap();
+        self.exits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&pid)
+            .copied()
+    }
+}
+
+impl Daemons for HostDaemons {
+    fn start(&self, spec: &DaemonSpec, log: &Path) -> Result<Daemon, Error> {
+        let spawn_err = |source| Error::Spawn {
+            volume: spec.volume.clone(),
+            source,
+        };
+        let mut out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(spawn_err)?;
+        let _ = writeln!(
+            out,
+            "=== {} starting tessera mount on {}",
+            jiff::Timestamp::now(),
+            spec.mountpoint.display()
+        );
+        let err = out.try_clone().map_err(spawn_err)?;
+        let mut cmd = Command::new(&self.program);
+        if let Ok(exe) = std::env::current_exe() {
+            cmd.arg0(exe);
+        }
+        cmd.arg("mount")
+            .arg("--source")
+            .arg(&spec.source)
+            .arg("--mountpoint")
+            .arg(&spec.mountpoint)
+            .arg("--capacity-bytes")
+            .arg(spec.capacity_bytes.to_string())
+            .arg("--capacity-file")
+            .arg(&spec.capacity_file);
+        if spec.read_only {
+            cmd.arg("--read-only");
+        }
+        if !spec.options.is_empty() {
+            cmd.arg(format!("--options={}", spec.options.join(",")));
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .env("NO_COLOR", "1")
+            .env_remove("KUBECONFIG");
+        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::unistd::setsid()
+                    .map(drop)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let child = cmd.spawn().map_err(spawn_err)?;
+        let pid = child.id() as i32;
+        let start_ticks = proc_start_ticks(pid).unwrap_or(0);
+        self.exits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&pid);
+        self.children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pid, child);
+        Ok(Daemon { pid, start_ticks })
+    }
+
+    fn liveness(&self, daemon: Daemon, mountpoint: &Path) -> Liveness {
+        if let Some(status) = self.exit_of(daemon.pid) {
+            return Liveness::Exited(describe_exit(status));
+        }
+        match proc_stat(daemon.pid) {
+            None => Liveness::Exited("fuse daemon exited".into()),
+            Some((state, _)) if state == 'Z' || state == 'X' => {
+                Liveness::Exited("fuse daemon exited".into())
+            }
+            Some((_, ticks)) if ticks != daemon.start_ticks => Liveness::Exited(
+                "fuse daemon exited (its pid now belongs to another process)".into(),
+            ),
+            Some(_) if !is_mount_daemon(daemon.pid, mountpoint) => {
+                Liveness::Exited("fuse daemon exited (its pid now runs another program)".into())
+            }
+            Some(_) => Liveness::Running,
+        }
+    }
+
+    fn signal(&self, daemon: Daemon, mountpoint: &Path, signal: Signal) -> Result<(), Error> {
+        if self.liveness(daemon, mountpoint) != Liveness::Running {
+            return Ok(());
+        }
+        kill(Pid::from_raw(daemon.pid), signal).map_err(|errno| Error::Signal {
+            pid: daemon.pid,
+            signal,
+            errno,
+        })
+    }
+
+    fn reap(&self) {
+        let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
+        let mut done = Vec::new();
+        for (pid, child) in children.iter_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                done.push((*pid, status));
+            }
+        }
+        let mut exits = self.exits.lock().unwrap_or_else(|e| e.into_inner());
+        for (pid, status) in done {
+            children.remove(&pid);
+            exits.insert(pid, status);
+        }
+    }
+}
+
+/// "fuse daemon exited: signal 9" / "fuse daemon exited: status 1".
+pub fn describe_exit(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("fuse daemon exited: status {code}"),
+        (None, Some(sig)) => format!("fuse daemon exited: signal {sig}"),
+        _ => "fuse daemon exited".into(),
+    }
+}
+
+/// State (field 3) and start time (field 22) of `/proc/<pid>/stat`.
+pub fn proc_stat(pid: i32) -> Option<(char, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text)
+}
+
+fn parse_stat(text: &str) -> Option<(char, u64)> {
+    // The command name (field 2) is in parentheses and may itself contain ") ".
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // `rest` starts at field 3; field 22 is 19 further on.
+    let ticks = fields.nth(18)?.parse().ok()?;
+    Some((state, ticks))
+}
+
+/// Start time of a process, in clock ticks after boot.
+pub fn proc_start_ticks(pid: i32) -> Option<u64> {
+    proc_stat(pid).map(|(_, t)| t)
+}
+
+/// Whether `pid` runs `tessera mount … --mountpoint <mountpoint>`.
+pub fn is_mount_daemon(pid: i32, mountpoint: &Path) -> bool {
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    cmdline_matches(&raw, mountpoint)
+}
+
+fn cmdline_matches(raw: &[u8], mountpoint: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let args: Vec<&[u8]> = raw.split(|b| *b == 0).collect();
+    if args.get(1) != Some(&&b"mount"[..]) {
+        return false;
+    }
+    let want = mountpoint.as_os_str().as_bytes();
+    args.windows(2)
+        .any(|w| w[0] == b"--mountpoint" && w[1] == want)
+        || args
+            .iter()
+            .any(|a| a.strip_prefix(b"--mountpoint=") == Some(want))
+}
+
+/// What the agent remembers about one mount on disk, so a restarted agent can adopt
+/// the daemon instead of remounting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    /// The MountPod it serves.
+    pub mountpod: String,
+    /// The volume.
+    pub volume: String,
+    /// The daemon.
+    pub daemon: Daemon,
+    /// When the daemon was started (RFC 3339).
+    pub started_at: String,
+    /// The volume's directory.
+    pub source: PathBuf,
+    /// Where it is mounted.
+    pub mountpoint: PathBuf,
+    /// The quota last given to the daemon.
+    pub capacity_bytes: u64,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// Mount options.
+    pub mount_options: Vec<String>,
+    /// The mount has answered at least once. Only such mounts are watched by the
+    /// health loop; one that never came up is retried by reconcile, with backoff.
+    #[serde(default)]
+    pub answered: bool,
+}
+
+impl Record {
+    /// How long ago the daemon was started (zero if unknown).
+    pub fn age(&self) -> Duration {
+        self.started_at
+            .parse::<jiff::Timestamp>()
+            .ok()
+            .and_then(|t| Duration::try_from(jiff::Timestamp::now().duration_since(t)).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// The agent's state directory:
+///
+/// ```text
+///  <state>/mounts/<volume>.json       Record
+///  <state>/mounts/<volume>.capacity   quota in bytes, re-read by the daemon on SIGHUP
+///  <state>/logs/<volume>.log          the daemon's stdout and stderr
+/// ```
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+impl StateDir {
+    /// Use (and create) `root`.
+    pub fn open(root: &Path) -> Result<Self, Error> {
+        for sub in ["mounts", "logs"] {
+            let p = root.join(sub);
+            std::fs::create_dir_all(&p).map_err(|source| Error::State {
+                action: "creating",
+                path: p,
+                source,
+            })?;
+        }
+        Ok(StateDir {
+            root: root.to_path_buf(),
+        })
+    }
+
+    fn record_path(&self, volume: &str) -> PathBuf {
+        self.root.join("mounts").join(format!("{volume}.json"))
+    }
+
+    /// The capacity file of `volume`.
+    pub fn capacity_file(&self, volume: &str) -> PathBuf {
+        self.root.join("mounts").join(format!("{volume}.capacity"))
+    }
+
+    /// The log of `volume`'s daemon.
+    pub fn log_file(&self, volume: &str) -> PathBuf {
+        self.root.join("logs").join(format!("{volume}.log"))
+    }
+
+    /// The record of `volume`, if any. A record that does not parse counts as none
+    /// (the mount is then started afresh after cleaning up its mount point).
+    pub fn load(&self, volume: &str) -> Result<Option<Record>, Error> {
+        let path = self.record_path(volume);
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(Error::State {
+                action: "reading",
+                path,
+                source,
+            }),
+        }
+    }
+
+    /// Every record.
+    pub fn list(&self) -> Result<Vec<Record>, Error> {
+        let dir = self.root.join("mounts");
+        let entries = std::fs::read_dir(&dir).map_err(|source| Error::State {
+            action: "listing",
+            path: dir.clone(),
+            source,
+        })?;
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let p = entry.path();
+            if p.extension().is_some_and(|e| e == "json")
+                && let Ok(bytes) = std::fs::read(&p)
+                && let Ok(rec) = serde_json::from_slice::<Record>(&bytes)
+            {
+                out.push(rec);
+            }
+        }
+        out.sort_by(|a, b| a.volume.cmp(&b.volume));
+        Ok(out)
+    }
+
+    /// Write `record` atomically (temporary file, fsync, rename, fsync of the dir).
+    pub fn save(&self, record: &Record) -> Result<(), Error> {
+        let bytes = serde_json::to_vec_pretty(record).expect("a record serializes");
+        write_atomic(&self.record_path(&record.volume), &bytes)
+    }
+
+    /// Write the quota for the daemon to re-read.
+    pub fn write_capacity(&self, volume: &str, bytes: u64) -> Result<(), Error> {
+        write_atomic(&self.capacity_file(volume), format!("{bytes}\n").as_bytes())
+    }
+
+    /// Remove the record, capacity file and log of `volume`.
+    pub fn remove(&self, volume: &str) -> Result<(), Error> {
+        for path in [
+            self.record_path(volume),
+            self.capacity_file(volume),
+            self.log_file(volume),
+        ] {
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(Error::State {
+                        action: "removing",
+                        path,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The last lines of `volume`'s log (at most `max` bytes), for an error message.
+    pub fn log_tail(&self, volume: &str, max: u64) -> String {
+        let Ok(mut f) = File::open(self.log_file(volume)) else {
+            return String::new();
+        };
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(max)));
+        let mut buf = Vec::new();
+        let _ = f.read_to_end(&mut buf);
+        let text = strip_ansi(&String::from_utf8_lossy(&buf));
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("==="))
+            .collect();
+        lines[lines.len().saturating_sub(3)..].join(" | ")
+    }
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let err = |action, source| Error::State {
+        action,
+        path: path.to_path_buf(),
+        source,
+    };
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let mut f = File::create(&tmp).map_err(|e| err("creating", e))?;
+    f.write_all(bytes).map_err(|e| err("writing", e))?;
+    f.sync_all().map_err(|e| err("syncing", e))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| err("renaming onto", e))?;
+    if let Some(dir) = path.parent()
+        && let Ok(d) = File::open(dir)
+    {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_stat() {
+        let line = "1234 (tessera (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 4 0 987654 1000 10 18446744073709551615";
+        assert_eq!(parse_stat(line), Some(('S', 987654)));
+        let me = proc_stat(std::process::id() as i32).unwrap();
+        assert!(me.1 > 0);
+    }
+
+    #[test]
+    fn matches_the_daemon_command_line() {
+        let mp = Path::new("/var/lib/tessera/mounts/v");
+        assert!(cmdline_matches(
+            b"/usr/bin/tessera\0mount\0--source\0/d/v\0--mountpoint\0/var/lib/tessera/mounts/v\0",
+            mp
+        ));
+        assert!(cmdline_matches(
+            b"tessera\0mount\0--mountpoint=/var/lib/tessera/mounts/v\0",
+            mp
+        ));
+        assert!(!cmdline_matches(
+            b"tessera\0mount\0--mountpoint\0/var/lib/tessera/mounts/w\0",
+            mp
+        ));
+        assert!(!cmdline_matches(
+            b"tessera\0node\0--mountpoint\0/var/lib/tessera/mounts/v\0",
+            mp
+        ));
+        assert!(!cmdline_matches(b"", mp));
+    }
+
+    #[test]
+    fn records_round_trip_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open(dir.path()).unwrap();
+        assert_eq!(state.load("v").unwrap(), None);
+        let rec = Record {
+            mountpod: "v-1".into(),
+            volume: "v".into(),
+            daemon: Daemon {
+                pid: 42,
+                start_ticks: 7,
+            },
+            started_at: jiff::Timestamp::now().to_string(),
+            source: "/b/v".into(),
+            mountpoint: "/m/v".into(),
+            capacity_bytes: 1 << 30,
+            read_only: false,
+            mount_options: vec!["allow_other".into()],
+            answered: false,
+        };
+        state.save(&rec).unwrap();
+        assert_eq!(state.load("v").unwrap(), Some(rec.clone()));
+        assert_eq!(state.list().unwrap(), vec![rec.clone()]);
+        assert!(rec.age() < Duration::from_secs(5));
+        state.write_capacity("v", 5).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(state.capacity_file("v")).unwrap(),
+            "5\n"
+        );
+        // No temporary files are left behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path().join("mounts"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        state.remove("v").unwrap();
+        assert_eq!(state.load("v").unwrap(), None);
+        state.remove("v").unwrap();
+    }
+
+    #[test]
+    fn log_tail_keeps_the_last_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open(dir.path()).unwrap();
+        std::fs::write(
+            state.log_file("v"),
+            "=== start\none\n\u{1b}[31mtwo\u{1b}[0m\nthree\nfour\n",
+        )
+        .unwrap();
+        assert_eq!(state.log_tail("v", 4096), "two | three | four");
+        assert_eq!(state.log_tail("missing", 4096), "");
+    }
+
+    /// A stand-in daemon (`sleep`), to check the process bookkeeping without FUSE.
+    #[test]
+    fn start_watch_reap_and_stop() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemons = HostDaemons::new("/bin/sleep".into());
+        let spec = DaemonSpec {
+            volume: "v".into(),
+            source: dir.path().join("src"),
+            mountpoint: dir.path().join("mnt"),
+            capacity_bytes: 1,
+            capacity_file: dir.path().join("cap"),
+            read_only: false,
+            options: vec![],
+        };
+        // /bin/sleep exits at once on these arguments: the exit is reaped and described.
+        let d = daemons.start(&spec, &dir.path().join("log")).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Liveness::Exited(why) = daemons.liveness(d, &spec.mountpoint) {
+                assert_eq!(why, "fuse daemon exited: status 1");
+                break;
+            }
+            assert!(Instant::now() < deadline, "sleep did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(proc_stat(d.pid), None, "reaped, not a zombie");
+        // The process ran in a session of its own and its output went to the log.
+        let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+        assert!(log.contains("starting tessera mount"), "{log}");
+    }
+
+    #[test]
+    fn a_process_that_is_not_the_daemon_is_not_running() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let d = Daemon {
+            pid,
+            start_ticks: proc_start_ticks(pid).unwrap(),
+        };
+        let daemons = HostDaemons::new("/bin/true".into());
+        // A live process whose command line is not `tessera mount`.
+        assert!(matches!(
+            daemons.liveness(d, Path::new("/m/v")),
+            Liveness::Exited(_)
+        ));
+        // A wrong start time (pid reuse).
+        let other = Daemon {
+            pid,
+            start_ticks: d.start_ticks + 1,
+        };
+        assert!(matches!(
+            daemons.liveness(other, Path::new("/m/v")),
+            Liveness::Exited(_)
+        ));
+        // Signalling a process that is not ours is refused silently.
+        daemons
+            .signal(d, Path::new("/m/v"), Signal::SIGKILL)
+            .unwrap();
+        assert_eq!(child.try_wait().unwrap(), None);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}

@@ -1,0 +1,692 @@
+//! The node agent against the real control plane, with real FUSE mounts (root and
+//! /dev/fuse needed): the real `tessera controller` turns tickets into MountPods and
+//! one or two real `tessera node` processes (distinct node names, mount roots, state
+//! and kubelet dirs, all in temporary directories) mount them with `tessera mount`.
+//! Volumes keep their data under a temporary backend root.
+
+mod support;
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
+use tessera::api::{MountPhase, MountPod, Volume, VolumeAttachment};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Env {
+    client: Client,
+    id: String,
+    nodes: Vec<String>,
+    backend: tempfile::TempDir,
+    _ctrl: ControllerProcess,
+}
+
+/// Nodes are named `<prefix>-<test id>-n<i>`: `prefix` lets a test sort its nodes
+/// first among CSINodes (the controller picks the first one for data cleanup).
+async fn env(prefix: &str, nodes: usize) -> Env {
+    let client = support::client().await;
+    support::ensure_crds(&client).await;
+    let id = support::unique_name(prefix);
+    let nodes: Vec<String> = (0..nodes).map(|i| format!("{id}-n{i}")).collect();
+    fixtures::create_nodes(&client, &nodes).await;
+    let backend = tempfile::Builder::new()
+        .prefix("tessera-backend-")
+        .tempdir()
+        .unwrap();
+    let ctrl = ControllerProcess::start(&id, &["--no-leader-election"]);
+    Env {
+        client,
+        id,
+        nodes,
+        backend,
+        _ctrl: ctrl,
+    }
+}
+
+impl Env {
+    async fn volume(&self, suffix: &str, retain: bool) -> String {
+        let name = format!("{}-{suffix}", self.id);
+        let vol = fixtures::volume_at(
+            &name,
+            &self.id,
+            "ReadWriteOnce",
+            self.backend.path(),
+            retain,
+        );
+        Api::<Volume>::all(self.client.clone())
+            .create(&PostParams::default(), &vol)
+            .await
+            .unwrap();
+        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
+        eventually(
+            WAIT,
+            &format!("VolumeAttachment {name} created"),
+            || async { api.get_opt(&name).await.unwrap().map(|_| ()) },
+        )
+        .await;
+        name
+    }
+
+    fn source(&self, volume: &str) -> PathBuf {
+        self.backend.path().join(volume)
+    }
+
+    /// Wait until the MountPod of `volume` on `node` is ready for its current
+    /// generation and satisfies `f`.
+    async fn ready_mountpod(
+        &self,
+        volume: &str,
+        node: &str,
+        what: &str,
+        f: impl Fn(&MountPod) -> bool,
+    ) -> MountPod {
+        eventually(
+            WAIT,
+            &format!("MountPod of {volume} on {node}: {what}"),
+            || async {
+                fixtures::mountpod_on(&self.client, volume, node)
+                    .await
+                    .filter(|mp| mp.is_ready() && f(mp))
+            },
+        )
+        .await
+    }
+
+    async fn mountpod_gone(&self, volume: &str, node: &str) {
+        eventually(
+            WAIT,
+            &format!("MountPod of {volume} on {node} gone"),
+            || async {
+                fixtures::mountpod_on(&self.client, volume, node)
+                    .await
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Delete the volumes and wait until they are gone, then the nodes.
+    async fn cleanup(&self, volumes: &[String]) {
+        fixtures::delete_volumes(&self.client, volumes).await;
+        let api: Api<Volume> = Api::all(self.client.clone());
+        for v in volumes {
+            eventually(WAIT, &format!("Volume {v} gone"), || async {
+                api.get_opt(v).await.unwrap().is_none().then_some(())
+            })
+            .await;
+        }
+        fixtures::delete_nodes(&self.client, &self.nodes).await;
+    }
+}
+
+/// Deletes CSINodes and Nodes when dropped, even when the test panics: a leftover
+/// CSINode could be picked for another test's data cleanup.
+struct NodesGuard(Vec<String>);
+
+impl Drop for NodesGuard {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut self.0);
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let client = support::client().await;
+                fixtures::delete_csinodes(&client, &names).await;
+                fixtures::delete_nodes(&client, &names).await;
+            });
+        })
+        .join();
+    }
+}
+
+fn status(mp: &MountPod) -> tessera::api::MountPodStatus {
+    mp.status.clone().unwrap_or_default()
+}
+
+/// Bind the mount point into one target per `(pod, read_only)` under the kubelet dir
+/// and record the references as the CSI node service does (merge patch, field
+/// manager tessera-csi-node).
+async fn add_references(
+    client: &Client,
+    agent: &AgentProcess,
+    volume: &str,
+    pods: &[(&str, bool)],
+) -> Vec<PathBuf> {
+    let mut targets = Vec::new();
+    let mut refs = Vec::new();
+    for (pod, read_only) in pods {
+        let target = agent.kubelet_dir().join(format!(
+            "pods/{pod}/volumes/kubernetes.io~csi/{volume}/mount"
+        ));
+        std::fs::create_dir_all(&target).unwrap();
+        nix::mount::mount(
+            Some(&agent.mountpoint(volume)),
+            &target,
+            None::<&str>,
+            nix::mount::MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .unwrap();
+        if *read_only {
+            nix::mount::mount(
+                None::<&str>,
+                &target,
+                None::<&str>,
+                nix::mount::MsFlags::MS_BIND
+                    | nix::mount::MsFlags::MS_REMOUNT
+                    | nix::mount::MsFlags::MS_RDONLY,
+                None::<&str>,
+            )
+            .unwrap();
+        }
+        refs.push(
+            json!({"targetPath": target, "owner": format!("pod/{pod}"), "readOnly": read_only}),
+        );
+        targets.push(target);
+    }
+    set_references(client, volume, &agent.node, json!(refs)).await;
+    targets
+}
+
+async fn set_references(client: &Client, volume: &str, node: &str, references: serde_json::Value) {
+    let api: Api<MountPod> = Api::all(client.clone());
+    let params = PatchParams {
+        field_manager: Some("tessera-csi-node".into()),
+        ..Default::default()
+    };
+    api.patch(
+        &tessera::api::mountpod_name(volume, node),
+        &params,
+        &Patch::Merge(json!({"spec": {"references": references}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// Unmount the references' binds (NodeUnpublish) and drop them from the MountPod.
+async fn remove_references(
+    client: &Client,
+    agent: &AgentProcess,
+    volume: &str,
+    targets: &[PathBuf],
+) {
+    for target in targets {
+        nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH).unwrap();
+    }
+    set_references(client, volume, &agent.node, json!(null)).await;
+}
+
+fn is_mounted(path: &Path) -> bool {
+    !fixtures::mounts_at(path).is_empty()
+}
+
+fn pid_alive(pid: i64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// 1. ticket → controller → MountPod → agent → FUSE mount → ticket satisfied; a
+/// file written through the mount point lands in the volume's directory.
+#[tokio::test]
+async fn ticket_to_fuse_mount_to_data() {
+    let e = env("nmount", 1).await;
+    let agent = AgentProcess::start(&e.id, &e.nodes[0]);
+    let vol = e.volume("v", true).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-a",
+        "manual",
+        &e.nodes[0],
+        json!({}),
+    )
+    .await;
+    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+
+    let mp = e.ready_mountpod(&vol, &e.nodes[0], "Ready", |_| true).await;
+    let st = status(&mp);
+    let mountpoint = agent.mountpoint(&vol);
+    assert_eq!(st.phase, Some(MountPhase::Ready));
+    assert_eq!(
+        st.mount_point.as_deref(),
+        Some(mountpoint.to_str().unwrap())
+    );
+    assert_eq!(st.restarts, 0);
+    assert_eq!(st.reference_count, 0);
+    assert!(mp.finalizers().iter().any(|f| f == "tessera.io/mount"));
+    let ready = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready condition");
+    assert_eq!(ready.status, "True");
+    let pid = st.pid.expect("pid reported");
+    assert!(pid_alive(pid));
+    let mounts = fixtures::mounts_at(&mountpoint);
+    assert_eq!(mounts.len(), 1, "one FUSE mount: {mounts:?}");
+    assert!(mounts[0].fs_type.starts_with("fuse"), "{mounts:?}");
+    assert_eq!(
+        std::fs::metadata(&mountpoint)
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+            .unwrap(),
+        1
+    );
+
+    std::fs::write(mountpoint.join("hello.txt"), b"written through FUSE").unwrap();
+    assert_eq!(
+        std::fs::read(e.source(&vol).join("hello.txt")).unwrap(),
+        b"written through FUSE"
+    );
+
+    // Detach: the agent unmounts, stops the daemon and lets the MountPod go.
+    fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
+    e.mountpod_gone(&vol, &e.nodes[0]).await;
+    assert!(!is_mounted(&mountpoint));
+    assert!(!mountpoint.exists(), "mount point removed");
+    eventually(Duration::from_secs(10), "daemon gone", || async {
+        (!pid_alive(pid)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        std::fs::read(e.source(&vol).join("hello.txt")).unwrap(),
+        b"written through FUSE"
+    );
+    e.cleanup(&[vol]).await;
+}
+
+/// 2. RWO handover between two agents on this machine sharing the backend root.
+#[tokio::test]
+async fn rwo_handover_between_two_agents() {
+    let e = env("nhand", 2).await;
+    let a = AgentProcess::start(&e.id, &e.nodes[0]);
+    let b = AgentProcess::start(&e.id, &e.nodes[1]);
+    let vol = e.volume("v", true).await;
+
+    fixtures::put_ticket(&e.client, &vol, "manual-a", "manual", &a.node, json!({})).await;
+    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    e.ready_mountpod(&vol, &a.node, "Ready on A", |_| true)
+        .await;
+    let data: Vec<u8> = (0..(1 << 20))
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    {
+        let mut f = std::fs::File::create(a.mountpoint(&vol).join("data.bin")).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+    }
+
+    fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
+    fixtures::put_ticket(&e.client, &vol, "manual-b", "manual", &b.node, json!({})).await;
+    fixtures::wait_satisfied(&e.client, &vol, "manual-b").await;
+    e.ready_mountpod(&vol, &b.node, "Ready on B", |_| true)
+        .await;
+    assert!(
+        fixtures::mountpod_on(&e.client, &vol, &a.node)
+            .await
+            .is_none(),
+        "A detached before B attached"
+    );
+    assert!(!is_mounted(&a.mountpoint(&vol)), "A unmounted");
+    assert_eq!(
+        std::fs::read(b.mountpoint(&vol).join("data.bin")).unwrap(),
+        data,
+        "data intact on B"
+    );
+
+    fixtures::remove_ticket(&e.client, &vol, "manual-b").await;
+    e.mountpod_gone(&vol, &b.node).await;
+    e.cleanup(&[vol]).await;
+}
+
+/// 3. kill -9 of the FUSE daemon: the agent lazily unmounts the dead mount, starts a
+/// new daemon, re-binds the recorded reference, and reports the restart.
+#[tokio::test]
+async fn killed_fuse_daemon_is_repaired_and_rebound() {
+    let e = env("nrepair", 1).await;
+    let agent = AgentProcess::start(&e.id, &e.nodes[0]);
+    let vol = e.volume("v", true).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-a",
+        "manual",
+        &agent.node,
+        json!({}),
+    )
+    .await;
+    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    e.ready_mountpod(&vol, &agent.node, "Ready", |_| true).await;
+
+    let targets = add_references(
+        &e.client,
+        &agent,
+        &vol,
+        &[("writer", false), ("reader", true)],
+    )
+    .await;
+    let (writer, reader) = (&targets[0], &targets[1]);
+    let mp = e
+        .ready_mountpod(&vol, &agent.node, "two references", |mp| {
+            status(mp).reference_count == 2
+        })
+        .await;
+    let old_pid = status(&mp).pid.unwrap();
+    std::fs::write(writer.join("before.txt"), b"before the crash").unwrap();
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let killed = Instant::now();
+    // Through both references: broken at first (ENOTCONN), then working again.
+    // Polled every 5 ms to measure the repair.
+    let mut data_back = None;
+    while killed.elapsed() < Duration::from_secs(30) {
+        let w = std::fs::read(writer.join("before.txt"));
+        let r = std::fs::read(reader.join("before.txt"));
+        if let (Ok(w), Ok(r)) = (w, r) {
+            data_back = Some((w, r, killed.elapsed()));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (w, r, took) = data_back.expect("data readable through both references within 30 s");
+    let mp = e
+        .ready_mountpod(&vol, &agent.node, "repaired", |mp| {
+            let st = status(mp);
+            st.restarts == 1 && st.pid != Some(old_pid) && st.phase == Some(MountPhase::Ready)
+        })
+        .await;
+    let ready_after = killed.elapsed();
+    let st = status(&mp);
+    println!(
+        "repair: data readable through both references {} ms after kill -9; \
+         MountPod seen Ready with restarts=1 {} ms after",
+        took.as_millis(),
+        ready_after.as_millis()
+    );
+    assert_eq!(w, b"before the crash");
+    assert_eq!(r, b"before the crash");
+    assert_eq!(
+        st.last_error.as_deref(),
+        Some("fuse daemon exited: signal 9")
+    );
+    assert!(st.last_error_time.is_some());
+    assert!(pid_alive(st.pid.unwrap()));
+    assert!(took < Duration::from_secs(10), "repair took {took:?}");
+    // The re-bound targets are the new mount, and writes land in the volume.
+    std::fs::write(writer.join("after.txt"), b"after the repair").unwrap();
+    assert_eq!(
+        std::fs::read(e.source(&vol).join("after.txt")).unwrap(),
+        b"after the repair"
+    );
+    for t in &targets {
+        assert_eq!(fixtures::mounts_at(t).len(), 1, "one live bind on {t:?}");
+    }
+    assert!(
+        fixtures::mounts_at(reader)[0].read_only(),
+        "read-only reference re-bound read-only"
+    );
+    assert_eq!(
+        std::fs::write(reader.join("nope.txt"), b"x")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EROFS)
+    );
+
+    remove_references(&e.client, &agent, &vol, &targets).await;
+    fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
+    e.mountpod_gone(&vol, &agent.node).await;
+    e.cleanup(&[vol]).await;
+}
+
+/// 4. kill -9 of the agent: the restarted agent adopts the running daemon (same pid,
+/// same mount id, no remount) while a reader keeps its file open, and applies an
+/// online capacity change to it (SIGHUP, no remount).
+#[tokio::test]
+async fn restarted_agent_adopts_running_mounts() {
+    let e = env("nadopt", 1).await;
+    let mut agent = AgentProcess::start(&e.id, &e.nodes[0]);
+    let vol = e.volume("v", true).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-a",
+        "manual",
+        &agent.node,
+        json!({}),
+    )
+    .await;
+    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    let mp = e.ready_mountpod(&vol, &agent.node, "Ready", |_| true).await;
+    let pid = status(&mp).pid.unwrap();
+    let mountpoint = agent.mountpoint(&vol);
+    let mount_id = fixtures::mounts_at(&mountpoint)[0].mount_id;
+    std::fs::write(mountpoint.join("open.txt"), b"0123456789").unwrap();
+
+    // A reader with an open file, reading all the time.
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let (stop, reads) = (stop.clone(), reads.clone());
+        let mut f = std::fs::File::open(mountpoint.join("open.txt")).unwrap();
+        std::thread::spawn(move || -> Result<(), String> {
+            while !stop.load(Ordering::Relaxed) {
+                let mut buf = String::new();
+                f.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+                f.read_to_string(&mut buf).map_err(|e| e.to_string())?;
+                if buf != "0123456789" {
+                    return Err(format!("read {buf:?}"));
+                }
+                reads.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(())
+        })
+    };
+
+    agent.kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let reads_while_down = reads.load(Ordering::Relaxed);
+    agent.restart();
+    eventually(WAIT, "restarted agent ready", || async {
+        agent.ready().then_some(())
+    })
+    .await;
+
+    // Grow the volume: the restarted agent must act on the MountPod (observedGeneration)
+    // without a remount.
+    let before = fixtures::mountpod_on(&e.client, &vol, &agent.node)
+        .await
+        .unwrap();
+    Api::<Volume>::all(e.client.clone())
+        .patch(
+            &vol,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"size": "2Gi"}})),
+        )
+        .await
+        .unwrap();
+    let mp = e
+        .ready_mountpod(&vol, &agent.node, "capacity 2Gi observed", |mp| {
+            mp.spec.capacity_bytes == 2 << 30 && mp.metadata.generation > before.metadata.generation
+        })
+        .await;
+    let st = status(&mp);
+    assert_eq!(st.pid, Some(pid), "same daemon");
+    assert_eq!(st.restarts, 0);
+    assert!(pid_alive(pid));
+    let mounts = fixtures::mounts_at(&mountpoint);
+    assert_eq!(mounts.len(), 1, "{mounts:?}");
+    assert_eq!(mounts[0].mount_id, mount_id, "not remounted");
+    // The quota grew online (statfs of the mount reports the new capacity).
+    eventually(Duration::from_secs(10), "statfs reports 2Gi", || async {
+        let s = nix::sys::statvfs::statvfs(&mountpoint).ok()?;
+        let total = s.blocks() * s.fragment_size();
+        (total >= (2u64 << 30) - (1 << 20)).then_some(())
+    })
+    .await;
+
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, Ordering::Relaxed);
+    reader.join().unwrap().expect("the reader never failed");
+    let total_reads = reads.load(Ordering::Relaxed);
+    assert!(
+        reads_while_down > 0 && total_reads > reads_while_down,
+        "reads went on: {reads_while_down} → {total_reads}"
+    );
+
+    fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
+    e.mountpod_gone(&vol, &agent.node).await;
+    e.cleanup(&[vol]).await;
+}
+
+/// 5. A MountPod is not unmounted while references remain; it goes once they are.
+#[tokio::test]
+async fn deletion_waits_for_references() {
+    let e = env("ndel", 1).await;
+    let agent = AgentProcess::start(&e.id, &e.nodes[0]);
+    let vol = e.volume("v", true).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-a",
+        "manual",
+        &agent.node,
+        json!({}),
+    )
+    .await;
+    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    e.ready_mountpod(&vol, &agent.node, "Ready", |_| true).await;
+    let targets = add_references(&e.client, &agent, &vol, &[("reader", true)]).await;
+    let target = &targets[0];
+    let mp = e
+        .ready_mountpod(&vol, &agent.node, "one reference", |mp| {
+            status(mp).reference_count == 1
+        })
+        .await;
+    let pid = status(&mp).pid.unwrap();
+    std::fs::write(agent.mountpoint(&vol).join("kept.txt"), b"kept").unwrap();
+
+    // The ticket goes, the controller deletes the MountPod; the agent refuses to
+    // unmount under the pod.
+    fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
+    let target_str = target.display().to_string();
+    let mp = eventually(
+        WAIT,
+        "MountPod Terminating, naming the remaining target",
+        || async {
+            fixtures::mountpod_on(&e.client, &vol, &agent.node)
+                .await
+                .filter(|mp| {
+                    let st = status(mp);
+                    mp.metadata.deletion_timestamp.is_some()
+                        && st.phase == Some(MountPhase::Terminating)
+                        && st.conditions.iter().any(|c| {
+                            c.type_ == "Ready"
+                                && c.reason == "ReferencesRemain"
+                                && c.message.contains(&target_str)
+                        })
+                })
+        },
+    )
+    .await;
+    assert!(mp.finalizers().iter().any(|f| f == "tessera.io/mount"));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(pid_alive(pid), "daemon still runs");
+    assert_eq!(
+        std::fs::read(target.join("kept.txt")).unwrap(),
+        b"kept",
+        "still served through the reference"
+    );
+    assert!(
+        std::fs::write(target.join("nope.txt"), b"x").is_err(),
+        "the read-only reference is read-only"
+    );
+
+    remove_references(&e.client, &agent, &vol, &targets).await;
+    e.mountpod_gone(&vol, &agent.node).await;
+    assert!(!is_mounted(&agent.mountpoint(&vol)));
+    eventually(Duration::from_secs(10), "daemon gone", || async {
+        (!pid_alive(pid)).then_some(())
+    })
+    .await;
+    e.cleanup(&[vol]).await;
+}
+
+/// 6. Deleting a Volume removes its data through a cleanup ticket: the agent runs the
+/// RemoveData task on the node that a CSINode names.
+///
+/// Ignored for now: the controller's Volume cleanup runs inside kube-runtime's
+/// `finalizer()`, which removes the finalizer as soon as the cleanup closure returns
+/// `Ok` — right after it adds the cleanup ticket, not once the ticket is satisfied.
+/// The Volume then goes at once, and garbage collection races the agent for the
+/// RemoveData MountPod (this test fails about half of the time: the Volume is gone
+/// while the data is still there, or is never removed). Run with `--ignored`.
+#[tokio::test]
+#[ignore = "controller removes the Volume finalizer before the cleanup ticket is satisfied"]
+async fn deleted_volume_data_is_removed_by_the_agent() {
+    // "0" sorts the node first among CSINodes of other tests.
+    let e = env("0nrm", 1).await;
+    fixtures::create_csinodes(&e.client, &e.nodes).await;
+    let _nodes = NodesGuard(e.nodes.clone());
+    let agent = AgentProcess::start(&e.id, &e.nodes[0]);
+    let vol = e.volume("v", false).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-a",
+        "manual",
+        &agent.node,
+        json!({}),
+    )
+    .await;
+    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    e.ready_mountpod(&vol, &agent.node, "Ready", |_| true).await;
+    std::fs::create_dir_all(agent.mountpoint(&vol).join("dir/sub")).unwrap();
+    std::fs::write(agent.mountpoint(&vol).join("dir/sub/file"), b"data").unwrap();
+    // A symlink out of the volume must not be followed by the removal.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("precious"), b"keep me").unwrap();
+    std::os::unix::fs::symlink(outside.path(), e.source(&vol).join("link")).unwrap();
+    fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
+    e.mountpod_gone(&vol, &agent.node).await;
+    assert!(e.source(&vol).join("dir/sub/file").exists());
+
+    Api::<Volume>::all(e.client.clone())
+        .delete(&vol, &DeleteParams::default())
+        .await
+        .unwrap();
+    let api: Api<Volume> = Api::all(e.client.clone());
+    eventually(WAIT, "Volume gone after its data was removed", || async {
+        api.get_opt(&vol).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(!e.source(&vol).exists(), "data directory removed");
+    assert!(e.backend.path().exists(), "backend root kept");
+    assert_eq!(
+        std::fs::read(outside.path().join("precious")).unwrap(),
+        b"keep me"
+    );
+    // The RemoveData MountPod went with the Volume (owner reference) once the agent
+    // let it go.
+    e.mountpod_gone(&vol, &agent.node).await;
+
+    e.cleanup(&[]).await;
+}
