@@ -1,7 +1,51 @@
 //! The FUSE filesystem of one volume on one node (`tessera mount`). Knows nothing of
-//! Kubernetes. (Being written.)
+//! Kubernetes: it serves one directory (`--source`) at one mount point, within a quota.
+//!
+//! ```text
+//!            ┌──────────────────────── tessera mount ───────────────────────────┐
+//!  kernel ◀──┤ fuser session: N worker threads, each with its own /dev/fuse fd    │
+//!  (FUSE)    │   └─▶ adapter (fuser::Filesystem) ─▶ fs::VolumeFs ─▶ backing dir   │
+//!            │                                         └─▶ quota::Quota           │
+//!            │ signal thread: SIGTERM/SIGINT → unmount; SIGHUP → re-read capacity │
+//!            └───────────────────────────────────────────────────────────────────┘
+//!  read-only opens: the kernel reads the backing file directly (passthrough)
+//! ```
+//!
+//! Modules: [`fs`] is the filesystem core (no FUSE types), [`adapter`] the thin
+//! `fuser::Filesystem` over it, [`quota`] the byte quota, [`sys`] the syscalls.
+//! This module owns the process: it scans the quota, mounts, serves until unmounted,
+//! and handles signals.
+//!
+//! **Lifecycle.** `run` scans the source for the bytes in use, mounts with `mount(2)`
+//! (the daemon runs as root, so no `fusermount3` is needed), and serves. SIGTERM or
+//! SIGINT unmounts (lazily if files are still open, so the daemon serves them until
+//! they are closed); a second one exits at once, which aborts the connection. SIGHUP
+//! re-reads `--capacity-file`. When the kernel ends the connection (unmount, by us or
+//! anyone), the daemon logs its counters and exits 0.
+//!
+//! **Permissions.** The mount is `allow_other` (pods run as any uid) and
+//! `default_permissions` (the kernel checks mode bits with the caller's credentials
+//! before a request reaches the daemon), and `nosuid,nodev` unless `--options` says
+//! `suid`/`dev`.
 
-use std::path::PathBuf;
+pub mod adapter;
+pub mod fs;
+pub mod quota;
+mod sys;
+
+use std::io;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use fuser::{Config, MountOption, SessionACL};
+use nix::sys::signal::{SigSet, Signal};
+
+use self::adapter::{Adapter, AdapterOptions};
+use self::fs::{FsError, Options, VolumeFs};
+use self::quota::Quota;
 
 /// Command line of `tessera mount`.
 #[derive(clap::Args, Debug, Clone)]
@@ -25,17 +69,349 @@ pub struct MountArgs {
     /// Extra mount options (comma separated, as in mount -o).
     #[arg(long, value_delimiter = ',')]
     pub options: Vec<String>,
+    /// Threads serving requests (each with its own /dev/fuse descriptor).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub threads: u16,
+    /// How long, in seconds, the kernel may cache names and attributes. Longer is
+    /// faster; shorter notices changes made to the backing directory behind the mount
+    /// (e.g. by another node on a shared backend) sooner.
+    #[arg(long, default_value_t = 1.0)]
+    pub attr_timeout: f64,
+    /// Never use kernel passthrough, even where the kernel supports it.
+    #[arg(long)]
+    pub no_passthrough: bool,
 }
 
 /// Errors of the mount role.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Not built yet.
-    #[error("tessera mount is not implemented yet")]
-    NotImplemented,
+    /// The capacity file could not be read.
+    #[error("reading the capacity file {path}")]
+    ReadCapacity {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The capacity file does not hold a byte count.
+    #[error("the capacity file {path} does not hold a decimal byte count: {value:?}")]
+    ParseCapacity { path: PathBuf, value: String },
+    /// The volume directory could not be opened.
+    #[error("opening the volume directory {path}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: FsError,
+    },
+    /// Walking the volume to count its bytes failed.
+    #[error("scanning {path} for the bytes in use")]
+    Scan {
+        path: PathBuf,
+        #[source]
+        errno: nix::errno::Errno,
+    },
+    /// An option of `--options` that cannot be honoured.
+    #[error("mount option {0:?} is not supported")]
+    MountOption(String),
+    /// `--attr-timeout` out of range.
+    #[error("--attr-timeout must be a finite number of seconds >= 0, not {0}")]
+    AttrTimeout(f64),
+    /// Setting up signal handling failed.
+    #[error("setting up signal handling")]
+    Signals(#[source] nix::errno::Errno),
+    /// The kernel refused the mount.
+    #[error("mounting {mountpoint}")]
+    Mount {
+        mountpoint: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// Serving ended with an error.
+    #[error("serving {mountpoint}")]
+    Serve {
+        mountpoint: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Install a stderr subscriber unless the binary already has one; `RUST_LOG`
+/// overrides the default level (info).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
+        .try_init();
+}
+
+/// The daemon holds one descriptor per inode the kernel knows: lift the soft limit.
+fn raise_nofile_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit to fill and then pass back.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+fn read_capacity(path: &Path) -> Result<u64, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::ReadCapacity {
+        path: path.to_owned(),
+        source,
+    })?;
+    text.trim().parse().map_err(|_| Error::ParseCapacity {
+        path: path.to_owned(),
+        value: text.trim().chars().take(64).collect(),
+    })
+}
+
+/// Mount options for the kernel from the command line.
+fn mount_options(args: &MountArgs) -> Result<(Vec<MountOption>, Options), Error> {
+    let mut read_only = args.read_only;
+    let mut devices = false;
+    let mut opts = vec![
+        MountOption::FSName(args.source.display().to_string()),
+        MountOption::Subtype("tessera".into()),
+        MountOption::DefaultPermissions,
+    ];
+    for o in args
+        .options
+        .iter()
+        .map(|o| o.trim())
+        .filter(|o| !o.is_empty())
+    {
+        let opt = match o {
+            "ro" => {
+                read_only = true;
+                continue;
+            }
+            "rw" => continue,
+            "exec" => MountOption::Exec,
+            "noexec" => MountOption::NoExec,
+            "suid" => MountOption::Suid,
+            "nosuid" => MountOption::NoSuid,
+            "dev" => {
+                devices = true;
+                MountOption::Dev
+            }
+            "nodev" => {
+                devices = false;
+                MountOption::NoDev
+            }
+            "atime" => MountOption::Atime,
+            "noatime" => MountOption::NoAtime,
+            "sync" => MountOption::Sync,
+            "async" => MountOption::Async,
+            "dirsync" => MountOption::DirSync,
+            // Always on: pods run as any uid, and the kernel checks permissions.
+            "allow_other" | "default_permissions" => continue,
+            // Needs the setuid fusermount helper, which a root daemon does not use.
+            "auto_unmount" | "allow_root" => return Err(Error::MountOption(o.to_owned())),
+            _ if o.starts_with("fsname=") || o.starts_with("subtype=") => {
+                return Err(Error::MountOption(o.to_owned()));
+            }
+            other => MountOption::CUSTOM(other.to_owned()),
+        };
+        if !opts.contains(&opt) {
+            opts.push(opt);
+        }
+    }
+    opts.push(if read_only {
+        MountOption::RO
+    } else {
+        MountOption::RW
+    });
+    Ok((opts, Options { read_only, devices }))
 }
 
 /// Serve the volume until unmounted or signalled.
-pub fn run(_args: MountArgs) -> Result<(), Error> {
-    Err(Error::NotImplemented)
+pub fn run(args: MountArgs) -> Result<(), Error> {
+    init_tracing();
+    if !args.attr_timeout.is_finite() || args.attr_timeout < 0.0 {
+        return Err(Error::AttrTimeout(args.attr_timeout));
+    }
+    let (mount_options, options) = mount_options(&args)?;
+    // The kernel applies the caller's umask before a create reaches us; ours must not
+    // apply a second one. Set before any thread exists (umask is per process).
+    // SAFETY: umask has no failure mode.
+    unsafe { libc::umask(0) };
+    raise_nofile_limit();
+
+    let capacity = match &args.capacity_file {
+        Some(path) if path.exists() => read_capacity(path)?,
+        _ => args.capacity_bytes,
+    };
+    let source_dir = std::fs::File::open(&args.source).map_err(|e| Error::Open {
+        path: args.source.clone(),
+        source: FsError::Sys {
+            op: "open",
+            errno: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        },
+    })?;
+    let scan = quota::scan(source_dir.as_fd()).map_err(|errno| Error::Scan {
+        path: args.source.clone(),
+        errno,
+    })?;
+    drop(source_dir);
+    let quota = Arc::new(Quota::new(capacity, scan.bytes));
+    tracing::info!(
+        source = %args.source.display(),
+        capacity,
+        used = scan.bytes,
+        files = scan.files,
+        dirs = scan.dirs,
+        "volume scanned"
+    );
+
+    let fs = Arc::new(
+        VolumeFs::new(&args.source, options, quota.clone()).map_err(|source| Error::Open {
+            path: args.source.clone(),
+            source,
+        })?,
+    );
+    let adapter = Adapter::new(
+        fs.clone(),
+        AdapterOptions {
+            ttl: Duration::from_secs_f64(args.attr_timeout),
+            passthrough: !args.no_passthrough,
+        },
+    );
+
+    let mut config = Config::default();
+    config.mount_options = mount_options;
+    config.acl = SessionACL::All;
+    config.n_threads = Some(args.threads as usize);
+    config.clone_fd = true;
+
+    // Only the signal thread takes these signals: block them before fuser starts its
+    // workers, which inherit the mask.
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        signals.add(s);
+    }
+    signals.thread_block().map_err(Error::Signals)?;
+
+    let mut session =
+        fuser::Session::new(adapter, &args.mountpoint, &config).map_err(|source| Error::Mount {
+            mountpoint: args.mountpoint.clone(),
+            source,
+        })?;
+    let unmounter = session.unmount_callable();
+    let signal_ctx = SignalContext {
+        signals,
+        unmounter,
+        quota: quota.clone(),
+        capacity_file: args.capacity_file.clone(),
+        mountpoint: args.mountpoint.clone(),
+    };
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || signal_ctx.run())
+        .map_err(|source| Error::Serve {
+            mountpoint: args.mountpoint.clone(),
+            source,
+        })?;
+    tracing::info!(
+        mountpoint = %args.mountpoint.display(),
+        read_only = options.read_only,
+        devices = options.devices,
+        threads = args.threads,
+        "mounted"
+    );
+
+    let served = session.run();
+    let stats = fs.stats();
+    let usage = fs.usage();
+    tracing::info!(
+        mountpoint = %args.mountpoint.display(),
+        reads = stats.reads.load(Ordering::Relaxed),
+        read_bytes = stats.read_bytes.load(Ordering::Relaxed),
+        writes = stats.writes.load(Ordering::Relaxed),
+        write_bytes = stats.write_bytes.load(Ordering::Relaxed),
+        opens_passthrough = stats.opens_passthrough.load(Ordering::Relaxed),
+        opens_cached = stats.opens_cached.load(Ordering::Relaxed),
+        opens_busy = stats.opens_busy.load(Ordering::Relaxed),
+        passthrough_failures = stats.passthrough_failures.load(Ordering::Relaxed),
+        used = usage.used,
+        capacity = usage.capacity,
+        "unmounted"
+    );
+    served.map_err(|source| Error::Serve {
+        mountpoint: args.mountpoint.clone(),
+        source,
+    })
+}
+
+/// What the signal thread needs.
+struct SignalContext {
+    signals: SigSet,
+    unmounter: fuser::SessionUnmounter,
+    quota: Arc<Quota>,
+    capacity_file: Option<PathBuf>,
+    mountpoint: PathBuf,
+}
+
+impl SignalContext {
+    fn run(mut self) {
+        let mut stopping = false;
+        loop {
+            let signal = match self.signals.wait() {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "waiting for signals failed");
+                    return;
+                }
+            };
+            match signal {
+                Signal::SIGHUP => self.reload_capacity(),
+                _ if stopping => {
+                    tracing::warn!(%signal, "second stop signal: exiting, open files lose the mount");
+                    std::process::exit(1);
+                }
+                _ => {
+                    stopping = true;
+                    tracing::info!(%signal, mountpoint = %self.mountpoint.display(), "unmounting");
+                    self.unmount();
+                }
+            }
+        }
+    }
+
+    fn reload_capacity(&self) {
+        let Some(path) = &self.capacity_file else {
+            tracing::warn!("SIGHUP without --capacity-file: nothing to reload");
+            return;
+        };
+        match read_capacity(path) {
+            Ok(capacity) => {
+                let old = self.quota.set_capacity(capacity);
+                let used = self.quota.usage().used;
+                tracing::info!(old, capacity, used, "capacity reloaded");
+            }
+            Err(e) => tracing::error!(error = %e, "capacity not reloaded; keeping the old one"),
+        }
+    }
+
+    fn unmount(&mut self) {
+        match self.unmounter.unmount() {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                // Files are open: detach now, keep serving them until they are closed.
+                tracing::warn!("mount busy: detaching lazily");
+                if let Err(e) =
+                    nix::mount::umount2(&self.mountpoint, nix::mount::MntFlags::MNT_DETACH)
+                {
+                    tracing::error!(error = %e, "lazy unmount failed");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "unmount failed"),
+        }
+    }
 }

@@ -1,0 +1,689 @@
+//! The `fuser::Filesystem` of a volume: a thin translation between fuser's request
+//! and reply types and the core ([`super::fs::VolumeFs`]).
+//!
+//! What lives here and not in the core is what only makes sense to FUSE: negotiating
+//! the connection in `init` (max write, readdirplus, passthrough), the kernel's
+//! passthrough backing ids (one per inode, shared by that inode's passthrough opens,
+//! dropped with the last of them), the open flags that tell the kernel which I/O mode
+//! a file uses, and the attribute/entry cache lifetimes.
+//!
+//! Every failure from the core reaches the kernel through [`errno`], using
+//! [`super::fs::FsError::errno`], the single errno mapping.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
+    FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
+};
+
+use super::fs::{
+    Attr, Caller, FileKind, FsError, IoMode, Opened, SetAttr, SetTime, VolumeFs, Xattr,
+};
+
+/// Largest write the kernel sends in one request.
+pub const MAX_WRITE: u32 = 1 << 20;
+
+/// statfs `f_type` of overlayfs and FUSE: backing directories on a stacked
+/// filesystem need one more level of stacking for passthrough.
+const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+
+/// How the adapter talks to the kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct AdapterOptions {
+    /// How long the kernel may cache attributes and names.
+    pub ttl: Duration,
+    /// Try kernel passthrough for read-only opens.
+    pub passthrough: bool,
+}
+
+/// Backing ids registered with the kernel for passthrough.
+#[derive(Debug, Default)]
+struct Backing {
+    /// The inode's id while any passthrough open holds it (the kernel refuses two
+    /// different backing files for one inode).
+    by_ino: HashMap<u64, Weak<BackingId>>,
+    by_fh: HashMap<u64, Arc<BackingId>>,
+}
+
+/// The FUSE face of a volume.
+#[derive(Debug)]
+pub struct Adapter {
+    fs: Arc<VolumeFs>,
+    options: AdapterOptions,
+    backing: Mutex<Backing>,
+}
+
+fn errno(e: &FsError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::Regular => FileType::RegularFile,
+        FileKind::Directory => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice => FileType::CharDevice,
+        FileKind::BlockDevice => FileType::BlockDevice,
+    }
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: a.atime,
+        mtime: a.mtime,
+        ctime: a.ctime,
+        crtime: a.ctime,
+        kind: file_type(a.kind),
+        perm: a.perm,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+fn set_time(t: Option<TimeOrNow>) -> Option<SetTime> {
+    t.map(|t| match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(t),
+    })
+}
+
+thread_local! {
+    /// Each worker thread's read buffer: reads up to 1 MiB would otherwise cost an
+    /// mmap/munmap pair per request.
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Adapter {
+    pub fn new(fs: Arc<VolumeFs>, options: AdapterOptions) -> Self {
+        Adapter {
+            fs,
+            options,
+            backing: Mutex::default(),
+        }
+    }
+
+    fn entry(&self, reply: ReplyEntry, r: Result<Attr, FsError>) {
+        match r {
+            Ok(a) => reply.entry(&self.options.ttl, &file_attr(&a), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// The kernel's backing id for `fh`'s inode: the inode's existing one, or a new
+    /// registration of `fh`'s backing file.
+    fn backing_id(
+        &self,
+        opened: Opened,
+        register: impl FnOnce(&VolumeFs) -> std::io::Result<BackingId>,
+    ) -> Result<Arc<BackingId>, std::io::Error> {
+        let handle = self.fs.handle(opened.fh).map_err(std::io::Error::other)?;
+        let mut b = self.backing.lock().unwrap_or_else(|p| p.into_inner());
+        let id = match b.by_ino.get(&handle.ino()).and_then(Weak::upgrade) {
+            Some(id) => id,
+            None => {
+                let id = Arc::new(register(&self.fs)?);
+                b.by_ino.insert(handle.ino(), Arc::downgrade(&id));
+                id
+            }
+        };
+        b.by_fh.insert(opened.fh, id.clone());
+        Ok(id)
+    }
+
+    /// Registering a backing file failed: fall back to cached I/O for this open, and
+    /// stop trying passthrough if the kernel will never accept it.
+    fn passthrough_failed(&self, fh: u64, err: &std::io::Error) {
+        let _ = self.fs.passthrough_failed(fh);
+        let permanent = matches!(
+            err.raw_os_error(),
+            Some(libc::EPERM | libc::ENOTTY | libc::EOPNOTSUPP | libc::ENOSYS | libc::ELOOP)
+        );
+        if permanent {
+            self.fs.set_passthrough(false);
+        }
+        tracing::warn!(fh, error = %err, permanent, "kernel passthrough refused; using cached I/O");
+    }
+}
+
+impl Filesystem for Adapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(nearest) = config.set_max_write(MAX_WRITE) {
+            let _ = config.set_max_write(nearest);
+        }
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        let caps = config.capabilities();
+        // Wanted when the kernel has them; none is required.
+        let wanted = [
+            // readdir with attributes: `ls -l` without a lookup per entry.
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            // Lookups and readdirs of one directory in parallel: the core holds no
+            // per-directory state that needs the kernel's serialization.
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            // Drop cached pages when a file's mtime or size changed behind the kernel
+            // (another node writing to a shared backend).
+            InitFlags::FUSE_AUTO_INVAL_DATA,
+            // Symlink targets never change in place.
+            InitFlags::FUSE_CACHE_SYMLINKS,
+        ];
+        for flag in wanted {
+            if caps.contains(flag) {
+                let _ = config.add_capabilities(flag);
+            }
+        }
+        // Not negotiated, on purpose: FUSE_WRITEBACK_CACHE (the kernel would
+        // acknowledge writes before the daemon sees them, so a write past the quota
+        // would succeed and its data be dropped later), FUSE_POSIX_LOCKS and
+        // FUSE_FLOCK_LOCKS (the kernel then keeps locks itself, with exact POSIX
+        // semantics and blocking waits that do not pin daemon threads), and
+        // FUSE_ATOMIC_O_TRUNC (truncation arrives as setattr, where the quota sees it).
+        let mut passthrough = false;
+        if self.options.passthrough && caps.contains(InitFlags::FUSE_PASSTHROUGH) {
+            let depth = match self.fs.backing_fs_type() {
+                Ok(OVERLAYFS_SUPER_MAGIC | FUSE_SUPER_MAGIC) => 2,
+                _ => 1,
+            };
+            if config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+                && config.set_max_stack_depth(depth).is_ok()
+            {
+                passthrough = true;
+            }
+        }
+        self.fs.set_passthrough(passthrough);
+        tracing::info!(
+            kernel_abi = %format!("{:?}", config.kernel_abi()),
+            passthrough,
+            max_write = MAX_WRITE,
+            "FUSE connection initialised"
+        );
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(reply, self.fs.lookup(parent.0, name));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
+            Ok(a) => reply.attr(&self.options.ttl, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime: set_time(atime),
+            mtime: set_time(mtime),
+            fh: fh.map(|f| f.0),
+        };
+        match self.fs.setattr(ino.0, set) {
+            Ok(a) => reply.attr(&self.options.ttl, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.fs.readlink(ino.0) {
+            Ok(target) => reply.data(&target),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            reply,
+            self.fs.mknod(caller(req), parent.0, name, mode, rdev),
+        );
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.entry(reply, self.fs.mkdir(caller(req), parent.0, name, mode));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs.unlink(parent.0, name));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs.rmdir(parent.0, name));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            reply,
+            self.fs.symlink(caller(req), parent.0, link_name, target),
+        );
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(
+            reply,
+            self.fs
+                .rename(parent.0, name, newparent.0, newname, flags.bits()),
+        );
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.entry(reply, self.fs.link(ino.0, newparent.0, newname));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let opened = match self.fs.open(ino.0, flags.0) {
+            Ok(o) => o,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        if opened.mode == IoMode::Passthrough {
+            let registered = self.backing_id(opened, |fs| {
+                let h = fs.handle(opened.fh).map_err(std::io::Error::other)?;
+                reply.open_backing(h.fd())
+            });
+            match registered {
+                Ok(id) => {
+                    return reply.opened_passthrough(
+                        FileHandle(opened.fh),
+                        FopenFlags::empty(),
+                        &id,
+                    );
+                }
+                Err(err) => self.passthrough_failed(opened.fh, &err),
+            }
+        }
+        reply.opened(FileHandle(opened.fh), FopenFlags::empty());
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let (attr, opened) = match self.fs.create(caller(req), parent.0, name, mode, flags) {
+            Ok(r) => r,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let ttl = self.options.ttl;
+        let fattr = file_attr(&attr);
+        if opened.mode == IoMode::Passthrough {
+            let registered = self.backing_id(opened, |fs| {
+                let h = fs.handle(opened.fh).map_err(std::io::Error::other)?;
+                reply.open_backing(h.fd())
+            });
+            match registered {
+                Ok(id) => {
+                    return reply.created_passthrough(
+                        &ttl,
+                        &fattr,
+                        Generation(0),
+                        FileHandle(opened.fh),
+                        FopenFlags::empty(),
+                        &id,
+                    );
+                }
+                Err(err) => self.passthrough_failed(opened.fh, &err),
+            }
+        }
+        reply.created(
+            &ttl,
+            &fattr,
+            Generation(0),
+            FileHandle(opened.fh),
+            FopenFlags::empty(),
+        );
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        READ_BUF.with_borrow_mut(|buf| {
+            if buf.len() < size as usize {
+                buf.resize(size as usize, 0);
+            }
+            match self.fs.read(fh.0, offset, &mut buf[..size as usize]) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(errno(&e)),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.fs.write(fh.0, offset, data) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.flush(fh.0));
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        if let Ok(handle) = self.fs.handle(fh.0) {
+            let mut b = self.backing.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(id) = b.by_fh.remove(&fh.0)
+                && Arc::strong_count(&id) == 1
+            {
+                // The inode's last passthrough open: forget it; dropping `id`
+                // unregisters the backing file from the kernel.
+                b.by_ino.remove(&handle.ino());
+            }
+        }
+        Self::empty(reply, self.fs.release(fh.0));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.fsync(fh.0, datasync));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.opendir(ino.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let r = self.fs.readdir(fh.0, offset as i64, |e| {
+            reply.add(INodeNo(e.ino), e.offset as u64, file_type(e.kind), e.name)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let ttl = self.options.ttl;
+        let r = self.fs.readdirplus(fh.0, offset as i64, |e, attr| {
+            reply.add(
+                INodeNo(e.ino),
+                e.offset as u64,
+                e.name,
+                &ttl,
+                &file_attr(attr),
+                Generation(0),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.releasedir(fh.0));
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.fsyncdir(fh.0, datasync));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.setxattr(ino.0, name, value, flags));
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.getxattr(ino.0, name, size) {
+            Ok(Xattr::Size(n)) => reply.size(n),
+            Ok(Xattr::Data(v)) => reply.data(&v),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(ino.0, size) {
+            Ok(Xattr::Size(n)) => reply.size(n),
+            Ok(Xattr::Data(v)) => reply.data(&v),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs.removexattr(ino.0, name));
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        Self::empty(reply, self.fs.access(caller(req), ino.0, mask.bits()));
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        Self::empty(reply, self.fs.fallocate(fh.0, offset, length, mode));
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        match self.fs.lseek(fh.0, offset, whence) {
+            Ok(off) => reply.offset(off),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        _req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        match self
+            .fs
+            // The reply carries a 32-bit count.
+            .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len.min(1 << 30))
+        {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}

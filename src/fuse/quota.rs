@@ -1,0 +1,280 @@
+//! The volume's quota: how many bytes the volume may hold and how many it holds now.
+//!
+//! **What is counted.** The apparent size (`st_size`) of every regular file of the
+//! volume, each inode once however many hard links it has, plus files that are unlinked
+//! but still open through the mount. Apparent size rather than allocated blocks because
+//! it is exact and predictable before an operation runs: a write of `n` bytes at offset
+//! `o` grows usage by exactly `max(0, o + n - size)`, whatever the backing filesystem
+//! does with blocks (XFS speculative preallocation, btrfs compression, metadata blocks
+//! would otherwise make usage jump). Sparse files are therefore charged at their
+//! apparent size, which errs on the safe side. Directories, symlinks and xattrs are not
+//! charged; the backing filesystem's inode limits bound those (statfs reports them).
+//!
+//! **How it stays right.** [`scan`] walks the volume once at start. After that every
+//! operation that can change a size asks for the growth first ([`Quota::reserve_up_to`]
+//! or [`Quota::reserve`]), performs the syscall, and gives back what it did not use
+//! ([`Quota::release`]); shrinking operations release after they succeed. A write that
+//! only partly fits is cut at the quota boundary (a short write, as on a full disk), the
+//! next one fails with `ENOSPC`, and nothing already written is touched.
+//!
+//! **Capacity.** Set at start and replaced on SIGHUP (`tessera mount --capacity-file`),
+//! so a volume can grow while mounted. Shrinking below usage makes every growth fail
+//! until enough is deleted; nothing is truncated.
+//!
+//! The counters are two atomics; reservations are compare-and-swap loops, so worker
+//! threads never wait for each other here.
+
+use std::collections::HashSet;
+use std::ffi::CStr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::sys::{self, Errno};
+
+/// Capacity and usage at one instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// Bytes the volume may hold.
+    pub capacity: u64,
+    /// Bytes it holds.
+    pub used: u64,
+}
+
+impl Usage {
+    /// Bytes that can still be written (0 when over capacity after a shrink).
+    pub fn free(&self) -> u64 {
+        self.capacity.saturating_sub(self.used)
+    }
+}
+
+/// The byte quota of one volume.
+#[derive(Debug)]
+pub struct Quota {
+    capacity: AtomicU64,
+    used: AtomicU64,
+}
+
+impl Quota {
+    /// A quota of `capacity` bytes of which `used` are taken (from [`scan`]).
+    pub fn new(capacity: u64, used: u64) -> Self {
+        Self {
+            capacity: AtomicU64::new(capacity),
+            used: AtomicU64::new(used),
+        }
+    }
+
+    pub fn usage(&self) -> Usage {
+        Usage {
+            capacity: self.capacity.load(Ordering::Acquire),
+            used: self.used.load(Ordering::Acquire),
+        }
+    }
+
+    /// Replace the capacity; returns the previous one.
+    pub fn set_capacity(&self, capacity: u64) -> u64 {
+        self.capacity.swap(capacity, Ordering::AcqRel)
+    }
+
+    /// Reserve as much of `want` as fits; returns the bytes granted (possibly 0).
+    pub fn reserve_up_to(&self, want: u64) -> u64 {
+        if want == 0 {
+            return 0;
+        }
+        let mut used = self.used.load(Ordering::Acquire);
+        loop {
+            let capacity = self.capacity.load(Ordering::Acquire);
+            let grant = want.min(capacity.saturating_sub(used));
+            if grant == 0 {
+                return 0;
+            }
+            match self.used.compare_exchange_weak(
+                used,
+                used + grant,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return grant,
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    /// Reserve all of `want` or nothing.
+    pub fn reserve(&self, want: u64) -> bool {
+        if want == 0 {
+            return true;
+        }
+        let mut used = self.used.load(Ordering::Acquire);
+        loop {
+            let capacity = self.capacity.load(Ordering::Acquire);
+            if used.checked_add(want).is_none_or(|total| total > capacity) {
+                return false;
+            }
+            match self.used.compare_exchange_weak(
+                used,
+                used + want,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    /// Give back `bytes` (unused reservation, or space freed by a shrink or unlink).
+    pub fn release(&self, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        // Saturating: a file changed behind the daemon's back (on the backing
+        // directory directly) can make a release larger than what was counted.
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                Some(used.saturating_sub(bytes))
+            });
+    }
+
+    /// Count `bytes` unconditionally: growth that already happened and cannot be
+    /// refused (e.g. a file grew behind the daemon's back between two operations).
+    pub fn charge(&self, bytes: u64) {
+        self.used.fetch_add(bytes, Ordering::AcqRel);
+    }
+}
+
+/// What [`scan`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Sum of the apparent sizes of the regular files, hard links counted once.
+    pub bytes: u64,
+    /// Regular files seen (inodes, not links).
+    pub files: u64,
+    /// Directories walked, the root included.
+    pub dirs: u64,
+}
+
+/// Walk the tree under `root` (without following symlinks) and add up what the quota
+/// counts. Runs once before the volume is mounted.
+pub fn scan(root: BorrowedFd<'_>) -> Result<Scan, Errno> {
+    let mut result = Scan::default();
+    let mut linked: HashSet<(u64, u64)> = HashSet::new();
+    let mut stack: Vec<OwnedFd> = vec![sys::openat(
+        root,
+        c".",
+        libc::O_RDONLY | libc::O_DIRECTORY,
+        0,
+    )?];
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Some(dir) = stack.pop() {
+        result.dirs += 1;
+        loop {
+            let n = sys::getdents64(dir.as_fd(), &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            let mut pos = 0;
+            while let Some(ent) = sys::parse_dirent(&buf[pos..n]) {
+                pos += ent.reclen;
+                if ent.name == b"." || ent.name == b".." {
+                    continue;
+                }
+                let name = std::ffi::CString::new(ent.name).map_err(|_| Errno::EINVAL)?;
+                let st = match sys::fstatat(dir.as_fd(), &name) {
+                    Ok(st) => st,
+                    // Removed while we walk: nothing to count.
+                    Err(Errno::ENOENT) => continue,
+                    Err(e) => return Err(e),
+                };
+                match st.st_mode & libc::S_IFMT {
+                    libc::S_IFREG => {
+                        if st.st_nlink > 1 && !linked.insert((st.st_dev, st.st_ino)) {
+                            continue;
+                        }
+                        result.files += 1;
+                        result.bytes += st.st_size as u64;
+                    }
+                    libc::S_IFDIR => {
+                        let sub: &CStr = &name;
+                        match sys::openat(
+                            dir.as_fd(),
+                            sub,
+                            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+                            0,
+                        ) {
+                            Ok(fd) => stack.push(fd),
+                            Err(Errno::ENOENT) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserve_up_to_cuts_at_capacity() {
+        let q = Quota::new(100, 90);
+        assert_eq!(q.reserve_up_to(30), 10);
+        assert_eq!(q.usage().used, 100);
+        assert_eq!(q.reserve_up_to(1), 0);
+        q.release(25);
+        assert_eq!(
+            q.usage(),
+            Usage {
+                capacity: 100,
+                used: 75
+            }
+        );
+    }
+
+    #[test]
+    fn reserve_is_all_or_nothing() {
+        let q = Quota::new(100, 90);
+        assert!(!q.reserve(11));
+        assert!(q.reserve(10));
+        assert_eq!(q.usage().free(), 0);
+    }
+
+    #[test]
+    fn shrinking_capacity_blocks_growth_until_freed() {
+        let q = Quota::new(100, 80);
+        q.set_capacity(50);
+        assert_eq!(q.usage().free(), 0);
+        assert_eq!(q.reserve_up_to(1), 0);
+        q.release(40);
+        assert_eq!(q.reserve_up_to(100), 10);
+    }
+
+    #[test]
+    fn release_saturates() {
+        let q = Quota::new(100, 5);
+        q.release(10);
+        assert_eq!(q.usage().used, 0);
+    }
+
+    #[test]
+    fn scan_counts_apparent_sizes_once_per_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("a"), vec![1u8; 1000]).unwrap();
+        std::fs::create_dir_all(root.join("d/e")).unwrap();
+        std::fs::write(root.join("d/e/b"), vec![1u8; 24]).unwrap();
+        std::fs::hard_link(root.join("a"), root.join("d/a-link")).unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("d/etc")).unwrap();
+        let sparse = std::fs::File::create(root.join("sparse")).unwrap();
+        sparse.set_len(1 << 20).unwrap();
+        let fd = std::fs::File::open(root).unwrap();
+        let s = scan(fd.as_fd()).unwrap();
+        assert_eq!(s.bytes, 1000 + 24 + (1 << 20));
+        assert_eq!(s.files, 3);
+        assert_eq!(s.dirs, 3);
+    }
+}

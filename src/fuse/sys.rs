@@ -1,0 +1,469 @@
+//! The Linux syscalls the filesystem core is built on, as small safe wrappers.
+//!
+//! Everything here works on file descriptors: the core never hands a path to the
+//! kernel except a single name component relative to a directory fd it already holds
+//! (`*at()` calls with `O_NOFOLLOW` / `AT_SYMLINK_NOFOLLOW`), or `""` with
+//! `AT_EMPTY_PATH` to act on the fd itself. That is what keeps every request inside the
+//! volume directory: no `..`, no symlink in the backing tree is ever resolved by the
+//! daemon.
+//!
+//! A few operations have no fd-relative form that works on `O_PATH` descriptors
+//! (re-opening a file for I/O, xattrs); those go through `/proc/self/fd/N`, whose
+//! "magic link" jumps straight to the inode the fd refers to without resolving any
+//! path in the backing tree. The core only does that for regular files and
+//! directories, never for symlinks (opening a symlink's magic link would follow it).
+
+use std::ffi::{CStr, CString, OsStr};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+
+pub use nix::errno::Errno;
+
+/// Result of a raw syscall: the errno is all the core needs to know.
+pub type SysResult<T> = Result<T, Errno>;
+
+const EMPTY: &CStr = c"";
+
+fn cvt(ret: libc::c_int) -> SysResult<libc::c_int> {
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn cvt_size(ret: libc::ssize_t) -> SysResult<usize> {
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+/// Retry a syscall interrupted by a signal: worker threads block the signals the
+/// daemon handles, but other signals (or a ptrace attach) can still interrupt.
+fn retry<T>(mut f: impl FnMut() -> SysResult<T>) -> SysResult<T> {
+    loop {
+        match f() {
+            Err(Errno::EINTR) => continue,
+            other => return other,
+        }
+    }
+}
+
+/// A NUL-free copy of `s` for the kernel.
+pub fn cstring(s: &OsStr) -> SysResult<CString> {
+    CString::new(s.as_bytes()).map_err(|_| Errno::EINVAL)
+}
+
+pub fn openat(dir: BorrowedFd<'_>, name: &CStr, flags: i32, mode: u32) -> SysResult<OwnedFd> {
+    let fd = retry(|| {
+        // SAFETY: `name` is a valid C string; the returned fd is owned by us.
+        cvt(unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                flags | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
+        })
+    })?;
+    // SAFETY: a fresh fd returned by the kernel.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `stat` of the fd itself (which may be an `O_PATH` fd of a symlink).
+pub fn fstat(fd: BorrowedFd<'_>) -> SysResult<libc::stat> {
+    stat_at(fd, EMPTY, libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW)
+}
+
+/// `lstat` of a name in a directory.
+pub fn fstatat(dir: BorrowedFd<'_>, name: &CStr) -> SysResult<libc::stat> {
+    stat_at(dir, name, libc::AT_SYMLINK_NOFOLLOW)
+}
+
+fn stat_at(dir: BorrowedFd<'_>, name: &CStr, flags: i32) -> SysResult<libc::stat> {
+    let mut st = MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is written by the kernel on success.
+    cvt(unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), st.as_mut_ptr(), flags) })?;
+    // SAFETY: fstatat succeeded.
+    Ok(unsafe { st.assume_init() })
+}
+
+pub fn fstatvfs(fd: BorrowedFd<'_>) -> SysResult<libc::statvfs> {
+    let mut st = MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `st` is written by the kernel on success.
+    cvt(unsafe { libc::fstatvfs(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: fstatvfs succeeded.
+    Ok(unsafe { st.assume_init() })
+}
+
+pub fn fstatfs_type(fd: BorrowedFd<'_>) -> SysResult<i64> {
+    let mut st = MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `st` is written by the kernel on success.
+    cvt(unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: fstatfs succeeded.
+    let st = unsafe { st.assume_init() };
+    // `f_type` is i64 on x86_64 but narrower elsewhere.
+    #[allow(clippy::unnecessary_cast)]
+    Ok(st.f_type as i64)
+}
+
+pub fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> SysResult<()> {
+    // SAFETY: valid C string.
+    cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) })?;
+    Ok(())
+}
+
+pub fn mknodat(dir: BorrowedFd<'_>, name: &CStr, mode: u32, rdev: u64) -> SysResult<()> {
+    // SAFETY: valid C string.
+    cvt(unsafe {
+        libc::mknodat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            mode as libc::mode_t,
+            rdev as libc::dev_t,
+        )
+    })?;
+    Ok(())
+}
+
+pub fn symlinkat(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> SysResult<()> {
+    // SAFETY: valid C strings.
+    cvt(unsafe { libc::symlinkat(target.as_ptr(), dir.as_raw_fd(), name.as_ptr()) })?;
+    Ok(())
+}
+
+/// Hard-link the inode `fd` refers to as `dir/name` (`AT_EMPTY_PATH`: no path of the
+/// source is resolved; needs `CAP_DAC_READ_SEARCH`, which the daemon has as root).
+pub fn link_fd(fd: BorrowedFd<'_>, dir: BorrowedFd<'_>, name: &CStr) -> SysResult<()> {
+    // SAFETY: valid C strings.
+    cvt(unsafe {
+        libc::linkat(
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    })?;
+    Ok(())
+}
+
+pub fn unlinkat(dir: BorrowedFd<'_>, name: &CStr, flags: i32) -> SysResult<()> {
+    // SAFETY: valid C string.
+    cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) })?;
+    Ok(())
+}
+
+pub fn renameat2(
+    old_dir: BorrowedFd<'_>,
+    old: &CStr,
+    new_dir: BorrowedFd<'_>,
+    new: &CStr,
+    flags: u32,
+) -> SysResult<()> {
+    // SAFETY: valid C strings.
+    cvt(unsafe {
+        libc::renameat2(
+            old_dir.as_raw_fd(),
+            old.as_ptr(),
+            new_dir.as_raw_fd(),
+            new.as_ptr(),
+            flags as libc::c_uint,
+        )
+    })?;
+    Ok(())
+}
+
+/// Target of the symlink `fd` (an `O_PATH|O_NOFOLLOW` fd of the link itself).
+pub fn readlink_fd(fd: BorrowedFd<'_>) -> SysResult<Vec<u8>> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+    // SAFETY: `buf` is writable for its length.
+    let n = cvt_size(unsafe {
+        libc::readlinkat(
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    })?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// `lchown` of the inode `fd` refers to; `None` leaves that id unchanged.
+pub fn chown_fd(fd: BorrowedFd<'_>, uid: Option<u32>, gid: Option<u32>) -> SysResult<()> {
+    // SAFETY: valid C string; -1 means "unchanged".
+    cvt(unsafe {
+        libc::fchownat(
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            uid.unwrap_or(u32::MAX),
+            gid.unwrap_or(u32::MAX),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(())
+}
+
+/// `chmod` of the inode an `O_PATH` fd refers to. `fchmodat2(AT_EMPTY_PATH)` (Linux
+/// 6.6) does it directly; older kernels go through the fd's magic link. The caller
+/// never passes a symlink (the kernel resolves chmod on symlinks to their target).
+pub fn chmod_fd(proc_fd: BorrowedFd<'_>, fd: BorrowedFd<'_>, mode: u32) -> SysResult<()> {
+    // SAFETY: valid C string.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_fchmodat2,
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            mode as libc::mode_t,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if ret == 0 {
+        return Ok(());
+    }
+    match Errno::last() {
+        Errno::ENOSYS | Errno::EINVAL => {
+            let name = fd_name(fd.as_raw_fd());
+            // SAFETY: valid C string; follows the magic link to the inode.
+            cvt(unsafe {
+                libc::fchmodat(proc_fd.as_raw_fd(), name.as_ptr(), mode as libc::mode_t, 0)
+            })?;
+            Ok(())
+        }
+        e => Err(e),
+    }
+}
+
+/// Timestamps of the inode `fd` refers to (not following a symlink).
+pub fn utimens_fd(fd: BorrowedFd<'_>, times: &[libc::timespec; 2]) -> SysResult<()> {
+    // SAFETY: valid C string and a two-element array.
+    cvt(unsafe {
+        libc::utimensat(
+            fd.as_raw_fd(),
+            EMPTY.as_ptr(),
+            times.as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(())
+}
+
+/// The decimal name of an fd, for use relative to a `/proc/self/fd` dir fd.
+pub fn fd_name(fd: RawFd) -> CString {
+    CString::new(fd.to_string()).expect("digits have no NUL")
+}
+
+/// Open the inode behind `fd` (an `O_PATH` fd of a regular file or directory) for
+/// I/O, through its magic link in `/proc/self/fd`.
+pub fn reopen(proc_fd: BorrowedFd<'_>, fd: BorrowedFd<'_>, flags: i32) -> SysResult<OwnedFd> {
+    openat(proc_fd, &fd_name(fd.as_raw_fd()), flags, 0)
+}
+
+pub fn ftruncate(fd: BorrowedFd<'_>, len: u64) -> SysResult<()> {
+    let len = i64::try_from(len).map_err(|_| Errno::EFBIG)?;
+    retry(|| {
+        // SAFETY: plain syscall on a valid fd.
+        cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), len) })
+    })?;
+    Ok(())
+}
+
+pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) -> SysResult<()> {
+    let off = i64::try_from(offset).map_err(|_| Errno::EFBIG)?;
+    let len = i64::try_from(len).map_err(|_| Errno::EFBIG)?;
+    retry(|| {
+        // SAFETY: plain syscall on a valid fd.
+        cvt(unsafe { libc::fallocate(fd.as_raw_fd(), mode, off, len) })
+    })?;
+    Ok(())
+}
+
+pub fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> SysResult<()> {
+    retry(|| {
+        // SAFETY: plain syscall on a valid fd.
+        cvt(unsafe {
+            if datasync {
+                libc::fdatasync(fd.as_raw_fd())
+            } else {
+                libc::fsync(fd.as_raw_fd())
+            }
+        })
+    })?;
+    Ok(())
+}
+
+/// `close(dup(fd))`: what a close of the file would do on the backing filesystem
+/// (network filesystems flush on close) without giving up our descriptor.
+pub fn flush(fd: BorrowedFd<'_>) -> SysResult<()> {
+    // SAFETY: dup of a valid fd; the copy is closed right away.
+    let dup = cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) })?;
+    // SAFETY: `dup` is ours to close.
+    cvt(unsafe { libc::close(dup) })?;
+    Ok(())
+}
+
+pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> SysResult<usize> {
+    let off = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+    retry(|| {
+        // SAFETY: `buf` is writable for its length.
+        cvt_size(unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), off) })
+    })
+}
+
+pub fn pwrite(fd: BorrowedFd<'_>, buf: &[u8], offset: u64) -> SysResult<usize> {
+    let off = i64::try_from(offset).map_err(|_| Errno::EFBIG)?;
+    retry(|| {
+        // SAFETY: `buf` is readable for its length.
+        cvt_size(unsafe { libc::pwrite(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), off) })
+    })
+}
+
+pub fn copy_file_range(
+    fd_in: BorrowedFd<'_>,
+    off_in: u64,
+    fd_out: BorrowedFd<'_>,
+    off_out: u64,
+    len: u64,
+) -> SysResult<usize> {
+    let mut off_in = i64::try_from(off_in).map_err(|_| Errno::EINVAL)?;
+    let mut off_out = i64::try_from(off_out).map_err(|_| Errno::EFBIG)?;
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    retry(|| {
+        // SAFETY: the offsets are valid, writable i64s.
+        cvt_size(unsafe {
+            libc::copy_file_range(
+                fd_in.as_raw_fd(),
+                &mut off_in,
+                fd_out.as_raw_fd(),
+                &mut off_out,
+                len,
+                0,
+            ) as libc::ssize_t
+        })
+    })
+}
+
+pub fn lseek(fd: BorrowedFd<'_>, offset: i64, whence: i32) -> SysResult<i64> {
+    // SAFETY: plain syscall on a valid fd.
+    let ret = unsafe { libc::lseek(fd.as_raw_fd(), offset, whence) };
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Raw `getdents64` into `buf`; 0 at the end of the directory.
+pub fn getdents64(fd: BorrowedFd<'_>, buf: &mut [u8]) -> SysResult<usize> {
+    retry(|| {
+        // SAFETY: `buf` is writable for its length.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                fd.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        if ret == -1 {
+            Err(Errno::last())
+        } else {
+            Ok(ret as usize)
+        }
+    })
+}
+
+/// Extended attributes go through the magic link (`getxattr` and friends have no
+/// `AT_EMPTY_PATH` form before Linux 6.13), so `path` is `/proc/self/fd/N`.
+pub fn getxattr(path: &CStr, name: &CStr, buf: &mut [u8]) -> SysResult<usize> {
+    // SAFETY: valid C strings, `buf` writable for its length (null when empty).
+    cvt_size(unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            if buf.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                buf.as_mut_ptr().cast()
+            },
+            buf.len(),
+        )
+    })
+}
+
+pub fn listxattr(path: &CStr, buf: &mut [u8]) -> SysResult<usize> {
+    // SAFETY: valid C string, `buf` writable for its length (null when empty).
+    cvt_size(unsafe {
+        libc::listxattr(
+            path.as_ptr(),
+            if buf.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                buf.as_mut_ptr().cast()
+            },
+            buf.len(),
+        )
+    })
+}
+
+pub fn setxattr(path: &CStr, name: &CStr, value: &[u8], flags: i32) -> SysResult<()> {
+    // SAFETY: valid C strings, `value` readable for its length.
+    cvt(unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    })?;
+    Ok(())
+}
+
+pub fn removexattr(path: &CStr, name: &CStr) -> SysResult<()> {
+    // SAFETY: valid C strings.
+    cvt(unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) })?;
+    Ok(())
+}
+
+/// One record of a `getdents64` buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Dirent<'a> {
+    pub ino: u64,
+    /// Position of the *next* record (what `lseek` takes to resume after this one).
+    pub off: i64,
+    /// `DT_*` type, `DT_UNKNOWN` on filesystems that do not fill it in.
+    pub kind: u8,
+    pub name: &'a [u8],
+    /// Length of the record in the buffer.
+    pub reclen: usize,
+}
+
+/// Parse the record at the start of `buf` (a slice of what `getdents64` returned).
+pub fn parse_dirent(buf: &[u8]) -> Option<Dirent<'_>> {
+    // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+    const HEADER: usize = 19;
+    if buf.len() < HEADER {
+        return None;
+    }
+    let ino = u64::from_ne_bytes(buf[0..8].try_into().ok()?);
+    let off = i64::from_ne_bytes(buf[8..16].try_into().ok()?);
+    let reclen = u16::from_ne_bytes(buf[16..18].try_into().ok()?) as usize;
+    let kind = buf[18];
+    if reclen < HEADER || reclen > buf.len() {
+        return None;
+    }
+    let raw = &buf[HEADER..reclen];
+    let len = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    Some(Dirent {
+        ino,
+        off,
+        kind,
+        name: &raw[..len],
+        reclen,
+    })
+}
