@@ -1,0 +1,431 @@
+//! Real `tessera mount` daemons for the FUSE tests.
+//!
+//! [`Mount::builder`] lays out a private temporary directory (`backend/volume/` the
+//! volume, `mnt/` the mount point, the capacity file and the daemon's log), starts the
+//! release-or-debug `tessera` binary Cargo built for this test run, and waits until the
+//! mount answers. Dropping a [`Mount`] always unmounts: SIGTERM, then a lazy unmount
+//! and SIGKILL if the daemon does not go, so a failing (panicking) test never leaves a
+//! mount behind. Every test gets its own directories, so tests run in parallel.
+//!
+//! The tests need root and `/dev/fuse`, like the daemon in production.
+
+#![allow(dead_code)]
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// statfs `f_type` of a FUSE mount.
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+
+/// Fills the volume directory before the mount.
+type Prepare = Box<dyn FnOnce(&Path)>;
+
+/// How to start a daemon.
+pub struct Builder {
+    capacity: u64,
+    capacity_file: Option<u64>,
+    read_only: bool,
+    args: Vec<String>,
+    prepare: Option<Prepare>,
+}
+
+impl Builder {
+    /// Quota in bytes (`--capacity-bytes`).
+    pub fn capacity(mut self, bytes: u64) -> Self {
+        self.capacity = bytes;
+        self
+    }
+
+    /// Also write `bytes` to a capacity file and pass `--capacity-file`.
+    pub fn capacity_file(mut self, bytes: u64) -> Self {
+        self.capacity_file = Some(bytes);
+        self
+    }
+
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
+    }
+
+    /// Extra command-line arguments of `tessera mount`.
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.to_owned());
+        self
+    }
+
+    /// Fill the volume directory before mounting.
+    pub fn prepare(mut self, f: impl FnOnce(&Path) + 'static) -> Self {
+        self.prepare = Some(Box::new(f));
+        self
+    }
+
+    pub fn mount(self) -> Mount {
+        require_root();
+        let dir = tempfile::Builder::new()
+            .prefix("tessera-fuse-")
+            .tempdir()
+            .expect("tempdir");
+        // Like production: the volume is one directory of a backend root shared with
+        // other volumes, and the mount point is elsewhere.
+        let source = dir.path().join("backend").join("volume");
+        let mnt = dir.path().join("mnt");
+        fs::create_dir_all(&source).unwrap();
+        fs::create_dir(&mnt).unwrap();
+        if let Some(prepare) = self.prepare {
+            prepare(&source);
+        }
+        let capacity_file = dir.path().join("capacity");
+        let log = dir.path().join("daemon.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
+        cmd.arg("mount")
+            .arg("--source")
+            .arg(&source)
+            .arg("--mountpoint")
+            .arg(&mnt)
+            .arg("--capacity-bytes")
+            .arg(self.capacity.to_string());
+        if let Some(bytes) = self.capacity_file {
+            fs::write(&capacity_file, bytes.to_string()).unwrap();
+            cmd.arg("--capacity-file").arg(&capacity_file);
+        }
+        if self.read_only {
+            cmd.arg("--read-only");
+        }
+        cmd.args(&self.args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&log).unwrap());
+        let child = cmd.spawn().expect("spawn tessera mount");
+        let mut m = Mount {
+            source,
+            mnt,
+            capacity_file,
+            log,
+            child: Some(child),
+            dir,
+        };
+        m.wait_mounted();
+        m
+    }
+}
+
+fn require_root() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the FUSE tests mount real filesystems and must run as root"
+    );
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "the FUSE tests need /dev/fuse"
+    );
+}
+
+/// A running `tessera mount`.
+pub struct Mount {
+    pub source: PathBuf,
+    pub mnt: PathBuf,
+    pub capacity_file: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    // Last: removed after the unmount in Drop.
+    dir: tempfile::TempDir,
+}
+
+pub fn statfs_type(path: &Path) -> io::Result<i64> {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: valid C string and output buffer.
+    if unsafe { libc::statfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statfs succeeded.
+    #[allow(clippy::unnecessary_cast)]
+    Ok(unsafe { st.assume_init() }.f_type as i64)
+}
+
+impl Mount {
+    pub fn builder() -> Builder {
+        Builder {
+            capacity: 1 << 30,
+            capacity_file: None,
+            read_only: false,
+            args: Vec::new(),
+            prepare: None,
+        }
+    }
+
+    /// A read-write mount with a 1 GiB quota.
+    pub fn new() -> Mount {
+        Self::builder().mount()
+    }
+
+    /// `rel` under the mount point.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// `rel` under the volume directory (behind the mount).
+    pub fn backing(&self, rel: &str) -> PathBuf {
+        self.source.join(rel)
+    }
+
+    /// The temporary directory holding source and mount point.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.as_ref().expect("running").id() as i32)
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        kill(self.pid(), signal).expect("signal the daemon");
+    }
+
+    /// What the daemon has logged so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_mounted(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                panic!(
+                    "tessera mount exited ({status}) before mounting:\n{}",
+                    self.log()
+                );
+            }
+            if statfs_type(&self.mnt).ok() == Some(FUSE_SUPER_MAGIC) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the mount did not come up in time:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Unmount with SIGTERM and wait for the daemon to exit; returns its log.
+    pub fn stop(&mut self) -> String {
+        if let Some(mut child) = self.child.take() {
+            let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    assert!(
+                        status.success(),
+                        "tessera mount failed: {status}\n{}",
+                        self.log()
+                    );
+                    break;
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("tessera mount did not stop on SIGTERM:\n{}", self.log());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        assert_ne!(
+            statfs_type(&self.mnt).ok(),
+            Some(FUSE_SUPER_MAGIC),
+            "still mounted after the daemon exited"
+        );
+        self.log()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        // Never panic here: this also runs while a failed test unwinds.
+        if let Some(mut child) = self.child.take() {
+            let pid = Pid::from_raw(child.id() as i32);
+            let _ = kill(pid, Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if let Ok(None) = child.try_wait() {
+                let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        if statfs_type(&self.mnt).ok() == Some(FUSE_SUPER_MAGIC) {
+            let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+/// The errno of a failed std call.
+pub fn errno(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
+
+/// Run `f` and return the errno of its failure, or 0.
+pub fn errno_of<T>(r: io::Result<T>) -> i32 {
+    match r {
+        Ok(_) => 0,
+        Err(e) => errno(&e),
+    }
+}
+
+/// A reproducible byte stream (xorshift64*), to write and verify large files.
+pub struct Pattern(u64);
+
+impl Pattern {
+    pub fn new(seed: u64) -> Self {
+        Pattern(seed | 1)
+    }
+
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            let v = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+/// FNV-1a, 64 bits: a checksum without extra dependencies.
+pub fn fnv1a(mut hash: u64, data: &[u8]) -> u64 {
+    for &b in data {
+        hash ^= b as u64;
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Checksum of a whole file, read in 1 MiB chunks.
+pub fn checksum_file(path: &Path) -> io::Result<(u64, u64)> {
+    use std::io::Read;
+    let mut f = fs::File::open(path)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut hash, mut len) = (FNV_OFFSET, 0u64);
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok((hash, len));
+        }
+        hash = fnv1a(hash, &buf[..n]);
+        len += n as u64;
+    }
+}
+
+/// `statvfs` of a path.
+pub fn statvfs(path: &Path) -> nix::sys::statvfs::Statvfs {
+    nix::sys::statvfs::statvfs(path).expect("statvfs")
+}
+
+/// Run a shell command as `uid:gid` (supplementary groups dropped); returns success.
+pub fn sh_as(uid: u32, gid: u32, script: &str) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .uid(uid)
+        .gid(gid)
+        .output()
+        .expect("run sh")
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// `renameat2(2)` with flags.
+pub fn rename2(from: &Path, to: &Path, flags: u32) -> io::Result<()> {
+    let (f, t) = (cstr(from), cstr(to));
+    // SAFETY: valid C strings.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            flags,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+pub fn setxattr(path: &Path, name: &str, value: &[u8]) -> io::Result<()> {
+    let (p, n) = (cstr(path), CString::new(name).unwrap());
+    // SAFETY: valid C strings and value buffer.
+    let r = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+pub fn getxattr(path: &Path, name: &str) -> io::Result<Vec<u8>> {
+    let (p, n) = (cstr(path), CString::new(name).unwrap());
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: valid C strings and output buffer.
+    let r = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(r as usize);
+    Ok(buf)
+}
+
+pub fn listxattr(path: &Path) -> io::Result<Vec<String>> {
+    let p = cstr(path);
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: valid C string and output buffer.
+    let r = unsafe { libc::listxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(buf[..r as usize]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect())
+}
+
+pub fn removexattr(path: &Path, name: &str) -> io::Result<()> {
+    let (p, n) = (cstr(path), CString::new(name).unwrap());
+    // SAFETY: valid C strings.
+    if unsafe { libc::removexattr(p.as_ptr(), n.as_ptr()) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
