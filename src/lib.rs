@@ -15,6 +15,10 @@
 //!   api        CRD types: Volume, VolumeAttachment, MountPod (imports nothing of ours)
 //! ```
 
+// kube's `#[kube(printcolumn(..))]` repeats `type_ = …` per column, which clippy's
+// duplicated_attributes lint mistakes for a duplicate.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod api;
 pub mod cli;
 pub mod controller;

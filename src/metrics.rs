@@ -119,7 +119,10 @@ impl Metrics {
     /// Count one API read made outside the watches.
     pub fn read(&self, kind: &str, verb: &str) {
         self.api_reads
-            .get_or_create(&WriteLabels { kind: kind.into(), verb: verb.into() })
+            .get_or_create(&WriteLabels {
+                kind: kind.into(),
+                verb: verb.into(),
+            })
             .inc();
     }
 

@@ -322,26 +322,61 @@ async fn status_writes_do_not_touch_spec_and_kubectl_shows_the_columns() {
 async fn config_renders_with_kustomize_and_passes_server_side_dry_run() {
     let client = setup().await;
     let out = support::kubectl()
-        .args(["kustomize", support::repo_root().join("config").to_str().unwrap()])
+        .args([
+            "kustomize",
+            support::repo_root().join("config").to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "kubectl kustomize config/: {}", String::from_utf8_lossy(&out.stderr));
-    let objects: Vec<DynamicObject> = support::parse_documents(&String::from_utf8(out.stdout).unwrap());
-    let kinds: Vec<String> = objects.iter().filter_map(|o| o.types.as_ref().map(|t| t.kind.clone())).collect();
-    for want in ["CustomResourceDefinition", "Deployment", "DaemonSet", "CSIDriver", "StorageClass", "ClusterRole", "ServiceAccount"] {
-        assert!(kinds.iter().any(|k| k == want), "config/ lacks a {want}: {kinds:?}");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize config/: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let objects: Vec<DynamicObject> =
+        support::parse_documents(&String::from_utf8(out.stdout).unwrap());
+    let kinds: Vec<String> = objects
+        .iter()
+        .filter_map(|o| o.types.as_ref().map(|t| t.kind.clone()))
+        .collect();
+    for want in [
+        "CustomResourceDefinition",
+        "Deployment",
+        "DaemonSet",
+        "CSIDriver",
+        "StorageClass",
+        "ClusterRole",
+        "ServiceAccount",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == want),
+            "config/ lacks a {want}: {kinds:?}"
+        );
     }
     // Namespaced objects need their namespace to exist for a dry run: create it for real.
-    for obj in objects.iter().filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "Namespace")) {
+    for obj in objects
+        .iter()
+        .filter(|o| o.types.as_ref().is_some_and(|t| t.kind == "Namespace"))
+    {
         let (api, _, _) = support::dynamic_api(&client, obj).await;
         let name = obj.metadata.name.clone().unwrap();
-        api.patch(&name, &PatchParams::apply("tessera-tests"), &Patch::Apply(obj)).await.unwrap();
+        api.patch(
+            &name,
+            &PatchParams::apply("tessera-tests"),
+            &Patch::Apply(obj),
+        )
+        .await
+        .unwrap();
     }
     for obj in &objects {
         let (api, _, _) = support::dynamic_api(&client, obj).await;
         let name = obj.metadata.name.clone().unwrap();
-        api.patch(&name, &PatchParams::apply("tessera-tests").dry_run().force(), &Patch::Apply(obj))
-            .await
-            .unwrap_or_else(|e| panic!("config/: {name} rejected: {e}"));
+        api.patch(
+            &name,
+            &PatchParams::apply("tessera-tests").dry_run().force(),
+            &Patch::Apply(obj),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("config/: {name} rejected: {e}"));
     }
 }

@@ -321,7 +321,15 @@ async fn a_background_ticket_yields_to_a_workload_on_another_node() {
     .await;
     fixtures::wait_satisfied(&e.client, &vol, "backup-nightly").await;
     let log = fixtures::ReasonLog::start(e.client.clone(), &vol, "backup-nightly");
-    fixtures::put_ticket(&e.client, &vol, "csi-app", "csi-attacher", &e.nodes[1], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "csi-app",
+        "csi-attacher",
+        &e.nodes[1],
+        json!({}),
+    )
+    .await;
     fixtures::wait_satisfied(&e.client, &vol, "csi-app").await;
     // The backup was interrupted (naming the workload that took the volume), and now
     // waits behind it; it is not satisfied.
@@ -343,7 +351,8 @@ async fn a_background_ticket_yields_to_a_workload_on_another_node() {
 #[tokio::test]
 async fn the_reaper_removes_tickets_nothing_stands_behind() {
     let e = env("reaper", 3).await;
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election", "--reap-grace-seconds=2"]);
+    let _ctrl =
+        ControllerProcess::start(&e.id, &["--no-leader-election", "--reap-grace-seconds=2"]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteMany").await;
 
@@ -612,7 +621,9 @@ async fn killed_mid_reconcile_and_restarted_the_controller_converges() {
             let states = fixtures::ticket_states(&e.client, vol).await;
             let mps = fixtures::mountpods_of(&e.client, vol).await;
             let ok = states.get("csi-a").is_some_and(|a| a.0)
-                && states.get("csi-b").is_some_and(|b| b.0 == want_b && !b.1.is_empty())
+                && states
+                    .get("csi-b")
+                    .is_some_and(|b| b.0 == want_b && !b.1.is_empty())
                 && mps == BTreeMap::from([(holder.clone(), false)]);
             ok.then_some(())
         })

@@ -63,7 +63,9 @@ pub struct QuantityError(pub String);
 pub fn quantity_bytes(q: &str) -> Result<u64, QuantityError> {
     let err = || QuantityError(q.to_string());
     let s = q.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(s.len());
     let (num, suffix) = s.split_at(split);
     let (mantissa, scale): (&str, f64) = match suffix {
         "" => (num, 1.0),
@@ -90,7 +92,10 @@ pub fn quantity_bytes(q: &str) -> Result<u64, QuantityError> {
         return Err(err());
     }
     // Exact integer arithmetic where possible (the common case: "10Gi").
-    if let (Ok(n), true) = (mantissa.parse::<u64>(), scale >= 1.0 && scale.fract() == 0.0) {
+    if let (Ok(n), true) = (
+        mantissa.parse::<u64>(),
+        scale >= 1.0 && scale.fract() == 0.0,
+    ) {
         return n.checked_mul(scale as u64).ok_or_else(err);
     }
     let v: f64 = mantissa.parse().map_err(|_| err())?;

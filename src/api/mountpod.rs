@@ -115,7 +115,9 @@ pub struct MountPodSpec {
 }
 
 /// The node-side work a MountPod stands for.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
 pub enum MountTask {
     /// Mount the volume with FUSE and keep it mounted.
     #[default]

@@ -70,11 +70,12 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     let mut decision = tickets::decide(&input);
 
     // A node-local volume without a node is pinned to the first node chosen for it.
-    if volume.spec.backend.scope == BackendScope::NodeLocal && volume.spec.backend.node.is_none() {
-        if let Some(node) = decision.nodes.keys().next() {
-            pin_volume(&ctx, &volume, node).await?;
-            return Ok(Action::requeue(Duration::from_millis(100)));
-        }
+    if volume.spec.backend.scope == BackendScope::NodeLocal
+        && volume.spec.backend.node.is_none()
+        && let Some(node) = decision.nodes.keys().next()
+    {
+        pin_volume(&ctx, &volume, node).await?;
+        return Ok(Action::requeue(Duration::from_millis(100)));
     }
 
     sync_mountpods(&ctx, &volume, &va, &mountpods, &decision).await?;
@@ -399,11 +400,12 @@ async fn write_attachment_status(
             }
             _ => now.clone(),
         };
-        if outcome.satisfied && !prev.is_some_and(|p| p.satisfied) {
-            if let Some(req) = requested.get(id.as_str()) {
-                let secs = now.0.duration_since(req.0).as_secs_f64().max(0.0);
-                ctx.metrics.ticket_satisfied_seconds.observe(secs);
-            }
+        if outcome.satisfied
+            && !prev.is_some_and(|p| p.satisfied)
+            && let Some(req) = requested.get(id.as_str())
+        {
+            let secs = now.0.duration_since(req.0).as_secs_f64().max(0.0);
+            ctx.metrics.ticket_satisfied_seconds.observe(secs);
         }
         statuses.insert(
             id.clone(),

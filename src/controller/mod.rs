@@ -212,7 +212,8 @@ fn watch_caches(ctx: &Arc<Context>) {
         let _ = ctx.attachments.wait_until_ready().await;
         debug!("attachment cache ready");
         let _ = ctx.mountpods.wait_until_ready().await;
-        ctx.caches_ready.store(true, std::sync::atomic::Ordering::Release);
+        ctx.caches_ready
+            .store(true, std::sync::atomic::Ordering::Release);
         info!("caches ready");
     });
 }
@@ -256,7 +257,9 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
                 .add_service(crate::csi::proto::identity_server::IdentityServer::new(
                     crate::csi::identity::IdentityService { controller: true },
                 ))
-                .add_service(crate::csi::proto::controller_server::ControllerServer::new(service))
+                .add_service(crate::csi::proto::controller_server::ControllerServer::new(
+                    service,
+                ))
                 .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
                 .await;
             if let Err(e) = res {
@@ -336,10 +339,16 @@ async fn run_controllers(
 
     // A VolumeAttachment has its Volume's name; a MountPod names its volume.
     let volume_ctrl = Controller::new(volumes, wc.clone())
-        .watches_stream(va_stream, |va: VolumeAttachment| va.metadata.name.map(|n| ObjectRef::new(&n)));
+        .watches_stream(va_stream, |va: VolumeAttachment| {
+            va.metadata.name.map(|n| ObjectRef::new(&n))
+        });
     let attachment_ctrl = Controller::new(attachments, wc.clone())
-        .watches_stream(mp_stream, |mp: MountPod| Some(ObjectRef::new(&mp.spec.volume)))
-        .watches_stream(volume_stream, |v: Volume| v.metadata.name.map(|n| ObjectRef::new(&n)));
+        .watches_stream(mp_stream, |mp: MountPod| {
+            Some(ObjectRef::new(&mp.spec.volume))
+        })
+        .watches_stream(volume_stream, |v: Volume| {
+            v.metadata.name.map(|n| ObjectRef::new(&n))
+        });
 
     let ctx = Arc::new(Context {
         recorder: Recorder::new(

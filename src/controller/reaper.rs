@@ -49,10 +49,10 @@ pub fn reap_reason(
     storage_attachments: &BTreeSet<String>,
     now: jiff::Timestamp,
 ) -> Option<String> {
-    if let Some(expires) = &ticket.expires_at {
-        if expires.0 <= now {
-            return Some(format!("it expired at {}", expires.0));
-        }
+    if let Some(expires) = &ticket.expires_at
+        && expires.0 <= now
+    {
+        return Some(format!("it expired at {}", expires.0));
     }
     let old_enough = age.is_some_and(|a| a >= grace);
     if !old_enough {
@@ -141,7 +141,15 @@ async fn remove_ticket(
     info!(volume = %name, ticket = %ticket.id, reason = %why, "reaped ticket");
     if let Some(volume) = ctx.volumes.get(&ObjectRef::new(&name)) {
         let action = format!("RemoveTicket {}", ticket.id);
-        publish_action(ctx, &volume, EventType::Warning, "TicketReaped", &action, &note).await;
+        publish_action(
+            ctx,
+            &volume,
+            EventType::Warning,
+            "TicketReaped",
+            &action,
+            &note,
+        )
+        .await;
     }
     Ok(())
 }

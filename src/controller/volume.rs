@@ -193,10 +193,10 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
 }
 
 async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, Error> {
-    if volume.spec.backend.scope == BackendScope::NodeLocal {
-        if let Some(node) = &volume.spec.backend.node {
-            return Ok(Some(node.clone()));
-        }
+    if volume.spec.backend.scope == BackendScope::NodeLocal
+        && let Some(node) = &volume.spec.backend.node
+    {
+        return Ok(Some(node.clone()));
     }
     let name = volume.name_any();
     let mut from_mounts: Vec<String> = ctx

@@ -49,12 +49,24 @@ pub struct NodeService {
 
 impl NodeService {
     /// The Node service of `node_name`, accepting paths under `kubelet_dir`.
-    pub fn new(client: Client, node_name: String, kubelet_dir: PathBuf, mounts: Arc<dyn Mounts>) -> Self {
-        NodeService { client, node_name, kubelet_dir, mounts, inflight: InFlight::default() }
+    pub fn new(
+        client: Client,
+        node_name: String,
+        kubelet_dir: PathBuf,
+        mounts: Arc<dyn Mounts>,
+    ) -> Self {
+        NodeService {
+            client,
+            node_name,
+            kubelet_dir,
+            mounts,
+            inflight: InFlight::default(),
+        }
     }
 
     fn path(&self, field: &'static str, p: &str) -> Result<PathBuf, Status> {
-        super::paths::validate(field, p, &self.kubelet_dir).map_err(|e| Status::invalid_argument(e.to_string()))
+        super::paths::validate(field, p, &self.kubelet_dir)
+            .map_err(|e| Status::invalid_argument(e.to_string()))
     }
 
     async fn volume_exists(&self, volume_id: &str) -> Result<bool, Status> {
@@ -75,8 +87,15 @@ impl NodeService {
 
     /// Whether `target` has a mount whose device is the same as `of` (a bind of it).
     fn bound(&self, target: &Path, of: &Path) -> Result<Option<bool>, Status> {
-        let table = self.mounts.table().map_err(|e| Status::internal(e.to_string()))?;
-        let source_dev = table.iter().rev().find(|m| m.mount_point == of).map(|m| m.dev.clone());
+        let table = self
+            .mounts
+            .table()
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let source_dev = table
+            .iter()
+            .rev()
+            .find(|m| m.mount_point == of)
+            .map(|m| m.dev.clone());
         let at = table.iter().rev().find(|m| m.mount_point == target);
         Ok(match (at, source_dev) {
             (Some(m), Some(dev)) => Some(m.dev == dev),
@@ -86,21 +105,36 @@ impl NodeService {
     }
 
     /// Add or remove the reference of `target` on the volume's MountPod.
-    async fn set_reference(&self, volume_id: &str, target: &Path, add: Option<(String, bool)>) -> Result<(), Status> {
+    async fn set_reference(
+        &self,
+        volume_id: &str,
+        target: &Path,
+        add: Option<(String, bool)>,
+    ) -> Result<(), Status> {
         let api: Api<MountPod> = Api::all(self.client.clone());
         let name = api::mountpod_name(volume_id, &self.node_name);
         let target = target.display().to_string();
         for _ in 0..5 {
-            let Some(mp) = api.get_opt(&name).await.map_err(|e| Status::unavailable(e.to_string()))? else {
+            let Some(mp) = api
+                .get_opt(&name)
+                .await
+                .map_err(|e| Status::unavailable(e.to_string()))?
+            else {
                 return match add {
-                    Some(_) => Err(Status::failed_precondition(format!("MountPod {name} is gone"))),
+                    Some(_) => Err(Status::failed_precondition(format!(
+                        "MountPod {name} is gone"
+                    ))),
                     None => Ok(()),
                 };
             };
             let mut refs = mp.spec.references.clone();
             refs.retain(|r| r.target_path != target);
             if let Some((owner, read_only)) = &add {
-                refs.push(MountReference { target_path: target.clone(), owner: owner.clone(), read_only: *read_only });
+                refs.push(MountReference {
+                    target_path: target.clone(),
+                    owner: owner.clone(),
+                    read_only: *read_only,
+                });
             }
             if refs == mp.spec.references {
                 return Ok(());
@@ -109,24 +143,40 @@ impl NodeService {
                 "metadata": {"resourceVersion": mp.resource_version()},
                 "spec": {"references": refs},
             });
-            let params = PatchParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            };
             match api.patch(&name, &params, &Patch::Merge(&patch)).await {
                 Ok(_) => return Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(e) => return Err(Status::unavailable(format!("updating references of {name}: {e}"))),
+                Err(e) => {
+                    return Err(Status::unavailable(format!(
+                        "updating references of {name}: {e}"
+                    )));
+                }
             }
         }
-        Err(Status::aborted(format!("MountPod {name} kept changing; retry")))
+        Err(Status::aborted(format!(
+            "MountPod {name} kept changing; retry"
+        )))
     }
 
     fn unmount_and_remove(&self, target: &Path, remove_dir: bool) -> Result<(), Status> {
         // Unmount every layer stacked on the target, then remove the directory.
-        self.mounts.unmount_all_lazy(target, 16).map_err(|e| Status::internal(e.to_string()))?;
+        self.mounts
+            .unmount_all_lazy(target, 16)
+            .map_err(|e| Status::internal(e.to_string()))?;
         if remove_dir {
             match std::fs::remove_dir(target) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Status::internal(format!("removing {}: {e}", target.display()))),
+                Err(e) => {
+                    return Err(Status::internal(format!(
+                        "removing {}: {e}",
+                        target.display()
+                    )));
+                }
             }
         }
         Ok(())
@@ -136,22 +186,30 @@ impl NodeService {
 fn check_capability(cap: Option<&VolumeCapability>) -> Result<(), Status> {
     let cap = cap.ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
     if let Some(AccessType::Block(_)) = cap.access_type {
-        return Err(Status::invalid_argument("block volumes are not supported: Tessera serves filesystems"));
+        return Err(Status::invalid_argument(
+            "block volumes are not supported: Tessera serves filesystems",
+        ));
     }
     if cap.access_mode.is_none() {
-        return Err(Status::invalid_argument("volume_capability.access_mode is required"));
+        return Err(Status::invalid_argument(
+            "volume_capability.access_mode is required",
+        ));
     }
     Ok(())
 }
 
 fn mkdir(p: &Path) -> Result<(), Status> {
-    std::fs::create_dir_all(p).map_err(|e| Status::internal(format!("creating {}: {e}", p.display())))
+    std::fs::create_dir_all(p)
+        .map_err(|e| Status::internal(format!("creating {}: {e}", p.display())))
 }
 
 #[tonic::async_trait]
 impl Node for NodeService {
     #[instrument(skip_all, fields(volume = %req.get_ref().volume_id))]
-    async fn node_stage_volume(&self, req: Request<NodeStageVolumeRequest>) -> Result<Response<NodeStageVolumeResponse>, Status> {
+    async fn node_stage_volume(
+        &self,
+        req: Request<NodeStageVolumeRequest>,
+    ) -> Result<Response<NodeStageVolumeResponse>, Status> {
         let req = req.into_inner();
         if req.volume_id.is_empty() {
             return Err(Status::invalid_argument("volume_id is required"));
@@ -163,10 +221,16 @@ impl Node for NodeService {
         let staging = self.path("staging_target_path", &req.staging_target_path)?;
         let _guard = self.inflight.start(&req.volume_id)?;
         if !self.volume_exists(&req.volume_id).await? {
-            return Err(Status::not_found(format!("volume {} not found", req.volume_id)));
+            return Err(Status::not_found(format!(
+                "volume {} not found",
+                req.volume_id
+            )));
         }
         let mp = self.mountpod(&req.volume_id).await?.ok_or_else(|| {
-            Status::failed_precondition(format!("volume {} is not attached to node {}", req.volume_id, self.node_name))
+            Status::failed_precondition(format!(
+                "volume {} is not attached to node {}",
+                req.volume_id, self.node_name
+            ))
         })?;
         if !mp.is_ready() {
             let status = mp.status.clone().unwrap_or_default();
@@ -175,11 +239,17 @@ impl Node for NodeService {
                 req.volume_id,
                 self.node_name,
                 status.phase,
-                status.last_error.map(|e| format!(": {e}")).unwrap_or_default()
+                status
+                    .last_error
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
             )));
         }
         let mount_point = PathBuf::from(
-            mp.status.as_ref().and_then(|s| s.mount_point.clone()).ok_or_else(|| Status::unavailable("MountPod has no mount point yet"))?,
+            mp.status
+                .as_ref()
+                .and_then(|s| s.mount_point.clone())
+                .ok_or_else(|| Status::unavailable("MountPod has no mount point yet"))?,
         );
         match self.bound(&staging, &mount_point)? {
             Some(true) => return Ok(Response::new(NodeStageVolumeResponse {})),
@@ -193,7 +263,9 @@ impl Node for NodeService {
             None => {}
         }
         mkdir(&staging)?;
-        self.mounts.bind(&mount_point, &staging, false).map_err(|e| Status::internal(e.to_string()))?;
+        self.mounts
+            .bind(&mount_point, &staging, false)
+            .map_err(|e| Status::internal(e.to_string()))?;
         info!(staging = %staging.display(), "staged");
         Ok(Response::new(NodeStageVolumeResponse {}))
     }
@@ -229,17 +301,29 @@ impl Node for NodeService {
             return Err(Status::invalid_argument("target_path is required"));
         }
         if req.staging_target_path.is_empty() {
-            return Err(Status::failed_precondition("staging_target_path is required: the volume must be staged first"));
+            return Err(Status::failed_precondition(
+                "staging_target_path is required: the volume must be staged first",
+            ));
         }
         check_capability(req.volume_capability.as_ref())?;
         let target = self.path("target_path", &req.target_path)?;
         let staging = self.path("staging_target_path", &req.staging_target_path)?;
         let _guard = self.inflight.start(&req.volume_id)?;
         if !self.volume_exists(&req.volume_id).await? {
-            return Err(Status::not_found(format!("volume {} not found", req.volume_id)));
+            return Err(Status::not_found(format!(
+                "volume {} not found",
+                req.volume_id
+            )));
         }
-        if !matches!(self.mounts.probe(&staging, Duration::from_secs(5)), Probe::Answers { .. }) {
-            return Err(Status::failed_precondition(format!("volume {} is not staged at {}", req.volume_id, staging.display())));
+        if !matches!(
+            self.mounts.probe(&staging, Duration::from_secs(5)),
+            Probe::Answers { .. }
+        ) {
+            return Err(Status::failed_precondition(format!(
+                "volume {} is not staged at {}",
+                req.volume_id,
+                staging.display()
+            )));
         }
         let owner = req
             .volume_context
@@ -249,14 +333,22 @@ impl Node for NodeService {
         match self.bound(&target, &staging)? {
             Some(true) => {}
             Some(false) => {
-                return Err(Status::already_exists(format!("{} is mounted from something else", target.display())));
+                return Err(Status::already_exists(format!(
+                    "{} is mounted from something else",
+                    target.display()
+                )));
             }
             None => {
                 mkdir(&target)?;
-                self.mounts.bind(&staging, &target, req.readonly).map_err(|e| Status::internal(e.to_string()))?;
+                self.mounts
+                    .bind(&staging, &target, req.readonly)
+                    .map_err(|e| Status::internal(e.to_string()))?;
             }
         }
-        if let Err(e) = self.set_reference(&req.volume_id, &target, Some((owner, req.readonly))).await {
+        if let Err(e) = self
+            .set_reference(&req.volume_id, &target, Some((owner, req.readonly)))
+            .await
+        {
             // Without its reference the mount could be torn down under the pod: undo.
             warn!(error = %e, "recording the reference failed; unpublishing");
             let _ = self.unmount_and_remove(&target, true);
@@ -299,11 +391,20 @@ impl Node for NodeService {
         }
         let path = self.path("volume_path", &req.volume_path)?;
         if !self.volume_exists(&req.volume_id).await? {
-            return Err(Status::not_found(format!("volume {} not found", req.volume_id)));
+            return Err(Status::not_found(format!(
+                "volume {} not found",
+                req.volume_id
+            )));
         }
         // A probe tells a missing path from a broken mount (both fail a plain stat).
-        if matches!(self.mounts.probe(&path, Duration::from_secs(2)), Probe::Missing) {
-            return Err(Status::not_found(format!("{} does not exist", path.display())));
+        if matches!(
+            self.mounts.probe(&path, Duration::from_secs(2)),
+            Probe::Missing
+        ) {
+            return Err(Status::not_found(format!(
+                "{} does not exist",
+                path.display()
+            )));
         }
         let probe_path = path.clone();
         let stats = tokio::task::spawn_blocking(move || nix::sys::statvfs::statvfs(&probe_path))
@@ -318,7 +419,12 @@ impl Node for NodeService {
                 let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
                 (
                     vec![
-                        VolumeUsage { available: i(available), total: i(total), used: i(used), unit: volume_usage::Unit::Bytes as i32 },
+                        VolumeUsage {
+                            available: i(available),
+                            total: i(total),
+                            used: i(used),
+                            unit: volume_usage::Unit::Bytes as i32,
+                        },
                         VolumeUsage {
                             available: i(s.files_available()),
                             total: i(s.files()),
@@ -326,12 +432,24 @@ impl Node for NodeService {
                             unit: volume_usage::Unit::Inodes as i32,
                         },
                     ],
-                    VolumeCondition { abnormal: false, message: "mount answers".into() },
+                    VolumeCondition {
+                        abnormal: false,
+                        message: "mount answers".into(),
+                    },
                 )
             }
-            Err(errno) => (vec![], VolumeCondition { abnormal: true, message: format!("the FUSE mount does not answer: {errno}") }),
+            Err(errno) => (
+                vec![],
+                VolumeCondition {
+                    abnormal: true,
+                    message: format!("the FUSE mount does not answer: {errno}"),
+                },
+            ),
         };
-        Ok(Response::new(NodeGetVolumeStatsResponse { usage, volume_condition: Some(condition) }))
+        Ok(Response::new(NodeGetVolumeStatsResponse {
+            usage,
+            volume_condition: Some(condition),
+        }))
     }
 
     async fn node_expand_volume(
@@ -352,25 +470,39 @@ impl Node for NodeService {
             .map_err(|e| Status::unavailable(e.to_string()))?
             .ok_or_else(|| Status::not_found(format!("volume {} not found", req.volume_id)))?;
         // The quota grows online when the controller raises spec.size: nothing to do here.
-        let bytes = api::quantity_bytes(&volume.spec.size.0).map_err(|e| Status::internal(e.to_string()))?;
-        Ok(Response::new(NodeExpandVolumeResponse { capacity_bytes: i64::try_from(bytes).unwrap_or(i64::MAX) }))
+        let bytes = api::quantity_bytes(&volume.spec.size.0)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(NodeExpandVolumeResponse {
+            capacity_bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
+        }))
     }
 
     async fn node_get_capabilities(
         &self,
         _: Request<NodeGetCapabilitiesRequest>,
     ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
-        let capabilities = [rpc::Type::StageUnstageVolume, rpc::Type::GetVolumeStats, rpc::Type::VolumeCondition, rpc::Type::ExpandVolume]
-            .into_iter()
-            .map(|t| NodeServiceCapability {
-                r#type: Some(node_service_capability::Type::Rpc(node_service_capability::Rpc { r#type: t as i32 })),
-            })
-            .collect();
+        let capabilities = [
+            rpc::Type::StageUnstageVolume,
+            rpc::Type::GetVolumeStats,
+            rpc::Type::VolumeCondition,
+            rpc::Type::ExpandVolume,
+        ]
+        .into_iter()
+        .map(|t| NodeServiceCapability {
+            r#type: Some(node_service_capability::Type::Rpc(
+                node_service_capability::Rpc { r#type: t as i32 },
+            )),
+        })
+        .collect();
         Ok(Response::new(NodeGetCapabilitiesResponse { capabilities }))
     }
 
-    async fn node_get_info(&self, _: Request<NodeGetInfoRequest>) -> Result<Response<NodeGetInfoResponse>, Status> {
-        let segments: HashMap<String, String> = [(TOPOLOGY_NODE_KEY.to_string(), self.node_name.clone())].into();
+    async fn node_get_info(
+        &self,
+        _: Request<NodeGetInfoRequest>,
+    ) -> Result<Response<NodeGetInfoResponse>, Status> {
+        let segments: HashMap<String, String> =
+            [(TOPOLOGY_NODE_KEY.to_string(), self.node_name.clone())].into();
         Ok(Response::new(NodeGetInfoResponse {
             node_id: self.node_name.clone(),
             max_volumes_per_node: 0,

@@ -34,7 +34,10 @@ async fn main() {
         println!("controller benchmark: run it with `cargo bench --bench controller`");
         return;
     }
-    let n: usize = std::env::var("BENCH_VOLUMES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let n: usize = std::env::var("BENCH_VOLUMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
     let client = support::client().await;
     support::ensure_crds(&client).await;
     let id = support::unique_name("bench");
@@ -51,7 +54,15 @@ async fn main() {
     stream::iter(names.iter().map(|name| {
         let volumes = volumes.clone();
         let id = id.clone();
-        async move { volumes.create(&PostParams::default(), &fixtures::volume(name, &id, "ReadWriteOnce")).await.map(|_| ()) }
+        async move {
+            volumes
+                .create(
+                    &PostParams::default(),
+                    &fixtures::volume(name, &id, "ReadWriteOnce"),
+                )
+                .await
+                .map(|_| ())
+        }
     }))
     .buffer_unordered(32)
     .try_collect::<Vec<()>>()
@@ -67,12 +78,15 @@ async fn main() {
     let setup = t.elapsed();
 
     let reconciles0 = ctrl.metric_sum("tessera_reconciles_total");
-    let requests0 = ctrl.metric_sum("tessera_api_writes_total") + ctrl.metric_sum("tessera_api_reads_total");
+    let requests0 =
+        ctrl.metric_sum("tessera_api_writes_total") + ctrl.metric_sum("tessera_api_reads_total");
     let t0 = Instant::now();
     stream::iter(names.iter().map(|name| {
         let client = client.clone();
         let node = node.clone();
-        async move { fixtures::put_ticket(&client, name, "csi-a", "csi-attacher", &node, json!({})).await }
+        async move {
+            fixtures::put_ticket(&client, name, "csi-a", "csi-attacher", &node, json!({})).await
+        }
     }))
     .buffer_unordered(32)
     .collect::<Vec<()>>()
@@ -82,31 +96,66 @@ async fn main() {
     while satisfied_at.len() < n {
         for va in vas.list(&selector).await.unwrap().items {
             let name = va.metadata.name.clone().unwrap();
-            let ok = va.status.as_ref().and_then(|s| s.attachment_ticket_statuses.get("csi-a")).is_some_and(|s| s.satisfied);
+            let ok = va
+                .status
+                .as_ref()
+                .and_then(|s| s.attachment_ticket_statuses.get("csi-a"))
+                .is_some_and(|s| s.satisfied);
             if ok {
                 satisfied_at.entry(name).or_insert_with(|| t0.elapsed());
             }
         }
-        assert!(t0.elapsed() < Duration::from_secs(300), "not all tickets satisfied within 300 s");
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "not all tickets satisfied within 300 s"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let total = t0.elapsed();
     let reconciles = ctrl.metric_sum("tessera_reconciles_total") - reconciles0;
-    let requests = ctrl.metric_sum("tessera_api_writes_total") + ctrl.metric_sum("tessera_api_reads_total") - requests0;
+    let requests = ctrl.metric_sum("tessera_api_writes_total")
+        + ctrl.metric_sum("tessera_api_reads_total")
+        - requests0;
     let rss_mib = peak_rss_kib(ctrl.child.id()) as f64 / 1024.0;
     let mut lat: Vec<Duration> = satisfied_at.values().copied().collect();
     lat.sort();
-    let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).saturating_sub(1).min(lat.len() - 1)];
+    let pct = |p: f64| {
+        lat[((lat.len() as f64 * p).ceil() as usize)
+            .saturating_sub(1)
+            .min(lat.len() - 1)]
+    };
 
     println!();
     println!("controller benchmark: {n} volumes, one csi-attacher ticket each, one node");
-    println!("  setup (volumes + their VolumeAttachments)  {:>8.2} s", setup.as_secs_f64());
-    println!("  tickets submitted in                       {:>8.2} s", submitted.as_secs_f64());
-    println!("  all tickets satisfied after                {:>8.2} s   (goal < 20 s)", total.as_secs_f64());
-    println!("  ticket satisfied, since the burst began    p50 {:.2} s  p99 {:.2} s", pct(0.5).as_secs_f64(), pct(0.99).as_secs_f64());
-    println!("  reconciles                                 {:>8.0}", reconciles);
-    println!("  API requests per reconcile (writes+reads)  {:>8.2}", requests / reconciles.max(1.0));
-    println!("  controller peak resident memory            {:>8.1} MiB (goal < 150 MB)", rss_mib);
+    println!(
+        "  setup (volumes + their VolumeAttachments)  {:>8.2} s",
+        setup.as_secs_f64()
+    );
+    println!(
+        "  tickets submitted in                       {:>8.2} s",
+        submitted.as_secs_f64()
+    );
+    println!(
+        "  all tickets satisfied after                {:>8.2} s   (goal < 20 s)",
+        total.as_secs_f64()
+    );
+    println!(
+        "  ticket satisfied, since the burst began    p50 {:.2} s  p99 {:.2} s",
+        pct(0.5).as_secs_f64(),
+        pct(0.99).as_secs_f64()
+    );
+    println!(
+        "  reconciles                                 {:>8.0}",
+        reconciles
+    );
+    println!(
+        "  API requests per reconcile (writes+reads)  {:>8.2}",
+        requests / reconciles.max(1.0)
+    );
+    println!(
+        "  controller peak resident memory            {:>8.1} MiB (goal < 150 MB)",
+        rss_mib
+    );
 
     // Clean up: delete the volumes (their data cleanup runs through tickets too).
     let t = Instant::now();
@@ -116,7 +165,10 @@ async fn main() {
     loop {
         let left = volumes.list_metadata(&selector).await.unwrap().items.len();
         if left == 0 || t.elapsed() > Duration::from_secs(300) {
-            println!("  deleting {n} volumes (cleanup tickets)    {:>8.2} s ({left} left)", t.elapsed().as_secs_f64());
+            println!(
+                "  deleting {n} volumes (cleanup tickets)    {:>8.2} s ({left} left)",
+                t.elapsed().as_secs_f64()
+            );
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
