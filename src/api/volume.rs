@@ -118,6 +118,10 @@ pub struct VolumeStatus {
     /// Nodes where the volume is mounted and ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attached_nodes: Vec<String>,
+    /// The node the volume was last attached to (kept after it detaches), where its
+    /// data is removed when the Volume is deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attached_node: Option<String>,
     /// Capacity in effect (the quota the mounts enforce).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<Quantity>,

@@ -548,7 +548,13 @@ async fn write_volume_status(
     if !failed.is_empty() {
         conditions.push(cond("Faulted", true, "MountFailed", failed.join("; ")));
     }
+    let last_attached_node = ready
+        .iter()
+        .find(|n| decision.nodes.contains_key(*n))
+        .cloned()
+        .or(old.last_attached_node.clone());
     let status = VolumeStatus {
+        last_attached_node,
         state: Some(state),
         attached_nodes: ready
             .into_iter()

@@ -138,15 +138,6 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
-    /// The finalizer helper failed.
-    #[error("finalizer of volume {volume}")]
-    Finalizer {
-        /// The Volume.
-        volume: String,
-        /// The cause.
-        #[source]
-        source: Box<kube::runtime::finalizer::Error<Error>>,
-    },
     /// Leader election failed.
     #[error(transparent)]
     Leader(#[from] leader::Error),

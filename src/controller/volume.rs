@@ -10,18 +10,19 @@
 //! ```
 //!
 //! The cleanup node is the volume's pinned node (node-local), else a node that has a
-//! MountPod of the volume, else the first node whose CSINode lists the Tessera driver
+//! MountPod of the volume, else the node it was last attached to (if that Node still
+//! exists), else the first node whose CSINode lists the Tessera driver
 //! (a node where the agent runs). `tessera.io/reclaim-policy: Retain` keeps the data.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 use tracing::{debug, info, instrument};
@@ -40,19 +41,59 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
     super::measured(&metrics, "volume", async {
         let api: Api<Volume> = Api::all(ctx.client.clone());
         let name = volume.name_any();
-        finalizer(&api, VOLUME_FINALIZER, volume, |event| async {
-            match event {
-                Finalizer::Apply(v) => apply(&v, &ctx).await,
-                Finalizer::Cleanup(v) => cleanup(&v, &ctx).await,
+        let has_finalizer = volume.finalizers().iter().any(|f| f == VOLUME_FINALIZER);
+        if volume.metadata.deletion_timestamp.is_none() {
+            if !has_finalizer {
+                // The finalizer first, so no Volume can be deleted before its data is.
+                let patch = json!([
+                    {"op": "test", "path": "/metadata/resourceVersion", "value": volume.resource_version()},
+                    if volume.finalizers().is_empty() {
+                        json!({"op": "add", "path": "/metadata/finalizers", "value": [VOLUME_FINALIZER]})
+                    } else {
+                        json!({"op": "add", "path": "/metadata/finalizers/-", "value": VOLUME_FINALIZER})
+                    },
+                ]);
+                let patch: json_patch::Patch = serde_json::from_value(patch).expect("well-formed JSON patch");
+                api.patch(&name, &super::merge_params(), &Patch::<()>::Json(patch))
+                    .await
+                    .context(|| format!("adding the finalizer to {name}"))?;
+                ctx.metrics.write("Volume", "patch");
+                return Ok(Action::await_change());
             }
-        })
-        .await
-        .map_err(|e| Error::Finalizer {
-            volume: name,
-            source: Box::new(e),
-        })
+            return apply(&volume, &ctx).await;
+        }
+        if !has_finalizer {
+            return Ok(Action::await_change());
+        }
+        // Deleting: the finalizer stays until the data is removed (or retained).
+        match cleanup(&volume, &ctx).await? {
+            Cleanup::Pending(action) => Ok(action),
+            Cleanup::Done => {
+                let idx = volume.finalizers().iter().position(|f| f == VOLUME_FINALIZER).expect("checked above");
+                let patch: json_patch::Patch = serde_json::from_value(json!([
+                    {"op": "test", "path": format!("/metadata/finalizers/{idx}"), "value": VOLUME_FINALIZER},
+                    {"op": "remove", "path": format!("/metadata/finalizers/{idx}")},
+                ]))
+                .expect("well-formed JSON patch");
+                match api.patch(&name, &super::merge_params(), &Patch::<()>::Json(patch)).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e).context(|| format!("removing the finalizer of {name}")),
+                }
+                ctx.metrics.write("Volume", "patch");
+                Ok(Action::await_change())
+            }
+        }
     })
     .await
+}
+
+/// Where the removal of a deleted volume's data stands.
+enum Cleanup {
+    /// Removed (or retained by policy): the finalizer may go.
+    Done,
+    /// Not yet: look again as the action says (or on a change).
+    Pending(Action),
 }
 
 /// Back off on errors.
@@ -113,7 +154,7 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
 }
 
 /// The Volume is being deleted: remove its data via a cleanup ticket, then let go.
-async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
+async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {
     let name = volume.name_any();
     if volume
         .annotations()
@@ -128,10 +169,10 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
             "reclaim policy Retain: the data is kept",
         )
         .await;
-        return Ok(Action::await_change());
+        return Ok(Cleanup::Done);
     }
     if !ensure_attachment(volume, ctx).await? {
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return Ok(Cleanup::Pending(Action::requeue(Duration::from_millis(200))));
     }
     ctx.metrics.read("VolumeAttachment", "get");
     let va = Api::<VolumeAttachment>::all(ctx.client.clone())
@@ -139,7 +180,7 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
         .await
         .context(|| format!("reading VolumeAttachment {name}"))?;
     let Some(va) = va else {
-        return Ok(Action::requeue(Duration::from_secs(1)));
+        return Ok(Cleanup::Pending(Action::requeue(Duration::from_secs(1))));
     };
     if let Some(ticket) = va.spec.attachment_tickets.get(CLEANUP_TICKET) {
         let done = va
@@ -157,10 +198,10 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
                 &format!("data removed on node {}", ticket.node_id),
             )
             .await;
-            return Ok(Action::await_change());
+            return Ok(Cleanup::Done);
         }
         // Waiting for the node agent; the VolumeAttachment's status change wakes us.
-        return Ok(Action::requeue(Duration::from_secs(30)));
+        return Ok(Cleanup::Pending(Action::requeue(Duration::from_secs(30))));
     }
     let Some(node) = cleanup_node(volume, ctx).await? else {
         publish(
@@ -171,7 +212,7 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
             &format!("no node runs the Tessera node agent (no CSINode lists {CSI_DRIVER_NAME}); the data cannot be removed yet"),
         )
         .await;
-        return Ok(Action::requeue(Duration::from_secs(30)));
+        return Ok(Cleanup::Pending(Action::requeue(Duration::from_secs(30))));
     };
     let patch = json!({"spec": {"attachmentTickets": {CLEANUP_TICKET: {
         "id": CLEANUP_TICKET, "type": AttacherType::Cleanup.as_str(), "nodeID": node, "generation": 0,
@@ -189,7 +230,7 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
         &format!("cleanup ticket added for node {node}"),
     )
     .await;
-    Ok(Action::requeue(Duration::from_secs(30)))
+    Ok(Cleanup::Pending(Action::requeue(Duration::from_secs(30))))
 }
 
 async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, Error> {
@@ -209,6 +250,18 @@ async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, 
     from_mounts.sort();
     if let Some(node) = from_mounts.into_iter().next() {
         return Ok(Some(node));
+    }
+    // Where it was last attached, if that Node still exists.
+    if let Some(node) = volume.status.as_ref().and_then(|s| s.last_attached_node.as_ref()) {
+        ctx.metrics.read("Node", "get");
+        let exists = Api::<Node>::all(ctx.client.clone())
+            .get_metadata_opt(node)
+            .await
+            .context(|| format!("reading Node {node}"))?
+            .is_some();
+        if exists {
+            return Ok(Some(node.clone()));
+        }
     }
     ctx.metrics.read("CSINode", "list");
     let csinodes = Api::<CSINode>::all(ctx.client.clone())

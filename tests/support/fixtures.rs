@@ -260,6 +260,8 @@ pub struct FakeAgent {
     task: tokio::task::JoinHandle<()>,
     /// Node names whose mounts are reported Failed instead.
     pub failing: Arc<std::sync::Mutex<Vec<String>>>,
+    /// While set, RemoveData MountPods are left unreported (the data is "still being removed").
+    pub hold_remove_data: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FakeAgent {
@@ -267,6 +269,8 @@ impl FakeAgent {
     pub fn start(client: Client, test_id: &str) -> Self {
         let failing: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
         let f = failing.clone();
+        let hold_remove_data: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let hold = hold_remove_data.clone();
         let api: Api<MountPod> = Api::all(client);
         let wc = watcher::Config::default().labels(&format!("{TEST_LABEL}={test_id}"));
         let task = tokio::spawn(async move {
@@ -297,16 +301,17 @@ impl FakeAgent {
                     "mountPoint": mount_point, "pid": 4242,
                     "lastError": if fail { json!("fuse daemon exited: injected failure") } else { serde_json::Value::Null },
                 }});
-                let _ = api
-                    .patch_status(
-                        &mp.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
-                    .await;
+                let (api, hold, name) = (api.clone(), hold.clone(), mp.name_any());
+                let held = mp.spec.task == MountTask::RemoveData;
+                tokio::spawn(async move {
+                    while held && hold.load(std::sync::atomic::Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    let _ = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+                });
             }
         });
-        FakeAgent { task, failing }
+        FakeAgent { task, failing, hold_remove_data }
     }
 }
 
