@@ -632,15 +632,7 @@ async fn deletion_waits_for_references() {
 
 /// 6. Deleting a Volume removes its data through a cleanup ticket: the agent runs the
 /// RemoveData task on the node that a CSINode names.
-///
-/// Ignored for now: the controller's Volume cleanup runs inside kube-runtime's
-/// `finalizer()`, which removes the finalizer as soon as the cleanup closure returns
-/// `Ok` — right after it adds the cleanup ticket, not once the ticket is satisfied.
-/// The Volume then goes at once, and garbage collection races the agent for the
-/// RemoveData MountPod (this test fails about half of the time: the Volume is gone
-/// while the data is still there, or is never removed). Run with `--ignored`.
 #[tokio::test]
-#[ignore = "controller removes the Volume finalizer before the cleanup ticket is satisfied"]
 async fn deleted_volume_data_is_removed_by_the_agent() {
     // "0" sorts the node first among CSINodes of other tests.
     let e = env("0nrm", 1).await;
