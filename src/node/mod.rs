@@ -81,6 +81,10 @@ pub struct NodeArgs {
     /// How long a mount point may take to answer a probe before it counts as hung.
     #[arg(long, default_value_t = 2000)]
     pub probe_timeout_ms: u64,
+    /// Serve the CSI Identity and Node services on this unix socket
+    /// (kubelet finds it through node-driver-registrar).
+    #[arg(long, env = "CSI_ENDPOINT")]
+    pub csi_endpoint: Option<String>,
     /// How long a new daemon may take before its mount answers.
     #[arg(long, default_value_t = 30)]
     pub start_timeout_seconds: u64,
@@ -127,6 +131,9 @@ pub enum Error {
     /// Node-side work failed.
     #[error(transparent)]
     Host(#[from] reconcile::Error),
+    /// The CSI socket could not be served.
+    #[error(transparent)]
+    Csi(#[from] crate::csi::ServeError),
     /// The state directory could not be opened.
     #[error(transparent)]
     Supervisor(#[from] supervisor::Error),
@@ -205,6 +212,29 @@ pub async fn run(args: NodeArgs) -> Result<(), Error> {
         ))),
         state,
     });
+    if let Some(endpoint) = &args.csi_endpoint {
+        let path = crate::csi::endpoint_path(endpoint);
+        let listener = crate::csi::bind_unix(&path)?;
+        let service = crate::csi::node::NodeService::new(
+            client.clone(),
+            args.node_name.clone(),
+            host.config.kubelet_dir.clone(),
+            host.mounts.clone(),
+        );
+        info!(socket = %path.display(), "serving CSI identity and node");
+        tokio::spawn(async move {
+            let res = tonic::transport::Server::builder()
+                .add_service(crate::csi::proto::identity_server::IdentityServer::new(
+                    crate::csi::identity::IdentityService { controller: false },
+                ))
+                .add_service(crate::csi::proto::node_server::NodeServer::new(service))
+                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
+                .await;
+            if let Err(e) = res {
+                tracing::error!(error = %e, "CSI server stopped");
+            }
+        });
+    }
     let agent = agent::run(
         client,
         metrics,

@@ -8,8 +8,9 @@
 #                    symlinks to k8s-harness (dispatch on argv[0])
 #   kubectl, csi-attacher, csi-provisioner, csi-resizer, csi-sanity, kwok
 #
-# A no-op when every binary exists and the stamp file is newer than every
-# harness source (*.go, go.mod, go.sum, this script). Uses the default
+# A no-op when every binary exists and the stamp files are newer than every
+# harness source (*.go, go.mod, go.sum, this script); editing only *.go files
+# relinks only k8s-harness. Uses the default
 # GOMODCACHE/GOCACHE so repeated builds are incremental.
 #
 # Environment:
@@ -21,7 +22,7 @@ set -euo pipefail
 HARNESS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HARNESS_DIR/../.." && pwd)"
 BIN="${HARNESS_BIN:-$ROOT/target/harness/bin}"
-STAMP="$BIN/.build-stamp"
+STAMP="$BIN/.build-stamp"   # .harness / .tools suffixes
 GO_P="${HARNESS_GO_P:-2}"
 
 K8S_VERSION=v1.36.3
@@ -41,15 +42,32 @@ TOOLS=(
 
 log() { printf '[harness-build] %s\n' "$*" >&2; }
 
-up_to_date() {
-  [[ -z "${HARNESS_FORCE:-}" ]] || return 1
-  [[ -f "$STAMP" ]] || return 1
+# Two parts, each with its own stamp (recording when its build *started*, so a
+# source edited during a build triggers the next one):
+#   harness: k8s-harness, rebuilt when any *.go, go.mod, go.sum or build.sh changes
+#   tools:   kubectl + sidecars, rebuilt only when go.mod, go.sum or build.sh change
+newer_than() { # newer_than STAMP NAME-PATTERN...: prints a source newer than STAMP
+  local stamp=$1; shift
+  local expr=() n
+  for n in "$@"; do expr+=(${expr[0]+-o} -name "$n"); done
+  find "$HARNESS_DIR" -maxdepth 2 \( "${expr[@]}" \) -newer "$stamp" -print -quit
+}
+
+harness_up_to_date() {
+  [[ -z "${HARNESS_FORCE:-}" && -f "$STAMP.harness" ]] || return 1
   local b
   for b in "${HARNESS_BINS[@]}" "${LINKS[@]}"; do [[ -x "$BIN/$b" ]] || return 1; done
-  for b in "${TOOLS[@]}"; do [[ -x "$BIN/${b##*/}" ]] || return 1; done
-  # any source newer than the stamp?
-  [[ -z "$(find "$HARNESS_DIR" -maxdepth 2 \( -name '*.go' -o -name go.mod -o -name go.sum -o -name build.sh \) -newer "$STAMP" -print -quit)" ]]
+  [[ -z "$(newer_than "$STAMP.harness" '*.go' go.mod go.sum build.sh)" ]]
 }
+
+tools_up_to_date() {
+  [[ -z "${HARNESS_FORCE:-}" && -f "$STAMP.tools" ]] || return 1
+  local b
+  for b in "${TOOLS[@]}"; do [[ -x "$BIN/${b##*/}" ]] || return 1; done
+  [[ -z "$(newer_than "$STAMP.tools" go.mod go.sum build.sh)" ]]
+}
+
+up_to_date() { harness_up_to_date && tools_up_to_date; }
 
 if up_to_date; then
   log "up to date ($BIN)"
@@ -67,28 +85,32 @@ if command -v flock >/dev/null 2>&1; then
 fi
 
 start=$(date +%s)
-# The stamp records the time the build *started*: a source edited while the
-# build runs is newer than it and triggers the next build.
-touch "$STAMP.new"
 cd "$HARNESS_DIR"
 # -buildvcs=false: the module lives in a sub-directory of the repository;
 # VCS stamping is useless here and fails on checkouts without git metadata.
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-buildvcs=false -mod=readonly"
 export CGO_ENABLED="${CGO_ENABLED:-0}"
-
 log "go: $(go version)"
-log "building k8s-harness (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) ..."
-go build -p "$GO_P" -trimpath -ldflags "$LDFLAGS" -o "$BIN/k8s-harness.new" .
-mv -f "$BIN/k8s-harness.new" "$BIN/k8s-harness"
-for l in "${LINKS[@]}"; do ln -sfn k8s-harness "$BIN/$l"; done
-log "k8s-harness done after $(( $(date +%s) - start ))s"
 
-log "building tools: ${TOOLS[*]##*/} ..."
-tmp="$BIN/.tools.new"
-rm -rf "$tmp"; mkdir -p "$tmp"
-go build -p "$GO_P" -trimpath -ldflags "$LDFLAGS" -o "$tmp/" "${TOOLS[@]}"
-for t in "${TOOLS[@]}"; do mv -f "$tmp/${t##*/}" "$BIN/${t##*/}"; done
-rm -rf "$tmp"
+if ! harness_up_to_date; then
+  touch "$STAMP.harness.new"
+  log "building k8s-harness (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) ..."
+  go build -p "$GO_P" -trimpath -ldflags "$LDFLAGS" -o "$BIN/k8s-harness.new" .
+  mv -f "$BIN/k8s-harness.new" "$BIN/k8s-harness"
+  for l in "${LINKS[@]}"; do ln -sfn k8s-harness "$BIN/$l"; done
+  mv -f "$STAMP.harness.new" "$STAMP.harness"
+  log "k8s-harness done after $(( $(date +%s) - start ))s"
+fi
 
-mv -f "$STAMP.new" "$STAMP"
+if ! tools_up_to_date; then
+  touch "$STAMP.tools.new"
+  log "building tools: ${TOOLS[*]##*/} ..."
+  tmp="$BIN/.tools.new"
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  go build -p "$GO_P" -trimpath -ldflags "$LDFLAGS" -o "$tmp/" "${TOOLS[@]}"
+  for t in "${TOOLS[@]}"; do mv -f "$tmp/${t##*/}" "$BIN/${t##*/}"; done
+  rm -rf "$tmp"
+  mv -f "$STAMP.tools.new" "$STAMP.tools"
+fi
+
 log "built in $(( $(date +%s) - start ))s into $BIN"

@@ -15,6 +15,9 @@
 #   target/cluster/pids/<c>.pid     component pids (= process group ids)
 #   target/cluster.lock             flock(1) lock serializing up/down
 #
+# HARNESS_CLUSTER_DIR=DIR moves all of target/cluster/ (lock: DIR.lock), so
+# independent clusters can run side by side from the same binaries.
+#
 # Environment:
 #   HARNESS_LOCK_TIMEOUT   seconds to wait for the lock (default 3600: a cold
 #                          build by another caller may hold it that long)
@@ -26,11 +29,12 @@ set -euo pipefail
 HARNESS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HARNESS_DIR/../.." && pwd)"
 BIN="${HARNESS_BIN:-$ROOT/target/harness/bin}"
-CL="$ROOT/target/cluster"
+CL="${HARNESS_CLUSTER_DIR:-$ROOT/target/cluster}"
+CL="$(mkdir -p "$CL" && cd "$CL" && pwd)"
 PKI="$CL/pki"
 LOGS="$CL/logs"
 PIDS="$CL/pids"
-LOCK="$ROOT/target/cluster.lock"
+LOCK="$CL.lock"
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
 
 KCM_CONTROLLERS="${HARNESS_KCM_CONTROLLERS:-garbage-collector-controller,persistentvolume-binder-controller,persistentvolume-attach-detach-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,persistentvolume-expander-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller}"
@@ -43,7 +47,6 @@ T0=$(now_ms)
 elapsed() { local t=$(( $(now_ms) - T0 )); printf '%d.%03ds' $((t / 1000)) $((t % 1000)); }
 
 take_lock() {
-  mkdir -p "$ROOT/target"
   exec 9>"$LOCK"
   if command -v flock >/dev/null 2>&1; then
     flock -w "${HARNESS_LOCK_TIMEOUT:-3600}" 9 || die "timed out waiting for $LOCK"
@@ -59,7 +62,7 @@ alive_pid() {
   pid=$(<"$f")
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
   [[ -r "/proc/$pid/cmdline" ]] || return 1
-  argv0=$(tr '\0' '\n' <"/proc/$pid/cmdline" | head -n1)
+  argv0=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline" | head -n1) || return 1
   [[ "$argv0" == "$BIN/$1" ]] || return 1
   # zombies do not count
   [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]] || return 1
@@ -82,21 +85,23 @@ all_alive() {
   done
 }
 
-# every pid of processes whose argv0 is one of our component paths (orphans
-# whose pid file was lost); matches exact paths under $BIN only.
+# pids of processes of *this* cluster, found without pid files (orphans whose
+# pid file was lost): argv0 is exactly one of our component paths under $BIN
+# and an argument points into $CL (data dir, cert dir or kubeconfig).
 our_processes() {
-  local p argv0 c
+  local p args argv0 c
   for p in /proc/[0-9]*; do
-    argv0=$(tr '\0' '\n' <"$p/cmdline" 2>/dev/null | head -n1) || continue
+    args=$(tr '\0' '\n' 2>/dev/null <"$p/cmdline") || continue
+    argv0=${args%%$'\n'*}
     for c in "${COMPONENTS[@]}"; do
-      [[ "$argv0" == "$BIN/$c" ]] && echo "${p#/proc/}"
+      if [[ "$argv0" == "$BIN/$c" && "$args" == *"$CL/"* ]]; then echo "${p#/proc/}"; fi
     done
   done
   return 0
 }
 
 stop_pid() { # stop_pid NAME PID: TERM the process group, then KILL after 15s
-  local name=$1 pid=$2 pgid i
+  local name=$1 pid=$2 pgid i t=$(now_ms)
   pgid=$(awk '{print $5}' "/proc/$pid/stat" 2>/dev/null) || true
   if [[ -n "$pgid" && "$pgid" == "$pid" ]]; then
     kill -TERM -- "-$pgid" 2>/dev/null || true
@@ -104,7 +109,7 @@ stop_pid() { # stop_pid NAME PID: TERM the process group, then KILL after 15s
     kill -TERM "$pid" 2>/dev/null || true
   fi
   for i in $(seq 1 150); do
-    kill -0 "$pid" 2>/dev/null || { log "stopped $name (pid $pid)"; return 0; }
+    kill -0 "$pid" 2>/dev/null || { log "stopped $name (pid $pid) in $(( $(now_ms) - t ))ms"; return 0; }
     sleep 0.1
   done
   log "$name (pid $pid) ignored SIGTERM; sending SIGKILL"
@@ -118,15 +123,20 @@ stop_pid() { # stop_pid NAME PID: TERM the process group, then KILL after 15s
 }
 
 stop_all() {
-  local c pid i
-  # reverse order: scheduler, KCM, apiserver, etcd
-  for (( i=${#COMPONENTS[@]}-1; i>=0; i-- )); do
-    c=${COMPONENTS[$i]}
-    if pid=$(alive_pid "$c"); then stop_pid "$c" "$pid"; fi
-    rm -f "$PIDS/$c.pid"
+  local c pid wave jobs
+  # waves: scheduler and KCM together, then the apiserver, then etcd.
+  # Wait only for the stoppers (a bare `wait` would also wait for daemons this
+  # shell started in the same `up`).
+  for wave in "kube-scheduler kube-controller-manager" kube-apiserver etcd; do
+    jobs=()
+    for c in $wave; do
+      if pid=$(alive_pid "$c"); then stop_pid "$c" "$pid" & jobs+=($!); fi
+    done
+    [[ ${#jobs[@]} -eq 0 ]] || wait "${jobs[@]}"
+    for c in $wave; do rm -f "$PIDS/$c.pid"; done
   done
   for pid in $(our_processes); do
-    log "stopping orphan pid $pid ($(tr '\0' ' ' </proc/$pid/cmdline 2>/dev/null | cut -c1-80))"
+    log "stopping orphan pid $pid ($(tr '\0' ' ' 2>/dev/null </proc/$pid/cmdline | cut -c1-80))"
     stop_pid orphan "$pid"
   done
 }
@@ -181,7 +191,7 @@ cmd_up() {
   bash "$HARNESS_DIR/build.sh" 9>&-
   local tb=$(now_ms)
 
-  rm -rf "$CL"
+  rm -rf "${CL:?}"/*
   mkdir -p "$PKI" "$LOGS" "$PIDS" "$CL/etcd"
   local ports API EC EP
   ports=$("$BIN/k8s-harness" freeports 3)
@@ -190,7 +200,7 @@ cmd_up() {
   "$BIN/k8s-harness" pki --port "$API" "$PKI"
   expected_components >"$CL/components"
 
-  start_component etcd --data-dir "$CL/etcd" --client-port "$EC" --peer-port "$EP"
+  start_component etcd --data-dir "$CL/etcd" --client-port "$EC" --peer-port "$EP" --log-level=error
   wait_tcp "$EC" 60 "$(<"$PIDS/etcd.pid")" || fail_start "etcd did not listen on 127.0.0.1:$EC"
 
   start_component kube-apiserver \
@@ -210,6 +220,7 @@ cmd_up() {
     --allow-privileged=true \
     --disable-admission-plugins=ServiceAccount \
     --enable-priority-and-fairness=false \
+    --endpoint-reconciler-type=none \
     --profiling=false \
     --event-ttl=30m
 
@@ -262,7 +273,7 @@ EOF
 cmd_down() {
   take_lock
   stop_all
-  rm -rf "$CL/etcd" "$CL/kubeconfig" "$CL/cluster.env"
+  rm -rf "$CL/etcd" "$CL/kubeconfig" "$CL/cluster.env" "$CL/components"
   local left
   left=$(our_processes)
   [[ -z "$left" ]] || die "processes still running: $left"
