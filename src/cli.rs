@@ -64,7 +64,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 pub fn init_tracing() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if std::env::var("TESSERA_LOG_FORMAT").is_ok_and(|f| f == "json") {
         builder.json().init();
     } else {
