@@ -49,6 +49,9 @@ pub struct Settings {
     /// Capacity reported by GetCapacity; `None`: the free space of the default backend
     /// root as seen from the controller, if it can see it.
     pub capacity_bytes: Option<u64>,
+    /// Labels put on every Volume created, and required of every Volume listed (the
+    /// controller's `--watch-selector`, so one instance sees only its own volumes).
+    pub labels: BTreeMap<String, String>,
 }
 
 /// The Controller service.
@@ -337,7 +340,7 @@ impl Controller for ControllerService {
             .flatten();
         let volume: Volume = serde_json::from_value(json!({
             "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
-            "metadata": {"name": name, "annotations": {ANNOTATION_CSI_NAME: req.name}},
+            "metadata": {"name": name, "annotations": {ANNOTATION_CSI_NAME: req.name}, "labels": self.settings.labels},
             "spec": {
                 "size": size.to_string(), "accessMode": mode,
                 "backend": {"root": root, "scope": scope, "node": node},
@@ -422,22 +425,42 @@ impl Controller for ControllerService {
         let mut params = BTreeMap::new();
         params.insert("readOnly".to_string(), req.readonly.to_string());
         let api = self.attachments();
-        let va = api
-            .get_opt(&req.volume_id)
-            .await
-            .map_err(|e| kube_status("reading attachment", e))?
-            .ok_or_else(|| {
-                Status::unavailable(format!(
-                    "volume {} has no VolumeAttachment yet; retry",
+        // A Volume created a moment ago may not have its VolumeAttachment yet (the
+        // volume controller creates it): wait for it, within the publish timeout.
+        let exists = await_condition(
+            api.clone(),
+            &req.volume_id,
+            |va: Option<&VolumeAttachment>| va.is_some(),
+        );
+        let va = match tokio::time::timeout(self.settings.publish_timeout, exists).await {
+            Ok(Ok(Some(va))) => va,
+            Ok(Ok(None)) | Err(_) => {
+                return Err(Status::unavailable(format!(
+                    "volume {} has no VolumeAttachment yet (is the controller running?); retry",
                     req.volume_id
-                ))
-            })?;
+                )));
+            }
+            Ok(Err(e)) => {
+                return Err(Status::unavailable(format!(
+                    "watching VolumeAttachment {}: {e}",
+                    req.volume_id
+                )));
+            }
+        };
         let existing = va.spec.attachment_tickets.get(&id);
         let same = existing.is_some_and(|t| {
             t.node_id == req.node_id
                 && t.type_ == AttacherType::CsiAttacher
                 && t.parameters == params
         });
+        // "Volume published but is incompatible" (CSI spec): the same volume on the same
+        // node with other parameters is ALREADY_EXISTS; the caller unpublishes first.
+        if let Some(t) = existing.filter(|_| !same) {
+            return Err(Status::already_exists(format!(
+                "volume {} is already published to node {} with parameters {:?}; unpublish it first",
+                req.volume_id, t.node_id, t.parameters
+            )));
+        }
         if !same {
             let generation = existing.map(|t| t.generation + 1).unwrap_or(0);
             let patch = json!({"spec": {"attachmentTickets": {&id: {
@@ -640,12 +663,21 @@ impl Controller for ControllerService {
                 ))
             })?
         };
+        let selector = self
+            .settings
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
         let mut volumes = self
             .volumes()
-            .list(&ListParams::default())
+            .list(&ListParams::default().labels(&selector))
             .await
             .map_err(|e| kube_status("listing volumes", e))?
             .items;
+        // A Volume being deleted (its data being removed) is no longer a volume to list.
+        volumes.retain(|v| v.metadata.deletion_timestamp.is_none());
         volumes.sort_by_key(|v| v.name_any());
         if start > volumes.len() {
             return Err(Status::aborted(format!(

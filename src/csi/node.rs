@@ -300,12 +300,12 @@ impl Node for NodeService {
         if req.target_path.is_empty() {
             return Err(Status::invalid_argument("target_path is required"));
         }
+        check_capability(req.volume_capability.as_ref())?;
         if req.staging_target_path.is_empty() {
-            return Err(Status::failed_precondition(
-                "staging_target_path is required: the volume must be staged first",
+            return Err(Status::invalid_argument(
+                "staging_target_path is required: the driver stages volumes (STAGE_UNSTAGE_VOLUME)",
             ));
         }
-        check_capability(req.volume_capability.as_ref())?;
         let target = self.path("target_path", &req.target_path)?;
         let staging = self.path("staging_target_path", &req.staging_target_path)?;
         let _guard = self.inflight.start(&req.volume_id)?;
@@ -389,13 +389,17 @@ impl Node for NodeService {
         if req.volume_path.is_empty() {
             return Err(Status::invalid_argument("volume_path is required"));
         }
-        let path = self.path("volume_path", &req.volume_path)?;
         if !self.volume_exists(&req.volume_id).await? {
             return Err(Status::not_found(format!(
                 "volume {} not found",
                 req.volume_id
             )));
         }
+        // Only paths under the kubelet directory are looked at; any other is no path of
+        // this volume.
+        let path = self
+            .path("volume_path", &req.volume_path)
+            .map_err(|e| Status::not_found(e.message().to_string()))?;
         // A probe tells a missing path from a broken mount (both fail a plain stat).
         if matches!(
             self.mounts.probe(&path, Duration::from_secs(2)),
@@ -463,12 +467,13 @@ impl Node for NodeService {
         if req.volume_path.is_empty() {
             return Err(Status::invalid_argument("volume_path is required"));
         }
-        self.path("volume_path", &req.volume_path)?;
         let volume = Api::<Volume>::all(self.client.clone())
             .get_opt(&req.volume_id)
             .await
             .map_err(|e| Status::unavailable(e.to_string()))?
             .ok_or_else(|| Status::not_found(format!("volume {} not found", req.volume_id)))?;
+        self.path("volume_path", &req.volume_path)
+            .map_err(|e| Status::not_found(e.message().to_string()))?;
         // The quota grows online when the controller raises spec.size: nothing to do here.
         let bytes = api::quantity_bytes(&volume.spec.size.0)
             .map_err(|e| Status::internal(e.to_string()))?;

@@ -225,7 +225,9 @@ pub async fn run(args: NodeArgs) -> Result<(), Error> {
         tokio::spawn(async move {
             let res = tonic::transport::Server::builder()
                 .add_service(crate::csi::proto::identity_server::IdentityServer::new(
-                    crate::csi::identity::IdentityService { controller: false },
+                    // The plugin's capabilities are the same on every instance (the
+                    // CO asks any of them): the driver does provide a Controller service.
+                    crate::csi::identity::IdentityService { controller: true },
                 ))
                 .add_service(crate::csi::proto::node_server::NodeServer::new(service))
                 .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))

@@ -307,11 +307,17 @@ impl FakeAgent {
                     while held && hold.load(std::sync::atomic::Ordering::SeqCst) {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
-                    let _ = api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+                    let _ = api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
                 });
             }
         });
-        FakeAgent { task, failing, hold_remove_data }
+        FakeAgent {
+            task,
+            failing,
+            hold_remove_data,
+        }
     }
 }
 
@@ -437,6 +443,10 @@ impl AgentProcess {
             .arg(format!("--kubelet-dir={}", self.kubelet_dir().display()))
             .arg(format!("--metrics-addr=127.0.0.1:{}", self.metrics_port))
             .arg(format!("--watch-selector={TEST_LABEL}={}", self.test_id))
+            .arg(format!(
+                "--csi-endpoint=unix://{}",
+                self.csi_socket().display()
+            ))
             .env("KUBECONFIG", super::kubeconfig_path())
             .env(
                 "RUST_LOG",
@@ -488,6 +498,11 @@ impl AgentProcess {
     /// The agent's state dir.
     pub fn state_dir(&self) -> std::path::PathBuf {
         self.dir.path().join("state")
+    }
+
+    /// The CSI socket of the agent's Identity + Node services.
+    pub fn csi_socket(&self) -> std::path::PathBuf {
+        self.dir.path().join("csi.sock")
     }
 
     /// The stand-in kubelet directory (reference targets must be under it).
