@@ -29,7 +29,7 @@ test: lint harness
 
 ## demo: run Tessera locally (ONCE=1: run the flow once, tear down, exit)
 demo: harness
-	bash tests/demo.sh
+	ONCE=$(ONCE) bash tests/demo.sh
 
 ## bench-fuse: fio + metadata benchmark: native vs tessera mount vs bindfs
 bench-fuse:

@@ -184,6 +184,22 @@ fn size_for(range: Option<&CapacityRange>) -> Result<u64, Status> {
     })
 }
 
+/// Bytes as the shortest exact Kubernetes quantity (`1Gi`, `500Mi`, `1000`), so
+/// `kubectl get volumes` reads like the PVC that asked for it.
+pub fn quantity_of(bytes: u64) -> String {
+    for (suffix, unit) in [
+        ("Ti", 1u64 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ] {
+        if bytes >= unit && bytes % unit == 0 {
+            return format!("{}{suffix}", bytes / unit);
+        }
+    }
+    bytes.to_string()
+}
+
 fn topology_node(req: &CreateVolumeRequest) -> Option<String> {
     let reqs = req.accessibility_requirements.as_ref()?;
     reqs.preferred
@@ -342,7 +358,7 @@ impl Controller for ControllerService {
             "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
             "metadata": {"name": name, "annotations": {ANNOTATION_CSI_NAME: req.name}, "labels": self.settings.labels},
             "spec": {
-                "size": size.to_string(), "accessMode": mode,
+                "size": quantity_of(size), "accessMode": mode,
                 "backend": {"root": root, "scope": scope, "node": node},
                 "mountOptions": mount_options,
             }
@@ -691,20 +707,28 @@ impl Controller for ControllerService {
         };
         let page: Vec<&Volume> = volumes.iter().skip(start).take(max).collect();
         let next = start + page.len();
+        // One list of the VolumeAttachments, not one read per volume: the
+        // external-attacher calls this to reconcile every attachment it knows.
+        let published: std::collections::HashMap<String, Vec<String>> = self
+            .attachments()
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| kube_status("listing attachments", e))?
+            .items
+            .into_iter()
+            .map(|va| {
+                (
+                    va.name_any(),
+                    va.status.map(|s| s.nodes).unwrap_or_default(),
+                )
+            })
+            .collect();
         let mut entries = vec![];
         for v in page {
-            let nodes = self
-                .attachments()
-                .get_opt(&v.name_any())
-                .await
-                .map_err(|e| kube_status("reading attachment", e))?
-                .and_then(|va| va.status)
-                .map(|s| s.nodes)
-                .unwrap_or_default();
             entries.push(list_volumes_response::Entry {
                 volume: Some(csi_volume(v)?),
                 status: Some(list_volumes_response::VolumeStatus {
-                    published_node_ids: nodes,
+                    published_node_ids: published.get(&v.name_any()).cloned().unwrap_or_default(),
                     volume_condition: None,
                 }),
             });
@@ -786,7 +810,7 @@ impl Controller for ControllerService {
         let have = api::quantity_bytes(&volume.spec.size.0)
             .map_err(|e| Status::internal(e.to_string()))?;
         if want > have {
-            let patch = json!({"spec": {"size": want.to_string()}});
+            let patch = json!({"spec": {"size": quantity_of(want)}});
             self.volumes()
                 .patch(
                     &req.volume_id,
@@ -863,6 +887,17 @@ mod tests {
         assert!(hashed.starts_with("vol-") && hashed.len() == 44, "{hashed}");
         assert_eq!(hashed, volume_name("sanity-Node Service-ABC"), "stable");
         assert_ne!(volume_name("-bad"), "-bad");
+    }
+
+    #[test]
+    fn quantities_from_bytes() {
+        assert_eq!(quantity_of(1 << 30), "1Gi");
+        assert_eq!(quantity_of(3 << 29), "1536Mi");
+        assert_eq!(quantity_of(1000), "1000");
+        assert_eq!(
+            api::quantity_bytes(&quantity_of(123_456_789)).unwrap(),
+            123_456_789
+        );
     }
 
     #[test]

@@ -70,7 +70,13 @@ async fn main() {
     .expect("creating volumes");
     let selector = ListParams::default().labels(&format!("{TEST_LABEL}={id}"));
     loop {
-        if vas.list_metadata(&selector).await.unwrap().items.len() == n {
+        if vas
+            .list_metadata(&selector)
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0)
+            == n
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -94,7 +100,12 @@ async fn main() {
     let submitted = t0.elapsed();
     let mut satisfied_at: BTreeMap<String, Duration> = BTreeMap::new();
     while satisfied_at.len() < n {
-        for va in vas.list(&selector).await.unwrap().items {
+        // A loaded API server may cut a large list short: try again on the next round.
+        let Ok(list) = vas.list(&selector).await else {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
+        for va in list.items {
             let name = va.metadata.name.clone().unwrap();
             let ok = va
                 .status
@@ -109,7 +120,7 @@ async fn main() {
             t0.elapsed() < Duration::from_secs(300),
             "not all tickets satisfied within 300 s"
         );
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
     }
     let total = t0.elapsed();
     let reconciles = ctrl.metric_sum("tessera_reconciles_total") - reconciles0;
@@ -163,7 +174,11 @@ async fn main() {
         let _ = volumes.delete(name, &Default::default()).await;
     }
     loop {
-        let left = volumes.list_metadata(&selector).await.unwrap().items.len();
+        let left = volumes
+            .list_metadata(&selector)
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(usize::MAX);
         if left == 0 || t.elapsed() > Duration::from_secs(300) {
             println!(
                 "  deleting {n} volumes (cleanup tickets)    {:>8.2} s ({left} left)",
