@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test. Without KUBECONFIG the local control plane from tests/harness is
-# started first and stopped at the end; with KUBECONFIG the tests run against that
+# started first and stopped at the end, and the end-to-end demo (`make demo ONCE=1`:
+# real external-provisioner and external-attacher, two node agents, FUSE mounts) runs
+# on a control plane of its own; with KUBECONFIG the cargo tests run against that
 # cluster and nothing is started or stopped.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -8,6 +10,7 @@ cd "$ROOT"
 
 started=0
 if [[ -z "${KUBECONFIG:-}" ]]; then
+  ONCE=1 bash tests/demo.sh
   if ! bash tests/harness/cluster.sh status >/dev/null 2>&1; then
     started=1
   fi
