@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
@@ -91,21 +91,30 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     });
     let (va, decision, input) = if newly_satisfied && !volume.spec.access_mode.is_multi_node() {
         ctx.metrics.read("VolumeAttachment", "get");
-        ctx.metrics.read("MountPod", "list");
         let fresh_va = Api::<VolumeAttachment>::all(ctx.client.clone())
             .get(&name)
             .await
             .context(|| format!("re-reading VolumeAttachment {name}"))?;
-        let fresh_mps = Api::<MountPod>::all(ctx.client.clone())
-            .list(&ListParams::default().labels(&format!("{LABEL_VOLUME}={name}")))
-            .await
-            .context(|| format!("re-listing MountPods of {name}"))?;
-        let fresh_mps: Vec<Arc<MountPod>> = fresh_mps
-            .items
-            .into_iter()
-            .filter(|mp| mp.spec.volume == name)
-            .map(Arc::new)
-            .collect();
+        // MountPods have deterministic names and only this controller creates them, so
+        // reading each candidate by name (a node of a ticket, or one the cache knows)
+        // sees every MountPod a stale cache could miss — without listing them all.
+        let mut nodes: BTreeSet<String> =
+            fresh_va.spec.attachment_tickets.values().map(|t| t.node_id.clone()).collect();
+        nodes.extend(mountpods.iter().map(|mp| mp.spec.node_name.clone()));
+        let mp_api = Api::<MountPod>::all(ctx.client.clone());
+        let mut fresh_mps: Vec<Arc<MountPod>> = Vec::new();
+        for node in &nodes {
+            ctx.metrics.read("MountPod", "get");
+            let mp_name = api::mountpod_name(&name, node);
+            if let Some(mp) = mp_api
+                .get_opt(&mp_name)
+                .await
+                .context(|| format!("re-reading MountPod {mp_name}"))?
+                && mp.spec.volume == name
+            {
+                fresh_mps.push(Arc::new(mp));
+            }
+        }
         let input = gather(&volume, &fresh_va, &fresh_mps, &now);
         decision = tickets::decide(&input);
         (Arc::new(fresh_va), decision, input)
