@@ -37,6 +37,18 @@ pub const MAX_WRITE: u32 = 1 << 20;
 const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
+/// Local filesystems, where closing a file does nothing a later reader on another
+/// node could depend on: no FLUSH round trip on close for them.
+const LOCAL_FILESYSTEMS: [i64; 7] = [
+    0xef53,      // ext2/3/4
+    0x5846_5342, // xfs
+    0x9123_683e, // btrfs
+    0x0102_1994, // tmpfs
+    OVERLAYFS_SUPER_MAGIC,
+    0xf2f5_2010, // f2fs
+    0x2fc1_2fc1, // zfs
+];
+
 /// How the adapter talks to the kernel.
 #[derive(Debug, Clone, Copy)]
 pub struct AdapterOptions {
@@ -61,6 +73,8 @@ pub struct Adapter {
     fs: Arc<VolumeFs>,
     options: AdapterOptions,
     backing: Mutex<Backing>,
+    /// Flags of every regular-file open (see `init`).
+    open_flags: FopenFlags,
 }
 
 fn errno(e: &FsError) -> Errno {
@@ -125,6 +139,7 @@ impl Adapter {
             fs,
             options,
             backing: Mutex::default(),
+            open_flags: FopenFlags::empty(),
         }
     }
 
@@ -163,6 +178,13 @@ impl Adapter {
         Ok(id)
     }
 
+    fn fopen_flags(&self, mode: IoMode) -> FopenFlags {
+        match mode {
+            IoMode::Direct => self.open_flags | FopenFlags::FOPEN_DIRECT_IO,
+            IoMode::Passthrough | IoMode::Cached => self.open_flags,
+        }
+    }
+
     /// Registering a backing file failed: fall back to cached I/O for this open, and
     /// stop trying passthrough if the kernel will never accept it.
     fn passthrough_failed(&self, fh: u64, err: &std::io::Error) {
@@ -199,6 +221,11 @@ impl Filesystem for Adapter {
             InitFlags::FUSE_AUTO_INVAL_DATA,
             // Symlink targets never change in place.
             InitFlags::FUSE_CACHE_SYMLINKS,
+            // The daemon clears set-user/group-ID on writes and truncations (it is
+            // told when in each request). Without this the kernel asks for the
+            // security.capability xattr before every single write: a second round
+            // trip per write.
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ];
         for flag in wanted {
             if caps.contains(flag) {
@@ -211,10 +238,17 @@ impl Filesystem for Adapter {
         // FUSE_FLOCK_LOCKS (the kernel then keeps locks itself, with exact POSIX
         // semantics and blocking waits that do not pin daemon threads), and
         // FUSE_ATOMIC_O_TRUNC (truncation arrives as setattr, where the quota sees it).
+        let fs_type = self.fs.backing_fs_type().ok();
+        // FLUSH (on every close) exists so a network filesystem can push data to its
+        // server at close, which later opens on other nodes rely on; it is a wasted
+        // round trip on a local one.
+        if fs_type.is_some_and(|t| LOCAL_FILESYSTEMS.contains(&t)) {
+            self.open_flags = FopenFlags::FOPEN_NOFLUSH;
+        }
         let mut passthrough = false;
         if self.options.passthrough && caps.contains(InitFlags::FUSE_PASSTHROUGH) {
-            let depth = match self.fs.backing_fs_type() {
-                Ok(OVERLAYFS_SUPER_MAGIC | FUSE_SUPER_MAGIC) => 2,
+            let depth = match fs_type {
+                Some(OVERLAYFS_SUPER_MAGIC | FUSE_SUPER_MAGIC) => 2,
                 _ => 1,
             };
             if config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
@@ -228,6 +262,7 @@ impl Filesystem for Adapter {
             kernel_abi = %format!("{:?}", config.kernel_abi()),
             passthrough,
             max_write = MAX_WRITE,
+            noflush = !self.open_flags.is_empty(),
             "FUSE connection initialised"
         );
         Ok(())
@@ -250,7 +285,7 @@ impl Filesystem for Adapter {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -274,6 +309,10 @@ impl Filesystem for Adapter {
             atime: set_time(atime),
             mtime: set_time(mtime),
             fh: fh.map(|f| f.0),
+            // The kernel asks for this (FATTR_KILL_SUIDGID) when the caller lacks
+            // CAP_FSETID, but fuser does not pass the flag on; a non-root caller is
+            // the closest reading of it.
+            kill_suidgid: size.is_some() && req.uid() != 0,
         };
         match self.fs.setattr(ino.0, set) {
             Ok(a) => reply.attr(&self.options.ttl, &file_attr(&a)),
@@ -378,16 +417,12 @@ impl Filesystem for Adapter {
             });
             match registered {
                 Ok(id) => {
-                    return reply.opened_passthrough(
-                        FileHandle(opened.fh),
-                        FopenFlags::empty(),
-                        &id,
-                    );
+                    return reply.opened_passthrough(FileHandle(opened.fh), self.open_flags, &id);
                 }
                 Err(err) => self.passthrough_failed(opened.fh, &err),
             }
         }
-        reply.opened(FileHandle(opened.fh), FopenFlags::empty());
+        reply.opened(FileHandle(opened.fh), self.fopen_flags(opened.mode));
     }
 
     fn create(
@@ -418,7 +453,7 @@ impl Filesystem for Adapter {
                         &fattr,
                         Generation(0),
                         FileHandle(opened.fh),
-                        FopenFlags::empty(),
+                        self.open_flags,
                         &id,
                     );
                 }
@@ -430,7 +465,7 @@ impl Filesystem for Adapter {
             &fattr,
             Generation(0),
             FileHandle(opened.fh),
-            FopenFlags::empty(),
+            self.fopen_flags(opened.mode),
         );
     }
 
@@ -463,12 +498,13 @@ impl Filesystem for Adapter {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(fh.0, offset, data) {
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        match self.fs.write(fh.0, offset, data, kill) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         }

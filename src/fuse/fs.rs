@@ -31,23 +31,32 @@
 //! the core creates as root and then hands the new inode to the caller's uid (and gid,
 //! unless the parent directory is set-group-ID and the inode inherits its group).
 //!
-//! **I/O modes.** A regular file is opened in one of two modes (see [`IoMode`]): kernel
-//! passthrough for read-only opens, so reads never reach the daemon, and the ordinary
-//! cached FUSE path for writable opens, so every write passes through
-//! [`VolumeFs::write`] and the quota. Passthrough is never used for writes: the kernel
-//! would write to the backing file without asking the daemon, and no headroom
-//! heuristic bounds how much a writer appends before the daemon could notice, so the
-//! quota would not hold. The kernel requires every open of an inode that has
-//! passthrough opens to be a passthrough open too (anything else fails with EIO), so:
+//! **I/O modes.** A regular file is opened in one of three modes (see [`IoMode`]):
 //!
-//! - a read-only open is passthrough unless the inode is open for cached I/O (then it
-//!   is cached too);
-//! - a writable open of an inode that passthrough readers hold open is refused with
+//! - read-only opens use kernel passthrough, so reads never reach the daemon;
+//! - write-only opens use FUSE direct I/O: each write comes straight from the
+//!   writer's buffer to [`VolumeFs::write`] and the quota, without a copy into a FUSE
+//!   page cache that nobody reads through this handle;
+//! - read-write opens use the ordinary cached FUSE path: writes come to the daemon
+//!   (write-through), reads are served from the page cache.
+//!
+//! Passthrough is never used for writes: the kernel would write to the backing file
+//! without asking the daemon, and no headroom heuristic bounds how much a writer
+//! appends before the daemon could notice, so the quota would not hold. The kernel
+//! requires every open of an inode that has passthrough opens to be a passthrough open
+//! too (anything else fails with EIO), and refuses passthrough while cached opens
+//! exist. Hence:
+//!
+//! - a read-only open is passthrough unless the inode has cached (read-write) opens;
+//!   then it is cached too. Write-only direct opens do not stand in its way;
+//! - a writable open of an inode that passthrough readers hold open waits up to a
+//!   second for them to be released (the kernel reports a close asynchronously, so a
+//!   reader that has just closed may not be released yet), then is refused with
 //!   `ETXTBSY` ("file busy", as for writing a running executable) instead of being
-//!   given a passthrough write the quota cannot see. It succeeds once those readers
-//!   close. Writers that open first are never refused: readers then join them in
-//!   cached mode. `tessera mount --no-passthrough` removes the restriction, at the
-//!   cost of every read crossing into the daemon.
+//!   given a passthrough write the quota cannot see. Writers that open first are
+//!   never refused. `tessera mount
+//!   --no-passthrough` removes the restriction, at the cost of every read crossing
+//!   into the daemon.
 //!
 //! **Errors.** Every failure is an [`FsError`]; [`FsError::errno`] is the one place
 //! where failures become errno values for the kernel.
@@ -58,7 +67,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::quota::{Quota, Usage};
@@ -73,6 +82,10 @@ pub const ROOT_ID: NodeId = 1;
 /// Ids handed out when an inode's own number cannot be used (another device, or a
 /// number that collides with the root's id or a previous allocation).
 const PRIVATE_IDS: u64 = 1 << 63;
+
+/// How long a writable open waits for passthrough readers of the file to be released
+/// before it fails as busy (see the module docs on I/O modes).
+const RELEASE_GRACE: Duration = Duration::from_secs(1);
 
 /// Block size statfs reports capacities in.
 const STATFS_BSIZE: u64 = 4096;
@@ -289,23 +302,33 @@ pub struct SetAttr {
     pub mtime: Option<SetTime>,
     /// The open file the change came through (`ftruncate`), if any.
     pub fh: Option<u64>,
+    /// Clear set-user-ID and set-group-ID along with a size change: the daemon does
+    /// this for the kernel (`FUSE_HANDLE_KILLPRIV_V2`), as a truncation by a caller
+    /// without `CAP_FSETID` must.
+    pub kill_suidgid: bool,
 }
 
 /// How the kernel does I/O on an open regular file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum IoMode {
-    /// Kernel passthrough: reads go straight to the backing file. Read-only opens only.
+    /// Kernel passthrough: reads go straight to the backing file. Read-only opens.
     Passthrough = 0,
     /// Ordinary FUSE I/O through the kernel page cache; writes come to the daemon.
+    /// Read-write opens.
     Cached = 1,
+    /// FUSE direct I/O: every write comes to the daemon, no page cache. Write-only
+    /// opens (the kernel invalidates other handles' cached pages a direct write
+    /// overwrites).
+    Direct = 2,
 }
 
 impl IoMode {
     fn from_u8(v: u8) -> Self {
         match v {
             0 => IoMode::Passthrough,
-            _ => IoMode::Cached,
+            1 => IoMode::Cached,
+            _ => IoMode::Direct,
         }
     }
 }
@@ -356,6 +379,7 @@ pub struct Stats {
     pub write_bytes: AtomicU64,
     pub opens_passthrough: AtomicU64,
     pub opens_cached: AtomicU64,
+    pub opens_direct: AtomicU64,
     /// Writable opens refused because passthrough readers held the file.
     pub opens_busy: AtomicU64,
     pub passthrough_failures: AtomicU64,
@@ -391,6 +415,8 @@ struct Inode {
     /// `O_PATH|O_NOFOLLOW` descriptor of the backing inode.
     fd: OwnedFd,
     io: Mutex<IoState>,
+    /// Signalled when a passthrough open of this inode is released.
+    io_released: Condvar,
     /// Serializes size-changing operations on this inode, so the growth reserved in
     /// the quota is computed from a size nobody else changes meanwhile.
     size_lock: Mutex<()>,
@@ -471,6 +497,7 @@ impl InodeTable {
             kind: FileKind::from_mode(st.st_mode),
             fd,
             io: Mutex::default(),
+            io_released: Condvar::new(),
             size_lock: Mutex::new(()),
         });
         t.by_key.insert(key, id);
@@ -743,6 +770,9 @@ impl VolumeFs {
         }
         if let Some(size) = set.size {
             self.truncate(&inode, handle.as_deref(), size)?;
+            if set.kill_suidgid && set.mode.is_none() {
+                self.kill_suidgid(&inode, None)?;
+            }
         }
         if set.atime.is_some() || set.mtime.is_some() {
             sys::utimens_fd(
@@ -752,6 +782,24 @@ impl VolumeFs {
             .op("utimensat")?;
         }
         self.stat_inode(&inode)
+    }
+
+    /// Drop set-user-ID, and set-group-ID if group-executable (otherwise it marks
+    /// mandatory locking, not privilege), as a write or truncation by an unprivileged
+    /// caller must. `mode` is the current mode when the caller has it at hand.
+    fn kill_suidgid(&self, inode: &Inode, mode: Option<u32>) -> Result<()> {
+        let mode = match mode {
+            Some(m) => m,
+            None => sys::fstat(inode.fd.as_fd()).op("stat")?.st_mode,
+        };
+        let mut keep = mode & 0o7777 & !libc::S_ISUID;
+        if mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
+            keep &= !libc::S_ISGID;
+        }
+        if keep != mode & 0o7777 {
+            sys::chmod_fd(self.proc_fd.as_fd(), inode.fd.as_fd(), keep).op("chmod")?;
+        }
+        Ok(())
     }
 
     fn truncate(&self, inode: &Inode, handle: Option<&Handle>, size: u64) -> Result<()> {
@@ -935,11 +983,13 @@ impl VolumeFs {
         self.writable()?;
         let p = self.inode(parent)?;
         let c = component(name)?;
-        let st = sys::fstatat(p.fd.as_fd(), &c).op("unlink")?;
+        let mut st = sys::fstatat(p.fd.as_fd(), &c).op("unlink")?;
         let victim = self.inodes.get_by_key((st.st_dev, st.st_ino));
         let _size = victim.as_ref().map(|v| lock(&v.size_lock));
-        // Stat again under the size lock: the size we release must be final.
-        let st = sys::fstatat(p.fd.as_fd(), &c).op("unlink")?;
+        if victim.is_some() {
+            // Stat again under the size lock: the size we release must be final.
+            st = sys::fstatat(p.fd.as_fd(), &c).op("unlink")?;
+        }
         sys::unlinkat(p.fd.as_fd(), &c, 0).op("unlink")?;
         if st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1 {
             self.account_unlinked(victim.as_deref(), st.st_size as u64);
@@ -1002,25 +1052,41 @@ impl VolumeFs {
 
     // ---- files -------------------------------------------------------------------
 
-    /// Pick the I/O mode of a new open of `inode` and count it.
-    fn choose_mode(&self, inode: &Inode, writable: bool) -> Result<IoMode> {
+    /// Pick the I/O mode of a new open of `inode` (with `flags`) and count it.
+    fn choose_mode(&self, inode: &Inode, flags: i32) -> Result<IoMode> {
         let mut io = lock(&inode.io);
-        let mode = if !writable && io.cached == 0 && self.passthrough() {
-            io.passthrough += 1;
-            IoMode::Passthrough
-        } else if io.passthrough > 0 {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY && io.passthrough > 0 {
+            // The kernel sends RELEASE asynchronously after close(): a reader that
+            // has just closed may still be counted here. Give its release a moment
+            // before calling the file busy.
+            io = inode
+                .io_released
+                .wait_timeout_while(io, RELEASE_GRACE, |io| io.passthrough > 0)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        let mode = match flags & libc::O_ACCMODE {
+            libc::O_RDONLY if io.cached == 0 && self.passthrough() => {
+                io.passthrough += 1;
+                IoMode::Passthrough
+            }
             // The kernel would only accept a passthrough open, and a passthrough
             // write bypasses the quota.
-            self.stats.opens_busy.fetch_add(1, Ordering::Relaxed);
-            return Err(FsError::Busy);
-        } else {
-            io.cached += 1;
-            IoMode::Cached
+            libc::O_WRONLY | libc::O_RDWR if io.passthrough > 0 => {
+                self.stats.opens_busy.fetch_add(1, Ordering::Relaxed);
+                return Err(FsError::Busy);
+            }
+            libc::O_WRONLY => IoMode::Direct,
+            _ => {
+                io.cached += 1;
+                IoMode::Cached
+            }
         };
         io.open += 1;
         match mode {
             IoMode::Passthrough => &self.stats.opens_passthrough,
             IoMode::Cached => &self.stats.opens_cached,
+            IoMode::Direct => &self.stats.opens_direct,
         }
         .fetch_add(1, Ordering::Relaxed);
         Ok(mode)
@@ -1044,7 +1110,7 @@ impl VolumeFs {
 
     fn new_file_handle(&self, inode: Arc<Inode>, file: OwnedFd, flags: i32) -> Result<Opened> {
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let mode = self.choose_mode(&inode, writable)?;
+        let mode = self.choose_mode(&inode, flags)?;
         let fh = self.add_handle(Handle {
             inode,
             file,
@@ -1128,6 +1194,7 @@ impl VolumeFs {
             let mut io = lock(&h.inode.io);
             io.passthrough -= 1;
             io.cached += 1;
+            h.inode.io_released.notify_all();
             self.stats
                 .passthrough_failures
                 .fetch_add(1, Ordering::Relaxed);
@@ -1157,12 +1224,19 @@ impl VolumeFs {
     /// Write `data` at `offset`, within the quota: the part that would grow the volume
     /// past its capacity is cut off (a short write), and a write of which nothing fits
     /// fails with ENOSPC. Nothing already written is touched.
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<usize> {
+    ///
+    /// `kill_suidgid`: the writer lacks `CAP_FSETID`, so set-user/group-ID bits go
+    /// (the kernel leaves that to the daemon, see `FUSE_HANDLE_KILLPRIV_V2`).
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8], kill_suidgid: bool) -> Result<usize> {
         self.writable()?;
         let h = self.handle(fh)?;
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         let _size = lock(&h.inode.size_lock);
-        let size = sys::fstat(h.file.as_fd()).op("fstat")?.st_size as u64;
+        let st = sys::fstat(h.file.as_fd()).op("fstat")?;
+        if kill_suidgid && st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+            self.kill_suidgid(&h.inode, Some(st.st_mode))?;
+        }
+        let size = st.st_size as u64;
         let offset = if h.append { size } else { offset };
         let end = offset.checked_add(data.len() as u64).ok_or(FsError::Sys {
             op: "write",
@@ -1312,8 +1386,14 @@ impl VolumeFs {
         let orphan_done = {
             let mut io = lock(&h.inode.io);
             match h.mode() {
-                IoMode::Passthrough => io.passthrough -= 1,
+                IoMode::Passthrough => {
+                    io.passthrough -= 1;
+                    if io.passthrough == 0 {
+                        h.inode.io_released.notify_all();
+                    }
+                }
                 IoMode::Cached => io.cached -= 1,
+                IoMode::Direct => {}
             }
             io.open -= 1;
             if io.open == 0 && io.orphan {
@@ -1704,13 +1784,13 @@ mod tests {
         let (_, f) = fs
             .create(ROOT, ROOT_ID, os("f"), 0o644, libc::O_WRONLY)
             .unwrap();
-        assert_eq!(fs.write(f.fh, 0, &[1u8; 6000]).unwrap(), 6000);
+        assert_eq!(fs.write(f.fh, 0, &[1u8; 6000], false).unwrap(), 6000);
         // Partly fits: cut at the boundary.
-        assert_eq!(fs.write(f.fh, 6000, &[2u8; 6000]).unwrap(), 4000);
-        let err = fs.write(f.fh, 10_000, &[3u8; 1]).unwrap_err();
+        assert_eq!(fs.write(f.fh, 6000, &[2u8; 6000], false).unwrap(), 4000);
+        let err = fs.write(f.fh, 10_000, &[3u8; 1], false).unwrap_err();
         assert_eq!(err.errno(), libc::ENOSPC);
         // Overwriting inside the file needs no space.
-        assert_eq!(fs.write(f.fh, 0, &[4u8; 100]).unwrap(), 100);
+        assert_eq!(fs.write(f.fh, 0, &[4u8; 100], false).unwrap(), 100);
         fs.release(f.fh).unwrap();
         let data = std::fs::read(dir.path().join("f")).unwrap();
         assert_eq!(data.len(), 10_000);
@@ -1772,10 +1852,10 @@ mod tests {
         let (_, f) = fs
             .create(ROOT, ROOT_ID, os("f"), 0o644, libc::O_RDWR)
             .unwrap();
-        fs.write(f.fh, 0, &[0u8; 1000]).unwrap();
+        fs.write(f.fh, 0, &[0u8; 1000], false).unwrap();
         fs.unlink(ROOT_ID, os("f")).unwrap();
         assert_eq!(fs.usage().used, 1000);
-        fs.write(f.fh, 1000, &[0u8; 500]).unwrap();
+        fs.write(f.fh, 1000, &[0u8; 500], false).unwrap();
         assert_eq!(fs.usage().used, 1500);
         fs.release(f.fh).unwrap();
         assert_eq!(fs.usage().used, 0);
@@ -1926,24 +2006,31 @@ mod tests {
         let r2 = fs.open(f.ino, libc::O_RDONLY).unwrap();
         assert_eq!(r2.mode, IoMode::Passthrough);
         // A writer would have to be passthrough too, out of the quota's sight.
-        assert_eq!(
-            fs.open(f.ino, libc::O_RDWR).unwrap_err().errno(),
-            libc::ETXTBSY
-        );
+        for flags in [libc::O_RDWR, libc::O_WRONLY] {
+            let err = fs.open(f.ino, flags).unwrap_err();
+            assert_eq!(err.errno(), libc::ETXTBSY);
+        }
         fs.release(r1.fh).unwrap();
         fs.release(r2.fh).unwrap();
-        // Writer first: readers join it in cached mode.
+        // Write-only first: direct I/O, and readers may still use passthrough.
         let w = fs.open(f.ino, libc::O_WRONLY).unwrap();
-        assert_eq!(w.mode, IoMode::Cached);
+        assert_eq!(w.mode, IoMode::Direct);
         let r3 = fs.open(f.ino, libc::O_RDONLY).unwrap();
-        assert_eq!(r3.mode, IoMode::Cached);
-        fs.release(w.fh).unwrap();
+        assert_eq!(r3.mode, IoMode::Passthrough);
         fs.release(r3.fh).unwrap();
+        // Read-write first: cached, and readers join it in cached mode.
+        let rw = fs.open(f.ino, libc::O_RDWR).unwrap();
+        assert_eq!(rw.mode, IoMode::Cached);
         let r4 = fs.open(f.ino, libc::O_RDONLY).unwrap();
-        assert_eq!(r4.mode, IoMode::Passthrough);
+        assert_eq!(r4.mode, IoMode::Cached);
+        for h in [w, rw, r4] {
+            fs.release(h.fh).unwrap();
+        }
+        let r5 = fs.open(f.ino, libc::O_RDONLY).unwrap();
+        assert_eq!(r5.mode, IoMode::Passthrough);
         // The kernel refused the backing file: cached, and writers are welcome again.
-        fs.passthrough_failed(r4.fh).unwrap();
-        let w = fs.open(f.ino, libc::O_WRONLY).unwrap();
+        fs.passthrough_failed(r5.fh).unwrap();
+        let w = fs.open(f.ino, libc::O_RDWR).unwrap();
         assert_eq!(w.mode, IoMode::Cached);
     }
 
@@ -1953,7 +2040,7 @@ mod tests {
         let (attr, f) = fs
             .create(ROOT, ROOT_ID, os("f"), 0o644, libc::O_WRONLY)
             .unwrap();
-        fs.write(f.fh, 0, &[0u8; 100]).unwrap();
+        fs.write(f.fh, 0, &[0u8; 100], false).unwrap();
         fs.release(f.fh).unwrap();
         let l = fs.link(attr.ino, ROOT_ID, os("g")).unwrap();
         assert_eq!(l.ino, attr.ino);
@@ -2010,7 +2097,7 @@ mod tests {
         let (_, f) = fs
             .create(ROOT, ROOT_ID, os("f"), 0o644, libc::O_WRONLY)
             .unwrap();
-        fs.write(f.fh, 0, &vec![0u8; 1 << 20]).unwrap();
+        fs.write(f.fh, 0, &vec![0u8; 1 << 20], false).unwrap();
         let s = fs.statfs().unwrap();
         assert_eq!(s.blocks * s.frsize as u64, 64 << 20);
         assert_eq!(s.bfree * s.frsize as u64, 63 << 20);

@@ -337,6 +337,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         write_bytes = stats.write_bytes.load(Ordering::Relaxed),
         opens_passthrough = stats.opens_passthrough.load(Ordering::Relaxed),
         opens_cached = stats.opens_cached.load(Ordering::Relaxed),
+        opens_direct = stats.opens_direct.load(Ordering::Relaxed),
         opens_busy = stats.opens_busy.load(Ordering::Relaxed),
         passthrough_failures = stats.passthrough_failures.load(Ordering::Relaxed),
         used = usage.used,
