@@ -65,6 +65,42 @@ fn without_passthrough_reads_reach_the_daemon() {
 }
 
 #[test]
+fn write_only_direct_writes_are_seen_by_cached_and_passthrough_readers() {
+    let mut m = Mount::new();
+    fs::write(m.path("f"), vec![b'a'; 1 << 20]).unwrap();
+    // A read-write open makes the readers cached; fill their page cache.
+    let rw = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.path("f"))
+        .unwrap();
+    let cached = fs::File::open(m.path("f")).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    cached.read_exact_at(&mut buf, 0).unwrap();
+    // A write-only open is direct I/O: its writes must not leave stale cached pages.
+    let wo = fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("f"))
+        .unwrap();
+    wo.write_all_at(b"cccc", 8192).unwrap();
+    cached.read_exact_at(&mut buf[..4], 8192).unwrap();
+    assert_eq!(&buf[..4], b"cccc");
+    drop((rw, cached));
+    // Only the write-only open left: a new reader is passthrough and sees the write
+    // and the next ones.
+    let pt = fs::File::open(m.path("f")).unwrap();
+    pt.read_exact_at(&mut buf[..4], 8192).unwrap();
+    assert_eq!(&buf[..4], b"cccc");
+    wo.write_all_at(b"dddd", 8192).unwrap();
+    pt.read_exact_at(&mut buf[..4], 8192).unwrap();
+    assert_eq!(&buf[..4], b"dddd");
+    drop((wo, pt));
+    let c = counters(&m.stop());
+    assert!(c["opens_direct"] >= 2, "{c:?}");
+    assert!(c["opens_passthrough"] >= 1, "{c:?}");
+}
+
+#[test]
 fn writers_wait_for_passthrough_readers_and_readers_join_writers() {
     let mut m = Mount::builder().capacity(4 << 20).mount();
     fs::write(m.path("f"), vec![b'a'; 8192]).unwrap();
@@ -83,8 +119,9 @@ fn writers_wait_for_passthrough_readers_and_readers_join_writers() {
     assert_eq!(unsafe { libc::truncate(path.as_ptr(), 8192) }, 0);
     drop(reader);
 
-    // Writer first: readers join it in cached mode and see its writes.
+    // Read-write writer first: readers join it in cached mode and see its writes.
     let writer = fs::OpenOptions::new()
+        .read(true)
         .write(true)
         .open(m.path("f"))
         .unwrap();
@@ -109,4 +146,27 @@ fn writers_wait_for_passthrough_readers_and_readers_join_writers() {
     assert_eq!(c["opens_busy"], 1, "{c:?}");
     assert!(c["opens_passthrough"] >= 2, "{c:?}");
     assert!(c["opens_cached"] >= 2, "{c:?}");
+}
+
+#[test]
+fn a_reader_that_just_closed_never_makes_a_writer_busy() {
+    // close() releases a passthrough open in the kernel at once but tells the daemon
+    // asynchronously; the writer right after it must not see the file as busy.
+    let mut m = Mount::new();
+    fs::write(m.path("f"), b"0").unwrap();
+    for i in 0..300 {
+        let mut s = String::new();
+        fs::File::open(m.path("f"))
+            .unwrap()
+            .read_to_string(&mut s)
+            .unwrap();
+        let mut w = fs::OpenOptions::new()
+            .append(true)
+            .open(m.path("f"))
+            .unwrap_or_else(|e| panic!("round {i}: {e}"));
+        w.write_all(b"1").unwrap();
+    }
+    assert_eq!(fs::read(m.backing("f")).unwrap().len(), 301);
+    let c = counters(&m.stop());
+    assert_eq!(c["opens_busy"], 0, "{c:?}");
 }
