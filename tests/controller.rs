@@ -720,35 +720,74 @@ async fn deleting_a_volume_removes_its_data_through_a_cleanup_ticket() {
     let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
     let agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
-    fixtures::put_ticket(&e.client, &vol, "manual-a", "manual", &e.nodes[0], json!({})).await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-a",
+        "manual",
+        &e.nodes[0],
+        json!({}),
+    )
+    .await;
     fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
     fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
 
     // The agent "takes its time" removing the data: the Volume must wait for it.
-    agent.hold_remove_data.store(true, std::sync::atomic::Ordering::SeqCst);
+    agent
+        .hold_remove_data
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let volumes: Api<Volume> = Api::all(e.client.clone());
-    volumes.delete(&vol, &DeleteParams::default()).await.unwrap();
+    volumes
+        .delete(&vol, &DeleteParams::default())
+        .await
+        .unwrap();
     let va: Api<VolumeAttachment> = Api::all(e.client.clone());
     let ticket = eventually(WAIT, "cleanup ticket added", || async {
-        va.get_opt(&vol).await.unwrap()?.spec.attachment_tickets.get("cleanup-data").cloned()
+        va.get_opt(&vol)
+            .await
+            .unwrap()?
+            .spec
+            .attachment_tickets
+            .get("cleanup-data")
+            .cloned()
     })
     .await;
-    assert_eq!(ticket.node_id, e.nodes[0], "the cleanup runs where the volume was last mounted");
+    assert_eq!(
+        ticket.node_id, e.nodes[0],
+        "the cleanup runs where the volume was last mounted"
+    );
     let mps: Api<MountPod> = Api::all(e.client.clone());
     eventually(WAIT, "a RemoveData MountPod on that node", || async {
-        let list = mps.list(&kube::api::ListParams::default().labels(&format!("tessera.io/volume={vol}"))).await.unwrap();
-        list.items.iter().any(|mp| mp.spec.task == tessera::api::MountTask::RemoveData).then_some(())
+        let list = mps
+            .list(&kube::api::ListParams::default().labels(&format!("tessera.io/volume={vol}")))
+            .await
+            .unwrap();
+        list.items
+            .iter()
+            .any(|mp| mp.spec.task == tessera::api::MountTask::RemoveData)
+            .then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let still = volumes.get_opt(&vol).await.unwrap().expect("the Volume must stay until its data is removed");
-    assert_eq!(still.status.and_then(|s| s.state), Some(VolumeState::Deleting));
+    let still = volumes
+        .get_opt(&vol)
+        .await
+        .unwrap()
+        .expect("the Volume must stay until its data is removed");
+    assert_eq!(
+        still.status.and_then(|s| s.state),
+        Some(VolumeState::Deleting)
+    );
 
     // The agent reports the data removed: then, and only then, the Volume goes.
-    agent.hold_remove_data.store(false, std::sync::atomic::Ordering::SeqCst);
-    eventually(WAIT, "Volume deleted after its data was removed", || async {
-        volumes.get_opt(&vol).await.unwrap().is_none().then_some(())
-    })
+    agent
+        .hold_remove_data
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    eventually(
+        WAIT,
+        "Volume deleted after its data was removed",
+        || async { volumes.get_opt(&vol).await.unwrap().is_none().then_some(()) },
+    )
     .await;
     fixtures::delete_nodes(&e.client, &e.nodes).await;
 }

@@ -98,8 +98,12 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         // MountPods have deterministic names and only this controller creates them, so
         // reading each candidate by name (a node of a ticket, or one the cache knows)
         // sees every MountPod a stale cache could miss — without listing them all.
-        let mut nodes: BTreeSet<String> =
-            fresh_va.spec.attachment_tickets.values().map(|t| t.node_id.clone()).collect();
+        let mut nodes: BTreeSet<String> = fresh_va
+            .spec
+            .attachment_tickets
+            .values()
+            .map(|t| t.node_id.clone())
+            .collect();
         nodes.extend(mountpods.iter().map(|mp| mp.spec.node_name.clone()));
         let mp_api = Api::<MountPod>::all(ctx.client.clone());
         let mut fresh_mps: Vec<Arc<MountPod>> = Vec::new();

@@ -172,7 +172,9 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {
         return Ok(Cleanup::Done);
     }
     if !ensure_attachment(volume, ctx).await? {
-        return Ok(Cleanup::Pending(Action::requeue(Duration::from_millis(200))));
+        return Ok(Cleanup::Pending(Action::requeue(Duration::from_millis(
+            200,
+        ))));
     }
     ctx.metrics.read("VolumeAttachment", "get");
     let va = Api::<VolumeAttachment>::all(ctx.client.clone())
@@ -252,7 +254,11 @@ async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, 
         return Ok(Some(node));
     }
     // Where it was last attached, if that Node still exists.
-    if let Some(node) = volume.status.as_ref().and_then(|s| s.last_attached_node.as_ref()) {
+    if let Some(node) = volume
+        .status
+        .as_ref()
+        .and_then(|s| s.last_attached_node.as_ref())
+    {
         ctx.metrics.read("Node", "get");
         let exists = Api::<Node>::all(ctx.client.clone())
             .get_metadata_opt(node)

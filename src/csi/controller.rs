@@ -193,7 +193,7 @@ pub fn quantity_of(bytes: u64) -> String {
         ("Mi", 1 << 20),
         ("Ki", 1 << 10),
     ] {
-        if bytes >= unit && bytes % unit == 0 {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{suffix}", bytes / unit);
         }
     }
