@@ -69,8 +69,9 @@ pub struct MountArgs {
     /// Extra mount options (comma separated, as in mount -o).
     #[arg(long, value_delimiter = ',')]
     pub options: Vec<String>,
-    /// Threads serving requests (each with its own /dev/fuse descriptor).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    /// Threads serving requests (each with its own /dev/fuse descriptor). At least
+    /// two: a writable open may wait for a release, which another thread serves.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=64))]
     pub threads: u16,
     /// How long, in seconds, the kernel may cache names and attributes. Longer is
     /// faster; shorter notices changes made to the backing directory behind the mount
