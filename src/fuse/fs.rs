@@ -611,20 +611,13 @@ impl VolumeFs {
     /// itself be reached through symlinks).
     pub fn new(source: &Path, options: Options, quota: Arc<Quota>) -> Result<Self> {
         let c = sys::cstring(source.as_os_str()).op("open source")?;
-        let cwd = std::fs::File::open("/").map_err(|_| FsError::Sys {
-            op: "open /",
-            errno: Errno::last(),
-        })?;
-        let root =
-            sys::openat(cwd.as_fd(), &c, libc::O_PATH | libc::O_DIRECTORY, 0).op("open source")?;
+        // SAFETY: AT_FDCWD stands for the working directory in *at() calls for as
+        // long as the process lives; relative sources resolve as they would for open().
+        let cwd = unsafe { BorrowedFd::borrow_raw(libc::AT_FDCWD) };
+        let root = sys::openat(cwd, &c, libc::O_PATH | libc::O_DIRECTORY, 0).op("open source")?;
         let st = sys::fstat(root.as_fd()).op("stat source")?;
-        let proc_fd = sys::openat(
-            cwd.as_fd(),
-            c"/proc/self/fd",
-            libc::O_PATH | libc::O_DIRECTORY,
-            0,
-        )
-        .op("open /proc/self/fd")?;
+        let proc_fd = sys::openat(cwd, c"/proc/self/fd", libc::O_PATH | libc::O_DIRECTORY, 0)
+            .op("open /proc/self/fd")?;
         let inodes = InodeTable {
             root_key: (st.st_dev, st.st_ino),
             tables: Mutex::default(),
