@@ -15,7 +15,18 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
     started=1
   fi
   bash tests/harness/cluster.sh up
-  trap '[[ $started == 1 ]] && bash tests/harness/cluster.sh down' EXIT
 fi
 
-cargo test --lib --bins --tests -- --test-threads="${TEST_THREADS:-4}"
+log="$(mktemp)"
+set +e
+cargo test --lib --bins --tests -- --test-threads="${TEST_THREADS:-4}" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+if [[ $started == 1 ]]; then
+  bash tests/harness/cluster.sh down || true
+fi
+# One closing line for the whole run.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tessera: %d passed, %d failed\n", p, f }' "$log"
+rm -f "$log"
+exit "$rc"
