@@ -24,6 +24,7 @@ pub mod cli;
 pub mod controller;
 pub mod csi;
 pub mod fuse;
+pub mod labels;
 pub mod metrics;
 pub mod node;
 pub mod tickets;

@@ -22,7 +22,6 @@ pub mod leader;
 pub mod reaper;
 pub mod volume;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,31 +91,8 @@ pub struct ControllerArgs {
     pub reap_grace_seconds: u64,
 }
 
-/// Labels given on the command line.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Labels(pub BTreeMap<String, String>);
-
-impl Labels {
-    /// As a label selector string (`a=b,c=d`).
-    pub fn selector(&self) -> String {
-        self.0
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-}
-
-fn parse_labels(s: &str) -> Result<Labels, String> {
-    let mut out = BTreeMap::new();
-    for pair in s.split(',').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').ok_or_else(|| {
-            format!("{pair:?} is not key=value (only equality selectors are supported)")
-        })?;
-        out.insert(k.trim().to_string(), v.trim().to_string());
-    }
-    Ok(Labels(out))
-}
+pub use crate::labels::Labels;
+use crate::labels::parse_labels;
 
 /// Errors of the controllers.
 #[derive(Debug, thiserror::Error)]
