@@ -86,6 +86,8 @@ fn write_only_direct_writes_are_seen_by_cached_and_passthrough_readers() {
     cached.read_exact_at(&mut buf[..4], 8192).unwrap();
     assert_eq!(&buf[..4], b"cccc");
     drop((rw, cached));
+    // The kernel tells the daemon of those releases asynchronously: let them land.
+    std::thread::sleep(std::time::Duration::from_millis(500));
     // Only the write-only open left: a new reader is passthrough and sees the write
     // and the next ones.
     let pt = fs::File::open(m.path("f")).unwrap();
@@ -135,7 +137,10 @@ fn writers_wait_for_passthrough_readers_and_readers_join_writers() {
     writer.set_len(8192).unwrap();
     drop((reader, writer));
 
-    // Everyone gone: the next reader is passthrough again and sees it all.
+    // Everyone gone: the next reader is passthrough again and sees it all. The kernel
+    // tells the daemon of a release asynchronously, so give the releases a moment to
+    // land first (an open racing them is served cached, which is correct too).
+    std::thread::sleep(std::time::Duration::from_millis(500));
     let mut again = Vec::new();
     fs::File::open(m.path("f"))
         .unwrap()
