@@ -216,7 +216,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
                 publish_timeout: Duration::from_secs(args.publish_timeout_seconds),
                 unpublish_timeout: Duration::from_secs(args.publish_timeout_seconds),
                 capacity_bytes: args.capacity_bytes,
-                labels: args.watch_selector.clone().unwrap_or_default().0,
+                labels: args.watch_selector.clone().unwrap_or_default(),
             },
         );
         info!(socket = %path.display(), "serving CSI identity and controller");

@@ -51,7 +51,7 @@ pub struct Settings {
     pub capacity_bytes: Option<u64>,
     /// Labels put on every Volume created, and required of every Volume listed (the
     /// controller's `--watch-selector`, so one instance sees only its own volumes).
-    pub labels: BTreeMap<String, String>,
+    pub labels: crate::labels::Labels,
 }
 
 /// The Controller service.
@@ -356,7 +356,7 @@ impl Controller for ControllerService {
             .flatten();
         let volume: Volume = serde_json::from_value(json!({
             "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
-            "metadata": {"name": name, "annotations": {ANNOTATION_CSI_NAME: req.name}, "labels": self.settings.labels},
+            "metadata": {"name": name, "annotations": {ANNOTATION_CSI_NAME: req.name}, "labels": self.settings.labels.0},
             "spec": {
                 "size": quantity_of(size), "accessMode": mode,
                 "backend": {"root": root, "scope": scope, "node": node},
@@ -679,13 +679,7 @@ impl Controller for ControllerService {
                 ))
             })?
         };
-        let selector = self
-            .settings
-            .labels
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let selector = self.settings.labels.selector();
         let mut volumes = self
             .volumes()
             .list(&ListParams::default().labels(&selector))
