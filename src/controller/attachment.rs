@@ -54,16 +54,28 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         return Ok(Action::requeue(Duration::from_millis(200)));
     }
     let name = va.name_any();
-    let Some(volume) = ctx.volumes.get(&ObjectRef::new(&name)) else {
+    // The caches, corrected by what this controller wrote and they do not show yet.
+    let va = ctx
+        .recent_attachments
+        .view(&name, Some(va.clone()))
+        .unwrap_or(va);
+    // What the next reconcile's cache will show until it catches up with our writes.
+    let va_base = va.resource_version();
+    let Some(volume) = ctx
+        .recent_volumes
+        .view(&name, ctx.volumes.get(&ObjectRef::new(&name)))
+    else {
         // Tickets applied before their Volume: wait for it (its watch triggers us).
         return Ok(Action::await_change());
     };
-    let mountpods: Vec<Arc<MountPod>> = ctx
-        .mountpods
-        .state()
-        .into_iter()
-        .filter(|mp| mp.spec.volume == name)
-        .collect();
+    let mountpods: Vec<Arc<MountPod>> = ctx.recent_mountpods.view_scope(
+        &name,
+        ctx.mountpods
+            .state()
+            .into_iter()
+            .filter(|mp| mp.spec.volume == name)
+            .collect(),
+    );
     let now = Time(jiff::Timestamp::now());
 
     let input = gather(&volume, &va, &mountpods, &now);
@@ -80,7 +92,13 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
 
     sync_mountpods(&ctx, &volume, &va, &mountpods, &decision).await?;
 
-    // Re-check from the API server before declaring a single-node ticket newly satisfied.
+    // Re-check with the API server before declaring a single-node ticket newly
+    // satisfied. The tickets: the status write carries the resourceVersion of the
+    // VolumeAttachment this decision read, so the API server refuses it (409) if any
+    // ticket changed since. The MountPods: they have deterministic names and only this
+    // controller creates them, so reading each candidate by name (a node of a ticket,
+    // or one the cache knows) sees every MountPod a stale cache could miss, without
+    // listing them all.
     let old = va.status.clone().unwrap_or_default();
     let newly_satisfied = decision.tickets.iter().any(|(id, o)| {
         o.satisfied
@@ -89,16 +107,9 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
                 .get(id)
                 .is_some_and(|s| s.satisfied)
     });
-    let (va, decision, input) = if newly_satisfied && !volume.spec.access_mode.is_multi_node() {
-        ctx.metrics.read("VolumeAttachment", "get");
-        let fresh_va = Api::<VolumeAttachment>::all(ctx.client.clone())
-            .get(&name)
-            .await
-            .context(|| format!("re-reading VolumeAttachment {name}"))?;
-        // MountPods have deterministic names and only this controller creates them, so
-        // reading each candidate by name (a node of a ticket, or one the cache knows)
-        // sees every MountPod a stale cache could miss — without listing them all.
-        let mut nodes: BTreeSet<String> = fresh_va
+    let recheck = newly_satisfied && !volume.spec.access_mode.is_multi_node();
+    let input = if recheck {
+        let mut nodes: BTreeSet<String> = va
             .spec
             .attachment_tickets
             .values()
@@ -119,14 +130,24 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
                 fresh_mps.push(Arc::new(mp));
             }
         }
-        let input = gather(&volume, &fresh_va, &fresh_mps, &now);
+        let input = gather(&volume, &va, &fresh_mps, &now);
         decision = tickets::decide(&input);
-        (Arc::new(fresh_va), decision, input)
+        input
     } else {
-        (va, decision, input)
+        input
     };
 
-    write_attachment_status(&ctx, &va, &decision, &input, &now).await?;
+    let precondition = if recheck { va.resource_version() } else { None };
+    match write_attachment_status(&ctx, &va, va_base, precondition, &decision, &input, &now).await {
+        Err(Error::Kube {
+            source: kube::Error::Api(s),
+            ..
+        }) if s.code == 409 => {
+            debug!(volume = %name, "tickets changed since they were read; deciding again");
+            return Ok(Action::requeue(Duration::from_millis(100)));
+        }
+        res => res?,
+    }
     write_volume_status(&ctx, &volume, &mountpods, &decision).await?;
     // A safety net: level-triggered reconciles also run without events.
     Ok(Action::requeue(Duration::from_secs(300)))
@@ -191,11 +212,17 @@ pub fn mount_view(mp: &MountPod) -> MountView {
 async fn pin_volume(ctx: &Context, volume: &Volume, node: &str) -> Result<(), Error> {
     let name = volume.name_any();
     let patch = json!({"spec": {"backend": {"node": node}}});
-    Api::<Volume>::all(ctx.client.clone())
+    let written = Api::<Volume>::all(ctx.client.clone())
         .patch(&name, &super::merge_params(), &Patch::Merge(&patch))
         .await
         .context(|| format!("pinning node-local volume {name} to {node}"))?;
     ctx.metrics.write("Volume", "patch");
+    ctx.recent_volumes.record(
+        &name,
+        &name,
+        volume.resource_version(),
+        Some(Arc::new(written)),
+    );
     info!(volume = %name, %node, "pinned node-local volume");
     Ok(())
 }
@@ -215,12 +242,14 @@ async fn sync_mountpods(
             && !decision.nodes.contains_key(&mp.spec.node_name)
         {
             let mp_name = mp.name_any();
-            match api.delete(&mp_name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
+            let after = match api.delete(&mp_name, &DeleteParams::default()).await {
+                Ok(either) => either.left().map(Arc::new),
+                Err(kube::Error::Api(s)) if s.code == 404 => None,
                 Err(e) => return Err(e).context(|| format!("deleting MountPod {mp_name}")),
-            }
+            };
             ctx.metrics.write("MountPod", "delete");
+            ctx.recent_mountpods
+                .record(&name, &mp_name, mp.resource_version(), after);
             info!(volume = %name, node = %mp.spec.node_name, "detaching");
             publish(
                 ctx,
@@ -239,10 +268,15 @@ async fn sync_mountpods(
         match existing {
             Some(mp) if mp.metadata.deletion_timestamp.is_some() => continue, // old one must go first
             Some(mp) if mp.spec.task != task => {
-                api.delete(&mp.name_any(), &DeleteParams::default())
+                let after = api
+                    .delete(&mp.name_any(), &DeleteParams::default())
                     .await
-                    .context(|| format!("replacing MountPod {}", mp.name_any()))?;
+                    .context(|| format!("replacing MountPod {}", mp.name_any()))?
+                    .left()
+                    .map(Arc::new);
                 ctx.metrics.write("MountPod", "delete");
+                ctx.recent_mountpods
+                    .record(&name, &mp.name_any(), mp.resource_version(), after);
                 continue;
             }
             Some(mp) if same_controlled_fields(&mp.spec, &desired) => continue,
@@ -268,14 +302,21 @@ async fn sync_mountpods(
                 "mountOptions": desired.mount_options,
             }
         });
-        api.patch(
-            &mp_name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .context(|| format!("applying MountPod {mp_name}"))?;
+        let written = api
+            .patch(
+                &mp_name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .context(|| format!("applying MountPod {mp_name}"))?;
         ctx.metrics.write("MountPod", "apply");
+        ctx.recent_mountpods.record(
+            &name,
+            &mp_name,
+            existing.and_then(|mp| mp.resource_version()),
+            Some(Arc::new(written)),
+        );
         if existing.is_none() {
             info!(volume = %name, %node, ?task, "attaching");
             let what = match task {
@@ -387,6 +428,8 @@ pub(crate) async fn publish_action(
 async fn write_attachment_status(
     ctx: &Context,
     va: &VolumeAttachment,
+    base: Option<String>,
+    precondition: Option<String>,
     decision: &Decision,
     input: &Input,
     now: &Time,
@@ -456,9 +499,13 @@ async fn write_attachment_status(
         return Ok(());
     }
     let name = va.name_any();
-    let body =
+    let mut body =
         json!({"apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment", "status": status});
-    Api::<VolumeAttachment>::all(ctx.client.clone())
+    if let Some(rv) = precondition {
+        // Optimistic concurrency: refused with 409 unless the object is still `rv`.
+        body["metadata"] = json!({"name": name, "resourceVersion": rv});
+    }
+    let written = Api::<VolumeAttachment>::all(ctx.client.clone())
         .patch_status(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -467,6 +514,8 @@ async fn write_attachment_status(
         .await
         .context(|| format!("writing status of VolumeAttachment {name}"))?;
     ctx.metrics.write("VolumeAttachment", "status");
+    ctx.recent_attachments
+        .record(&name, &name, base, Some(Arc::new(written)));
     for (id, o) in &decision.tickets {
         let was = old
             .attachment_ticket_statuses
@@ -582,7 +631,7 @@ async fn write_volume_status(
     }
     let name = volume.name_any();
     let body = json!({"apiVersion": "tessera.io/v1alpha1", "kind": "Volume", "status": status});
-    Api::<Volume>::all(ctx.client.clone())
+    let written = Api::<Volume>::all(ctx.client.clone())
         .patch_status(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -591,5 +640,11 @@ async fn write_volume_status(
         .await
         .context(|| format!("writing status of Volume {name}"))?;
     ctx.metrics.write("Volume", "status");
+    ctx.recent_volumes.record(
+        &name,
+        &name,
+        volume.resource_version(),
+        Some(Arc::new(written)),
+    );
     Ok(())
 }

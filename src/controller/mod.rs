@@ -20,6 +20,7 @@
 pub mod attachment;
 pub mod leader;
 pub mod reaper;
+pub mod recent;
 pub mod volume;
 
 use std::net::SocketAddr;
@@ -166,31 +167,83 @@ pub struct Context {
     pub labels: Labels,
     /// Reaper settings.
     pub reap_grace: Duration,
-    /// Set once every cache has had its first full list.
-    pub caches_ready: Arc<std::sync::atomic::AtomicBool>,
+    /// One flag per cache, set once it has had its first full list.
+    pub caches_ready: [Arc<std::sync::atomic::AtomicBool>; 3],
+    /// Volumes as this controller last wrote them, until the caches catch up.
+    pub recent_volumes: recent::Recent<Volume>,
+    /// VolumeAttachments as this controller last wrote them.
+    pub recent_attachments: recent::Recent<VolumeAttachment>,
+    /// MountPods as this controller last wrote (or deleted) them.
+    pub recent_mountpods: recent::Recent<MountPod>,
 }
 
-/// Wait, in one task, until the three caches are populated, then flip the flag.
-fn watch_caches(ctx: &Arc<Context>) {
-    let ctx = ctx.clone();
-    tokio::spawn(async move {
-        let _ = ctx.volumes.wait_until_ready().await;
-        debug!("volume cache ready");
-        let _ = ctx.attachments.wait_until_ready().await;
-        debug!("attachment cache ready");
-        let _ = ctx.mountpods.wait_until_ready().await;
-        ctx.caches_ready
-            .store(true, std::sync::atomic::Ordering::Release);
-        info!("caches ready");
-    });
+/// Run one watch of a kind into `writer` (the cache) and hand every touched object to
+/// each of `outputs` consumers, so two controllers share one watch. `ready` is set when
+/// the first full list has reached the cache.
+fn fan_out<K>(
+    api: Api<K>,
+    wc: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    ready: Arc<std::sync::atomic::AtomicBool>,
+    outputs: usize,
+) -> (
+    impl std::future::Future<Output = ()>,
+    Vec<tokio_stream::wrappers::UnboundedReceiverStream<Result<K, watcher::Error>>>,
+)
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..outputs)
+        .map(|_| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (tx, tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+        })
+        .unzip();
+    let kind = K::kind(&Default::default()).to_string();
+    let run = async move {
+        let mut events = reflector(writer, watcher(api, wc).default_backoff()).boxed();
+        while let Some(event) = events.next().await {
+            let obj = match event {
+                Ok(
+                    watcher::Event::Apply(o)
+                    | watcher::Event::Delete(o)
+                    | watcher::Event::InitApply(o),
+                ) => o,
+                Ok(watcher::Event::InitDone) => {
+                    ready.store(true, std::sync::atomic::Ordering::Release);
+                    debug!(%kind, "cache ready");
+                    continue;
+                }
+                Ok(watcher::Event::Init) => continue,
+                Err(e) => {
+                    warn!(%kind, error = %e, "watch failed; retrying");
+                    continue;
+                }
+            };
+            for tx in &txs {
+                let _ = tx.send(Ok(obj.clone()));
+            }
+        }
+    };
+    (run, rxs)
 }
 
 impl Context {
     /// Whether every cache has had its first full list, so no decision is taken on an
-    /// empty cache. Callers requeue when not. (One task waits for the stores — see
-    /// [`watch_caches`] — because a store's readiness wakes only one waiter.)
+    /// empty cache. Callers requeue when not. (Flags set by the watches themselves —
+    /// see [`fan_out`] — because a store's readiness wakes only one waiter, and each
+    /// controller already waits on its own store.)
     pub(crate) async fn caches_ready(&self) -> bool {
-        self.caches_ready.load(std::sync::atomic::Ordering::Acquire)
+        self.caches_ready
+            .iter()
+            .all(|r| r.load(std::sync::atomic::Ordering::Acquire))
     }
 }
 
@@ -289,32 +342,30 @@ async fn run_controllers(
     let attachments: Api<VolumeAttachment> = Api::all(client.clone());
     let mountpods: Api<MountPod> = Api::all(client.clone());
 
-    // The caches the reconcilers read are reflectors of their own (not the controllers'
-    // stores): a store's readiness wakes a single waiter, and each Controller already
-    // waits on its own store.
+    // One watch per kind. Each fills the cache the reconcilers read and fans the
+    // objects out to the controllers it triggers: Volumes trigger both controllers,
+    // VolumeAttachments both (the volume controller keeps each Volume's attachment),
+    // MountPods the attachment controller.
+    let ready: [Arc<std::sync::atomic::AtomicBool>; 3] = Default::default();
     let (volume_store, volume_writer) = reflector::store();
-    let volume_stream = reflector(volume_writer, watcher(volumes.clone(), wc.clone()))
-        .default_backoff()
-        .touched_objects();
+    let (volume_watch, mut volume_streams) =
+        fan_out(volumes, wc.clone(), volume_writer, ready[0].clone(), 2);
     let (va_store, va_writer) = reflector::store();
-    let va_stream = reflector(va_writer, watcher(attachments.clone(), wc.clone()))
-        .default_backoff()
-        .touched_objects();
+    let (va_watch, mut va_streams) =
+        fan_out(attachments, wc.clone(), va_writer, ready[1].clone(), 2);
     let (mp_store, mp_writer) = reflector::store();
-    let mp_stream = reflector(mp_writer, watcher(mountpods, wc.clone()))
-        .default_backoff()
-        .touched_objects();
+    let (mp_watch, mut mp_streams) = fan_out(mountpods, wc, mp_writer, ready[2].clone(), 1);
 
     // A VolumeAttachment has its Volume's name; a MountPod names its volume.
-    let volume_ctrl = Controller::new(volumes, wc.clone())
-        .watches_stream(va_stream, |va: VolumeAttachment| {
+    let volume_ctrl = Controller::for_stream(volume_streams.remove(0), volume_store.clone())
+        .watches_stream(va_streams.remove(0), |va: VolumeAttachment| {
             va.metadata.name.map(|n| ObjectRef::new(&n))
         });
-    let attachment_ctrl = Controller::new(attachments, wc.clone())
-        .watches_stream(mp_stream, |mp: MountPod| {
+    let attachment_ctrl = Controller::for_stream(va_streams.remove(0), va_store.clone())
+        .watches_stream(mp_streams.remove(0), |mp: MountPod| {
             Some(ObjectRef::new(&mp.spec.volume))
         })
-        .watches_stream(volume_stream, |v: Volume| {
+        .watches_stream(volume_streams.remove(0), |v: Volume| {
             v.metadata.name.map(|n| ObjectRef::new(&n))
         });
 
@@ -333,9 +384,11 @@ async fn run_controllers(
         mountpods: mp_store,
         labels,
         reap_grace: Duration::from_secs(args.reap_grace_seconds),
-        caches_ready: Arc::default(),
+        caches_ready: ready,
+        recent_volumes: Default::default(),
+        recent_attachments: Default::default(),
+        recent_mountpods: Default::default(),
     });
-    watch_caches(&ctx);
     metrics.set_ready(true);
 
     let volume_run = volume_ctrl
@@ -353,7 +406,14 @@ async fn run_controllers(
             }
         });
     let reaper_run = reaper::run(ctx.clone(), Duration::from_secs(args.reap_interval_seconds));
-    tokio::join!(volume_run, attachment_run, reaper_run);
+    tokio::join!(
+        volume_watch,
+        va_watch,
+        mp_watch,
+        volume_run,
+        attachment_run,
+        reaper_run
+    );
 }
 
 /// Time a reconcile and count it.

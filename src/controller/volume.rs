@@ -41,6 +41,11 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
     super::measured(&metrics, "volume", async {
         let api: Api<Volume> = Api::all(ctx.client.clone());
         let name = volume.name_any();
+        // The cache, corrected by what this controller wrote and it does not show yet.
+        let volume = ctx
+            .recent_volumes
+            .view(&name, Some(volume.clone()))
+            .unwrap_or(volume);
         let has_finalizer = volume.finalizers().iter().any(|f| f == VOLUME_FINALIZER);
         if volume.metadata.deletion_timestamp.is_none() {
             if !has_finalizer {
@@ -54,10 +59,13 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
                     },
                 ]);
                 let patch: json_patch::Patch = serde_json::from_value(patch).expect("well-formed JSON patch");
-                api.patch(&name, &super::merge_params(), &Patch::<()>::Json(patch))
+                let written = api
+                    .patch(&name, &super::merge_params(), &Patch::<()>::Json(patch))
                     .await
                     .context(|| format!("adding the finalizer to {name}"))?;
                 ctx.metrics.write("Volume", "patch");
+                ctx.recent_volumes
+                    .record(&name, &name, volume.resource_version(), Some(Arc::new(written)));
                 return Ok(Action::await_change());
             }
             return apply(&volume, &ctx).await;
@@ -118,7 +126,9 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
     }
     let name = volume.name_any();
     let uid = volume.uid().unwrap_or_default();
-    let existing = ctx.attachments.get(&ObjectRef::new(&name));
+    let existing = ctx
+        .recent_attachments
+        .view(&name, ctx.attachments.get(&ObjectRef::new(&name)));
     let owned = existing.as_ref().is_some_and(|va| {
         va.owner_references().iter().any(|o| o.uid == uid)
             && ctx
@@ -138,7 +148,7 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
         "metadata": {"name": name, "labels": ctx.labels.0, "ownerReferences": [owner_reference(volume)]},
         "spec": {"volume": name},
     });
-    Api::<VolumeAttachment>::all(ctx.client.clone())
+    let written = Api::<VolumeAttachment>::all(ctx.client.clone())
         .patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER),
@@ -147,6 +157,12 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
         .await
         .context(|| format!("applying VolumeAttachment {name}"))?;
     ctx.metrics.write("VolumeAttachment", "apply");
+    ctx.recent_attachments.record(
+        &name,
+        &name,
+        existing.as_ref().and_then(|va| va.resource_version()),
+        Some(Arc::new(written)),
+    );
     if existing.is_none() {
         info!(volume = %name, "created VolumeAttachment");
     }
