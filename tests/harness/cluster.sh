@@ -24,6 +24,7 @@
 #   HARNESS_READY_TIMEOUT  seconds to wait for /readyz (default 180)
 #   HARNESS_KCM_CONTROLLERS  override kube-controller-manager --controllers
 #   HARNESS_NO_SCHEDULER=1 do not start kube-scheduler
+#   HARNESS_PROFILING=true serve /debug/pprof on kube-apiserver (admin only)
 set -euo pipefail
 
 HARNESS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -221,7 +222,7 @@ cmd_up() {
     --disable-admission-plugins=ServiceAccount \
     --enable-priority-and-fairness=false \
     --endpoint-reconciler-type=none \
-    --profiling=false \
+    --profiling="${HARNESS_PROFILING:-false}" \
     --event-ttl=30m
 
   "$BIN/k8s-harness" wait-ready --kubeconfig "$PKI/admin.kubeconfig" \
