@@ -418,7 +418,7 @@ fn write_data(root: &Path, seed: u64) -> BTreeMap<String, String> {
         } else {
             format!("dir/sub/file-{i}.bin")
         };
-        let data = pseudo_random(seed ^ (i + 1) * 7919, 1000 + 3000 * i as usize);
+        let data = pseudo_random(seed ^ ((i + 1) * 7919), 1000 + 3000 * i as usize);
         std::fs::write(root.join(&rel), &data).unwrap();
         sums.insert(rel, hex::encode(Sha256::digest(&data)));
     }
@@ -741,39 +741,45 @@ impl Chain {
         fixtures::delete_nodes(c, &self.nodes).await;
     }
 
-    /// After the processes are gone: drop the finalizers of leftover PVs and Volumes of
-    /// this test so they do not linger in the shared cluster.
+    /// After the processes are gone: delete leftover PVs, Volumes and MountPods of this
+    /// test and drop their finalizers, so they do not linger in the shared cluster.
     async fn strip_leftovers(&self) {
         let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
-        let unfinalize = json!({"metadata": {"finalizers": null}});
-        if let Ok(list) = pvs.list(&ListParams::default()).await {
-            for pv in list.items.iter().filter(|pv| {
-                pv.spec.as_ref().and_then(|s| s.storage_class_name.as_ref()) == Some(&self.sc)
-            }) {
-                let _ = pvs.delete(&pv.name_any(), &DeleteParams::default()).await;
-                let _ = pvs
-                    .patch(
-                        &pv.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(&unfinalize),
-                    )
-                    .await;
-            }
-        }
-        let vols: Api<Volume> = Api::all(self.client.clone());
+        let mine: Vec<String> = match pvs.list(&ListParams::default()).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter(|pv| {
+                    pv.spec.as_ref().and_then(|s| s.storage_class_name.as_ref()) == Some(&self.sc)
+                })
+                .map(|pv| pv.name_any())
+                .collect(),
+            Err(_) => vec![],
+        };
+        delete_unfinalized(&pvs, mine).await;
         let lp = ListParams::default().labels(&format!("{TEST_LABEL}={}", self.id));
+        let vols: Api<Volume> = Api::all(self.client.clone());
         if let Ok(list) = vols.list(&lp).await {
-            for v in list {
-                let _ = vols.delete(&v.name_any(), &DeleteParams::default()).await;
-                let _ = vols
-                    .patch(
-                        &v.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(&unfinalize),
-                    )
-                    .await;
-            }
+            delete_unfinalized(&vols, list.iter().map(|v| v.name_any()).collect()).await;
         }
+        let mps: Api<tessera::api::MountPod> = Api::all(self.client.clone());
+        if let Ok(list) = mps.list(&lp).await {
+            delete_unfinalized(&mps, list.iter().map(|v| v.name_any()).collect()).await;
+        }
+    }
+}
+
+/// Delete objects and remove their finalizers (nobody is left to serve them).
+async fn delete_unfinalized<K>(api: &Api<K>, names: Vec<String>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let unfinalize = json!({"metadata": {"finalizers": null}});
+    for name in names {
+        let _ = api.delete(&name, &DeleteParams::default()).await;
+        let _ = api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&unfinalize))
+            .await;
     }
 }
 
@@ -1014,7 +1020,18 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
             )
             .await;
         }
-        chain.step("PVCs deleted: PVs, Volumes and data directories gone");
+        // The MountPods (the RemoveData ones last) go with their Volume by garbage
+        // collection; their finalizer is the agents', so wait before the agents stop.
+        eventually(WAIT, "no MountPod of the test's volumes left", || async {
+            let lp = ListParams::default().labels(&format!("{TEST_LABEL}={}", chain.id));
+            let left = Api::<tessera::api::MountPod>::all(client.clone())
+                .list(&lp)
+                .await
+                .ok()?;
+            left.items.is_empty().then_some(())
+        })
+        .await;
+        chain.step("PVCs deleted: PVs, Volumes, MountPods and data directories gone");
     };
     let outcome = std::panic::AssertUnwindSafe(flow).catch_unwind().await;
     if outcome.is_err() {
