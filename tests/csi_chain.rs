@@ -102,7 +102,21 @@ impl Drop for Sidecar {
 }
 
 fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let raw = std::fs::read_to_string(path).unwrap_or_default();
+    // Without the colour escapes of the tracing logs.
+    let mut text = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            text.push(c);
+        }
+    }
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
@@ -176,6 +190,7 @@ fn micro(t: jiff::Timestamp) -> String {
 // The test's kubelet.
 
 /// What kubelet knows of one published volume of one pod.
+#[derive(Clone)]
 struct Mounted {
     volume_id: String,
     staging: PathBuf,
@@ -189,6 +204,8 @@ struct Kubelet<'a> {
     client: Client,
     agent: &'a AgentProcess,
     in_use: Mutex<BTreeSet<String>>,
+    /// What is staged (and maybe published), for the teardown after a failure.
+    mounted: Mutex<Vec<Mounted>>,
 }
 
 impl<'a> Kubelet<'a> {
@@ -197,6 +214,7 @@ impl<'a> Kubelet<'a> {
             client,
             agent,
             in_use: Mutex::default(),
+            mounted: Mutex::default(),
         }
     }
 
@@ -310,6 +328,12 @@ impl<'a> Kubelet<'a> {
         node.node_stage_volume(stage)
             .await
             .unwrap_or_else(|e| panic!("NodeStageVolume of {handle} on {}: {e}", self.node()));
+        let mounted = Mounted {
+            volume_id: handle.clone(),
+            staging: staging.clone(),
+            target: target.clone(),
+        };
+        self.mounted.lock().unwrap().push(mounted.clone());
 
         let mut publish_context_pod = volume_attributes;
         let meta = &pod.metadata;
@@ -338,47 +362,65 @@ impl<'a> Kubelet<'a> {
         node.node_publish_volume(publish)
             .await
             .unwrap_or_else(|e| panic!("NodePublishVolume of {handle} on {}: {e}", self.node()));
-        Mounted {
-            volume_id: handle,
-            staging,
-            target,
-        }
+        mounted
     }
 
     /// TearDown + UnmountDevice.
     async fn unmount(&self, m: &Mounted) {
+        if let Err(e) = self.try_unmount(m).await {
+            panic!("{e}");
+        }
+        assert!(!m.target.exists(), "NodeUnpublish removes the target path");
+        assert!(
+            fixtures::mounts_at(&m.staging).is_empty(),
+            "nothing mounted at {} after NodeUnstage",
+            m.staging.display()
+        );
+    }
+
+    async fn try_unmount(&self, m: &Mounted) -> Result<(), String> {
         let mut node = self.connect().await;
         node.node_unpublish_volume(NodeUnpublishVolumeRequest {
             volume_id: m.volume_id.clone(),
             target_path: m.target.display().to_string(),
         })
         .await
-        .unwrap_or_else(|e| {
-            panic!(
+        .map_err(|e| {
+            format!(
                 "NodeUnpublishVolume of {} on {}: {e}",
                 m.volume_id,
                 self.node()
             )
-        });
-        assert!(!m.target.exists(), "NodeUnpublish removes the target path");
+        })?;
         node.node_unstage_volume(NodeUnstageVolumeRequest {
             volume_id: m.volume_id.clone(),
             staging_target_path: m.staging.display().to_string(),
         })
         .await
-        .unwrap_or_else(|e| {
-            panic!(
+        .map_err(|e| {
+            format!(
                 "NodeUnstageVolume of {} on {}: {e}",
                 m.volume_id,
                 self.node()
             )
-        });
-        assert!(
-            fixtures::mounts_at(&m.staging).is_empty(),
-            "nothing mounted at {} after NodeUnstage",
-            m.staging.display()
-        );
+        })?;
+        self.mounted
+            .lock()
+            .unwrap()
+            .retain(|x| x.target != m.target);
         self.set_in_use(&m.volume_id, false).await;
+        Ok(())
+    }
+
+    /// After a failure: tear down whatever is still staged, best effort, so the
+    /// volumes can detach and be deleted.
+    async fn release_all(&self) {
+        let left = self.mounted.lock().unwrap().clone();
+        for m in left {
+            if let Err(e) = self.try_unmount(&m).await {
+                eprintln!("teardown: {e}");
+            }
+        }
     }
 }
 
@@ -757,6 +799,17 @@ impl Chain {
             Err(_) => vec![],
         };
         delete_unfinalized(&pvs, mine).await;
+        // storage.k8s.io VolumeAttachments to this test's nodes keep the attacher's
+        // finalizer once it is gone.
+        let svas: Api<StorageVolumeAttachment> = Api::all(self.client.clone());
+        if let Ok(list) = svas.list(&ListParams::default()).await {
+            let mine = list
+                .iter()
+                .filter(|va| self.nodes.contains(&va.spec.node_name))
+                .map(|va| va.name_any())
+                .collect();
+            delete_unfinalized(&svas, mine).await;
+        }
         let lp = ListParams::default().labels(&format!("{TEST_LABEL}={}", self.id));
         let vols: Api<Volume> = Api::all(self.client.clone());
         if let Ok(list) = vols.list(&lp).await {
@@ -1047,6 +1100,10 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
                 ],
             )
             .await;
+    }
+    if outcome.is_err() {
+        kubelet_a.release_all().await;
+        kubelet_b.release_all().await;
     }
     chain.teardown(outcome.is_err()).await;
     drop(provisioner);
