@@ -121,64 +121,106 @@ fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Hold the Lease `default/tessera-csi-chain` (taking it over when its holder let it
-/// expire), waiting while another run holds it.
-async fn acquire_lock(client: &Client, holder: &str) {
-    let api: Api<Lease> = Api::namespaced(client.clone(), "default");
-    let lease = |now: jiff::Timestamp| -> Lease {
-        serde_json::from_value(json!({
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": LOCK_LEASE},
-            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 600,
-                     "acquireTime": micro(now), "renewTime": micro(now)},
-        }))
-        .unwrap()
-    };
-    let deadline = Instant::now() + Duration::from_secs(900);
-    loop {
-        match api
-            .create(&PostParams::default(), &lease(jiff::Timestamp::now()))
-            .await
-        {
-            Ok(_) => return,
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("creating Lease {LOCK_LEASE}: {e}"),
-        }
-        if let Some(held) = api.get_opt(LOCK_LEASE).await.unwrap() {
-            let v = serde_json::to_value(&held).unwrap();
-            let renewed = v["spec"]["renewTime"]
-                .as_str()
-                .and_then(|t| t.parse::<jiff::Timestamp>().ok());
-            let secs = v["spec"]["leaseDurationSeconds"].as_i64().unwrap_or(600);
-            let expired = renewed
-                .is_none_or(|t| t + jiff::SignedDuration::from_secs(secs) < jiff::Timestamp::now());
-            if expired {
-                let dp = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        resource_version: held.resource_version(),
-                        uid: None,
-                    }),
-                    ..Default::default()
-                };
-                let _ = api.delete(LOCK_LEASE, &dp).await;
-                continue;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "another run of csi_chain ({:?}) holds Lease default/{LOCK_LEASE}",
-                v["spec"]["holderIdentity"]
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+/// How long the Lease lasts without renewal (a run killed outright blocks the next one
+/// at most this long).
+const LOCK_SECONDS: i64 = 45;
+
+/// The Lease `default/tessera-csi-chain`, held (and renewed in the background) while
+/// this run's sidecars run.
+struct ChainLock {
+    api: Api<Lease>,
+    holder: String,
+    renew: tokio::task::JoinHandle<()>,
 }
 
-async fn release_lock(client: &Client, holder: &str) {
-    let api: Api<Lease> = Api::namespaced(client.clone(), "default");
-    if let Ok(Some(l)) = api.get_opt(LOCK_LEASE).await
-        && l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(holder)
-    {
-        let _ = api.delete(LOCK_LEASE, &DeleteParams::default()).await;
+impl ChainLock {
+    /// Take the Lease (taking it over when its holder let it expire), waiting while
+    /// another run holds it.
+    async fn acquire(client: &Client, holder: &str) -> Self {
+        let api: Api<Lease> = Api::namespaced(client.clone(), "default");
+        let lease = |now: jiff::Timestamp| -> Lease {
+            serde_json::from_value(json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": LOCK_LEASE},
+                "spec": {"holderIdentity": holder, "leaseDurationSeconds": LOCK_SECONDS,
+                         "acquireTime": micro(now), "renewTime": micro(now)},
+            }))
+            .unwrap()
+        };
+        let started = Instant::now();
+        let mut told = false;
+        loop {
+            match api
+                .create(&PostParams::default(), &lease(jiff::Timestamp::now()))
+                .await
+            {
+                Ok(_) => break,
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => panic!("creating Lease {LOCK_LEASE}: {e}"),
+            }
+            if let Some(held) = api.get_opt(LOCK_LEASE).await.unwrap() {
+                let v = serde_json::to_value(&held).unwrap();
+                let renewed = v["spec"]["renewTime"]
+                    .as_str()
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+                let secs = v["spec"]["leaseDurationSeconds"]
+                    .as_i64()
+                    .unwrap_or(LOCK_SECONDS);
+                let expired = renewed.is_none_or(|t| {
+                    t + jiff::SignedDuration::from_secs(secs) < jiff::Timestamp::now()
+                });
+                if expired {
+                    let dp = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            resource_version: held.resource_version(),
+                            uid: None,
+                        }),
+                        ..Default::default()
+                    };
+                    let _ = api.delete(LOCK_LEASE, &dp).await;
+                    continue;
+                }
+                if !told {
+                    println!(
+                        "waiting for another run of csi_chain ({}) to release Lease default/{LOCK_LEASE}",
+                        v["spec"]["holderIdentity"]
+                    );
+                    told = true;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(900),
+                    "another run of csi_chain ({}) held Lease default/{LOCK_LEASE} for 15 minutes",
+                    v["spec"]["holderIdentity"]
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let renew = tokio::spawn({
+            let api = api.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    let patch = json!({"spec": {"renewTime": micro(jiff::Timestamp::now())}});
+                    let _ = api
+                        .patch(LOCK_LEASE, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                }
+            }
+        });
+        ChainLock {
+            api,
+            holder: holder.to_string(),
+            renew,
+        }
+    }
+
+    async fn release(self) {
+        self.renew.abort();
+        if let Ok(Some(l)) = self.api.get_opt(LOCK_LEASE).await
+            && l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(&self.holder)
+        {
+            let _ = self.api.delete(LOCK_LEASE, &DeleteParams::default()).await;
+        }
     }
 }
 
@@ -887,7 +929,7 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
     let client = support::client().await;
     support::ensure_crds(&client).await;
     let id = support::unique_name("chain");
-    acquire_lock(&client, &id).await;
+    let lock = ChainLock::acquire(&client, &id).await;
     let chain = Chain {
         client: client.clone(),
         ns: id.clone(),
@@ -1116,7 +1158,7 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
     if outcome.is_err() {
         chain.strip_leftovers().await;
     }
-    release_lock(&client, &id).await;
+    lock.release().await;
     let elapsed = chain.started.elapsed();
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic);
