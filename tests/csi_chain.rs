@@ -73,7 +73,19 @@ impl Sidecar {
     fn start(name: &'static str, test_id: &str, socket: &Path, extra: &[&str]) -> Self {
         let log = std::env::temp_dir().join(format!("tessera-{name}-{test_id}.log"));
         let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(support::repo_root().join("target/harness/bin").join(name))
+        let mut cmd = Command::new(support::repo_root().join("target/harness/bin").join(name));
+        // A sidecar outliving a killed test would go on provisioning and attaching for
+        // the next run: it dies with the thread that started it (the test's).
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
             .arg(format!(
                 "--kubeconfig={}",
                 support::kubeconfig_path().display()
