@@ -18,7 +18,7 @@ async fn csi_sanity_passes() {
     let id = support::unique_name("sanity");
     let node = format!("{id}-n0");
     fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
-    fixtures::create_csinodes(&client, std::slice::from_ref(&node)).await;
+    fixtures::create_csinodes(&client, &id, std::slice::from_ref(&node)).await;
     let work = tempfile::Builder::new()
         .prefix("tessera-sanity-")
         .tempdir()

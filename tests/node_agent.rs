@@ -636,7 +636,7 @@ async fn deletion_waits_for_references() {
 async fn deleted_volume_data_is_removed_by_the_agent() {
     // "0" sorts the node first among CSINodes of other tests.
     let e = env("0nrm", 1).await;
-    fixtures::create_csinodes(&e.client, &e.nodes).await;
+    fixtures::create_csinodes(&e.client, &e.id, &e.nodes).await;
     let _nodes = NodesGuard(e.nodes.clone());
     let agent = AgentProcess::start(&e.id, &e.nodes[0]);
     let vol = e.volume("v", false).await;

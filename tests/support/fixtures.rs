@@ -624,13 +624,15 @@ pub fn volume_at(
 }
 
 /// Create a CSINode listing the Tessera driver for each of `names` (as
-/// node-driver-registrar would), so the controller knows where an agent runs.
-pub async fn create_csinodes(client: &Client, names: &[String]) {
+/// node-driver-registrar would), so the controller knows where an agent runs. They
+/// carry the test's label, so a controller scoped to the test picks its own nodes for
+/// data cleanup, not another test's (whose agent would never serve it).
+pub async fn create_csinodes(client: &Client, test_id: &str, names: &[String]) {
     let api: Api<k8s_openapi::api::storage::v1::CSINode> = Api::all(client.clone());
     for name in names {
         let csinode = serde_json::from_value(json!({
             "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "labels": {TEST_LABEL: test_id}},
             "spec": {"drivers": [{"name": tessera::api::CSI_DRIVER_NAME, "nodeID": name}]},
         }))
         .unwrap();
