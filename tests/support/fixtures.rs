@@ -143,6 +143,24 @@ pub fn volume(name: &str, test_id: &str, mode: &str) -> Volume {
     .unwrap()
 }
 
+/// Create `volume` and wait (up to `timeout`) until the controller has given it its
+/// VolumeAttachment; its name.
+pub async fn create_volume(client: &Client, volume: &Volume, timeout: Duration) -> String {
+    let name = volume.name_any();
+    Api::<Volume>::all(client.clone())
+        .create(&PostParams::default(), volume)
+        .await
+        .unwrap_or_else(|e| panic!("creating Volume {name}: {e}"));
+    let api: Api<VolumeAttachment> = Api::all(client.clone());
+    eventually(
+        timeout,
+        &format!("VolumeAttachment {name} created"),
+        || async { api.get_opt(&name).await.unwrap().map(|_| ()) },
+    )
+    .await;
+    name
+}
+
 /// Add or replace a ticket with a merge patch (as the CSI driver does).
 pub async fn put_ticket(
     client: &Client,
