@@ -389,7 +389,7 @@ impl<'a> Kubelet<'a> {
         };
         self.mounted.lock().unwrap().push(mounted.clone());
 
-        let mut publish_context_pod = volume_attributes;
+        let mut pod_volume_context = volume_attributes;
         let meta = &pod.metadata;
         for (k, v) in [
             ("csi.storage.k8s.io/pod.name", meta.name.clone()),
@@ -401,7 +401,7 @@ impl<'a> Kubelet<'a> {
             ),
             ("csi.storage.k8s.io/ephemeral", Some("false".to_string())),
         ] {
-            publish_context_pod.insert(k.to_string(), v.unwrap_or_default());
+            pod_volume_context.insert(k.to_string(), v.unwrap_or_default());
         }
         let publish = NodePublishVolumeRequest {
             volume_id: handle.clone(),
@@ -411,7 +411,7 @@ impl<'a> Kubelet<'a> {
             volume_capability: Some(capability),
             readonly: false,
             secrets: Default::default(),
-            volume_context: publish_context_pod,
+            volume_context: pod_volume_context,
         };
         node.node_publish_volume(publish)
             .await
@@ -954,7 +954,6 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
         id: id.clone(),
         started: Instant::now(),
     };
-    chain.create_cluster_objects().await;
 
     let work = tempfile::Builder::new()
         .prefix("tessera-chain-")
@@ -973,11 +972,7 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
     );
     let ctrl_log =
         std::env::temp_dir().join(format!("tessera-controller-{id}-{}.log", ctrl.metrics_port));
-    eventually(Duration::from_secs(30), "the three CSI sockets", || async {
-        (controller_sock.exists() && agent_a.csi_socket().exists() && agent_b.csi_socket().exists())
-            .then_some(())
-    })
-    .await;
+    // The sidecars wait for the controller's socket themselves.
     let provisioner = Sidecar::start(
         "csi-provisioner",
         &id,
@@ -985,12 +980,20 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
         &["--extra-create-metadata", "--timeout=30s"],
     );
     let attacher = Sidecar::start("csi-attacher", &id, &controller_sock, &["--timeout=15s"]);
-    chain.step("control plane objects, controller, two agents and the sidecars up");
 
     let handles: Mutex<Vec<String>> = Mutex::default();
     let kubelet_a = Kubelet::new(client.clone(), &agent_a);
     let kubelet_b = Kubelet::new(client.clone(), &agent_b);
     let flow = async {
+        chain.create_cluster_objects().await;
+        eventually(Duration::from_secs(30), "the three CSI sockets", || async {
+            (controller_sock.exists()
+                && agent_a.csi_socket().exists()
+                && agent_b.csi_socket().exists())
+            .then_some(())
+        })
+        .await;
+        chain.step("Nodes, CSINodes, StorageClass, controller, two agents and the sidecars up");
         // The agents answer as the nodes they are.
         for k in [&kubelet_a, &kubelet_b] {
             let info = k
