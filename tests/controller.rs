@@ -39,22 +39,8 @@ async fn env(prefix: &str, nodes: usize) -> Env {
 impl Env {
     async fn volume(&self, suffix: &str, mode: &str) -> String {
         let name = format!("{}-{suffix}", self.id);
-        Api::<Volume>::all(self.client.clone())
-            .create(
-                &PostParams::default(),
-                &fixtures::volume(&name, &self.id, mode),
-            )
-            .await
-            .unwrap();
-        // The controller creates the VolumeAttachment.
-        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
-        eventually(
-            WAIT,
-            &format!("VolumeAttachment {name} created"),
-            || async { api.get_opt(&name).await.unwrap().map(|_| ()) },
-        )
-        .await;
-        name
+        let vol = fixtures::volume(&name, &self.id, mode);
+        fixtures::create_volume(&self.client, &vol, WAIT).await
     }
 
     async fn cleanup(&self, volumes: &[String]) {

@@ -18,7 +18,7 @@ async fn csi_sanity_passes() {
     let id = support::unique_name("sanity");
     let node = format!("{id}-n0");
     fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
-    fixtures::create_csinodes(&client, std::slice::from_ref(&node)).await;
+    fixtures::create_csinodes(&client, &id, std::slice::from_ref(&node)).await;
     let work = tempfile::Builder::new()
         .prefix("tessera-sanity-")
         .tempdir()
@@ -86,6 +86,11 @@ async fn csi_sanity_passes() {
     println!("csi-sanity: {}", summary.join(" | "));
     let log = std::env::temp_dir().join(format!("csi-sanity-{id}.log"));
     std::fs::write(&log, stdout.as_bytes()).unwrap();
+    // csi-sanity reuses volume names ("sanity", "sanity0", ...) from run to run: let the
+    // deleted volumes finish going (data removed, finalizers released) while the
+    // controller and the agent still run, or the next run on this cluster fails with
+    // "volume sanity is still being deleted".
+    let left = leftovers(&client, &id, Duration::from_secs(60)).await;
     assert!(
         out.status.success(),
         "csi-sanity failed (full output in {}):\n{}\n{}",
@@ -98,6 +103,38 @@ async fn csi_sanity_passes() {
             .join("\n"),
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(
+        left.is_empty(),
+        "still there 60 s after csi-sanity ended: {left:?}"
+    );
     fixtures::delete_csinodes(&client, std::slice::from_ref(&node)).await;
     fixtures::delete_nodes(&client, &[node]).await;
+}
+
+/// The Volumes and MountPods of test `id` still there once they are all gone or
+/// `timeout` has passed.
+async fn leftovers(client: &kube::Client, id: &str, timeout: Duration) -> Vec<String> {
+    use kube::ResourceExt;
+    use kube::api::{Api, ListParams};
+    let lp = ListParams::default().labels(&format!("{}={id}", fixtures::TEST_LABEL));
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let mut left: Vec<String> = Vec::new();
+        if let Ok(l) = Api::<tessera::api::Volume>::all(client.clone())
+            .list(&lp)
+            .await
+        {
+            left.extend(l.iter().map(|v| format!("Volume {}", v.name_any())));
+        }
+        if let Ok(l) = Api::<tessera::api::MountPod>::all(client.clone())
+            .list(&lp)
+            .await
+        {
+            left.extend(l.iter().map(|m| format!("MountPod {}", m.name_any())));
+        }
+        if left.is_empty() || tokio::time::Instant::now() >= deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
-use tessera::api::{MountPhase, MountPod, Volume, VolumeAttachment};
+use tessera::api::{MountPhase, MountPod, Volume};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -60,18 +60,7 @@ impl Env {
             self.backend.path(),
             retain,
         );
-        Api::<Volume>::all(self.client.clone())
-            .create(&PostParams::default(), &vol)
-            .await
-            .unwrap();
-        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
-        eventually(
-            WAIT,
-            &format!("VolumeAttachment {name} created"),
-            || async { api.get_opt(&name).await.unwrap().map(|_| ()) },
-        )
-        .await;
-        name
+        fixtures::create_volume(&self.client, &vol, WAIT).await
     }
 
     fn source(&self, volume: &str) -> PathBuf {
@@ -634,9 +623,9 @@ async fn deletion_waits_for_references() {
 /// RemoveData task on the node that a CSINode names.
 #[tokio::test]
 async fn deleted_volume_data_is_removed_by_the_agent() {
-    // "0" sorts the node first among CSINodes of other tests.
+    // The CSINode carries the test's label, so the controller picks it for the cleanup.
     let e = env("0nrm", 1).await;
-    fixtures::create_csinodes(&e.client, &e.nodes).await;
+    fixtures::create_csinodes(&e.client, &e.id, &e.nodes).await;
     let _nodes = NodesGuard(e.nodes.clone());
     let agent = AgentProcess::start(&e.id, &e.nodes[0]);
     let vol = e.volume("v", false).await;

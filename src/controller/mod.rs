@@ -395,14 +395,14 @@ async fn run_controllers(
         .run(volume::reconcile, volume::error_policy, ctx.clone())
         .for_each(|res| async move {
             if let Err(e) = res {
-                warn!(error = %e, "volume controller");
+                log_run_error("volume", &e);
             }
         });
     let attachment_run = attachment_ctrl
         .run(attachment::reconcile, attachment::error_policy, ctx.clone())
         .for_each(|res| async move {
             if let Err(e) = res {
-                warn!(error = %e, "attachment controller");
+                log_run_error("attachment", &e);
             }
         });
     let reaper_run = reaper::run(ctx.clone(), Duration::from_secs(args.reap_interval_seconds));
@@ -414,6 +414,25 @@ async fn run_controllers(
         attachment_run,
         reaper_run
     );
+}
+
+/// Whether a controller's error is expected in normal operation: a reconcile that a
+/// related object's event asked for, of an object not (yet, or no longer) in the store,
+/// e.g. a new Volume's VolumeAttachment before it is created, or either after deletion.
+fn expected_run_error<R, Q>(e: &kube::runtime::controller::Error<R, Q>) -> bool {
+    matches!(e, kube::runtime::controller::Error::ObjectNotFound(_))
+}
+
+/// Log a controller's error: expected ones at debug, every other one as a warning.
+fn log_run_error<R, Q>(controller: &str, e: &kube::runtime::controller::Error<R, Q>)
+where
+    kube::runtime::controller::Error<R, Q>: std::fmt::Display,
+{
+    if expected_run_error(e) {
+        debug!(error = %e, "{controller} controller");
+    } else {
+        warn!(error = %e, "{controller} controller");
+    }
 }
 
 /// Time a reconcile and count it.
@@ -433,5 +452,26 @@ pub(crate) fn merge_params() -> kube::api::PatchParams {
     kube::api::PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::controller::Error as RunError;
+
+    #[test]
+    fn a_reconcile_of_an_object_not_in_the_store_is_expected() {
+        let missing: RunError<Error, std::io::Error> =
+            RunError::ObjectNotFound(Box::new(ObjectRef::<Volume>::new("v").erase()));
+        assert!(expected_run_error(&missing));
+        let failed: RunError<std::io::Error, std::io::Error> = RunError::ReconcilerFailed(
+            std::io::Error::other("boom"),
+            Box::new(ObjectRef::<Volume>::new("v").erase()),
+        );
+        assert!(!expected_run_error(&failed));
+        let queue: RunError<Error, std::io::Error> =
+            RunError::QueueError(std::io::Error::other("watch failed"));
+        assert!(!expected_run_error(&queue));
     }
 }

@@ -12,7 +12,8 @@
 //! The cleanup node is the volume's pinned node (node-local), else a node that has a
 //! MountPod of the volume, else the node it was last attached to (if that Node still
 //! exists), else the first node whose CSINode lists the Tessera driver
-//! (a node where the agent runs). `tessera.io/reclaim-policy: Retain` keeps the data.
+//! (a node where the agent runs), those carrying the controller's `--watch-selector`
+//! labels first. `tessera.io/reclaim-policy: Retain` keeps the data.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,7 @@ use tracing::{debug, info, instrument};
 use super::attachment::{owner_reference, publish};
 use super::{ANNOTATION_RECLAIM, Context, Error, FIELD_MANAGER, KubeContext, VOLUME_FINALIZER};
 use crate::api::{AttacherType, BackendScope, CSI_DRIVER_NAME, Volume, VolumeAttachment};
+use crate::labels::Labels;
 
 /// Id of the ticket that removes a deleted volume's data.
 pub const CLEANUP_TICKET: &str = "cleanup-data";
@@ -290,12 +292,84 @@ async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, 
         .list(&ListParams::default())
         .await
         .context(|| "listing CSINodes".to_string())?;
-    let mut nodes: Vec<String> = csinodes
-        .items
+    Ok(first_agent_node(&csinodes.items, &ctx.labels))
+}
+
+/// The first (by name) node whose CSINode lists the Tessera driver, preferring the
+/// CSINodes that carry all of `labels` (the controller's `--watch-selector`): an agent
+/// scoped to other labels would never serve the cleanup MountPod of this controller's
+/// volumes.
+pub(crate) fn first_agent_node(csinodes: &[CSINode], labels: &Labels) -> Option<String> {
+    let mut nodes: Vec<(bool, String)> = csinodes
         .iter()
         .filter(|n| n.spec.drivers.iter().any(|d| d.name == CSI_DRIVER_NAME))
-        .map(|n| n.name_any())
+        .map(|n| {
+            let own = n.labels();
+            let in_scope = labels.0.iter().all(|(k, v)| own.get(k) == Some(v));
+            (!in_scope, n.name_any())
+        })
         .collect();
     nodes.sort();
-    Ok(nodes.into_iter().next())
+    nodes.into_iter().next().map(|(_, name)| name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn csinode(name: &str, labels: &[(&str, &str)], drivers: &[&str]) -> CSINode {
+        let labels: std::collections::BTreeMap<&str, &str> = labels.iter().copied().collect();
+        let drivers: Vec<serde_json::Value> = drivers
+            .iter()
+            .map(|d| json!({"name": d, "nodeID": name}))
+            .collect();
+        serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"drivers": drivers},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_cleanup_node_is_an_agent_node_in_the_controllers_scope_first() {
+        let nodes = vec![
+            csinode("a-other-driver", &[], &["other.csi.io"]),
+            csinode(
+                "b-other-scope",
+                &[("tessera.io/test", "t2")],
+                &[CSI_DRIVER_NAME],
+            ),
+            csinode("c-unlabelled", &[], &[CSI_DRIVER_NAME]),
+            csinode(
+                "d-mine",
+                &[("tessera.io/test", "t1"), ("x", "y")],
+                &[CSI_DRIVER_NAME],
+            ),
+        ];
+        let scope = |pairs: &[(&str, &str)]| {
+            Labels(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        // No scope: the first node with the driver, as before.
+        assert_eq!(
+            first_agent_node(&nodes, &Labels::default()).as_deref(),
+            Some("b-other-scope")
+        );
+        // Scoped: its own node, though others sort first.
+        assert_eq!(
+            first_agent_node(&nodes, &scope(&[("tessera.io/test", "t1")])).as_deref(),
+            Some("d-mine")
+        );
+        // Scoped, but no node of its own: any node with the driver.
+        assert_eq!(
+            first_agent_node(&nodes, &scope(&[("tessera.io/test", "t3")])).as_deref(),
+            Some("b-other-scope")
+        );
+        assert_eq!(first_agent_node(&nodes[..1], &Labels::default()), None);
+    }
 }

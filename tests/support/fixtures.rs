@@ -143,6 +143,24 @@ pub fn volume(name: &str, test_id: &str, mode: &str) -> Volume {
     .unwrap()
 }
 
+/// Create `volume` and wait (up to `timeout`) until the controller has given it its
+/// VolumeAttachment; its name.
+pub async fn create_volume(client: &Client, volume: &Volume, timeout: Duration) -> String {
+    let name = volume.name_any();
+    Api::<Volume>::all(client.clone())
+        .create(&PostParams::default(), volume)
+        .await
+        .unwrap_or_else(|e| panic!("creating Volume {name}: {e}"));
+    let api: Api<VolumeAttachment> = Api::all(client.clone());
+    eventually(
+        timeout,
+        &format!("VolumeAttachment {name} created"),
+        || async { api.get_opt(&name).await.unwrap().map(|_| ()) },
+    )
+    .await;
+    name
+}
+
 /// Add or replace a ticket with a merge patch (as the CSI driver does).
 pub async fn put_ticket(
     client: &Client,
@@ -624,13 +642,15 @@ pub fn volume_at(
 }
 
 /// Create a CSINode listing the Tessera driver for each of `names` (as
-/// node-driver-registrar would), so the controller knows where an agent runs.
-pub async fn create_csinodes(client: &Client, names: &[String]) {
+/// node-driver-registrar would), so the controller knows where an agent runs. They
+/// carry the test's label, so a controller scoped to the test picks its own nodes for
+/// data cleanup, not another test's (whose agent would never serve it).
+pub async fn create_csinodes(client: &Client, test_id: &str, names: &[String]) {
     let api: Api<k8s_openapi::api::storage::v1::CSINode> = Api::all(client.clone());
     for name in names {
         let csinode = serde_json::from_value(json!({
             "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "labels": {TEST_LABEL: test_id}},
             "spec": {"drivers": [{"name": tessera::api::CSI_DRIVER_NAME, "nodeID": name}]},
         }))
         .unwrap();

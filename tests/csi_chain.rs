@@ -1,0 +1,1185 @@
+//! The full chain, on the real control plane with the real external-provisioner and
+//! external-attacher, and the test playing kubelet:
+//!
+//! ```text
+//!  StorageClass ─▶ PVC ─▶ csi-provisioner ─▶ CreateVolume ─▶ Volume ─▶ PV bound
+//!  Pod (nodeName A) ─▶ attach-detach controller ─▶ storage.k8s.io VolumeAttachment
+//!      ─▶ csi-attacher ─▶ ControllerPublish ─▶ ticket ─▶ MountPod ─▶ FUSE on A
+//!  "kubelet" (this test) ─▶ NodeStage/NodePublish on A's CSI socket ─▶ write + sha256
+//!  NodeUnpublish/NodeUnstage, Pod deleted ─▶ detached from A (MountPod gone)
+//!  Pod on B ─▶ attached on B ─▶ NodeStage/NodePublish on B ─▶ same sha256
+//!  RWX PVC: Pods on A and B at once ─▶ written via A, read via B
+//!  PVCs deleted ─▶ PV, Volume and the data directory gone
+//! ```
+//!
+//! Two `tessera node` agents with distinct node names run on this machine; the Node and
+//! CSINode objects a kubelet and node-driver-registrar would create are created here.
+//!
+//! The sidecars watch every PVC and storage.k8s.io VolumeAttachment of driver
+//! `csi.tessera.io` in the cluster, and there is no way to scope them to one test. Other
+//! tests do not need them (csi_sanity talks to the sockets directly, the demo runs its
+//! own control plane), and the only storage VolumeAttachment another test creates (the
+//! reaper test) names a PV that does not exist, which the attacher cannot act on. Two
+//! runs of this test against one cluster would fight over each other's PVCs, so a run
+//! holds a Lease (`default/tessera-csi-chain`) while its sidecars run.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{
+    CSINode, StorageClass, VolumeAttachment as StorageVolumeAttachment,
+};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use support::fixtures::{self, AgentProcess, ControllerProcess, TEST_LABEL, eventually};
+use tessera::api::{CSI_DRIVER_NAME, Volume};
+use tessera::csi::csi_ticket_id;
+use tessera::csi::proto::node_client::NodeClient;
+use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use tessera::csi::proto::{
+    NodeGetInfoRequest, NodePublishVolumeRequest, NodeStageVolumeRequest,
+    NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
+};
+use tonic::transport::{Channel, Endpoint};
+
+/// Bound of every wait for the control plane or the sidecars.
+const WAIT: Duration = Duration::from_secs(90);
+/// Size of the pseudo-random file whose checksum follows the volume around.
+const BIG: usize = 6 << 20;
+/// The Lease that keeps two runs of this test from sharing the sidecars' view.
+const LOCK_LEASE: &str = "tessera-csi-chain";
+
+// ---------------------------------------------------------------------------------
+// Processes and the lock.
+
+/// A CSI sidecar child process; killed on drop, its log kept.
+struct Sidecar {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Sidecar {
+    fn start(name: &'static str, test_id: &str, socket: &Path, extra: &[&str]) -> Self {
+        let log = std::env::temp_dir().join(format!("tessera-{name}-{test_id}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let mut cmd = Command::new(support::repo_root().join("target/harness/bin").join(name));
+        // A sidecar outliving a killed test would go on provisioning and attaching for
+        // the next run: it dies with the thread that started it (the test's).
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .arg(format!(
+                "--kubeconfig={}",
+                support::kubeconfig_path().display()
+            ))
+            .arg(format!("--csi-address={}", socket.display()))
+            .arg("--leader-election=false")
+            .arg("--v=4")
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        Sidecar { name, child, log }
+    }
+
+    fn tail(&self, lines: usize) -> String {
+        tail(&self.log, lines)
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let raw = std::fs::read_to_string(path).unwrap_or_default();
+    // Without the colour escapes of the tracing logs.
+    let mut text = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            text.push(c);
+        }
+    }
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// How long the Lease lasts without renewal (a run killed outright blocks the next one
+/// at most this long).
+const LOCK_SECONDS: i64 = 45;
+
+/// The Lease `default/tessera-csi-chain`, held (and renewed in the background) while
+/// this run's sidecars run.
+struct ChainLock {
+    api: Api<Lease>,
+    holder: String,
+    renew: tokio::task::JoinHandle<()>,
+}
+
+impl ChainLock {
+    /// Take the Lease (taking it over when its holder let it expire), waiting while
+    /// another run holds it.
+    async fn acquire(client: &Client, holder: &str) -> Self {
+        let api: Api<Lease> = Api::namespaced(client.clone(), "default");
+        let lease = |now: jiff::Timestamp| -> Lease {
+            serde_json::from_value(json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": LOCK_LEASE},
+                "spec": {"holderIdentity": holder, "leaseDurationSeconds": LOCK_SECONDS,
+                         "acquireTime": micro(now), "renewTime": micro(now)},
+            }))
+            .unwrap()
+        };
+        let started = Instant::now();
+        let mut told = false;
+        loop {
+            match api
+                .create(&PostParams::default(), &lease(jiff::Timestamp::now()))
+                .await
+            {
+                Ok(_) => break,
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => panic!("creating Lease {LOCK_LEASE}: {e}"),
+            }
+            if let Some(held) = api.get_opt(LOCK_LEASE).await.unwrap() {
+                let v = serde_json::to_value(&held).unwrap();
+                let renewed = v["spec"]["renewTime"]
+                    .as_str()
+                    .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+                let secs = v["spec"]["leaseDurationSeconds"]
+                    .as_i64()
+                    .unwrap_or(LOCK_SECONDS);
+                let expired = renewed.is_none_or(|t| {
+                    t + jiff::SignedDuration::from_secs(secs) < jiff::Timestamp::now()
+                });
+                if expired {
+                    let dp = DeleteParams {
+                        preconditions: Some(Preconditions {
+                            resource_version: held.resource_version(),
+                            uid: None,
+                        }),
+                        ..Default::default()
+                    };
+                    let _ = api.delete(LOCK_LEASE, &dp).await;
+                    continue;
+                }
+                if !told {
+                    println!(
+                        "waiting for another run of csi_chain ({}) to release Lease default/{LOCK_LEASE}",
+                        v["spec"]["holderIdentity"]
+                    );
+                    told = true;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(900),
+                    "another run of csi_chain ({}) held Lease default/{LOCK_LEASE} for 15 minutes",
+                    v["spec"]["holderIdentity"]
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let renew = tokio::spawn({
+            let api = api.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                    let patch = json!({"spec": {"renewTime": micro(jiff::Timestamp::now())}});
+                    let _ = api
+                        .patch(LOCK_LEASE, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                }
+            }
+        });
+        ChainLock {
+            api,
+            holder: holder.to_string(),
+            renew,
+        }
+    }
+
+    async fn release(self) {
+        self.renew.abort();
+        if let Ok(Some(l)) = self.api.get_opt(LOCK_LEASE).await
+            && l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(&self.holder)
+        {
+            let _ = self.api.delete(LOCK_LEASE, &DeleteParams::default()).await;
+        }
+    }
+}
+
+fn micro(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+// ---------------------------------------------------------------------------------
+// The test's kubelet.
+
+/// What kubelet knows of one published volume of one pod.
+#[derive(Clone)]
+struct Mounted {
+    volume_id: String,
+    staging: PathBuf,
+    target: PathBuf,
+}
+
+/// Plays kubelet for one node: Node CSI calls over the agent's socket, with kubelet's
+/// paths, contexts and capabilities, and `Node.status.volumesInUse` kept as kubelet
+/// keeps it.
+struct Kubelet<'a> {
+    client: Client,
+    agent: &'a AgentProcess,
+    in_use: Mutex<BTreeSet<String>>,
+    /// What is staged (and maybe published), for the teardown after a failure.
+    mounted: Mutex<Vec<Mounted>>,
+}
+
+impl<'a> Kubelet<'a> {
+    fn new(client: Client, agent: &'a AgentProcess) -> Self {
+        Kubelet {
+            client,
+            agent,
+            in_use: Mutex::default(),
+            mounted: Mutex::default(),
+        }
+    }
+
+    fn node(&self) -> &str {
+        &self.agent.node
+    }
+
+    async fn connect(&self) -> NodeClient<Channel> {
+        let sock = self.agent.csi_socket();
+        let channel = Endpoint::from_shared(format!("unix://{}", sock.display()))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {}: {e}", sock.display()));
+        NodeClient::new(channel)
+    }
+
+    /// Report (or stop reporting) the volume in `Node.status.volumesInUse`.
+    async fn set_in_use(&self, handle: &str, used: bool) {
+        let name = format!("kubernetes.io/csi/{CSI_DRIVER_NAME}^{handle}");
+        let list: Vec<String> = {
+            let mut set = self.in_use.lock().unwrap();
+            if used {
+                set.insert(name);
+            } else {
+                set.remove(&name);
+            }
+            set.iter().cloned().collect()
+        };
+        Api::<Node>::all(self.client.clone())
+            .patch_status(
+                self.node(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"volumesInUse": list}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("updating volumesInUse of {}: {e}", self.node()));
+    }
+
+    /// MountDevice + SetUp of `pv` for `pod`, as kubelet's csi plugin does them.
+    async fn mount(&self, pv: &PersistentVolume, pod: &Pod) -> Mounted {
+        let spec = pv.spec.as_ref().unwrap();
+        let csi = spec.csi.as_ref().expect("a CSI PV");
+        let handle = csi.volume_handle.clone();
+        let mode = match spec.access_modes.as_deref().unwrap_or_default() {
+            m if m.iter().any(|m| m == "ReadWriteMany") => access_mode::Mode::MultiNodeMultiWriter,
+            m if m.iter().any(|m| m == "ReadOnlyMany") => access_mode::Mode::MultiNodeReaderOnly,
+            m if m.iter().any(|m| m == "ReadWriteOncePod") => {
+                access_mode::Mode::SingleNodeSingleWriter
+            }
+            _ => access_mode::Mode::SingleNodeWriter,
+        };
+        let capability = VolumeCapability {
+            access_mode: Some(AccessMode { mode: mode as i32 }),
+            access_type: Some(AccessType::Mount(MountVolume {
+                fs_type: csi.fs_type.clone().unwrap_or_default(),
+                mount_flags: spec.mount_options.clone().unwrap_or_default(),
+                volume_mount_group: String::new(),
+            })),
+        };
+        let volume_attributes: std::collections::HashMap<String, String> = csi
+            .volume_attributes
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        // publish_context: the storage VolumeAttachment's attachment metadata.
+        let va_name = csi_ticket_id(&handle, self.node());
+        let va = Api::<StorageVolumeAttachment>::all(self.client.clone())
+            .get(&va_name)
+            .await
+            .unwrap_or_else(|e| panic!("reading VolumeAttachment {va_name}: {e}"));
+        let publish_context: std::collections::HashMap<String, String> = va
+            .status
+            .and_then(|s| s.attachment_metadata)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        assert!(
+            publish_context.contains_key("tessera.io/mountpod"),
+            "ControllerPublish's publish_context reaches the VolumeAttachment: {publish_context:?}"
+        );
+
+        let kubelet = self.agent.kubelet_dir();
+        let staging = kubelet
+            .join("plugins/kubernetes.io/csi")
+            .join(CSI_DRIVER_NAME)
+            .join(hex::encode(Sha256::digest(handle.as_bytes())))
+            .join("globalmount");
+        let uid = pod.uid().unwrap();
+        let target = kubelet
+            .join("pods")
+            .join(&uid)
+            .join("volumes/kubernetes.io~csi")
+            .join(pv.name_any())
+            .join("mount");
+        // kubelet creates the parents of both paths (and the vol_data.json beside them).
+        std::fs::create_dir_all(staging.parent().unwrap()).unwrap();
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+
+        self.set_in_use(&handle, true).await;
+        let mut node = self.connect().await;
+        let stage = NodeStageVolumeRequest {
+            volume_id: handle.clone(),
+            publish_context: publish_context.clone(),
+            staging_target_path: staging.display().to_string(),
+            volume_capability: Some(capability.clone()),
+            secrets: Default::default(),
+            volume_context: volume_attributes.clone(),
+        };
+        node.node_stage_volume(stage)
+            .await
+            .unwrap_or_else(|e| panic!("NodeStageVolume of {handle} on {}: {e}", self.node()));
+        let mounted = Mounted {
+            volume_id: handle.clone(),
+            staging: staging.clone(),
+            target: target.clone(),
+        };
+        self.mounted.lock().unwrap().push(mounted.clone());
+
+        let mut pod_volume_context = volume_attributes;
+        let meta = &pod.metadata;
+        for (k, v) in [
+            ("csi.storage.k8s.io/pod.name", meta.name.clone()),
+            ("csi.storage.k8s.io/pod.namespace", meta.namespace.clone()),
+            ("csi.storage.k8s.io/pod.uid", meta.uid.clone()),
+            (
+                "csi.storage.k8s.io/serviceAccount.name",
+                Some("default".to_string()),
+            ),
+            ("csi.storage.k8s.io/ephemeral", Some("false".to_string())),
+        ] {
+            pod_volume_context.insert(k.to_string(), v.unwrap_or_default());
+        }
+        let publish = NodePublishVolumeRequest {
+            volume_id: handle.clone(),
+            publish_context,
+            staging_target_path: staging.display().to_string(),
+            target_path: target.display().to_string(),
+            volume_capability: Some(capability),
+            readonly: false,
+            secrets: Default::default(),
+            volume_context: pod_volume_context,
+        };
+        node.node_publish_volume(publish)
+            .await
+            .unwrap_or_else(|e| panic!("NodePublishVolume of {handle} on {}: {e}", self.node()));
+        mounted
+    }
+
+    /// TearDown + UnmountDevice.
+    async fn unmount(&self, m: &Mounted) {
+        if let Err(e) = self.try_unmount(m).await {
+            panic!("{e}");
+        }
+        assert!(!m.target.exists(), "NodeUnpublish removes the target path");
+        assert!(
+            fixtures::mounts_at(&m.staging).is_empty(),
+            "nothing mounted at {} after NodeUnstage",
+            m.staging.display()
+        );
+    }
+
+    async fn try_unmount(&self, m: &Mounted) -> Result<(), String> {
+        let mut node = self.connect().await;
+        node.node_unpublish_volume(NodeUnpublishVolumeRequest {
+            volume_id: m.volume_id.clone(),
+            target_path: m.target.display().to_string(),
+        })
+        .await
+        .map_err(|e| {
+            format!(
+                "NodeUnpublishVolume of {} on {}: {e}",
+                m.volume_id,
+                self.node()
+            )
+        })?;
+        node.node_unstage_volume(NodeUnstageVolumeRequest {
+            volume_id: m.volume_id.clone(),
+            staging_target_path: m.staging.display().to_string(),
+        })
+        .await
+        .map_err(|e| {
+            format!(
+                "NodeUnstageVolume of {} on {}: {e}",
+                m.volume_id,
+                self.node()
+            )
+        })?;
+        self.mounted
+            .lock()
+            .unwrap()
+            .retain(|x| x.target != m.target);
+        self.set_in_use(&m.volume_id, false).await;
+        Ok(())
+    }
+
+    /// After a failure: tear down whatever is still staged, best effort, so the
+    /// volumes can detach and be deleted.
+    async fn release_all(&self) {
+        let left = self.mounted.lock().unwrap().clone();
+        for m in left {
+            if let Err(e) = self.try_unmount(&m).await {
+                eprintln!("teardown: {e}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Data.
+
+/// `len` pseudo-random bytes (xorshift64*, seeded).
+fn pseudo_random(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+fn sha256_file(path: &Path) -> String {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    hex::encode(Sha256::digest(&data))
+}
+
+/// Write a big pseudo-random file and a few small ones under `root`; their checksums
+/// by relative path.
+fn write_data(root: &Path, seed: u64) -> BTreeMap<String, String> {
+    let mut sums = BTreeMap::new();
+    let big = pseudo_random(seed, BIG);
+    std::fs::write(root.join("big.bin"), &big).unwrap();
+    sums.insert("big.bin".to_string(), hex::encode(Sha256::digest(&big)));
+    std::fs::create_dir_all(root.join("dir/sub")).unwrap();
+    for i in 0..5u64 {
+        let rel = if i % 2 == 0 {
+            format!("dir/file-{i}.txt")
+        } else {
+            format!("dir/sub/file-{i}.bin")
+        };
+        let data = pseudo_random(seed ^ ((i + 1) * 7919), 1000 + 3000 * i as usize);
+        std::fs::write(root.join(&rel), &data).unwrap();
+        sums.insert(rel, hex::encode(Sha256::digest(&data)));
+    }
+    sums
+}
+
+fn check_data(root: &Path, sums: &BTreeMap<String, String>, via: &str) {
+    for (rel, sum) in sums {
+        assert_eq!(
+            &sha256_file(&root.join(rel)),
+            sum,
+            "sha256 of {rel} read via {via} ({})",
+            root.display()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The cluster side.
+
+struct Chain {
+    client: Client,
+    id: String,
+    ns: String,
+    sc: String,
+    nodes: [String; 2],
+    backend: tempfile::TempDir,
+    started: Instant,
+}
+
+impl Chain {
+    fn step(&self, what: &str) {
+        println!("[{:>6.1}s] {what}", self.started.elapsed().as_secs_f64());
+    }
+
+    async fn create_cluster_objects(&self) {
+        let c = &self.client;
+        for node in &self.nodes {
+            let n: Node = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node,
+                    "labels": {"kubernetes.io/hostname": node, "topology.tessera.io/node": node, TEST_LABEL: self.id},
+                    "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+            }))
+            .unwrap();
+            Api::<Node>::all(c.clone())
+                .create(&PostParams::default(), &n)
+                .await
+                .unwrap_or_else(|e| panic!("creating Node {node}: {e}"));
+            let cn: CSINode = serde_json::from_value(json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+                "metadata": {"name": node, "labels": {TEST_LABEL: self.id}},
+                "spec": {"drivers": [{"name": CSI_DRIVER_NAME, "nodeID": node,
+                                      "topologyKeys": ["topology.tessera.io/node"]}]},
+            }))
+            .unwrap();
+            Api::<CSINode>::all(c.clone())
+                .create(&PostParams::default(), &cn)
+                .await
+                .unwrap_or_else(|e| panic!("creating CSINode {node}: {e}"));
+        }
+        // The CSIDriver is cluster-wide and the same for every user: applied, never deleted.
+        let text =
+            std::fs::read_to_string(support::repo_root().join("config/csidriver.yaml")).unwrap();
+        let driver: k8s_openapi::api::storage::v1::CSIDriver =
+            support::parse_documents(&text).remove(0);
+        Api::<k8s_openapi::api::storage::v1::CSIDriver>::all(c.clone())
+            .patch(
+                CSI_DRIVER_NAME,
+                &PatchParams::apply("tessera-tests").force(),
+                &Patch::Apply(&driver),
+            )
+            .await
+            .expect("applying config/csidriver.yaml");
+        let ns: Namespace = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": self.ns, "labels": {TEST_LABEL: self.id}},
+        }))
+        .unwrap();
+        Api::<Namespace>::all(c.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("creating the namespace");
+        let sc: StorageClass = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": self.sc, "labels": {TEST_LABEL: self.id}},
+            "provisioner": CSI_DRIVER_NAME,
+            "parameters": {"backendRoot": self.backend.path().display().to_string(), "scope": "Shared"},
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "Immediate",
+            "allowVolumeExpansion": true,
+        }))
+        .unwrap();
+        Api::<StorageClass>::all(c.clone())
+            .create(&PostParams::default(), &sc)
+            .await
+            .expect("creating the StorageClass");
+    }
+
+    fn pvcs(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Create a PVC and wait until it is bound; its PV.
+    async fn claim(&self, name: &str, mode: &str) -> PersistentVolume {
+        let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name},
+            "spec": {"accessModes": [mode], "storageClassName": self.sc,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }))
+        .unwrap();
+        self.pvcs()
+            .create(&PostParams::default(), &pvc)
+            .await
+            .unwrap_or_else(|e| panic!("creating PVC {name}: {e}"));
+        let pv_name = eventually(WAIT, &format!("PVC {name} Bound"), || async {
+            let pvc = self.pvcs().get(name).await.ok()?;
+            let bound = pvc.status.as_ref()?.phase.as_deref() == Some("Bound");
+            bound.then(|| pvc.spec?.volume_name).flatten()
+        })
+        .await;
+        let pv = Api::<PersistentVolume>::all(self.client.clone())
+            .get(&pv_name)
+            .await
+            .unwrap();
+        let handle = pv
+            .spec
+            .as_ref()
+            .unwrap()
+            .csi
+            .as_ref()
+            .unwrap()
+            .volume_handle
+            .clone();
+        let volume = Api::<Volume>::all(self.client.clone())
+            .get(&handle)
+            .await
+            .unwrap_or_else(|e| panic!("the tessera Volume {handle} of PV {pv_name}: {e}"));
+        assert_eq!(
+            volume.labels().get(TEST_LABEL),
+            Some(&self.id),
+            "the Volume created through the provisioner carries the controller's --watch-selector labels"
+        );
+        assert_eq!(
+            volume.spec.backend.root,
+            self.backend.path().display().to_string()
+        );
+        pv
+    }
+
+    async fn run_pod(&self, name: &str, claim: &str, node: &str) -> Pod {
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {"nodeName": node,
+                "containers": [{"name": "app", "image": "busybox", "command": ["sleep", "infinity"],
+                                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]},
+        }))
+        .unwrap();
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap_or_else(|e| panic!("creating Pod {name} on {node}: {e}"))
+    }
+
+    /// Delete a pod the way kubectl --force --grace-period=0 does (there is no kubelet to
+    /// confirm a graceful deletion) and wait until it is gone.
+    async fn delete_pod(&self, name: &str) {
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        let _ = self.pods().delete(name, &dp).await;
+        eventually(WAIT, &format!("Pod {name} gone"), || async {
+            self.pods()
+                .get_opt(name)
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    }
+
+    /// Whether the storage VolumeAttachment of `handle` on `node` says attached
+    /// (`None`: there is none).
+    async fn attached(&self, handle: &str, node: &str) -> Option<bool> {
+        Api::<StorageVolumeAttachment>::all(self.client.clone())
+            .get_opt(&csi_ticket_id(handle, node))
+            .await
+            .unwrap()
+            .map(|va| va.status.is_some_and(|s| s.attached))
+    }
+
+    async fn wait_attached(&self, handle: &str, node: &str) {
+        eventually(
+            WAIT,
+            &format!("storage VolumeAttachment of {handle} on {node} attached"),
+            || async { (self.attached(handle, node).await == Some(true)).then_some(()) },
+        )
+        .await;
+        let mp = fixtures::mountpod_on(&self.client, handle, node)
+            .await
+            .unwrap_or_else(|| panic!("attached on {node}, but no MountPod of {handle} there"));
+        assert!(
+            mp.is_ready(),
+            "the MountPod of {handle} on {node} is Ready once attached"
+        );
+    }
+
+    async fn wait_detached(&self, handle: &str, node: &str) {
+        eventually(
+            WAIT,
+            &format!("{handle} detached from {node} (storage VolumeAttachment and MountPod gone)"),
+            || async {
+                let va_gone = self.attached(handle, node).await.is_none();
+                let mp_gone = fixtures::mountpod_on(&self.client, handle, node)
+                    .await
+                    .is_none();
+                (va_gone && mp_gone).then_some(())
+            },
+        )
+        .await;
+    }
+
+    async fn diagnostics(
+        &self,
+        handles: &[String],
+        sidecars: &[&Sidecar],
+        others: &[(&str, PathBuf)],
+    ) {
+        eprintln!("==== csi_chain failed: state ====");
+        for h in handles {
+            eprintln!(
+                "tickets of {h}: {:#?}",
+                fixtures::ticket_states(&self.client, h).await
+            );
+            for node in &self.nodes {
+                eprintln!(
+                    "  storage VA on {node}: {:?}; MountPod: {:?}",
+                    self.attached(h, node).await,
+                    fixtures::mountpod_on(&self.client, h, node)
+                        .await
+                        .map(|mp| (mp.spec.task, mp.status))
+                );
+            }
+        }
+        if let Ok(list) = self.pvcs().list(&ListParams::default()).await {
+            for pvc in list {
+                eprintln!(
+                    "PVC {}: {:?} -> {:?}",
+                    pvc.name_any(),
+                    pvc.status.and_then(|s| s.phase),
+                    pvc.spec.and_then(|s| s.volume_name)
+                );
+            }
+        }
+        for s in sidecars {
+            eprintln!("---- {} ({}) ----\n{}", s.name, s.log.display(), s.tail(40));
+        }
+        for (name, log) in others {
+            eprintln!("---- {name} ({}) ----\n{}", log.display(), tail(log, 30));
+        }
+        eprintln!("==== end of state ====");
+    }
+
+    /// Best effort: leave nothing of this test in the cluster. Runs while the controller
+    /// and sidecars still run (so PVs and Volumes go through their finalizers), then
+    /// strips the finalizers of whatever is left.
+    async fn teardown(&self, in_flight: bool) {
+        let c = &self.client;
+        if in_flight {
+            let dp = DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            };
+            let _ = self
+                .pods()
+                .delete_collection(&dp, &ListParams::default())
+                .await;
+            let _ = self
+                .pvcs()
+                .delete_collection(&DeleteParams::default(), &ListParams::default())
+                .await;
+            let pvs: Api<PersistentVolume> = Api::all(c.clone());
+            let sc = self.sc.clone();
+            let _ = tokio::time::timeout(Duration::from_secs(45), async {
+                loop {
+                    let left = pvs.list(&ListParams::default()).await.map(|l| {
+                        l.items.iter().any(|pv| {
+                            pv.spec.as_ref().and_then(|s| s.storage_class_name.as_ref())
+                                == Some(&sc)
+                        })
+                    });
+                    if !matches!(left, Ok(true)) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            })
+            .await;
+        }
+        let _ = Api::<Namespace>::all(c.clone())
+            .delete(&self.ns, &DeleteParams::default())
+            .await;
+        let _ = Api::<StorageClass>::all(c.clone())
+            .delete(&self.sc, &DeleteParams::default())
+            .await;
+        for node in &self.nodes {
+            let _ = Api::<CSINode>::all(c.clone())
+                .delete(node, &DeleteParams::default())
+                .await;
+        }
+        fixtures::delete_nodes(c, &self.nodes).await;
+    }
+
+    /// After the processes are gone: delete leftover PVs, Volumes and MountPods of this
+    /// test and drop their finalizers, so they do not linger in the shared cluster.
+    async fn strip_leftovers(&self) {
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        let mine: Vec<String> = match pvs.list(&ListParams::default()).await {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter(|pv| {
+                    pv.spec.as_ref().and_then(|s| s.storage_class_name.as_ref()) == Some(&self.sc)
+                })
+                .map(|pv| pv.name_any())
+                .collect(),
+            Err(_) => vec![],
+        };
+        delete_unfinalized(&pvs, mine).await;
+        // storage.k8s.io VolumeAttachments to this test's nodes keep the attacher's
+        // finalizer once it is gone.
+        let svas: Api<StorageVolumeAttachment> = Api::all(self.client.clone());
+        if let Ok(list) = svas.list(&ListParams::default()).await {
+            let mine = list
+                .iter()
+                .filter(|va| self.nodes.contains(&va.spec.node_name))
+                .map(|va| va.name_any())
+                .collect();
+            delete_unfinalized(&svas, mine).await;
+        }
+        let lp = ListParams::default().labels(&format!("{TEST_LABEL}={}", self.id));
+        let vols: Api<Volume> = Api::all(self.client.clone());
+        if let Ok(list) = vols.list(&lp).await {
+            delete_unfinalized(&vols, list.iter().map(|v| v.name_any()).collect()).await;
+        }
+        let mps: Api<tessera::api::MountPod> = Api::all(self.client.clone());
+        if let Ok(list) = mps.list(&lp).await {
+            delete_unfinalized(&mps, list.iter().map(|v| v.name_any()).collect()).await;
+        }
+    }
+}
+
+/// Delete objects and remove their finalizers (nobody is left to serve them).
+async fn delete_unfinalized<K>(api: &Api<K>, names: Vec<String>)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let unfinalize = json!({"metadata": {"finalizers": null}});
+    for name in names {
+        let _ = api.delete(&name, &DeleteParams::default()).await;
+        let _ = api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&unfinalize))
+            .await;
+    }
+}
+
+fn handle_of(pv: &PersistentVolume) -> String {
+    pv.spec
+        .as_ref()
+        .unwrap()
+        .csi
+        .as_ref()
+        .unwrap()
+        .volume_handle
+        .clone()
+}
+
+/// The largest number of MountPods of `volume` that existed at once, from a watch.
+fn watch_max_mountpods(
+    client: Client,
+    volume: &str,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let max = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let m = max.clone();
+    let api: Api<tessera::api::MountPod> = Api::all(client);
+    let wc = watcher::Config::default().labels(&format!("tessera.io/volume={volume}"));
+    let task = tokio::spawn(async move {
+        let mut live = BTreeSet::new();
+        let mut stream = watcher(api, wc).default_backoff().boxed();
+        while let Some(Ok(ev)) = stream.next().await {
+            match ev {
+                watcher::Event::Apply(mp) | watcher::Event::InitApply(mp) => {
+                    live.insert(mp.name_any());
+                }
+                watcher::Event::Delete(mp) => {
+                    live.remove(&mp.name_any());
+                }
+                _ => {}
+            }
+            m.fetch_max(live.len(), std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    (max, task)
+}
+
+// ---------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
+    let client = support::client().await;
+    support::ensure_crds(&client).await;
+    let id = support::unique_name("chain");
+    let lock = ChainLock::acquire(&client, &id).await;
+    let chain = Chain {
+        client: client.clone(),
+        ns: id.clone(),
+        sc: id.clone(),
+        nodes: [format!("{id}-a"), format!("{id}-b")],
+        backend: tempfile::Builder::new()
+            .prefix("tessera-chain-backend-")
+            .tempdir()
+            .unwrap(),
+        id: id.clone(),
+        started: Instant::now(),
+    };
+
+    let work = tempfile::Builder::new()
+        .prefix("tessera-chain-")
+        .tempdir()
+        .unwrap();
+    let controller_sock = work.path().join("controller.sock");
+    let agent_a = AgentProcess::start(&id, &chain.nodes[0]);
+    let agent_b = AgentProcess::start(&id, &chain.nodes[1]);
+    let ctrl = ControllerProcess::start(
+        &id,
+        &[
+            "--no-leader-election",
+            &format!("--csi-endpoint=unix://{}", controller_sock.display()),
+            &format!("--default-backend-root={}", chain.backend.path().display()),
+        ],
+    );
+    let ctrl_log =
+        std::env::temp_dir().join(format!("tessera-controller-{id}-{}.log", ctrl.metrics_port));
+    // The sidecars wait for the controller's socket themselves.
+    let provisioner = Sidecar::start(
+        "csi-provisioner",
+        &id,
+        &controller_sock,
+        &["--extra-create-metadata", "--timeout=30s"],
+    );
+    let attacher = Sidecar::start("csi-attacher", &id, &controller_sock, &["--timeout=15s"]);
+
+    let handles: Mutex<Vec<String>> = Mutex::default();
+    let kubelet_a = Kubelet::new(client.clone(), &agent_a);
+    let kubelet_b = Kubelet::new(client.clone(), &agent_b);
+    let flow = async {
+        chain.create_cluster_objects().await;
+        eventually(Duration::from_secs(30), "the three CSI sockets", || async {
+            (controller_sock.exists()
+                && agent_a.csi_socket().exists()
+                && agent_b.csi_socket().exists())
+            .then_some(())
+        })
+        .await;
+        chain.step("Nodes, CSINodes, StorageClass, controller, two agents and the sidecars up");
+        // The agents answer as the nodes they are.
+        for k in [&kubelet_a, &kubelet_b] {
+            let info = k
+                .connect()
+                .await
+                .node_get_info(NodeGetInfoRequest {})
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(info.node_id, k.node());
+        }
+
+        // ---- RWO: provision, attach on A, write.
+        let pv = chain.claim("data", "ReadWriteOnce").await;
+        let handle = handle_of(&pv);
+        handles.lock().unwrap().push(handle.clone());
+        chain.step(&format!(
+            "PVC data bound to {} (Volume {handle})",
+            pv.name_any()
+        ));
+        let (max_mountpods, watch) = watch_max_mountpods(client.clone(), &handle);
+
+        let pod = chain.run_pod("app", "data", kubelet_a.node()).await;
+        chain.wait_attached(&handle, kubelet_a.node()).await;
+        chain.step("attached on A (A/D controller → csi-attacher → ticket → MountPod)");
+        let on_a = kubelet_a.mount(&pv, &pod).await;
+        let sums = write_data(&on_a.target, 0x5eed_0001);
+        check_data(&on_a.target, &sums, "A's target path");
+        // Through FUSE into the backend.
+        check_data(&chain.backend.path().join(&handle), &sums, "the backend");
+        chain.step(&format!(
+            "staged and published on A; {} files ({} MiB) written and checked",
+            sums.len(),
+            BIG >> 20
+        ));
+
+        // ---- The pod moves to B: kubelet tears down on A, the pod goes, then B.
+        kubelet_a.unmount(&on_a).await;
+        chain.delete_pod("app").await;
+        chain.wait_detached(&handle, kubelet_a.node()).await;
+        chain.step("unpublished/unstaged on A, pod deleted, detached from A");
+        assert!(
+            fixtures::mountpod_on(&client, &handle, kubelet_b.node())
+                .await
+                .is_none(),
+            "nothing on B before the pod is there"
+        );
+        let pod = chain.run_pod("app", "data", kubelet_b.node()).await;
+        chain.wait_attached(&handle, kubelet_b.node()).await;
+        let on_b = kubelet_b.mount(&pv, &pod).await;
+        check_data(&on_b.target, &sums, "B's target path after the move");
+        chain.step("attached, staged and published on B; data intact by checksum");
+        assert_eq!(
+            max_mountpods.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "the RWO volume never had MountPods on two nodes at once"
+        );
+        watch.abort();
+
+        // ---- RWX: pods on A and B at the same time.
+        let pv2 = chain.claim("shared", "ReadWriteMany").await;
+        let handle2 = handle_of(&pv2);
+        handles.lock().unwrap().push(handle2.clone());
+        chain.step(&format!("PVC shared (RWX) bound to {}", pv2.name_any()));
+        let pod_a = chain.run_pod("shared-a", "shared", kubelet_a.node()).await;
+        let pod_b = chain.run_pod("shared-b", "shared", kubelet_b.node()).await;
+        chain.wait_attached(&handle2, kubelet_a.node()).await;
+        chain.wait_attached(&handle2, kubelet_b.node()).await;
+        let rwx_a = kubelet_a.mount(&pv2, &pod_a).await;
+        let rwx_b = kubelet_b.mount(&pv2, &pod_b).await;
+        chain.step("RWX attached, staged and published on A and B at once");
+        let shared_sums = write_data(&rwx_a.target, 0x5eed_0002);
+        // B's FUSE mount may have cached the (empty) directory: bounded retry.
+        eventually(
+            Duration::from_secs(10),
+            "A's files visible via B",
+            || async { rwx_b.target.join("big.bin").exists().then_some(()) },
+        )
+        .await;
+        check_data(&rwx_b.target, &shared_sums, "B (written via A)");
+        std::fs::write(rwx_b.target.join("from-b.txt"), b"written via B\n").unwrap();
+        let from_b = eventually(
+            Duration::from_secs(10),
+            "B's file visible via A",
+            || async { std::fs::read(rwx_a.target.join("from-b.txt")).ok() },
+        )
+        .await;
+        assert_eq!(from_b, b"written via B\n");
+        // The RWO volume on B is unaffected by the second volume there.
+        check_data(
+            &on_b.target,
+            &sums,
+            "B's RWO target with the RWX volume beside it",
+        );
+        chain.step("written via A, read via B (and back), checksums equal");
+
+        // ---- Everything goes.
+        kubelet_a.unmount(&rwx_a).await;
+        kubelet_b.unmount(&rwx_b).await;
+        kubelet_b.unmount(&on_b).await;
+        for p in ["app", "shared-a", "shared-b"] {
+            chain.delete_pod(p).await;
+        }
+        chain.wait_detached(&handle, kubelet_b.node()).await;
+        chain.wait_detached(&handle2, kubelet_a.node()).await;
+        chain.wait_detached(&handle2, kubelet_b.node()).await;
+        chain.step("all unpublished/unstaged, pods deleted, all detached");
+        for claim in ["data", "shared"] {
+            chain
+                .pvcs()
+                .delete(claim, &DeleteParams::default())
+                .await
+                .unwrap();
+        }
+        for (pv, h) in [(&pv, &handle), (&pv2, &handle2)] {
+            let pv_name = pv.name_any();
+            let data = chain.backend.path().join(h);
+            eventually(
+                Duration::from_secs(120),
+                &format!("PV {pv_name}, Volume {h} and {} gone", data.display()),
+                || async {
+                    let pv_gone = Api::<PersistentVolume>::all(client.clone())
+                        .get_opt(&pv_name)
+                        .await
+                        .ok()?
+                        .is_none();
+                    let vol_gone = Api::<Volume>::all(client.clone())
+                        .get_opt(h)
+                        .await
+                        .ok()?
+                        .is_none();
+                    (pv_gone && vol_gone && !data.exists()).then_some(())
+                },
+            )
+            .await;
+        }
+        // The MountPods (the RemoveData ones last) go with their Volume by garbage
+        // collection; their finalizer is the agents', so wait before the agents stop.
+        eventually(WAIT, "no MountPod of the test's volumes left", || async {
+            let lp = ListParams::default().labels(&format!("{TEST_LABEL}={}", chain.id));
+            let left = Api::<tessera::api::MountPod>::all(client.clone())
+                .list(&lp)
+                .await
+                .ok()?;
+            left.items.is_empty().then_some(())
+        })
+        .await;
+        chain.step("PVCs deleted: PVs, Volumes, MountPods and data directories gone");
+    };
+    let outcome = std::panic::AssertUnwindSafe(flow).catch_unwind().await;
+    if outcome.is_err() {
+        let handles = handles.lock().unwrap().clone();
+        chain
+            .diagnostics(
+                &handles,
+                &[&provisioner, &attacher],
+                &[
+                    ("controller", ctrl_log.clone()),
+                    ("agent A", agent_a.log.clone()),
+                    ("agent B", agent_b.log.clone()),
+                ],
+            )
+            .await;
+    }
+    if outcome.is_err() {
+        kubelet_a.release_all().await;
+        kubelet_b.release_all().await;
+    }
+    chain.teardown(outcome.is_err()).await;
+    drop(provisioner);
+    drop(attacher);
+    drop(ctrl);
+    drop(kubelet_a);
+    drop(kubelet_b);
+    drop(agent_a);
+    drop(agent_b);
+    if outcome.is_err() {
+        chain.strip_leftovers().await;
+    }
+    lock.release().await;
+    let elapsed = chain.started.elapsed();
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+    println!(
+        "csi_chain: the full chain passed in {:.1}s",
+        elapsed.as_secs_f64()
+    );
+}
