@@ -5,7 +5,7 @@ CARGO ?= cargo
 
 include tests/harness/harness.mk
 
-.PHONY: all build test lint crds demo bench-fuse bench-controller
+.PHONY: all build test lint crds demo image bench-fuse bench-controller
 
 all: build
 
@@ -30,6 +30,13 @@ test: lint harness
 ## demo: run Tessera locally (ONCE=1: run the flow once, tear down, exit)
 demo: harness
 	ONCE=$(ONCE) bash tests/demo.sh
+
+## image: the container image config/ runs (tessera:0.1.0); needs docker or podman
+CONTAINER ?= $(shell command -v podman || command -v docker)
+IMAGE ?= tessera:0.1.0
+image:
+	@test -n "$(CONTAINER)" || { echo "make image: needs docker or podman (CONTAINER=...)"; exit 1; }
+	$(CONTAINER) build -t $(IMAGE) -f Containerfile .
 
 ## bench-fuse: fio + metadata benchmark: native vs tessera mount vs bindfs
 bench-fuse:
