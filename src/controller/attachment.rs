@@ -79,7 +79,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     let now = Time(jiff::Timestamp::now());
 
     let input = gather(&volume, &va, &mountpods, &now);
-    let mut decision = tickets::decide(&input);
+    let decision = tickets::decide(&input);
 
     // A node-local volume without a node is pinned to the first node chosen for it.
     if volume.spec.backend.scope == BackendScope::NodeLocal
@@ -91,6 +91,19 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     }
 
     sync_mountpods(&ctx, &volume, &va, &mountpods, &decision).await?;
+    // Decide again on the world as this reconcile left it (the MountPods it just
+    // created or deleted), so the statuses describe that and not the moment before:
+    // otherwise the next reconcile writes them a second time only to say so.
+    let mountpods: Vec<Arc<MountPod>> = ctx.recent_mountpods.view_scope(
+        &name,
+        ctx.mountpods
+            .state()
+            .into_iter()
+            .filter(|mp| mp.spec.volume == name)
+            .collect(),
+    );
+    let input = gather(&volume, &va, &mountpods, &now);
+    let mut decision = tickets::decide(&input);
 
     // Re-check with the API server before declaring a single-node ticket newly
     // satisfied. The tickets: the status write carries the resourceVersion of the

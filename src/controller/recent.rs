@@ -5,11 +5,13 @@
 //! MountPod it just created, say), and would decide again from the older objects:
 //! it would write the same status a second time with fresh timestamps, re-apply a
 //! MountPod and repeat its Event. Each write's response is the object as the API
-//! server stored it, so it is remembered here together with the resourceVersion the
-//! cache showed before the write. While the cache still shows that version, the
-//! remembered object is the newer truth and is used in its place; as soon as the cache
-//! shows anything else (the write itself or a later change) the memory is dropped and
-//! the cache rules again.
+//! server stored it, so it is remembered here together with the resourceVersions it
+//! superseded: the one the write was decided on and, when writes follow each other
+//! faster than the watch, the earlier remembered writes. While the cache shows one of
+//! those, the remembered object is the newer truth and is used in its place; as soon
+//! as the cache shows anything else (the write itself or a later change) the memory
+//! is dropped and the cache rules again. resourceVersions are only compared for
+//! equality, never ordered.
 //!
 //! Nothing here can make a decision staler than the cache alone: a remembered object
 //! is only ever used instead of the exact version it superseded.
@@ -22,12 +24,14 @@ use kube::ResourceExt;
 
 /// How long a remembered write is kept if nothing looks at it again.
 const FORGET_AFTER: Duration = Duration::from_secs(60);
+/// How many superseded versions of one object are remembered.
+const MAX_CHAIN: usize = 16;
 
 struct Entry<K> {
     /// The volume the object belongs to (for list views).
     scope: String,
-    /// The resourceVersion the cache showed before the write (`None`: no object).
-    base: Option<String>,
+    /// resourceVersions known to be older than `after` (`None`: no object yet).
+    superseded: Vec<Option<String>>,
     /// The object after the write (`None`: deleted).
     after: Option<Arc<K>>,
     at: Instant,
@@ -53,22 +57,29 @@ impl<K: ResourceExt> Recent<K> {
         let mut entries = self.entries.lock().expect("recent writes lock");
         let now = Instant::now();
         entries.retain(|_, e| now.duration_since(e.at) < FORGET_AFTER);
-        // A second write while the cache still shows the first one's base keeps that
-        // base: the cache has to move past it before the memory is stale.
-        let base = match entries.get(name) {
+        // A write decided on a remembered version (or on one it superseded) supersedes
+        // that whole chain: the cache may show any link of it until it catches up.
+        let mut superseded = match entries.remove(name) {
             Some(e)
-                if e.base == base
+                if e.superseded.contains(&base)
                     || e.after.as_ref().and_then(|a| a.resource_version()) == base =>
             {
-                e.base.clone()
+                let mut chain = e.superseded;
+                chain.push(e.after.as_ref().and_then(|a| a.resource_version()));
+                chain
             }
-            _ => base,
+            _ => Vec::new(),
         };
+        superseded.push(base);
+        superseded.dedup();
+        if superseded.len() > MAX_CHAIN {
+            superseded.drain(..superseded.len() - MAX_CHAIN);
+        }
         entries.insert(
             name.to_string(),
             Entry {
                 scope: scope.to_string(),
-                base,
+                superseded,
                 after,
                 at: now,
             },
@@ -81,7 +92,9 @@ impl<K: ResourceExt> Recent<K> {
         let Some(e) = entries.get(name) else {
             return cached;
         };
-        if cached.as_ref().and_then(|c| c.resource_version()) == e.base {
+        if e.superseded
+            .contains(&cached.as_ref().and_then(|c| c.resource_version()))
+        {
             e.after.clone()
         } else {
             entries.remove(name);
@@ -99,7 +112,9 @@ impl<K: ResourceExt> Recent<K> {
             let name = obj.name_any();
             seen.insert(name.clone());
             match entries.get(&name) {
-                Some(e) if obj.resource_version() == e.base => out.extend(e.after.clone()),
+                Some(e) if e.superseded.contains(&obj.resource_version()) => {
+                    out.extend(e.after.clone())
+                }
                 Some(_) => {
                     entries.remove(&name);
                     out.push(obj);
@@ -109,7 +124,7 @@ impl<K: ResourceExt> Recent<K> {
         }
         // Created by us, not in the cache yet.
         for (name, e) in entries.iter() {
-            if e.scope == scope && e.base.is_none() && !seen.contains(name) {
+            if e.scope == scope && e.superseded.contains(&None) && !seen.contains(name) {
                 out.extend(e.after.clone());
             }
         }
@@ -171,7 +186,7 @@ mod tests {
     }
 
     #[test]
-    fn chained_writes_keep_the_first_base() {
+    fn chained_writes_supersede_the_whole_chain() {
         let r = Recent::<ConfigMap>::default();
         r.record("v", "a", Some("1".into()), Some(cm("a", "2", "second")));
         // The next reconcile saw version 2 (from memory) and wrote version 3.
@@ -179,6 +194,32 @@ mod tests {
         assert_eq!(
             data(&r.view("a", Some(cm("a", "1", "first")))),
             Some("third".into())
+        );
+        // The cache reaching the first write is not yet the second.
+        assert_eq!(
+            data(&r.view("a", Some(cm("a", "2", "second")))),
+            Some("third".into())
+        );
+        assert_eq!(
+            data(&r.view("a", Some(cm("a", "3", "third")))),
+            Some("third".into())
+        );
+        assert!(
+            r.entries.lock().unwrap().is_empty(),
+            "forgotten once cached"
+        );
+    }
+
+    #[test]
+    fn a_write_decided_on_something_else_starts_a_new_chain() {
+        let r = Recent::<ConfigMap>::default();
+        r.record("v", "a", Some("1".into()), Some(cm("a", "2", "ours")));
+        // Someone else wrote 5; a reconcile that read 5 from the cache wrote 6.
+        r.record("v", "a", Some("5".into()), Some(cm("a", "6", "after 5")));
+        // Version 2 is not known to be older than 6 any more: the cache rules.
+        assert_eq!(
+            data(&r.view("a", Some(cm("a", "2", "ours")))),
+            Some("ours".into())
         );
     }
 

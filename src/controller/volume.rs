@@ -86,7 +86,12 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
                 ]))
                 .expect("well-formed JSON patch");
                 match api.patch(&name, &super::merge_params(), &Patch::<()>::Json(patch)).await {
-                    Ok(_) => {}
+                    Ok(written) => ctx.recent_volumes.record(
+                        &name,
+                        &name,
+                        volume.resource_version(),
+                        Some(Arc::new(written)),
+                    ),
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => return Err(e).context(|| format!("removing the finalizer of {name}")),
                 }

@@ -100,11 +100,14 @@ async fn watch_satisfied(
     satisfied_at
 }
 
-/// `tessera_api_writes_total` by kind and verb, from the metrics text.
+/// `tessera_api_writes_total` and `tessera_api_reads_total` by kind and verb, from
+/// the metrics text.
 fn writes_by_kind(metrics: &str) -> BTreeMap<String, f64> {
     metrics
         .lines()
-        .filter(|l| l.starts_with("tessera_api_writes_total{"))
+        .filter(|l| {
+            l.starts_with("tessera_api_writes_total{") || l.starts_with("tessera_api_reads_total{")
+        })
         .filter_map(|l| {
             let (labels, value) = l.rsplit_once(' ')?;
             let field = |k: &str| {
@@ -243,7 +246,7 @@ async fn main() {
         "  controller peak resident memory            {:>8.1} MiB (goal < 150 MB)",
         rss_mib
     );
-    println!("  controller writes per volume, by kind");
+    println!("  controller requests per volume, by kind and verb");
     for (k, v) in &writes1 {
         let d = v - writes0.get(k).copied().unwrap_or(0.0);
         if d > 0.0 {
