@@ -227,6 +227,24 @@ fn system_time(secs: i64, nsecs: i64) -> SystemTime {
 }
 
 impl Attr {
+    /// Placeholder attributes of a name that does not exist (a negative entry: the
+    /// kernel only looks at the node id, 0, and the entry's lifetime).
+    pub const NEGATIVE: Attr = Attr {
+        ino: 0,
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        kind: FileKind::Regular,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+    };
+
     fn from_stat(st: &libc::stat, ino: NodeId) -> Self {
         Attr {
             ino,
