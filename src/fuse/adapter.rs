@@ -241,7 +241,11 @@ impl Filesystem for Adapter {
         }
         // Not negotiated, on purpose: FUSE_WRITEBACK_CACHE (the kernel would
         // acknowledge writes before the daemon sees them, so a write past the quota
-        // would succeed and its data be dropped later), FUSE_POSIX_LOCKS and
+        // would succeed and its data be dropped later; it would also make the kernel
+        // trust its own size and mtime over the backing file's, wrong on a shared
+        // backend. Without it every write invalidates the file's cached size and
+        // times, so the first stat after a write is a GETATTR round trip),
+        // FUSE_POSIX_LOCKS and
         // FUSE_FLOCK_LOCKS (the kernel then keeps locks itself, with exact POSIX
         // semantics and blocking waits that do not pin daemon threads), and
         // FUSE_ATOMIC_O_TRUNC (truncation arrives as setattr, where the quota sees it).
