@@ -324,3 +324,39 @@ fn fallocate_copy_file_range_and_sparse_files() {
     h.write_at(b"end", 10 << 20).unwrap();
     assert_eq!(fs::metadata(m.backing("h")).unwrap().len(), (10 << 20) + 3);
 }
+
+#[test]
+fn names_cached_as_missing_appear_when_made_through_the_mount() {
+    // The backing directory is node-local, so the kernel caches "no such file" (60 s):
+    // every way of making a name through the mount must replace that negative entry.
+    let m = Mount::new();
+    let missing = ["file", "dir", "sym", "hard", "moved", "node"];
+    for name in missing {
+        assert_eq!(errno_of(fs::metadata(m.path(name))), libc::ENOENT);
+        // Twice: the second answer comes from the kernel's cache.
+        assert_eq!(errno_of(fs::metadata(m.path(name))), libc::ENOENT);
+    }
+    fs::write(m.path("file"), b"x").unwrap();
+    fs::create_dir(m.path("dir")).unwrap();
+    std::os::unix::fs::symlink("file", m.path("sym")).unwrap();
+    fs::hard_link(m.path("file"), m.path("hard")).unwrap();
+    fs::write(m.path("src"), b"y").unwrap();
+    fs::rename(m.path("src"), m.path("moved")).unwrap();
+    nix::unistd::mkfifo(
+        &m.path("node"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    for name in missing {
+        assert!(fs::symlink_metadata(m.path(name)).is_ok(), "{name}");
+        assert!(m.backing(name).symlink_metadata().is_ok(), "{name}");
+    }
+    assert_eq!(fs::read(m.path("moved")).unwrap(), b"y");
+    assert_eq!(fs::metadata(m.path("hard")).unwrap().nlink(), 2);
+    // And removing them makes them missing again.
+    fs::remove_file(m.path("hard")).unwrap();
+    fs::remove_dir(m.path("dir")).unwrap();
+    assert_eq!(errno_of(fs::metadata(m.path("hard"))), libc::ENOENT);
+    assert_eq!(errno_of(fs::metadata(m.path("dir"))), libc::ENOENT);
+    assert_eq!(fs::metadata(m.path("file")).unwrap().nlink(), 1);
+}

@@ -49,11 +49,18 @@ const LOCAL_FILESYSTEMS: [i64; 7] = [
     0x2fc1_2fc1, // zfs
 ];
 
+/// Whether a backing filesystem (statfs `f_type`) is local to this node.
+pub fn is_local_fs(fs_type: i64) -> bool {
+    LOCAL_FILESYSTEMS.contains(&fs_type)
+}
+
 /// How the adapter talks to the kernel.
 #[derive(Debug, Clone, Copy)]
 pub struct AdapterOptions {
     /// How long the kernel may cache attributes and names.
     pub ttl: Duration,
+    /// How long the kernel may cache that a name does not exist (zero: not at all).
+    pub negative_ttl: Duration,
     /// Try kernel passthrough for read-only opens.
     pub passthrough: bool,
 }
@@ -234,7 +241,11 @@ impl Filesystem for Adapter {
         }
         // Not negotiated, on purpose: FUSE_WRITEBACK_CACHE (the kernel would
         // acknowledge writes before the daemon sees them, so a write past the quota
-        // would succeed and its data be dropped later), FUSE_POSIX_LOCKS and
+        // would succeed and its data be dropped later; it would also make the kernel
+        // trust its own size and mtime over the backing file's, wrong on a shared
+        // backend. Without it every write invalidates the file's cached size and
+        // times, so the first stat after a write is a GETATTR round trip),
+        // FUSE_POSIX_LOCKS and
         // FUSE_FLOCK_LOCKS (the kernel then keeps locks itself, with exact POSIX
         // semantics and blocking waits that do not pin daemon threads), and
         // FUSE_ATOMIC_O_TRUNC (truncation arrives as setattr, where the quota sees it).
@@ -242,7 +253,7 @@ impl Filesystem for Adapter {
         // FLUSH (on every close) exists so a network filesystem can push data to its
         // server at close, which later opens on other nodes rely on; it is a wasted
         // round trip on a local one.
-        if fs_type.is_some_and(|t| LOCAL_FILESYSTEMS.contains(&t)) {
+        if fs_type.is_some_and(is_local_fs) {
             self.open_flags = FopenFlags::FOPEN_NOFLUSH;
         }
         let mut passthrough = false;
@@ -269,7 +280,17 @@ impl Filesystem for Adapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(reply, self.fs.lookup(parent.0, name));
+        match self.fs.lookup(parent.0, name) {
+            // A negative entry: node id 0, cached for `negative_ttl`.
+            Err(e) if e.errno() == libc::ENOENT && !self.options.negative_ttl.is_zero() => {
+                let attr = FileAttr {
+                    ino: INodeNo(0),
+                    ..file_attr(&Attr::NEGATIVE)
+                };
+                reply.entry(&self.options.negative_ttl, &attr, Generation(0))
+            }
+            r => self.entry(reply, r),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {

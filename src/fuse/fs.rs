@@ -42,7 +42,13 @@
 //!
 //! Passthrough is never used for writes: the kernel would write to the backing file
 //! without asking the daemon, and no headroom heuristic bounds how much a writer
-//! appends before the daemon could notice, so the quota would not hold. The kernel
+//! appends before the daemon could notice, so the quota would not hold. (Granting
+//! passthrough only while the free quota exceeds a reservation does not help: one
+//! `pwrite` at a far offset grows the apparent size by any amount, a passthrough open
+//! cannot be revoked once granted, and the only size limit the kernel applies to such
+//! a write is the *writer's* `RLIMIT_FSIZE`. A sound variant needs the backing
+//! filesystem to enforce the limit itself, e.g. an XFS/ext4 project quota on the
+//! volume's directory, which counts blocks rather than apparent size.) The kernel
 //! requires every open of an inode that has passthrough opens to be a passthrough open
 //! too (anything else fails with EIO), and refuses passthrough while cached opens
 //! exist. Hence:
@@ -227,6 +233,24 @@ fn system_time(secs: i64, nsecs: i64) -> SystemTime {
 }
 
 impl Attr {
+    /// Placeholder attributes of a name that does not exist (a negative entry: the
+    /// kernel only looks at the node id, 0, and the entry's lifetime).
+    pub const NEGATIVE: Attr = Attr {
+        ino: 0,
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        kind: FileKind::Regular,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+    };
+
     fn from_stat(st: &libc::stat, ino: NodeId) -> Self {
         Attr {
             ino,

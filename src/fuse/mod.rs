@@ -75,9 +75,16 @@ pub struct MountArgs {
     pub threads: u16,
     /// How long, in seconds, the kernel may cache names and attributes. Longer is
     /// faster; shorter notices changes made to the backing directory behind the mount
-    /// (e.g. by another node on a shared backend) sooner.
-    #[arg(long, default_value_t = 1.0)]
-    pub attr_timeout: f64,
+    /// (e.g. by another node on a shared backend) sooner. Default: 60 s on a
+    /// node-local backing filesystem (ext4, xfs, btrfs, tmpfs, overlayfs, f2fs, zfs),
+    /// 1 s on any other (see `CachePolicy`).
+    #[arg(long)]
+    pub attr_timeout: Option<f64>,
+    /// How long, in seconds, the kernel may remember that a name does not exist
+    /// (0: never). Default: the attribute timeout on a node-local backing filesystem,
+    /// 0 otherwise.
+    #[arg(long)]
+    pub negative_timeout: Option<f64>,
     /// Never use kernel passthrough, even where the kernel supports it.
     #[arg(long)]
     pub no_passthrough: bool,
@@ -113,9 +120,9 @@ pub enum Error {
     /// An option of `--options` that cannot be honoured.
     #[error("mount option {0:?} is not supported")]
     MountOption(String),
-    /// `--attr-timeout` out of range.
-    #[error("--attr-timeout must be a finite number of seconds >= 0, not {0}")]
-    AttrTimeout(f64),
+    /// `--attr-timeout` or `--negative-timeout` out of range.
+    #[error("{0} must be a finite number of seconds >= 0, not {1}")]
+    Timeout(&'static str, f64),
     /// Setting up signal handling failed.
     #[error("setting up signal handling")]
     Signals(#[source] nix::errno::Errno),
@@ -235,8 +242,15 @@ fn mount_options(args: &MountArgs) -> Result<(Vec<MountOption>, Options), Error>
 /// Serve the volume until unmounted or signalled.
 pub fn run(args: MountArgs) -> Result<(), Error> {
     init_tracing();
-    if !args.attr_timeout.is_finite() || args.attr_timeout < 0.0 {
-        return Err(Error::AttrTimeout(args.attr_timeout));
+    for (name, t) in [
+        ("--attr-timeout", args.attr_timeout),
+        ("--negative-timeout", args.negative_timeout),
+    ] {
+        if let Some(t) = t
+            && (!t.is_finite() || t < 0.0)
+        {
+            return Err(Error::Timeout(name, t));
+        }
     }
     let (mount_options, options) = mount_options(&args)?;
     // The kernel applies the caller's umask before a create reaches us; ours must not
@@ -277,10 +291,24 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
             source,
         })?,
     );
+    let backing_fs_type = fs.backing_fs_type().ok();
+    let cache = CachePolicy::new(
+        backing_fs_type.is_some_and(adapter::is_local_fs),
+        args.attr_timeout,
+        args.negative_timeout,
+    );
+    tracing::info!(
+        backing_fs_type = backing_fs_type.map(|t| format!("{t:#x}")),
+        local = cache.local,
+        attr_timeout = ?cache.ttl,
+        negative_timeout = ?cache.negative_ttl,
+        "kernel cache lifetimes"
+    );
     let adapter = Adapter::new(
         fs.clone(),
         AdapterOptions {
-            ttl: Duration::from_secs_f64(args.attr_timeout),
+            ttl: cache.ttl,
+            negative_ttl: cache.negative_ttl,
             passthrough: !args.no_passthrough,
         },
     );
@@ -351,6 +379,56 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     })
 }
 
+/// How long the kernel may cache names, attributes and non-existence.
+///
+/// The kernel keeps its caches coherent with every change made *through* the mount;
+/// the lifetimes only bound how long a change made *behind* it stays unseen. Who can
+/// change the backing directory behind the mount depends on where it lives:
+///
+/// - **node-local backing filesystem** (ext4, xfs, btrfs, tmpfs, overlayfs, …): the
+///   volume is pinned to this node, and the node runs one `tessera mount` per volume,
+///   shared by every pod that uses it. Nothing but this daemon changes the directory
+///   (short of someone editing it on the host), so caching is long: 60 s for names and
+///   attributes, and names that do not exist are remembered as long (a `$PATH` or
+///   library search then costs no round trip per miss).
+/// - **anything else** (NFS, CephFS, another FUSE filesystem, …): other nodes may
+///   mount the same volume (RWX) and change it at any time, so names and attributes
+///   live 1 s (JuiceFS's and libfuse's default) and non-existence is never cached, so
+///   a file another node creates is visible at once.
+///
+/// `--attr-timeout` and `--negative-timeout` override either default.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CachePolicy {
+    pub local: bool,
+    pub ttl: Duration,
+    pub negative_ttl: Duration,
+}
+
+impl CachePolicy {
+    /// Lifetimes on a node-local backing filesystem.
+    pub const LOCAL_TTL: Duration = Duration::from_secs(60);
+    /// Lifetimes on a backing filesystem other nodes may share.
+    pub const SHARED_TTL: Duration = Duration::from_secs(1);
+
+    pub fn new(local: bool, attr_timeout: Option<f64>, negative_timeout: Option<f64>) -> Self {
+        let ttl = attr_timeout
+            .map(Duration::from_secs_f64)
+            .unwrap_or(if local {
+                Self::LOCAL_TTL
+            } else {
+                Self::SHARED_TTL
+            });
+        let negative_ttl = negative_timeout
+            .map(Duration::from_secs_f64)
+            .unwrap_or(if local { ttl } else { Duration::ZERO });
+        CachePolicy {
+            local,
+            ttl,
+            negative_ttl,
+        }
+    }
+}
+
 /// What the signal thread needs.
 struct SignalContext {
     signals: SigSet,
@@ -415,5 +493,28 @@ impl SignalContext {
             }
             Err(e) => tracing::error!(error = %e, "unmount failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_lifetimes_are_long_only_where_nobody_else_writes() {
+        let local = CachePolicy::new(true, None, None);
+        assert_eq!(local.ttl, CachePolicy::LOCAL_TTL);
+        assert_eq!(local.negative_ttl, CachePolicy::LOCAL_TTL);
+        let shared = CachePolicy::new(false, None, None);
+        assert_eq!(shared.ttl, Duration::from_secs(1));
+        assert_eq!(shared.negative_ttl, Duration::ZERO);
+        let set = CachePolicy::new(false, Some(5.0), Some(0.5));
+        assert_eq!(set.ttl, Duration::from_secs(5));
+        assert_eq!(set.negative_ttl, Duration::from_millis(500));
+        // An explicit attribute timeout also bounds negative entries on a local fs.
+        assert_eq!(
+            CachePolicy::new(true, Some(2.0), None).negative_ttl,
+            Duration::from_secs(2)
+        );
     }
 }
