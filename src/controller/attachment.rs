@@ -90,35 +90,54 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
                 .is_some_and(|s| s.satisfied)
     });
     let (va, decision, input) = if newly_satisfied && !volume.spec.access_mode.is_multi_node() {
-        ctx.metrics.read("VolumeAttachment", "get");
-        let fresh_va = Api::<VolumeAttachment>::all(ctx.client.clone())
-            .get(&name)
-            .await
-            .context(|| format!("re-reading VolumeAttachment {name}"))?;
         // MountPods have deterministic names and only this controller creates them, so
         // reading each candidate by name (a node of a ticket, or one the cache knows)
-        // sees every MountPod a stale cache could miss — without listing them all.
-        let mut nodes: BTreeSet<String> = fresh_va
+        // sees every MountPod a stale cache could miss — without listing them all. The
+        // VolumeAttachment and the MountPods the cache names are read at once; a node
+        // only the fresh tickets name is read after.
+        let va_api = Api::<VolumeAttachment>::all(ctx.client.clone());
+        let mp_api = Api::<MountPod>::all(ctx.client.clone());
+        let mut nodes: BTreeSet<String> = va
             .spec
             .attachment_tickets
             .values()
             .map(|t| t.node_id.clone())
             .collect();
         nodes.extend(mountpods.iter().map(|mp| mp.spec.node_name.clone()));
-        let mp_api = Api::<MountPod>::all(ctx.client.clone());
-        let mut fresh_mps: Vec<Arc<MountPod>> = Vec::new();
-        for node in &nodes {
-            ctx.metrics.read("MountPod", "get");
+        let read_mp = |node: &String| {
+            let mp_api = mp_api.clone();
             let mp_name = api::mountpod_name(&name, node);
-            if let Some(mp) = mp_api
-                .get_opt(&mp_name)
-                .await
-                .context(|| format!("re-reading MountPod {mp_name}"))?
-                && mp.spec.volume == name
-            {
-                fresh_mps.push(Arc::new(mp));
+            ctx.metrics.read("MountPod", "get");
+            async move {
+                mp_api
+                    .get_opt(&mp_name)
+                    .await
+                    .context(|| format!("re-reading MountPod {mp_name}"))
+            }
+        };
+        ctx.metrics.read("VolumeAttachment", "get");
+        let (fresh_va, read) = tokio::join!(
+            va_api.get(&name),
+            futures::future::join_all(nodes.iter().map(read_mp)),
+        );
+        let fresh_va = fresh_va.context(|| format!("re-reading VolumeAttachment {name}"))?;
+        let mut found = read.into_iter().collect::<Result<Vec<_>, _>>()?;
+        for node in fresh_va
+            .spec
+            .attachment_tickets
+            .values()
+            .map(|t| &t.node_id)
+        {
+            if !nodes.contains(node) {
+                found.push(read_mp(node).await?);
             }
         }
+        let fresh_mps: Vec<Arc<MountPod>> = found
+            .into_iter()
+            .flatten()
+            .filter(|mp| mp.spec.volume == name)
+            .map(Arc::new)
+            .collect();
         let input = gather(&volume, &fresh_va, &fresh_mps, &now);
         decision = tickets::decide(&input);
         (Arc::new(fresh_va), decision, input)
@@ -378,9 +397,15 @@ pub(crate) async fn publish_action(
         secondary: None,
     };
     ctx.metrics.write("Event", "create");
-    if let Err(e) = ctx.recorder.publish(&ev, &volume.object_ref(&())).await {
-        debug!(error = %e, "publishing event");
-    }
+    // Off the reconcile's path: an Event is news, not state, and must not delay the
+    // status writes that the CSI driver (and so the attach) waits for.
+    let recorder = ctx.recorder.clone();
+    let object = volume.object_ref(&());
+    tokio::spawn(async move {
+        if let Err(e) = recorder.publish(&ev, &object).await {
+            debug!(error = %e, "publishing event");
+        }
+    });
 }
 
 /// Build and (if it differs) write the VolumeAttachment status.
