@@ -145,8 +145,14 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         (va, decision, input)
     };
 
-    write_attachment_status(&ctx, &va, &decision, &input, &now).await?;
-    write_volume_status(&ctx, &volume, &mountpods, &decision).await?;
+    // Two objects, two independent writes: at once, so the next reconcile of this
+    // volume (say, for the MountPod that just became Ready) does not queue behind both.
+    let (attachment, volume_status) = tokio::join!(
+        write_attachment_status(&ctx, &va, &decision, &input, &now),
+        write_volume_status(&ctx, &volume, &mountpods, &decision),
+    );
+    attachment?;
+    volume_status?;
     // A safety net: level-triggered reconciles also run without events.
     Ok(Action::requeue(Duration::from_secs(300)))
 }
