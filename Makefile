@@ -5,7 +5,7 @@ CARGO ?= cargo
 
 include tests/harness/harness.mk
 
-.PHONY: all build test lint crds demo image bench-fuse bench-controller
+.PHONY: all build test lint crds demo image bench-fuse bench-controller bench-attach
 
 all: build
 
@@ -45,3 +45,8 @@ bench-fuse:
 ## bench-controller: 1,000 volumes through the controller on the local control plane
 bench-controller: harness
 	bash bench/controller/run.sh
+
+## bench-attach: attach latency through the real csi-attacher, Tessera vs a no-op driver
+## (builds that driver, bench/attach/refdriver, on first use)
+bench-attach: harness
+	bash bench/attach/run.sh

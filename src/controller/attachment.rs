@@ -122,6 +122,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     });
     let recheck = newly_satisfied && !volume.spec.access_mode.is_multi_node();
     let input = if recheck {
+        let mp_api = Api::<MountPod>::all(ctx.client.clone());
         let mut nodes: BTreeSet<String> = va
             .spec
             .attachment_tickets
@@ -129,20 +130,27 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
             .map(|t| t.node_id.clone())
             .collect();
         nodes.extend(mountpods.iter().map(|mp| mp.spec.node_name.clone()));
-        let mp_api = Api::<MountPod>::all(ctx.client.clone());
-        let mut fresh_mps: Vec<Arc<MountPod>> = Vec::new();
-        for node in &nodes {
-            ctx.metrics.read("MountPod", "get");
+        let read_mp = |node: &String| {
+            let mp_api = mp_api.clone();
             let mp_name = api::mountpod_name(&name, node);
-            if let Some(mp) = mp_api
-                .get_opt(&mp_name)
-                .await
-                .context(|| format!("re-reading MountPod {mp_name}"))?
-                && mp.spec.volume == name
-            {
-                fresh_mps.push(Arc::new(mp));
+            ctx.metrics.read("MountPod", "get");
+            async move {
+                mp_api
+                    .get_opt(&mp_name)
+                    .await
+                    .context(|| format!("re-reading MountPod {mp_name}"))
             }
-        }
+        };
+        // All candidates at once.
+        let fresh_mps: Vec<Arc<MountPod>> = futures::future::join_all(nodes.iter().map(read_mp))
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .filter(|mp| mp.spec.volume == name)
+            .map(Arc::new)
+            .collect();
         let input = gather(&volume, &va, &fresh_mps, &now);
         decision = tickets::decide(&input);
         input
@@ -151,7 +159,24 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     };
 
     let precondition = if recheck { va.resource_version() } else { None };
-    match write_attachment_status(&ctx, &va, va_base, precondition, &decision, &input, &now).await {
+    let attachment =
+        write_attachment_status(&ctx, &va, va_base, precondition, &decision, &input, &now);
+    let volume_status = write_volume_status(&ctx, &volume, &mountpods, &decision);
+    let (attachment, volume_status) = if recheck {
+        // The Volume may only say Attached once the re-checked ticket status is in.
+        let attachment = attachment.await;
+        let volume_status = if attachment.is_ok() {
+            volume_status.await
+        } else {
+            Ok(())
+        };
+        (attachment, volume_status)
+    } else {
+        // Two objects, two independent writes: at once, so the next reconcile of this
+        // volume (say, for the MountPod that just became Ready) does not queue behind both.
+        tokio::join!(attachment, volume_status)
+    };
+    match attachment {
         Err(Error::Kube {
             source: kube::Error::Api(s),
             ..
@@ -161,7 +186,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         }
         res => res?,
     }
-    write_volume_status(&ctx, &volume, &mountpods, &decision).await?;
+    volume_status?;
     // A safety net: level-triggered reconciles also run without events.
     Ok(Action::requeue(Duration::from_secs(300)))
 }
@@ -432,9 +457,15 @@ pub(crate) async fn publish_action(
         secondary: None,
     };
     ctx.metrics.write("Event", "create");
-    if let Err(e) = ctx.recorder.publish(&ev, &volume.object_ref(&())).await {
-        debug!(error = %e, "publishing event");
-    }
+    // Off the reconcile's path: an Event is news, not state, and must not delay the
+    // status writes that the CSI driver (and so the attach) waits for.
+    let recorder = ctx.recorder.clone();
+    let object = volume.object_ref(&());
+    tokio::spawn(async move {
+        if let Err(e) = recorder.publish(&ev, &object).await {
+            debug!(error = %e, "publishing event");
+        }
+    });
 }
 
 /// Build and (if it differs) write the VolumeAttachment status.

@@ -250,6 +250,54 @@ fn satisfied(va: Option<&VolumeAttachment>, id: &str) -> bool {
         .is_some_and(|s| s.satisfied && s.generation == ticket.generation)
 }
 
+/// Wait until `cond` holds for the object `from` is a version of: checked on `from`
+/// itself, then on every change watched from `from`'s resourceVersion (no list first).
+/// Falls back to a fresh list + watch when the server no longer has that version.
+async fn await_from<K, F>(api: Api<K>, from: K, cond: F) -> Result<Option<K>, String>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    K: Sync,
+    F: Fn(Option<&K>) -> bool + Send + Clone + 'static,
+{
+    use futures::TryStreamExt;
+    use kube::api::WatchEvent;
+    use kube::core::params::WatchParams;
+    if cond(Some(&from)) {
+        return Ok(Some(from));
+    }
+    let name = from.meta().name.clone().unwrap_or_default();
+    let mut rv = from.meta().resource_version.clone().unwrap_or_default();
+    let wp = WatchParams::default().fields(&format!("metadata.name={name}"));
+    loop {
+        let stream = api.watch(&wp, &rv).await.map_err(|e| e.to_string())?;
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.try_next().await.map_err(|e| e.to_string())? {
+            match event {
+                WatchEvent::Added(o) | WatchEvent::Modified(o) => {
+                    rv = o.meta().resource_version.clone().unwrap_or(rv);
+                    if cond(Some(&o)) {
+                        return Ok(Some(o));
+                    }
+                }
+                WatchEvent::Deleted(o) => {
+                    rv = o.meta().resource_version.clone().unwrap_or(rv);
+                    if cond(None) {
+                        return Ok(None);
+                    }
+                }
+                WatchEvent::Bookmark(b) => rv = b.metadata.resource_version,
+                // Too old (410 Gone) or any other watch error: list and watch afresh.
+                WatchEvent::Error(_) => {
+                    return await_condition(api, &name, cond)
+                        .await
+                        .map_err(|e| e.to_string());
+                }
+            }
+        }
+        // The server ended the watch (its timeout): resume from the last version.
+    }
+}
+
 #[tonic::async_trait]
 impl Controller for ControllerService {
     #[instrument(skip_all, fields(name = %req.get_ref().name))]
@@ -423,16 +471,19 @@ impl Controller for ControllerService {
             .volume_capability
             .as_ref()
             .ok_or_else(|| Status::invalid_argument("volume_capability is required"))?;
-        let volume = self
-            .volumes()
-            .get_opt(&req.volume_id)
-            .await
+        // The Volume, the Node and the VolumeAttachment, read at once (one round trip).
+        let volumes = self.volumes();
+        let nodes = Api::<Node>::all(self.client.clone());
+        let api = self.attachments();
+        let (volume, node, va) = tokio::join!(
+            volumes.get_opt(&req.volume_id),
+            nodes.get_opt(&req.node_id),
+            api.get_opt(&req.volume_id),
+        );
+        let volume = volume
             .map_err(|e| kube_status("reading volume", e))?
             .ok_or_else(|| Status::not_found(format!("volume {} not found", req.volume_id)))?;
-        Api::<Node>::all(self.client.clone())
-            .get_opt(&req.node_id)
-            .await
-            .map_err(|e| kube_status("reading node", e))?
+        node.map_err(|e| kube_status("reading node", e))?
             .ok_or_else(|| Status::not_found(format!("node {} not found", req.node_id)))?;
         compatible(volume.spec.access_mode, cap).map_err(Status::invalid_argument)?;
         let _guard = self.inflight.start(&req.volume_id)?;
@@ -440,27 +491,31 @@ impl Controller for ControllerService {
         let id = csi_ticket_id(&req.volume_id, &req.node_id);
         let mut params = BTreeMap::new();
         params.insert("readOnly".to_string(), req.readonly.to_string());
-        let api = self.attachments();
-        // A Volume created a moment ago may not have its VolumeAttachment yet (the
-        // volume controller creates it): wait for it, within the publish timeout.
-        let exists = await_condition(
-            api.clone(),
-            &req.volume_id,
-            |va: Option<&VolumeAttachment>| va.is_some(),
-        );
-        let va = match tokio::time::timeout(self.settings.publish_timeout, exists).await {
-            Ok(Ok(Some(va))) => va,
-            Ok(Ok(None)) | Err(_) => {
-                return Err(Status::unavailable(format!(
-                    "volume {} has no VolumeAttachment yet (is the controller running?); retry",
-                    req.volume_id
-                )));
-            }
-            Ok(Err(e)) => {
-                return Err(Status::unavailable(format!(
-                    "watching VolumeAttachment {}: {e}",
-                    req.volume_id
-                )));
+        let va = match va.map_err(|e| kube_status("reading attachment", e))? {
+            Some(va) => va,
+            // A Volume created a moment ago may not have its VolumeAttachment yet (the
+            // volume controller creates it): wait for it, within the publish timeout.
+            None => {
+                let exists = await_condition(
+                    api.clone(),
+                    &req.volume_id,
+                    |va: Option<&VolumeAttachment>| va.is_some(),
+                );
+                match tokio::time::timeout(self.settings.publish_timeout, exists).await {
+                    Ok(Ok(Some(va))) => va,
+                    Ok(Ok(None)) | Err(_) => {
+                        return Err(Status::unavailable(format!(
+                            "volume {} has no VolumeAttachment yet (is the controller running?); retry",
+                            req.volume_id
+                        )));
+                    }
+                    Ok(Err(e)) => {
+                        return Err(Status::unavailable(format!(
+                            "watching VolumeAttachment {}: {e}",
+                            req.volume_id
+                        )));
+                    }
+                }
             }
         };
         let existing = va.spec.attachment_tickets.get(&id);
@@ -477,25 +532,29 @@ impl Controller for ControllerService {
                 req.volume_id, t.node_id, t.parameters
             )));
         }
+        let mut current = va.clone();
         if !same {
             let generation = existing.map(|t| t.generation + 1).unwrap_or(0);
             let patch = json!({"spec": {"attachmentTickets": {&id: {
                 "id": id, "type": AttacherType::CsiAttacher.as_str(), "nodeID": req.node_id,
                 "parameters": params, "generation": generation,
             }}}});
-            api.patch(
-                &req.volume_id,
-                &PatchParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(|e| kube_status("adding ticket", e))?;
+            current = api
+                .patch(
+                    &req.volume_id,
+                    &PatchParams {
+                        field_manager: Some(FIELD_MANAGER.into()),
+                        ..Default::default()
+                    },
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .map_err(|e| kube_status("adding ticket", e))?;
             info!(ticket = %id, "ticket upserted");
         }
-        let wait = await_condition(api.clone(), &req.volume_id, {
+        // Watch from the version just read or written: no list round trip before the
+        // watch, and no change after it can be missed.
+        let wait = await_from(api.clone(), current, {
             let id = id.clone();
             move |va: Option<&VolumeAttachment>| satisfied(va, &id)
         });

@@ -1,0 +1,760 @@
+//! Benchmark: attach latency through the real external-attacher (issue #6).
+//!
+//! For each driver — Tessera (`tessera controller --csi-endpoint`, release build) and a
+//! baseline whose attach does nothing (`csi-noop-driver`, see `bench/attach/refdriver`) —
+//! a real `csi-attacher` (target/harness/bin) serves that driver's socket with the same
+//! settings. The benchmark creates Node + CSINode, PersistentVolumes (csi source) and
+//! then storage.k8s.io VolumeAttachments directly (no kubelet, no attach-detach
+//! controller), and watches the VolumeAttachments for `status.attached: true`. A
+//! VolumeAttachment's latency runs from a client-side timestamp taken just before its
+//! create call to the watch event that shows it attached (the server's
+//! creationTimestamp has 1 s granularity, so it is not used).
+//!
+//! Scenarios: single attaches (`BENCH_ROUNDS`, default 20, sequential attach/detach
+//! rounds of one volume), then bursts of N volumes created at once (`BENCH_SCALES`,
+//! default `1,100,1000`; "1" means the single-attach rounds). The two drivers take
+//! turns within each scenario. Tessera's tickets are satisfied by the real node agent
+//! (`tessera node`, real FUSE mounts) up to `BENCH_REAL_AGENT_MAX` volumes (default 100),
+//! above that by the test fixtures' stand-in agent, which reports MountPods Ready as the
+//! agent would.
+//!
+//! Run: `make bench-attach` (or `bash bench/attach/run.sh`).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment as StorageVa};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use support::fixtures::{self, AgentProcess, ControllerProcess, FakeAgent, TEST_LABEL};
+use tessera::api::{CSI_DRIVER_NAME, Volume};
+use tokio::sync::Notify;
+
+const NOOP_DRIVER: &str = "bench.noop.csi.k8s.io";
+
+fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The name Kubernetes gives the VolumeAttachment of (handle, driver, node).
+fn va_name(handle: &str, driver: &str, node: &str) -> String {
+    let digest = Sha256::digest(format!("{handle}{driver}{node}").as_bytes());
+    format!("csi-{}", hex::encode(digest))
+}
+
+/// When each VolumeAttachment of the benchmark was seen attached, and seen gone, by
+/// one watch.
+#[derive(Default)]
+struct Seen {
+    attached: Mutex<HashMap<String, Instant>>,
+    gone: Mutex<HashMap<String, Instant>>,
+    changed: Notify,
+}
+
+impl Seen {
+    async fn wait(&self, timeout: Duration, mut done: impl FnMut(&Self) -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if done(self) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return done(self);
+            }
+        }
+    }
+}
+
+fn watch_attachments(client: Client, id: &str) -> (Arc<Seen>, tokio::sync::oneshot::Receiver<()>) {
+    let seen = Arc::new(Seen::default());
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let api: Api<StorageVa> = Api::all(client);
+    let wc = watcher::Config::default().labels(&format!("{TEST_LABEL}={id}"));
+    let s = seen.clone();
+    tokio::spawn(async move {
+        let mut ready = Some(ready_tx);
+        let mut stream = watcher::watcher(api, wc).boxed();
+        while let Some(ev) = stream.next().await {
+            let now = Instant::now();
+            let record = |va: &StorageVa| {
+                if va.status.as_ref().is_some_and(|st| st.attached) {
+                    s.attached
+                        .lock()
+                        .unwrap()
+                        .entry(va.name_any())
+                        .or_insert(now);
+                }
+            };
+            match ev {
+                Ok(Event::Apply(va)) | Ok(Event::InitApply(va)) => record(&va),
+                Ok(Event::Delete(va)) => {
+                    s.gone.lock().unwrap().entry(va.name_any()).or_insert(now);
+                }
+                Ok(Event::InitDone) => {
+                    if let Some(tx) = ready.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(Event::Init) => {}
+                Err(e) => {
+                    eprintln!("  (watch error, resuming: {e})");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            s.changed.notify_waiters();
+        }
+    });
+    (seen, ready_rx)
+}
+
+/// A child process killed (and reaped) on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The external-attacher's settings, the same for both drivers.
+struct Sidecar {
+    workers: u32,
+    qps: u32,
+    burst: u32,
+    timeout: String,
+}
+
+impl Sidecar {
+    fn describe(&self) -> String {
+        format!(
+            "--worker-threads={} --kube-api-qps={} --kube-api-burst={} --timeout={} --leader-election=false",
+            self.workers, self.qps, self.burst, self.timeout
+        )
+    }
+
+    fn start(&self, socket: &Path, log: &Path) -> Proc {
+        let bin = support::repo_root().join("target/harness/bin/csi-attacher");
+        let child = Command::new(&bin)
+            .arg(format!("--csi-address={}", socket.display()))
+            .arg(format!(
+                "--kubeconfig={}",
+                support::kubeconfig_path().display()
+            ))
+            .arg("--leader-election=false")
+            .arg(format!("--worker-threads={}", self.workers))
+            .arg(format!("--kube-api-qps={}", self.qps))
+            .arg(format!("--kube-api-burst={}", self.burst))
+            .arg(format!("--timeout={}", self.timeout))
+            .arg(format!("--v={}", env_or("BENCH_ATTACHER_V", 2u32)))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+        Proc(child)
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Tessera,
+    Noop,
+}
+
+impl Kind {
+    fn driver(self) -> &'static str {
+        match self {
+            Kind::Tessera => CSI_DRIVER_NAME,
+            Kind::Noop => NOOP_DRIVER,
+        }
+    }
+    fn short(self) -> &'static str {
+        match self {
+            Kind::Tessera => "t",
+            Kind::Noop => "n",
+        }
+    }
+}
+
+struct Bench {
+    client: Client,
+    id: String,
+    node: String,
+    seen: Arc<Seen>,
+    /// Backend root of Tessera's volumes.
+    root: PathBuf,
+}
+
+/// Per-VolumeAttachment results of one scenario for one driver.
+struct Run {
+    attach: Vec<Duration>,
+    detach: Vec<Duration>,
+    /// From the first create call to the last VolumeAttachment attached.
+    makespan: Duration,
+    failed: usize,
+    /// FUSE daemons running under the agent's mount root while everything was attached,
+    /// and their resident memory (KiB).
+    daemons: Option<(usize, u64)>,
+}
+
+fn pct(v: &[Duration], p: f64) -> Duration {
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    let mut v = v.to_vec();
+    v.sort();
+    v[((v.len() as f64 * p).ceil() as usize)
+        .saturating_sub(1)
+        .min(v.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+impl Bench {
+    fn pv_name(&self, kind: Kind, scenario: &str, i: usize) -> String {
+        format!("{}-{}{scenario}-{i}", self.id, kind.short())
+    }
+
+    /// Create the PVs (and, for Tessera, the Volumes, waiting for their ticket objects).
+    async fn create_volumes(&self, kind: Kind, names: &[String]) {
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        let volumes: Api<Volume> = Api::all(self.client.clone());
+        stream::iter(names.iter().map(|name| {
+            let (pvs, volumes) = (pvs.clone(), volumes.clone());
+            async move {
+                if kind == Kind::Tessera {
+                    let v = fixtures::volume_at(name, &self.id, "ReadWriteOnce", &self.root, false);
+                    volumes
+                        .create(&PostParams::default(), &v)
+                        .await
+                        .unwrap_or_else(|e| panic!("creating Volume {name}: {e}"));
+                }
+                let pv: PersistentVolume = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "PersistentVolume",
+                    "metadata": {"name": name, "labels": {TEST_LABEL: self.id}},
+                    "spec": {
+                        "capacity": {"storage": "1Gi"},
+                        "accessModes": ["ReadWriteOnce"],
+                        "persistentVolumeReclaimPolicy": "Retain",
+                        "volumeMode": "Filesystem",
+                        "csi": {"driver": kind.driver(), "volumeHandle": name},
+                    }
+                }))
+                .unwrap();
+                pvs.create(&PostParams::default(), &pv)
+                    .await
+                    .unwrap_or_else(|e| panic!("creating PV {name}: {e}"));
+            }
+        }))
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+        if kind == Kind::Tessera {
+            let tvas: Api<tessera::api::VolumeAttachment> = Api::all(self.client.clone());
+            fixtures::eventually(
+                Duration::from_secs(120),
+                "Tessera VolumeAttachments of the new Volumes",
+                || async {
+                    let have = tvas
+                        .list_metadata(
+                            &ListParams::default().labels(&format!("{TEST_LABEL}={}", self.id)),
+                        )
+                        .await
+                        .ok()?;
+                    let have: std::collections::HashSet<String> = have
+                        .items
+                        .into_iter()
+                        .filter_map(|m| m.metadata.name)
+                        .collect();
+                    names.iter().all(|n| have.contains(n)).then_some(())
+                },
+            )
+            .await;
+        }
+    }
+
+    /// Delete the PVs (and Tessera's Volumes), waiting until they are gone.
+    async fn delete_volumes(&self, kind: Kind, names: &[String]) {
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        let volumes: Api<Volume> = Api::all(self.client.clone());
+        stream::iter(names.iter().map(|name| {
+            let (pvs, volumes) = (pvs.clone(), volumes.clone());
+            async move {
+                let _ = pvs.delete(name, &DeleteParams::default()).await;
+                if kind == Kind::Tessera {
+                    let _ = volumes.delete(name, &DeleteParams::default()).await;
+                }
+            }
+        }))
+        .buffer_unordered(32)
+        .collect::<Vec<()>>()
+        .await;
+        let t = Instant::now();
+        loop {
+            let mut left = 0;
+            for name in names {
+                if pvs.get_opt(name).await.ok().flatten().is_some() {
+                    left += 1;
+                    if t.elapsed() > Duration::from_secs(30) {
+                        // The attacher's PV finalizer outlived the benchmark: drop it.
+                        let patch = json!({"metadata": {"finalizers": null}});
+                        let _ = pvs
+                            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await;
+                    }
+                }
+                if kind == Kind::Tessera && volumes.get_opt(name).await.ok().flatten().is_some() {
+                    left += 1;
+                }
+            }
+            if left == 0 {
+                return;
+            }
+            if t.elapsed() > Duration::from_secs(180) {
+                eprintln!("  warning: {left} PVs/Volumes of {kind:?} still present after 180 s");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    fn va(&self, kind: Kind, pv: &str) -> StorageVa {
+        serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+            "metadata": {"name": va_name(pv, kind.driver(), &self.node), "labels": {TEST_LABEL: self.id}},
+            "spec": {"attacher": kind.driver(), "nodeName": self.node, "source": {"persistentVolumeName": pv}},
+        }))
+        .unwrap()
+    }
+
+    /// Create the VolumeAttachments of `pvs` at once, wait for all attached; then delete
+    /// them at once and wait for all gone.
+    async fn burst(
+        &self,
+        kind: Kind,
+        pvs: &[String],
+        timeout: Duration,
+        mount_root: Option<&Path>,
+    ) -> Run {
+        let api: Api<StorageVa> = Api::all(self.client.clone());
+        let names: Vec<String> = pvs
+            .iter()
+            .map(|pv| va_name(pv, kind.driver(), &self.node))
+            .collect();
+        for n in &names {
+            self.seen.attached.lock().unwrap().remove(n);
+            self.seen.gone.lock().unwrap().remove(n);
+        }
+        let t0 = Instant::now();
+        let created: Vec<(String, Instant)> = stream::iter(pvs.iter().map(|pv| {
+            let api = api.clone();
+            let va = self.va(kind, pv);
+            async move {
+                let name = va.name_any();
+                let at = Instant::now();
+                api.create(&PostParams::default(), &va)
+                    .await
+                    .unwrap_or_else(|e| panic!("creating VolumeAttachment {name}: {e}"));
+                (name, at)
+            }
+        }))
+        .buffer_unordered(64)
+        .collect()
+        .await;
+        let all = self
+            .seen
+            .wait(timeout, |s| {
+                let a = s.attached.lock().unwrap();
+                names.iter().all(|n| a.contains_key(n))
+            })
+            .await;
+        let attached = self.seen.attached.lock().unwrap().clone();
+        let mut attach = Vec::new();
+        let mut last = t0;
+        for (name, at) in &created {
+            if let Some(done) = attached.get(name) {
+                attach.push(done.saturating_duration_since(*at));
+                last = last.max(*done);
+            }
+        }
+        let failed = names.len() - attach.len();
+        if !all {
+            eprintln!(
+                "  warning: {failed} of {} VolumeAttachments of {kind:?} not attached within {timeout:?}",
+                names.len()
+            );
+        }
+        let makespan = last.saturating_duration_since(t0);
+        let daemons = mount_root.map(|root| {
+            let pids = fixtures::mount_daemons_under(root);
+            let rss = pids.iter().map(|p| rss_kib(*p)).sum();
+            (pids.len(), rss)
+        });
+
+        // Detach: delete them all, wait until the attacher has let them go.
+        let deleted: Vec<(String, Instant)> = stream::iter(names.iter().map(|name| {
+            let api = api.clone();
+            async move {
+                let at = Instant::now();
+                let _ = api.delete(name, &DeleteParams::default()).await;
+                (name.clone(), at)
+            }
+        }))
+        .buffer_unordered(64)
+        .collect()
+        .await;
+        let gone_all = self
+            .seen
+            .wait(Duration::from_secs(300), |s| {
+                let g = s.gone.lock().unwrap();
+                names.iter().all(|n| g.contains_key(n))
+            })
+            .await;
+        if !gone_all {
+            eprintln!(
+                "  warning: VolumeAttachments of {kind:?} still present after 300 s; removing finalizers"
+            );
+            for name in &names {
+                let patch = json!({"metadata": {"finalizers": null}});
+                let _ = api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+            }
+        }
+        let gone = self.seen.gone.lock().unwrap().clone();
+        let detach = deleted
+            .iter()
+            .filter_map(|(n, at)| gone.get(n).map(|g| g.saturating_duration_since(*at)))
+            .collect();
+        Run {
+            attach,
+            detach,
+            makespan,
+            failed,
+            daemons,
+        }
+    }
+}
+
+fn merge(runs: Vec<Run>) -> Run {
+    let mut out = Run {
+        attach: vec![],
+        detach: vec![],
+        makespan: Duration::ZERO,
+        failed: 0,
+        daemons: None,
+    };
+    for r in runs {
+        out.attach.extend(r.attach);
+        out.detach.extend(r.detach);
+        out.makespan = out.makespan.max(r.makespan);
+        out.failed += r.failed;
+        out.daemons = out.daemons.max(r.daemons);
+    }
+    out
+}
+
+/// Resident memory of a process, KiB.
+fn rss_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn create_csinode(client: &Client, node: &str) {
+    let api: Api<CSINode> = Api::all(client.clone());
+    let csinode: CSINode = serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+        "metadata": {"name": node},
+        "spec": {"drivers": [
+            {"name": CSI_DRIVER_NAME, "nodeID": node},
+            {"name": NOOP_DRIVER, "nodeID": node},
+        ]},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &csinode)
+        .await
+        .expect("creating CSINode");
+}
+
+/// Wait until a unix socket exists at `path`.
+async fn wait_socket(path: &Path, what: &str) {
+    fixtures::eventually(Duration::from_secs(60), what, || async {
+        path.exists().then_some(())
+    })
+    .await;
+}
+
+#[tokio::main]
+async fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("attach benchmark: run it with `make bench-attach`");
+        return;
+    }
+    let scales: Vec<usize> = std::env::var("BENCH_SCALES")
+        .unwrap_or_else(|_| "1,100,1000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let rounds: usize = env_or("BENCH_ROUNDS", 20);
+    let real_max: usize = env_or("BENCH_REAL_AGENT_MAX", 100);
+    let kinds: Vec<Kind> = match std::env::var("BENCH_DRIVERS").as_deref() {
+        Ok("tessera") => vec![Kind::Tessera],
+        Ok("noop") => vec![Kind::Noop],
+        _ => vec![Kind::Tessera, Kind::Noop],
+    };
+    let sidecar = Sidecar {
+        workers: env_or("BENCH_ATTACHER_WORKERS", 100),
+        qps: env_or("BENCH_ATTACHER_QPS", 200),
+        burst: env_or("BENCH_ATTACHER_BURST", 400),
+        timeout: std::env::var("BENCH_ATTACHER_TIMEOUT").unwrap_or_else(|_| "15s".into()),
+    };
+
+    let client = support::client().await;
+    support::ensure_crds(&client).await;
+    let id = support::unique_name("batt");
+    let node = format!("{id}-n0");
+    let dir = tempfile::Builder::new()
+        .prefix("tessera-bench-attach-")
+        .tempdir()
+        .unwrap();
+    let logs = std::env::temp_dir().join(format!("tessera-bench-attach-{id}"));
+    std::fs::create_dir_all(&logs).unwrap();
+    let root = dir.path().join("backend");
+    std::fs::create_dir_all(&root).unwrap();
+    fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
+    create_csinode(&client, &node).await;
+
+    // Drivers and their attachers.
+    let tessera_sock = dir.path().join("tessera.sock");
+    let noop_sock = dir.path().join("noop.sock");
+    let _ctrl = ControllerProcess::start(
+        &id,
+        &[
+            "--no-leader-election",
+            &format!("--csi-endpoint=unix://{}", tessera_sock.display()),
+        ],
+    );
+    let noop_bin = support::repo_root().join("target/harness/bin/csi-noop-driver");
+    let _noop = Proc(
+        Command::new(&noop_bin)
+            .arg(format!("--endpoint=unix://{}", noop_sock.display()))
+            .arg(format!("--drivername={NOOP_DRIVER}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(logs.join("noop-driver.log")).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "starting {} (build it with bench/attach/build-refdriver.sh): {e}",
+                    noop_bin.display()
+                )
+            }),
+    );
+    wait_socket(&tessera_sock, "tessera controller's CSI socket").await;
+    wait_socket(&noop_sock, "csi-noop-driver's socket").await;
+    let _attacher_t = sidecar.start(&tessera_sock, &logs.join("csi-attacher-tessera.log"));
+    let _attacher_n = sidecar.start(&noop_sock, &logs.join("csi-attacher-noop.log"));
+
+    let (seen, ready) = watch_attachments(client.clone(), &id);
+    ready.await.expect("VolumeAttachment watch started");
+    let bench = Bench {
+        client: client.clone(),
+        id: id.clone(),
+        node: node.clone(),
+        seen,
+        root,
+    };
+
+    println!();
+    println!(
+        "attach benchmark: storage.k8s.io VolumeAttachment created -> status.attached=true (client clock, watch)"
+    );
+    println!("  csi-attacher {}", sidecar.describe());
+    println!(
+        "  baseline: csi-noop-driver (bench/attach/refdriver: ControllerPublish records the attachment, nothing else)"
+    );
+    println!("  logs: {}", logs.display());
+
+    // Let the attachers finish starting (their informers sync) before timing anything:
+    // one warm-up attach per driver, not counted.
+    for &kind in &kinds {
+        let pv = vec![bench.pv_name(kind, "w", 0)];
+        let mut _agent = None;
+        if kind == Kind::Tessera {
+            _agent = Some(AgentProcess::start(&id, &node));
+        }
+        bench.create_volumes(kind, &pv).await;
+        let r = bench.burst(kind, &pv, Duration::from_secs(120), None).await;
+        assert_eq!(
+            r.failed,
+            0,
+            "warm-up attach of {kind:?} failed; see {}",
+            logs.display()
+        );
+        bench.delete_volumes(kind, &pv).await;
+    }
+
+    let mut rows: Vec<(String, String, Vec<Option<Run>>)> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    for &scale in &scales {
+        let real = scale <= real_max;
+        let mode = if real {
+            "real tessera node agent (FUSE)"
+        } else {
+            "stand-in agent (fixtures::FakeAgent)"
+        };
+        let mut per_kind: Vec<Option<Run>> = vec![None, None];
+        // The agent serving Tessera's MountPods in this scenario.
+        let mut agent: Option<AgentProcess> = None;
+        let mut fake: Option<FakeAgent> = None;
+        if kinds.contains(&Kind::Tessera) {
+            if real {
+                agent = Some(AgentProcess::start(&id, &node));
+            } else {
+                fake = Some(FakeAgent::start(client.clone(), &id));
+            }
+        }
+        let label = if scale == 1 {
+            format!("1 volume, {rounds} rounds")
+        } else {
+            format!("{scale} volumes at once")
+        };
+        eprintln!("[bench-attach] {label} ({mode}) ...");
+        for (k, &kind) in [Kind::Tessera, Kind::Noop].iter().enumerate() {
+            if !kinds.contains(&kind) {
+                continue;
+            }
+            let scenario = format!("s{scale}");
+            let pvs: Vec<String> = (0..scale)
+                .map(|i| bench.pv_name(kind, &scenario, i))
+                .collect();
+            bench.create_volumes(kind, &pvs).await;
+            let mount_root = agent
+                .as_ref()
+                .filter(|_| kind == Kind::Tessera)
+                .map(|a| a.mount_root());
+            let run = if scale == 1 {
+                let mut runs = Vec::new();
+                for _ in 0..rounds {
+                    let timeout = Duration::from_secs(60);
+                    runs.push(
+                        bench
+                            .burst(kind, &pvs, timeout, mount_root.as_deref())
+                            .await,
+                    );
+                }
+                merge(runs)
+            } else {
+                let timeout = Duration::from_secs(60 + scale as u64);
+                bench
+                    .burst(kind, &pvs, timeout, mount_root.as_deref())
+                    .await
+            };
+            if let Some((n, kib)) = run.daemons.filter(|d| d.0 > 0) {
+                notes.push(format!(
+                    "{label}: {n} tessera FUSE daemons while attached, {:.1} MiB resident in all, {:.1} MiB each",
+                    kib as f64 / 1024.0,
+                    kib as f64 / 1024.0 / n as f64
+                ));
+            }
+            bench.delete_volumes(kind, &pvs).await;
+            per_kind[k] = Some(run);
+        }
+        drop(fake);
+        drop(agent);
+        rows.push((label, mode.to_string(), per_kind));
+    }
+
+    println!();
+    println!(
+        "| scenario | tessera p50 / p99 (ms) | noop p50 / p99 (ms) | ratio p50 / p99 | all attached (s) t / n | tessera agent |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (label, mode, runs) in &rows {
+        let cell = |r: &Option<Run>| match r {
+            Some(r) => format!(
+                "{:.0} / {:.0}{}",
+                ms(pct(&r.attach, 0.5)),
+                ms(pct(&r.attach, 0.99)),
+                if r.failed > 0 {
+                    format!(" ({} failed)", r.failed)
+                } else {
+                    String::new()
+                }
+            ),
+            None => "-".into(),
+        };
+        let ratio = match (&runs[0], &runs[1]) {
+            (Some(t), Some(n)) if !n.attach.is_empty() && !t.attach.is_empty() => format!(
+                "{:.2} / {:.2}",
+                pct(&t.attach, 0.5).as_secs_f64() / pct(&n.attach, 0.5).as_secs_f64(),
+                pct(&t.attach, 0.99).as_secs_f64() / pct(&n.attach, 0.99).as_secs_f64()
+            ),
+            _ => "-".into(),
+        };
+        let span = |r: &Option<Run>| {
+            r.as_ref()
+                .map(|r| format!("{:.2}", r.makespan.as_secs_f64()))
+                .unwrap_or_else(|| "-".into())
+        };
+        println!(
+            "| {label} | {} | {} | {ratio} | {} / {} | {mode} |",
+            cell(&runs[0]),
+            cell(&runs[1]),
+            span(&runs[0]),
+            span(&runs[1]),
+        );
+    }
+    println!();
+    println!("detach (VolumeAttachment delete -> gone), p50 / p99 ms:");
+    for (label, _, runs) in &rows {
+        let d = |r: &Option<Run>| match r {
+            Some(r) => format!(
+                "{:.0} / {:.0}",
+                ms(pct(&r.detach, 0.5)),
+                ms(pct(&r.detach, 0.99))
+            ),
+            None => "-".into(),
+        };
+        println!("  {label}: tessera {}   noop {}", d(&runs[0]), d(&runs[1]));
+    }
+    for n in notes {
+        println!("  note: {n}");
+    }
+
+    // Clean up.
+    support::kubectl()
+        .args([
+            "delete",
+            "csinode",
+            &node,
+            "--ignore-not-found",
+            "--wait=false",
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .ok();
+    fixtures::delete_nodes(&client, &[node]).await;
+}
