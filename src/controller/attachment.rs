@@ -90,18 +90,23 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
 
-    sync_mountpods(&ctx, &volume, &va, &mountpods, &decision).await?;
-    // Decide again on the world as this reconcile left it (the MountPods it just
-    // created or deleted), so the statuses describe that and not the moment before:
-    // otherwise the next reconcile writes them a second time only to say so.
-    let mountpods: Vec<Arc<MountPod>> = ctx.recent_mountpods.view_scope(
-        &name,
-        ctx.mountpods
-            .state()
-            .into_iter()
-            .filter(|mp| mp.spec.volume == name)
-            .collect(),
-    );
+    let detached = sync_mountpods(&ctx, &volume, &va, &mountpods, &decision).await?;
+    // After attaching, decide again on the world as this reconcile left it (the
+    // MountPods it just created), so the statuses describe that and not the moment
+    // before: otherwise the next reconcile writes them a second time only to say so.
+    // Not after a detach: the statuses must say which ticket was interrupted and why.
+    let mountpods: Vec<Arc<MountPod>> = if detached {
+        mountpods
+    } else {
+        ctx.recent_mountpods.view_scope(
+            &name,
+            ctx.mountpods
+                .state()
+                .into_iter()
+                .filter(|mp| mp.spec.volume == name)
+                .collect(),
+        )
+    };
     let input = gather(&volume, &va, &mountpods, &now);
     let mut decision = tickets::decide(&input);
 
@@ -266,15 +271,17 @@ async fn pin_volume(ctx: &Context, volume: &Volume, node: &str) -> Result<(), Er
 }
 
 /// Make the MountPods match the decision: detach (delete) before attach (create).
+/// Returns whether a MountPod was deleted.
 async fn sync_mountpods(
     ctx: &Context,
     volume: &Volume,
     va: &VolumeAttachment,
     mountpods: &[Arc<MountPod>],
     decision: &Decision,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let api: Api<MountPod> = Api::all(ctx.client.clone());
     let name = volume.name_any();
+    let mut deleted = false;
     for mp in mountpods {
         if mp.metadata.deletion_timestamp.is_none()
             && !decision.nodes.contains_key(&mp.spec.node_name)
@@ -288,6 +295,7 @@ async fn sync_mountpods(
             ctx.metrics.write("MountPod", "delete");
             ctx.recent_mountpods
                 .record(&name, &mp_name, mp.resource_version(), after);
+            deleted = true;
             info!(volume = %name, node = %mp.spec.node_name, "detaching");
             publish(
                 ctx,
@@ -315,6 +323,7 @@ async fn sync_mountpods(
                 ctx.metrics.write("MountPod", "delete");
                 ctx.recent_mountpods
                     .record(&name, &mp.name_any(), mp.resource_version(), after);
+                deleted = true;
                 continue;
             }
             Some(mp) if same_controlled_fields(&mp.spec, &desired) => continue,
@@ -364,7 +373,7 @@ async fn sync_mountpods(
             publish(ctx, volume, EventType::Normal, "Attaching", &what).await;
         }
     }
-    Ok(())
+    Ok(deleted)
 }
 
 /// A node whose only tickets are cleanup tickets removes the data instead of serving.
