@@ -669,11 +669,6 @@ impl Controller for ControllerService {
                 if still_wanted || mp_gone {
                     return Ok::<(), Status>(());
                 }
-                let lp = ListParams::default().fields(&format!(
-                    "metadata.name={}",
-                    mp_name.as_deref().unwrap_or("")
-                ));
-                let _ = lp;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         };
