@@ -441,7 +441,9 @@ impl Host {
                 // start timeout and repairs it.
                 return Ok(served);
             }
-            std::thread::sleep(Duration::from_millis(20));
+            // A new mount usually answers within tens of milliseconds, and its ticket
+            // (and so the pod's attach) waits for this: look often.
+            std::thread::sleep(Duration::from_millis(5));
         }
         served.answers = true;
         if !record.answered {

@@ -474,16 +474,13 @@ impl StateDir {
     /// two fsyncs each cost 10–25 ms on a busy disk.
     pub fn save(&self, record: &Record) -> Result<(), Error> {
         let bytes = serde_json::to_vec_pretty(record).expect("a record serializes");
-        write_atomic(&self.record_path(&record.volume), &bytes, false)
+        write_atomic(&self.record_path(&record.volume), &bytes)
     }
 
-    /// Write the quota for the daemon to re-read.
+    /// Write the quota for the daemon to read at start and re-read on SIGHUP (no
+    /// fsync: see `write_atomic`).
     pub fn write_capacity(&self, volume: &str, bytes: u64) -> Result<(), Error> {
-        write_atomic(
-            &self.capacity_file(volume),
-            format!("{bytes}\n").as_bytes(),
-            true,
-        )
+        write_atomic(&self.capacity_file(volume), format!("{bytes}\n").as_bytes())
     }
 
     /// Remove the record, capacity file and log of `volume`.
@@ -526,9 +523,11 @@ impl StateDir {
     }
 }
 
-/// Write through a temporary file and a rename; with `durable`, fsync the file before
-/// the rename and the directory after it.
-fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<(), Error> {
+/// Write through a temporary file and a rename, without fsync: what the agent keeps
+/// here (records of running daemons, the quota a daemon re-reads) describes processes
+/// that do not outlive the power loss or kernel crash an fsync would guard against,
+/// and the agent writes the quota again before it starts a daemon.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let err = |action, source| Error::State {
         action,
         path: path.to_path_buf(),
@@ -537,17 +536,8 @@ fn write_atomic(path: &Path, bytes: &[u8], durable: bool) -> Result<(), Error> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     let mut f = File::create(&tmp).map_err(|e| err("creating", e))?;
     f.write_all(bytes).map_err(|e| err("writing", e))?;
-    if durable {
-        f.sync_all().map_err(|e| err("syncing", e))?;
-    }
     drop(f);
     std::fs::rename(&tmp, path).map_err(|e| err("renaming onto", e))?;
-    if durable
-        && let Some(dir) = path.parent()
-        && let Ok(d) = File::open(dir)
-    {
-        let _ = d.sync_all();
-    }
     Ok(())
 }
 
