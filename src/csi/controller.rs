@@ -34,6 +34,15 @@ use crate::api::{
 pub const ANNOTATION_CSI_NAME: &str = "tessera.io/csi-name";
 /// Field manager of the CSI controller's writes.
 pub const FIELD_MANAGER: &str = "tessera-csi-controller";
+
+/// Parameters of the service's merge patches (its field manager, so `managedFields`
+/// tell who wrote what).
+fn merge_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
 /// Default size when a request names none.
 pub const DEFAULT_SIZE: u64 = 1 << 30;
 
@@ -540,14 +549,7 @@ impl Controller for ControllerService {
                 "parameters": params, "generation": generation,
             }}}});
             current = api
-                .patch(
-                    &req.volume_id,
-                    &PatchParams {
-                        field_manager: Some(FIELD_MANAGER.into()),
-                        ..Default::default()
-                    },
-                    &Patch::Merge(&patch),
-                )
+                .patch(&req.volume_id, &merge_params(), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| kube_status("adding ticket", e))?;
             info!(ticket = %id, "ticket upserted");
@@ -626,16 +628,9 @@ impl Controller for ControllerService {
                 .map(|id| ((*id).clone(), serde_json::Value::Null))
                 .collect();
             let patch = json!({"spec": {"attachmentTickets": removals}});
-            api.patch(
-                &req.volume_id,
-                &PatchParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(|e| kube_status("removing ticket", e))?;
+            api.patch(&req.volume_id, &merge_params(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| kube_status("removing ticket", e))?;
             info!(tickets = ?present, "tickets removed");
         }
         // Detached when no ticket of ours is left and, for a named node that no other
@@ -860,14 +855,7 @@ impl Controller for ControllerService {
         if want > have {
             let patch = json!({"spec": {"size": quantity_of(want)}});
             self.volumes()
-                .patch(
-                    &req.volume_id,
-                    &PatchParams {
-                        field_manager: Some(FIELD_MANAGER.into()),
-                        ..Default::default()
-                    },
-                    &Patch::Merge(&patch),
-                )
+                .patch(&req.volume_id, &merge_params(), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| kube_status("growing volume", e))?;
             info!(
