@@ -68,14 +68,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         // Tickets applied before their Volume: wait for it (its watch triggers us).
         return Ok(Action::await_change());
     };
-    let mountpods: Vec<Arc<MountPod>> = ctx.recent_mountpods.view_scope(
-        &name,
-        ctx.mountpods
-            .state()
-            .into_iter()
-            .filter(|mp| mp.spec.volume == name)
-            .collect(),
-    );
+    let mountpods = mountpods_of(&ctx, &name);
     let now = Time(jiff::Timestamp::now());
 
     let input = gather(&volume, &va, &mountpods, &now);
@@ -90,25 +83,19 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
 
-    let detached = sync_mountpods(&ctx, &volume, &va, &mountpods, &decision).await?;
+    let synced = sync_mountpods(&ctx, &volume, &va, &mountpods, &decision).await?;
     // After attaching, decide again on the world as this reconcile left it (the
     // MountPods it just created), so the statuses describe that and not the moment
     // before: otherwise the next reconcile writes them a second time only to say so.
     // Not after a detach: the statuses must say which ticket was interrupted and why.
-    let mountpods: Vec<Arc<MountPod>> = if detached {
-        mountpods
+    let (mountpods, input, mut decision) = if synced.created && !synced.deleted {
+        let mountpods = mountpods_of(&ctx, &name);
+        let input = gather(&volume, &va, &mountpods, &now);
+        let decision = tickets::decide(&input);
+        (mountpods, input, decision)
     } else {
-        ctx.recent_mountpods.view_scope(
-            &name,
-            ctx.mountpods
-                .state()
-                .into_iter()
-                .filter(|mp| mp.spec.volume == name)
-                .collect(),
-        )
+        (mountpods, input, decision)
     };
-    let input = gather(&volume, &va, &mountpods, &now);
-    let mut decision = tickets::decide(&input);
 
     // Re-check with the API server before declaring a single-node ticket newly
     // satisfied. The tickets: the status write carries the resourceVersion of the
@@ -270,18 +257,39 @@ async fn pin_volume(ctx: &Context, volume: &Volume, node: &str) -> Result<(), Er
     Ok(())
 }
 
+/// The MountPods of volume `name`: the cache, corrected by what this controller wrote
+/// and it does not show yet.
+fn mountpods_of(ctx: &Context, name: &str) -> Vec<Arc<MountPod>> {
+    ctx.recent_mountpods.view_scope(
+        name,
+        ctx.mountpods
+            .state()
+            .into_iter()
+            .filter(|mp| mp.spec.volume == name)
+            .collect(),
+    )
+}
+
+/// What [`sync_mountpods`] did.
+#[derive(Default)]
+struct Synced {
+    /// A MountPod was created or changed.
+    created: bool,
+    /// A MountPod was deleted.
+    deleted: bool,
+}
+
 /// Make the MountPods match the decision: detach (delete) before attach (create).
-/// Returns whether a MountPod was deleted.
 async fn sync_mountpods(
     ctx: &Context,
     volume: &Volume,
     va: &VolumeAttachment,
     mountpods: &[Arc<MountPod>],
     decision: &Decision,
-) -> Result<bool, Error> {
+) -> Result<Synced, Error> {
     let api: Api<MountPod> = Api::all(ctx.client.clone());
     let name = volume.name_any();
-    let mut deleted = false;
+    let mut synced = Synced::default();
     for mp in mountpods {
         if mp.metadata.deletion_timestamp.is_none()
             && !decision.nodes.contains_key(&mp.spec.node_name)
@@ -295,7 +303,7 @@ async fn sync_mountpods(
             ctx.metrics.write("MountPod", "delete");
             ctx.recent_mountpods
                 .record(&name, &mp_name, mp.resource_version(), after);
-            deleted = true;
+            synced.deleted = true;
             info!(volume = %name, node = %mp.spec.node_name, "detaching");
             publish(
                 ctx,
@@ -323,7 +331,7 @@ async fn sync_mountpods(
                 ctx.metrics.write("MountPod", "delete");
                 ctx.recent_mountpods
                     .record(&name, &mp.name_any(), mp.resource_version(), after);
-                deleted = true;
+                synced.deleted = true;
                 continue;
             }
             Some(mp) if same_controlled_fields(&mp.spec, &desired) => continue,
@@ -364,6 +372,7 @@ async fn sync_mountpods(
             existing.and_then(|mp| mp.resource_version()),
             Some(Arc::new(written)),
         );
+        synced.created = true;
         if existing.is_none() {
             info!(volume = %name, %node, ?task, "attaching");
             let what = match task {
@@ -373,7 +382,7 @@ async fn sync_mountpods(
             publish(ctx, volume, EventType::Normal, "Attaching", &what).await;
         }
     }
-    Ok(deleted)
+    Ok(synced)
 }
 
 /// A node whose only tickets are cleanup tickets removes the data instead of serving.
