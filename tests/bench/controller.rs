@@ -102,7 +102,7 @@ async fn watch_satisfied(
 
 /// `tessera_api_writes_total` and `tessera_api_reads_total` by kind and verb, from
 /// the metrics text.
-fn writes_by_kind(metrics: &str) -> BTreeMap<String, f64> {
+fn requests_by_kind(metrics: &str) -> BTreeMap<String, f64> {
     metrics
         .lines()
         .filter(|l| {
@@ -179,7 +179,7 @@ async fn main() {
     let setup = t.elapsed();
 
     let reconciles0 = ctrl.metric_sum("tessera_reconciles_total");
-    let writes0 = writes_by_kind(&ctrl.metrics().unwrap_or_default());
+    let requests_by_kind0 = requests_by_kind(&ctrl.metrics().unwrap_or_default());
     let requests0 =
         ctrl.metric_sum("tessera_api_writes_total") + ctrl.metric_sum("tessera_api_reads_total");
     let cpu0 = cpu_seconds(ctrl.child.id());
@@ -204,7 +204,7 @@ async fn main() {
     let requests = ctrl.metric_sum("tessera_api_writes_total")
         + ctrl.metric_sum("tessera_api_reads_total")
         - requests0;
-    let writes1 = writes_by_kind(&ctrl.metrics().unwrap_or_default());
+    let requests_by_kind1 = requests_by_kind(&ctrl.metrics().unwrap_or_default());
     let cpu1 = cpu_seconds(ctrl.child.id());
     let rss_mib = peak_rss_kib(ctrl.child.id()) as f64 / 1024.0;
     let mut lat: Vec<Duration> = satisfied_at.values().copied().collect();
@@ -247,8 +247,8 @@ async fn main() {
         rss_mib
     );
     println!("  controller requests per volume, by kind and verb");
-    for (k, v) in &writes1 {
-        let d = v - writes0.get(k).copied().unwrap_or(0.0);
+    for (k, v) in &requests_by_kind1 {
+        let d = v - requests_by_kind0.get(k).copied().unwrap_or(0.0);
         if d > 0.0 {
             println!("    {k:<40} {:>8.2}", d / n as f64);
         }
