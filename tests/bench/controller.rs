@@ -4,6 +4,15 @@
 //! to the last satisfied status, the ticket latency percentiles, API requests per
 //! reconcile, and the controller's peak resident memory.
 //!
+//! Baseline in the same run, the *API floor*: before the burst, the benchmark writes
+//! the same objects itself for another `n` volumes (ticket, MountPod, the agent's
+//! MountPod status, the VolumeAttachment and Volume statuses, copied from what the
+//! controller wrote for a warm-up volume), 64 volumes at once, with no controller in
+//! between: once with the least an attach needs (5 requests a volume) and once with
+//! the controller's request mix (9). No controller on this cluster can beat the
+//! floor, so the floor says whether the 20 s goal is reachable here at all, and the
+//! controller's time divided by it is the controller's own overhead.
+//!
 //! Run: `make bench-controller` (or `cargo bench --bench controller`; `BENCH_VOLUMES=N`
 //! changes the count).
 
@@ -14,12 +23,14 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt, stream};
-use kube::ResourceExt;
-use kube::api::{Api, ListParams, PostParams};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL};
-use tessera::api::{Volume, VolumeAttachment};
+use tessera::api::{LABEL_VOLUME, MountPod, Volume, VolumeAttachment};
 
 fn peak_rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -56,7 +67,8 @@ fn cpu_seconds(controller: u32) -> BTreeMap<String, f64> {
         proc_cpu_seconds(std::process::id()),
     );
     let pids = support::repo_root().join("target/cluster/pids");
-    if std::env::var_os("KUBECONFIG").is_none() {
+    let local = support::repo_root().join("target/cluster/kubeconfig");
+    if std::env::var_os("KUBECONFIG").is_none_or(|k| std::path::Path::new(&k) == local) {
         for c in ["kube-apiserver", "etcd", "kube-controller-manager"] {
             if let Some(pid) = std::fs::read_to_string(pids.join(format!("{c}.pid")))
                 .ok()
@@ -143,6 +155,28 @@ async fn main() {
     let volumes: Api<Volume> = Api::all(client.clone());
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
     let names: Vec<String> = (0..n).map(|i| format!("{id}-v{i}")).collect();
+
+    // One volume attached by the controller first: its objects are the templates of
+    // the API floor (below), which runs before the burst so that neither shares the
+    // API server with the other's cleanup.
+    let warm = format!("{id}-warm");
+    fixtures::create_volume(
+        &client,
+        &fixtures::volume(&warm, &id, "ReadWriteOnce"),
+        Duration::from_secs(30),
+    )
+    .await;
+    fixtures::put_ticket(&client, &warm, "csi-a", "csi-attacher", &node, json!({})).await;
+    fixtures::wait_satisfied(&client, &warm, "csi-a").await;
+    let template = Template::capture(&client, &warm).await;
+    fixtures::delete_volumes(&client, std::slice::from_ref(&warm)).await;
+    wait_gone(&client, &id).await;
+    // The API floor: the same objects written by this benchmark directly, with no
+    // controller decisions, caches or watches in between. It is what the API server on
+    // this machine needs for the attaches alone, so it bounds what any controller could
+    // achieve here; the controller's time divided by it is the controller's overhead.
+    let floor_minimal = floor(&client, &template, &node, n, Mix::Minimal).await;
+    let floor_same = floor(&client, &template, &node, n, Mix::Controller).await;
 
     // Volumes first (their VolumeAttachments are the controller's work, not timed).
     let t = Instant::now();
@@ -286,5 +320,243 @@ async fn main() {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    println!(
+        "  API floor: the same writes issued directly (no controller), {FLOOR_PIPELINES} volumes at once"
+    );
+    println!(
+        "    minimal: ticket, MountPod, its status, each status once (5/volume) {:>6.2} s",
+        floor_minimal.as_secs_f64()
+    );
+    println!(
+        "    the controller's mix (+ Attaching statuses, Event, re-read; 9/volume) {:>6.2} s",
+        floor_same.as_secs_f64()
+    );
+    println!(
+        "  controller time / floor with the same mix      {:>8.2}",
+        total.as_secs_f64() / floor_same.as_secs_f64()
+    );
     fixtures::delete_nodes(&client, &[node]).await;
+}
+
+/// How many volumes the floor works on at once.
+const FLOOR_PIPELINES: usize = 64;
+
+/// Which requests the floor issues per volume.
+#[derive(Clone, Copy, PartialEq)]
+enum Mix {
+    /// The least an attach needs: the ticket, the MountPod, the agent's MountPod
+    /// status, and the VolumeAttachment and Volume statuses written once, satisfied.
+    Minimal,
+    /// The controller's requests as the benchmark counts them: also an Attaching
+    /// status on both objects, an Event, and a re-read of the MountPod.
+    Controller,
+}
+
+/// The bodies the controller wrote for one volume, with its name as a placeholder.
+struct Template {
+    name: String,
+    mountpod: serde_json::Value,
+    va_status: serde_json::Value,
+    volume_status: serde_json::Value,
+}
+
+impl Template {
+    async fn capture(client: &kube::Client, name: &str) -> Template {
+        let va = Api::<VolumeAttachment>::all(client.clone())
+            .get(name)
+            .await
+            .expect("reading a VolumeAttachment");
+        let volume = Api::<Volume>::all(client.clone())
+            .get(name)
+            .await
+            .expect("reading a Volume");
+        let mps = Api::<MountPod>::all(client.clone())
+            .list(&ListParams::default().labels(&format!("{LABEL_VOLUME}={name}")))
+            .await
+            .expect("listing MountPods");
+        let mp = mps.items.first().expect("the volume's MountPod");
+        Template {
+            name: name.to_string(),
+            mountpod: json!({
+                "apiVersion": "tessera.io/v1alpha1", "kind": "MountPod",
+                "metadata": {"labels": mp.metadata.labels},
+                "spec": mp.spec,
+            }),
+            va_status: serde_json::to_value(&va.status).unwrap(),
+            volume_status: serde_json::to_value(&volume.status).unwrap(),
+        }
+    }
+
+    /// `value` with the template volume's name replaced by `name`.
+    fn renamed(&self, value: &serde_json::Value, name: &str) -> serde_json::Value {
+        serde_json::from_str(&value.to_string().replace(&self.name, name)).unwrap()
+    }
+}
+
+/// Wait until the objects of test `id` are gone (garbage collection included), so the
+/// floor does not share the API server with the cleanup.
+async fn wait_gone(client: &kube::Client, id: &str) {
+    let selector = ListParams::default().labels(&format!("{TEST_LABEL}={id}"));
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(300) {
+        let vas = Api::<VolumeAttachment>::all(client.clone())
+            .list_metadata(&selector)
+            .await
+            .map_or(1, |l| l.items.len());
+        let mps = Api::<MountPod>::all(client.clone())
+            .list_metadata(&selector)
+            .await
+            .map_or(1, |l| l.items.len());
+        if vas + mps == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Attach `n` new volumes by writing what the controller and the agent would, in
+/// their order (the two statuses at once, as the controller writes them); returns
+/// the time from the first ticket to the last write. Volumes and their
+/// VolumeAttachments are created first, untimed, as in the controller run.
+async fn floor(
+    client: &kube::Client,
+    template: &Template,
+    node: &str,
+    n: usize,
+    mix: Mix,
+) -> Duration {
+    let id = support::unique_name("floor");
+    let volumes: Api<Volume> = Api::all(client.clone());
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    let mps: Api<MountPod> = Api::all(client.clone());
+    let names: Vec<String> = (0..n).map(|i| format!("{id}-v{i}")).collect();
+    let apply = PatchParams::apply("tessera-bench-floor").force();
+    let owners: Vec<(serde_json::Value, ObjectReference)> =
+        stream::iter(names.iter().map(|name| {
+            let (volumes, vas, apply) = (volumes.clone(), vas.clone(), apply.clone());
+            let body = fixtures::volume(name, &id, "ReadWriteOnce");
+            async move {
+                let v = volumes.create(&PostParams::default(), &body).await?;
+                let va = json!({
+                    "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
+                    "metadata": {"name": name, "labels": {TEST_LABEL: &v.labels()[TEST_LABEL]},
+                                 "ownerReferences": [v.controller_owner_ref(&())]},
+                    "spec": {"volume": name, "attachmentTickets": {}},
+                });
+                vas.patch(name, &apply, &Patch::Apply(&va)).await?;
+                Ok::<_, kube::Error>((
+                    serde_json::to_value(v.controller_owner_ref(&())).unwrap(),
+                    v.object_ref(&()),
+                ))
+            }
+        }))
+        .buffered(32)
+        .try_collect()
+        .await
+        .expect("creating the floor's volumes");
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "tessera-bench-floor".into(),
+            instance: None,
+        },
+    );
+
+    let t0 = Instant::now();
+    stream::iter(names.iter().zip(owners).map(|(name, (owner, object))| {
+        let (vas, volumes, mps, apply, recorder) = (
+            vas.clone(),
+            volumes.clone(),
+            mps.clone(),
+            apply.clone(),
+            recorder.clone(),
+        );
+        let id = &id;
+        async move {
+            fixtures::put_ticket(client, name, "csi-a", "csi-attacher", node, json!({})).await;
+            let mp_name = tessera::api::mountpod_name(name, node);
+            let mut mp = template.renamed(&template.mountpod, name);
+            mp["metadata"]["name"] = json!(mp_name);
+            mp["metadata"]["ownerReferences"] = json!([owner]);
+            // The floor's own label: the controller and the stand-in agent ignore it.
+            mp["metadata"]["labels"][TEST_LABEL] = json!(id);
+            mps.patch(&mp_name, &apply, &Patch::Apply(&mp)).await?;
+            let va_status = template.renamed(&template.va_status, name);
+            let volume_status = template.renamed(&template.volume_status, name);
+            if mix == Mix::Controller {
+                let mut waiting = va_status.clone();
+                waiting["attachmentTicketStatuses"]["csi-a"]["satisfied"] = json!(false);
+                waiting["attachmentTicketStatuses"]["csi-a"]["conditions"][0]["status"] =
+                    json!("False");
+                waiting["satisfiedCount"] = json!(0);
+                let mut attaching = volume_status.clone();
+                attaching["state"] = json!("Attaching");
+                attaching["attachedNodes"] = json!([]);
+                let event = Event {
+                    type_: EventType::Normal,
+                    reason: "Attaching".into(),
+                    note: Some(format!("attaching to node {node}")),
+                    action: "Attaching".into(),
+                    secondary: None,
+                };
+                // At once, as the controller writes them (its Event is off its path).
+                let (waiting, attaching) = (
+                    Patch::Apply(status_body("VolumeAttachment", waiting)),
+                    Patch::Apply(status_body("Volume", attaching)),
+                );
+                let (a, b, _) = futures::join!(
+                    vas.patch_status(name, &apply, &waiting),
+                    volumes.patch_status(name, &apply, &attaching),
+                    recorder.publish(&event, &object),
+                );
+                a?;
+                b?;
+            }
+            // The agent reports the mount Ready.
+            let ready = json!({"status": {"phase": "Ready", "observedGeneration": 1,
+                "mountPoint": format!("/var/lib/tessera/mounts/{name}"), "pid": 4242}});
+            mps.patch_status(&mp_name, &PatchParams::default(), &Patch::Merge(&ready))
+                .await?;
+            if mix == Mix::Controller {
+                mps.get(&mp_name).await?;
+            }
+            let (va_status, volume_status) = (
+                Patch::Apply(status_body("VolumeAttachment", va_status)),
+                Patch::Apply(status_body("Volume", volume_status)),
+            );
+            let (a, b) = futures::join!(
+                vas.patch_status(name, &apply, &va_status),
+                volumes.patch_status(name, &apply, &volume_status),
+            );
+            a?;
+            b?;
+            Ok::<_, kube::Error>(())
+        }
+    }))
+    .buffer_unordered(FLOOR_PIPELINES)
+    .try_collect::<Vec<()>>()
+    .await
+    .expect("floor writes");
+    let took = t0.elapsed();
+
+    // No controller, so no finalizers. Everything is deleted directly: left to the
+    // garbage collector, the dependents would take minutes to go.
+    stream::iter(names.iter().map(|name| {
+        let (volumes, vas, mps) = (volumes.clone(), vas.clone(), mps.clone());
+        let mp_name = tessera::api::mountpod_name(name, node);
+        async move {
+            let _ = mps.delete(&mp_name, &Default::default()).await;
+            let _ = vas.delete(name, &Default::default()).await;
+            let _ = volumes.delete(name, &Default::default()).await;
+        }
+    }))
+    .buffer_unordered(32)
+    .collect::<Vec<()>>()
+    .await;
+    wait_gone(client, &id).await;
+    took
+}
+
+fn status_body(kind: &str, status: serde_json::Value) -> serde_json::Value {
+    json!({"apiVersion": "tessera.io/v1alpha1", "kind": kind, "status": status})
 }
