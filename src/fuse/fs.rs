@@ -76,7 +76,8 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::quota::{Quota, Usage};
+use super::projquota::BackendQuotaError;
+use super::quota::{Enforcement, Mode, Usage};
 use super::sys::{self, Errno, SysResult};
 
 /// A node id as the kernel knows it (and the `st_ino` it shows).
@@ -129,6 +130,9 @@ pub enum FsError {
     /// A writable open of a file that readers hold open in passthrough mode.
     #[error("the file is open for passthrough reads; it cannot be opened for writing now")]
     Busy,
+    /// Reading the backing filesystem's project quota failed.
+    #[error("reading the project quota")]
+    Quota(#[source] BackendQuotaError),
     /// The caller lacks permission (only for `access`, which the kernel leaves to us).
     #[error("access denied")]
     AccessDenied,
@@ -148,6 +152,8 @@ impl FsError {
             FsError::NotPermitted(_) => libc::EPERM,
             FsError::WrongType(_) => libc::EINVAL,
             FsError::Busy => libc::ETXTBSY,
+            FsError::Quota(BackendQuotaError::Sys { errno, .. }) => *errno as i32,
+            FsError::Quota(_) => libc::EIO,
             FsError::AccessDenied => libc::EACCES,
         }
     }
@@ -611,7 +617,7 @@ pub struct VolumeFs {
     inodes: InodeTable,
     handles: RwLock<HashMap<u64, Arc<Handle>>>,
     next_fh: AtomicU64,
-    quota: Arc<Quota>,
+    quota: Arc<Enforcement>,
     /// `/proc/self/fd`, to re-open `O_PATH` descriptors for I/O.
     proc_fd: OwnedFd,
     options: Options,
@@ -633,7 +639,7 @@ const S_ISGID: u32 = libc::S_ISGID;
 impl VolumeFs {
     /// Serve the directory `source` (trusted: it comes from the node agent, and may
     /// itself be reached through symlinks).
-    pub fn new(source: &Path, options: Options, quota: Arc<Quota>) -> Result<Self> {
+    pub fn new(source: &Path, options: Options, quota: Arc<Enforcement>) -> Result<Self> {
         let c = sys::cstring(source.as_os_str()).op("open source")?;
         // SAFETY: AT_FDCWD stands for the working directory in *at() calls for as
         // long as the process lives; relative sources resolve as they would for open().
@@ -673,8 +679,13 @@ impl VolumeFs {
         &self.stats
     }
 
-    pub fn usage(&self) -> Usage {
-        self.quota.usage()
+    pub fn usage(&self) -> Result<Usage> {
+        self.quota.usage().map_err(FsError::Quota)
+    }
+
+    /// Who enforces the capacity.
+    pub fn quota_mode(&self) -> Mode {
+        self.quota.mode()
     }
 
     /// Inodes the kernel currently holds (the root included).
@@ -1071,7 +1082,34 @@ impl VolumeFs {
 
     /// Pick the I/O mode of a new open of `inode` (with `flags`) and count it.
     fn choose_mode(&self, inode: &Inode, flags: i32) -> Result<IoMode> {
-        let mut io = lock(&inode.io);
+        let io = lock(&inode.io);
+        let (mut io, mode) = match self.quota.mode() {
+            Mode::Daemon => self.daemon_mode_io(inode, io, flags)?,
+            Mode::Backend => {
+                let mut io = io;
+                let mode = Self::backend_mode_io(&mut io, flags, self.passthrough());
+                (io, mode)
+            }
+        };
+        io.open += 1;
+        match mode {
+            IoMode::Passthrough => &self.stats.opens_passthrough,
+            IoMode::Cached => &self.stats.opens_cached,
+            IoMode::Direct => &self.stats.opens_direct,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+        Ok(mode)
+    }
+
+    /// Daemon-enforced quota: every write must reach the daemon, so only read-only
+    /// opens may be passthrough, and a writable open of a file that passthrough
+    /// readers hold is refused (after waiting up to [`RELEASE_GRACE`]).
+    fn daemon_mode_io<'a>(
+        &self,
+        inode: &'a Inode,
+        mut io: MutexGuard<'a, IoState>,
+        flags: i32,
+    ) -> Result<(MutexGuard<'a, IoState>, IoMode)> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY && io.passthrough > 0 {
             // The kernel sends RELEASE asynchronously after close(): a reader that
             // has just closed may still be counted here. Give its release a moment
@@ -1099,14 +1137,25 @@ impl VolumeFs {
                 IoMode::Cached
             }
         };
-        io.open += 1;
-        match mode {
-            IoMode::Passthrough => &self.stats.opens_passthrough,
-            IoMode::Cached => &self.stats.opens_cached,
-            IoMode::Direct => &self.stats.opens_direct,
+        Ok((io, mode))
+    }
+
+    /// Backend-enforced quota: the backing filesystem stops writers the daemon never
+    /// sees, so every open is passthrough while the kernel does passthrough. An inode
+    /// that has cached opens (passthrough was refused for one) takes more cached (or,
+    /// write-only, direct) opens: the kernel never mixes cached and passthrough opens
+    /// of one inode.
+    fn backend_mode_io(io: &mut IoState, flags: i32, passthrough: bool) -> IoMode {
+        if passthrough && io.cached == 0 {
+            io.passthrough += 1;
+            return IoMode::Passthrough;
         }
-        .fetch_add(1, Ordering::Relaxed);
-        Ok(mode)
+        if flags & libc::O_ACCMODE == libc::O_WRONLY {
+            IoMode::Direct
+        } else {
+            io.cached += 1;
+            IoMode::Cached
+        }
     }
 
     /// Flags for the backing open of a file the kernel opens with `flags`.
@@ -1338,9 +1387,10 @@ impl VolumeFs {
         Ok(n)
     }
 
-    /// `fallocate`. Preallocation past the end of file (`FALLOC_FL_KEEP_SIZE` without
-    /// punching a hole) is refused: it takes disk space without changing the size the
-    /// quota counts.
+    /// `fallocate`. With the daemon's quota, preallocation past the end of file
+    /// (`FALLOC_FL_KEEP_SIZE` without punching a hole) is refused: it takes disk space
+    /// without changing the size the daemon counts. A project quota counts blocks, so
+    /// there it is allowed.
     pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
         self.writable()?;
         let h = self.handle(fh)?;
@@ -1352,7 +1402,7 @@ impl VolumeFs {
         let predicted = if mode & libc::FALLOC_FL_INSERT_RANGE != 0 {
             len
         } else if mode & libc::FALLOC_FL_COLLAPSE_RANGE != 0 || keep_size {
-            if keep_size && !punch && end > size {
+            if keep_size && !punch && end > size && self.quota.mode() == Mode::Daemon {
                 return Err(FsError::Unsupported("preallocation past the end of file"));
             }
             0
@@ -1592,12 +1642,13 @@ impl VolumeFs {
 
     // ---- the rest ----------------------------------------------------------------
 
-    /// Capacity and free space from the quota (free capped by what the backing
-    /// filesystem really has), inodes from the backing filesystem.
+    /// Capacity and free space from the quota (the daemon's count or the project
+    /// quota's limit and usage; free capped by what the backing filesystem really
+    /// has), inodes from the backing filesystem.
     pub fn statfs(&self) -> Result<StatFs> {
         let root = self.inode(ROOT_ID)?;
         let vfs = sys::fstatvfs(root.fd.as_fd()).op("statfs")?;
-        let u = self.quota.usage();
+        let u = self.usage()?;
         let backing_avail = vfs.f_bavail.saturating_mul(vfs.f_frsize);
         let free = u.free();
         Ok(StatFs {
@@ -1723,18 +1774,18 @@ impl VolumeFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fuse::quota::Quota;
     use std::os::unix::fs::MetadataExt;
+
+    fn daemon_quota(capacity: u64, used: u64) -> Arc<Enforcement> {
+        Arc::new(Quota::new(capacity, used).into())
+    }
 
     const ROOT: Caller = Caller { uid: 0, gid: 0 };
 
     fn volume(capacity: u64) -> (tempfile::TempDir, VolumeFs) {
         let dir = tempfile::tempdir().unwrap();
-        let fs = VolumeFs::new(
-            dir.path(),
-            Options::default(),
-            Arc::new(Quota::new(capacity, 0)),
-        )
-        .unwrap();
+        let fs = VolumeFs::new(dir.path(), Options::default(), daemon_quota(capacity, 0)).unwrap();
         (dir, fs)
     }
 
@@ -1814,9 +1865,9 @@ mod tests {
         assert!(data[..100].iter().all(|&b| b == 4));
         assert!(data[100..6000].iter().all(|&b| b == 1));
         assert!(data[6000..].iter().all(|&b| b == 2));
-        assert_eq!(fs.usage().used, 10_000);
+        assert_eq!(fs.usage().unwrap().used, 10_000);
         fs.unlink(ROOT_ID, os("f")).unwrap();
-        assert_eq!(fs.usage().used, 0);
+        assert_eq!(fs.usage().unwrap().used, 0);
     }
 
     #[test]
@@ -1831,7 +1882,7 @@ mod tests {
             ..SetAttr::default()
         };
         fs.setattr(attr.ino, grow).unwrap();
-        assert_eq!(fs.usage().used, 4096);
+        assert_eq!(fs.usage().unwrap().used, 4096);
         let too_big = SetAttr {
             size: Some(2 << 20),
             ..SetAttr::default()
@@ -1841,7 +1892,7 @@ mod tests {
             libc::ENOSPC
         );
         fs.fallocate(f.fh, 0, 8192, 0).unwrap();
-        assert_eq!(fs.usage().used, 8192);
+        assert_eq!(fs.usage().unwrap().used, 8192);
         let err = fs
             .fallocate(f.fh, 0, 1 << 30, libc::FALLOC_FL_KEEP_SIZE)
             .unwrap_err();
@@ -1853,13 +1904,13 @@ mod tests {
             libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE,
         )
         .unwrap();
-        assert_eq!(fs.usage().used, 8192);
+        assert_eq!(fs.usage().unwrap().used, 8192);
         let shrink = SetAttr {
             size: Some(100),
             ..SetAttr::default()
         };
         fs.setattr(attr.ino, shrink).unwrap();
-        assert_eq!(fs.usage().used, 100);
+        assert_eq!(fs.usage().unwrap().used, 100);
         fs.release(f.fh).unwrap();
     }
 
@@ -1871,11 +1922,11 @@ mod tests {
             .unwrap();
         fs.write(f.fh, 0, &[0u8; 1000], false).unwrap();
         fs.unlink(ROOT_ID, os("f")).unwrap();
-        assert_eq!(fs.usage().used, 1000);
+        assert_eq!(fs.usage().unwrap().used, 1000);
         fs.write(f.fh, 1000, &[0u8; 500], false).unwrap();
-        assert_eq!(fs.usage().used, 1500);
+        assert_eq!(fs.usage().unwrap().used, 1500);
         fs.release(f.fh).unwrap();
-        assert_eq!(fs.usage().used, 0);
+        assert_eq!(fs.usage().unwrap().used, 0);
     }
 
     #[test]
@@ -1883,12 +1934,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a"), [0u8; 10]).unwrap();
         std::fs::write(dir.path().join("b"), [0u8; 20]).unwrap();
-        let fs = VolumeFs::new(
-            dir.path(),
-            Options::default(),
-            Arc::new(Quota::new(1 << 20, 30)),
-        )
-        .unwrap();
+        let fs = VolumeFs::new(dir.path(), Options::default(), daemon_quota(1 << 20, 30)).unwrap();
         let err = fs
             .rename(ROOT_ID, os("a"), ROOT_ID, os("b"), libc::RENAME_NOREPLACE)
             .unwrap_err();
@@ -1896,10 +1942,10 @@ mod tests {
         fs.rename(ROOT_ID, os("a"), ROOT_ID, os("b"), libc::RENAME_EXCHANGE)
             .unwrap();
         assert_eq!(std::fs::read(dir.path().join("a")).unwrap().len(), 20);
-        assert_eq!(fs.usage().used, 30);
+        assert_eq!(fs.usage().unwrap().used, 30);
         // After the exchange `b` holds the 10 bytes; renaming `a` over it frees them.
         fs.rename(ROOT_ID, os("a"), ROOT_ID, os("b"), 0).unwrap();
-        assert_eq!(fs.usage().used, 20);
+        assert_eq!(fs.usage().unwrap().used, 20);
         assert!(!dir.path().join("a").exists());
     }
 
@@ -1935,7 +1981,7 @@ mod tests {
                 read_only: true,
                 devices: false,
             },
-            Arc::new(Quota::new(1 << 20, 1)),
+            daemon_quota(1 << 20, 1),
         )
         .unwrap();
         let f = fs.lookup(ROOT_ID, os("f")).unwrap();
@@ -2063,9 +2109,9 @@ mod tests {
         assert_eq!(l.ino, attr.ino);
         assert_eq!(l.nlink, 2);
         fs.unlink(ROOT_ID, os("f")).unwrap();
-        assert_eq!(fs.usage().used, 100);
+        assert_eq!(fs.usage().unwrap().used, 100);
         fs.unlink(ROOT_ID, os("g")).unwrap();
-        assert_eq!(fs.usage().used, 0);
+        assert_eq!(fs.usage().unwrap().used, 0);
         assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
     }
 

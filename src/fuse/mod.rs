@@ -30,6 +30,7 @@
 
 pub mod adapter;
 pub mod fs;
+pub mod projquota;
 pub mod quota;
 mod sys;
 
@@ -45,7 +46,8 @@ use nix::sys::signal::{SigSet, Signal};
 
 use self::adapter::{Adapter, AdapterOptions};
 use self::fs::{FsError, Options, VolumeFs};
-use self::quota::Quota;
+use self::projquota::{BackendQuotaError, IdOrigin, ProjectQuota};
+use self::quota::{Enforcement, Quota};
 
 /// Command line of `tessera mount`.
 #[derive(clap::Args, Debug, Clone)]
@@ -88,6 +90,21 @@ pub struct MountArgs {
     /// Never use kernel passthrough, even where the kernel supports it.
     #[arg(long)]
     pub no_passthrough: bool,
+    /// Who holds the volume to its capacity: `backend` (an XFS project quota on
+    /// `--source`, which lets writable opens use kernel passthrough too; the mount
+    /// fails if the filesystem cannot enforce one), `daemon` (the daemon counts every
+    /// write, which must then reach it), or `auto` (backend where possible, else
+    /// daemon).
+    #[arg(long, value_enum, default_value_t = QuotaChoice::Auto)]
+    pub quota: QuotaChoice,
+}
+
+/// `tessera mount --quota`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaChoice {
+    Auto,
+    Daemon,
+    Backend,
 }
 
 /// Errors of the mount role.
@@ -116,6 +133,14 @@ pub enum Error {
         path: PathBuf,
         #[source]
         errno: nix::errno::Errno,
+    },
+    /// `--quota=backend` on a filesystem that cannot enforce it, or setting it up
+    /// failed.
+    #[error("enforcing the quota of {path} with an XFS project quota")]
+    BackendQuota {
+        path: PathBuf,
+        #[source]
+        source: BackendQuotaError,
     },
     /// An option of `--options` that cannot be honoured.
     #[error("mount option {0:?} is not supported")]
@@ -178,6 +203,69 @@ fn read_capacity(path: &Path) -> Result<u64, Error> {
         path: path.to_owned(),
         value: text.trim().chars().take(64).collect(),
     })
+}
+
+fn open_source(path: &Path) -> Result<std::fs::File, Error> {
+    std::fs::File::open(path).map_err(|e| Error::Open {
+        path: path.to_owned(),
+        source: FsError::Sys {
+            op: "open",
+            errno: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        },
+    })
+}
+
+/// Decide who enforces the capacity (`--quota`), set that up, and say so in the log.
+fn choose_quota(args: &MountArgs, capacity: u64) -> Result<Enforcement, Error> {
+    let reason = match args.quota {
+        QuotaChoice::Daemon => "--quota=daemon".to_owned(),
+        QuotaChoice::Auto | QuotaChoice::Backend => {
+            let dir = open_source(&args.source)?;
+            match ProjectQuota::setup(dir.into(), capacity) {
+                Ok((project, origin)) => {
+                    let usage = project.usage().ok();
+                    tracing::info!(
+                        source = %args.source.display(),
+                        quota = "backend",
+                        projid = project.projid(),
+                        projid_reused = origin == IdOrigin::Reused,
+                        tagged = match origin {
+                            IdOrigin::Assigned { tagged } => tagged,
+                            IdOrigin::Reused => 0,
+                        },
+                        capacity,
+                        used = usage.map(|u| u.used),
+                        why = "the backing XFS filesystem enforces project quotas",
+                        "quota mode chosen: an XFS project quota holds the volume; writable opens may use passthrough"
+                    );
+                    return Ok(Enforcement::Backend(project));
+                }
+                Err(source) if args.quota == QuotaChoice::Backend => {
+                    return Err(Error::BackendQuota {
+                        path: args.source.clone(),
+                        source,
+                    });
+                }
+                Err(e) => format!("no backend quota: {e}"),
+            }
+        }
+    };
+    let dir = open_source(&args.source)?;
+    let scan = quota::scan(dir.as_fd()).map_err(|errno| Error::Scan {
+        path: args.source.clone(),
+        errno,
+    })?;
+    tracing::info!(
+        source = %args.source.display(),
+        quota = "daemon",
+        capacity,
+        used = scan.bytes,
+        files = scan.files,
+        dirs = scan.dirs,
+        why = %reason,
+        "quota mode chosen: the daemon counts every write; writable opens do not use passthrough"
+    );
+    Ok(Enforcement::Daemon(Quota::new(capacity, scan.bytes)))
 }
 
 /// Mount options for the kernel from the command line.
@@ -263,28 +351,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         Some(path) if path.exists() => read_capacity(path)?,
         _ => args.capacity_bytes,
     };
-    let source_dir = std::fs::File::open(&args.source).map_err(|e| Error::Open {
-        path: args.source.clone(),
-        source: FsError::Sys {
-            op: "open",
-            errno: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-        },
-    })?;
-    let scan = quota::scan(source_dir.as_fd()).map_err(|errno| Error::Scan {
-        path: args.source.clone(),
-        errno,
-    })?;
-    drop(source_dir);
-    let quota = Arc::new(Quota::new(capacity, scan.bytes));
-    tracing::info!(
-        source = %args.source.display(),
-        capacity,
-        used = scan.bytes,
-        files = scan.files,
-        dirs = scan.dirs,
-        "volume scanned"
-    );
-
+    let quota = Arc::new(choose_quota(&args, capacity)?);
     let fs = Arc::new(
         VolumeFs::new(&args.source, options, quota.clone()).map_err(|source| Error::Open {
             path: args.source.clone(),
@@ -357,7 +424,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
 
     let served = session.run();
     let stats = fs.stats();
-    let usage = fs.usage();
+    let usage = fs.usage().ok();
     tracing::info!(
         mountpoint = %args.mountpoint.display(),
         reads = stats.reads.load(Ordering::Relaxed),
@@ -369,8 +436,9 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         opens_direct = stats.opens_direct.load(Ordering::Relaxed),
         opens_busy = stats.opens_busy.load(Ordering::Relaxed),
         passthrough_failures = stats.passthrough_failures.load(Ordering::Relaxed),
-        used = usage.used,
-        capacity = usage.capacity,
+        quota = fs.quota_mode().as_str(),
+        used = usage.map(|u| u.used),
+        capacity = usage.map(|u| u.capacity),
         "unmounted"
     );
     served.map_err(|source| Error::Serve {
@@ -433,7 +501,7 @@ impl CachePolicy {
 struct SignalContext {
     signals: SigSet,
     unmounter: fuser::SessionUnmounter,
-    quota: Arc<Quota>,
+    quota: Arc<Enforcement>,
     capacity_file: Option<PathBuf>,
     mountpoint: PathBuf,
 }
@@ -470,11 +538,16 @@ impl SignalContext {
             return;
         };
         match read_capacity(path) {
-            Ok(capacity) => {
-                let old = self.quota.set_capacity(capacity);
-                let used = self.quota.usage().used;
-                tracing::info!(old, capacity, used, "capacity reloaded");
-            }
+            Ok(capacity) => match self.quota.set_capacity(capacity) {
+                Ok(old) => {
+                    let used = self.quota.usage().ok().map(|u| u.used);
+                    let quota = self.quota.mode().as_str();
+                    tracing::info!(quota, old, capacity, used, "capacity reloaded");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "capacity not set; keeping the old one");
+                }
+            },
             Err(e) => tracing::error!(error = %e, "capacity not reloaded; keeping the old one"),
         }
     }

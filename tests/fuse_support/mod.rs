@@ -35,6 +35,7 @@ pub struct Builder {
     read_only: bool,
     args: Vec<String>,
     prepare: Option<Prepare>,
+    source: Option<PathBuf>,
 }
 
 impl Builder {
@@ -61,6 +62,14 @@ impl Builder {
         self
     }
 
+    /// Serve this existing directory instead of a fresh one in the temporary
+    /// directory (e.g. one on a filesystem the test set up, or a volume mounted
+    /// before).
+    pub fn source(mut self, dir: &Path) -> Self {
+        self.source = Some(dir.to_owned());
+        self
+    }
+
     /// Fill the volume directory before mounting.
     pub fn prepare(mut self, f: impl FnOnce(&Path) + 'static) -> Self {
         self.prepare = Some(Box::new(f));
@@ -75,7 +84,9 @@ impl Builder {
             .expect("tempdir");
         // Like production: the volume is one directory of a backend root shared with
         // other volumes, and the mount point is elsewhere.
-        let source = dir.path().join("backend").join("volume");
+        let source = self
+            .source
+            .unwrap_or_else(|| dir.path().join("backend").join("volume"));
         let mnt = dir.path().join("mnt");
         fs::create_dir_all(&source).unwrap();
         fs::create_dir(&mnt).unwrap();
@@ -160,6 +171,7 @@ impl Mount {
             read_only: false,
             args: Vec::new(),
             prepare: None,
+            source: None,
         }
     }
 
