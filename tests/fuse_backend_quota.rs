@@ -216,6 +216,7 @@ fn project_quota_holds_passthrough_writers() {
     let xfs = Xfs::new(true);
     let source = xfs.dir("backend/vol");
     let mut m = Mount::builder()
+        .quota("auto")
         .source(&source)
         .capacity(16 * MIB)
         .capacity_file(16 * MIB)
@@ -256,10 +257,12 @@ fn project_quota_holds_passthrough_writers() {
     // Past the capacity: ENOSPC, for root too (the daemon's credentials), and what
     // was written before stays.
     let mut c = fs::File::create(m.path("c")).unwrap();
-    let (_, len_c, err) = write_pattern(&mut c, 3, 16 * MIB);
+    let (hash_c, len_c, err) = write_pattern(&mut c, 3, 16 * MIB);
     assert_eq!(err, libc::ENOSPC, "wrote {len_c} bytes past the quota");
-    assert!(len_c < 8 * MIB, "wrote {len_c} bytes into 8 MiB of room");
+    assert!(len_c <= 8 * MIB, "wrote {len_c} bytes into 8 MiB of room");
+    assert!(len_c >= 7 * MIB, "stopped early, at {len_c} bytes");
     drop(c);
+    assert_eq!(checksum_file(&m.path("c")).unwrap(), (hash_c, len_c));
     assert_eq!(checksum_file(&m.path("a")).unwrap(), (hash_a, len_a));
     assert_eq!(checksum_file(&m.path("b")).unwrap(), (hash_b, len_b));
 
@@ -303,7 +306,11 @@ fn existing_content_is_tagged_and_a_remount_reuses_the_project_id() {
     fs::create_dir_all(source.join("sub/deeper")).unwrap();
     fs::write(source.join("sub/deeper/old"), vec![7u8; 3 * MIB as usize]).unwrap();
     std::os::unix::fs::symlink("old", source.join("sub/deeper/link")).unwrap();
-    let mut m = Mount::builder().source(&source).capacity(32 * MIB).mount();
+    let mut m = Mount::builder()
+        .quota("auto")
+        .source(&source)
+        .capacity(32 * MIB)
+        .mount();
     let log = m.log();
     let line = mode_line(&log);
     assert_eq!(field(line, "quota"), Some("backend"), "{line}");
@@ -320,7 +327,11 @@ fn existing_content_is_tagged_and_a_remount_reuses_the_project_id() {
     fs::write(m.path("new"), vec![1u8; MIB as usize]).unwrap();
     m.stop();
 
-    let mut again = Mount::builder().source(&source).capacity(32 * MIB).mount();
+    let mut again = Mount::builder()
+        .quota("auto")
+        .source(&source)
+        .capacity(32 * MIB)
+        .mount();
     let log = again.log();
     let line = mode_line(&log);
     assert_eq!(field(line, "quota"), Some("backend"), "{line}");
@@ -331,7 +342,11 @@ fn existing_content_is_tagged_and_a_remount_reuses_the_project_id() {
 
     // A second volume of the same backend root gets an id of its own.
     let other = xfs.dir("backend/other");
-    let mut o = Mount::builder().source(&other).capacity(8 * MIB).mount();
+    let mut o = Mount::builder()
+        .quota("auto")
+        .source(&other)
+        .capacity(8 * MIB)
+        .mount();
     let log = o.log();
     let other_id: u32 = field(mode_line(&log), "projid").unwrap().parse().unwrap();
     assert_ne!(other_id, projid);
@@ -359,7 +374,11 @@ fn an_inherited_project_id_is_not_taken_for_the_volumes_own() {
     }
     let source = xfs.dir("backend/vol");
     assert_eq!(project_of(&source), (77, true));
-    let mut m = Mount::builder().source(&source).capacity(8 * MIB).mount();
+    let mut m = Mount::builder()
+        .quota("auto")
+        .source(&source)
+        .capacity(8 * MIB)
+        .mount();
     let log = m.log();
     let line = mode_line(&log);
     assert_eq!(field(line, "projid_reused"), Some("false"), "{line}");
@@ -370,7 +389,16 @@ fn an_inherited_project_id_is_not_taken_for_the_volumes_own() {
 #[test]
 fn the_daemon_enforces_where_the_backend_cannot() {
     // Not XFS at all (the temporary directory's filesystem).
-    let mut m = Mount::builder().capacity(MIB).mount();
+    let plain = tempfile::tempdir().unwrap();
+    assert_ne!(
+        fuse_support::statfs_type(plain.path()).unwrap(),
+        XFS_SUPER_MAGIC
+    );
+    let mut m = Mount::builder()
+        .quota("auto")
+        .source(plain.path())
+        .capacity(MIB)
+        .mount();
     let log = m.log();
     let line = mode_line(&log);
     assert_eq!(field(line, "quota"), Some("daemon"), "{line}");
@@ -387,7 +415,11 @@ fn the_daemon_enforces_where_the_backend_cannot() {
     // XFS without project quotas: auto falls back, backend refuses to mount.
     let xfs = Xfs::new(false);
     let source = xfs.dir("vol");
-    let mut m = Mount::builder().source(&source).capacity(MIB).mount();
+    let mut m = Mount::builder()
+        .quota("auto")
+        .source(&source)
+        .capacity(MIB)
+        .mount();
     let log = m.log();
     let line = mode_line(&log);
     assert_eq!(field(line, "quota"), Some("daemon"), "{line}");
