@@ -451,3 +451,48 @@ fn the_daemon_enforces_where_the_backend_cannot() {
         "mounted anyway"
     );
 }
+
+/// Write to a set-user-ID, set-group-ID (group-executable) file as its unprivileged
+/// owner through `m`; returns the mode bits afterwards.
+fn mode_after_unprivileged_write(m: &Mount, open: &str) -> u32 {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt, chown};
+    let f = m.path(&format!("suid-{open}"));
+    fs::write(&f, b"#!/bin/sh\n").unwrap();
+    chown(&f, Some(4321), Some(8765)).unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6775)).unwrap();
+    assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o6775);
+    // `>>` opens write-only, `1<>` read-write.
+    let redirect = if open == "rw" { "1<>" } else { ">>" };
+    let out = fuse_support::sh_as(4321, 8765, &format!("echo x {redirect} {}", f.display()));
+    assert!(out.status.success(), "{out:?}");
+    fs::metadata(m.backing(&format!("suid-{open}")))
+        .unwrap()
+        .mode()
+        & 0o7777
+}
+
+#[test]
+fn unprivileged_writes_clear_set_id_bits_in_both_modes() {
+    let xfs = Xfs::new(true);
+    for quota in ["daemon", "auto"] {
+        let source = xfs.dir(&format!("backend/{quota}"));
+        let mut m = Mount::builder()
+            .quota(quota)
+            .source(&source)
+            .capacity(8 * MIB)
+            .arg("--options=suid")
+            .mount();
+        let log = m.log();
+        let expected = if quota == "auto" { "backend" } else { "daemon" };
+        assert_eq!(field(mode_line(&log), "quota"), Some(expected));
+        for open in ["wo", "rw"] {
+            assert_eq!(
+                mode_after_unprivileged_write(&m, open),
+                0o775,
+                "--quota={quota}, {open} open: set-ID bits survived a write by a user \
+                 without CAP_FSETID"
+            );
+        }
+        m.stop();
+    }
+}

@@ -625,6 +625,15 @@ pub struct VolumeFs {
     stats: Stats,
 }
 
+/// Whether a write by a caller without `CAP_FSETID` would have to clear mode bits:
+/// set-user-ID, or set-group-ID with group execute (without it, set-group-ID marks
+/// mandatory locking, not privilege).
+fn has_set_id_bits(file: BorrowedFd<'_>) -> Result<bool> {
+    let mode = sys::fstat(file).op("fstat")?.st_mode;
+    Ok(mode & libc::S_ISUID != 0
+        || mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP)
+}
+
 /// A single name component, as the kernel may send it (no `/`, not empty, no NUL).
 fn component(name: &OsStr) -> Result<CString> {
     let b = name.as_bytes();
@@ -1081,10 +1090,18 @@ impl VolumeFs {
     // ---- files -------------------------------------------------------------------
 
     /// Pick the I/O mode of a new open of `inode` (with `flags`) and count it.
-    fn choose_mode(&self, inode: &Inode, flags: i32) -> Result<IoMode> {
+    fn choose_mode(&self, inode: &Inode, file: BorrowedFd<'_>, flags: i32) -> Result<IoMode> {
         let io = lock(&inode.io);
         let (mut io, mode) = match self.quota.mode() {
             Mode::Daemon => self.daemon_mode_io(inode, io, flags)?,
+            // A passthrough write runs with the daemon's credentials, which may keep
+            // set-user/group-ID bits a write by the caller must clear: such writers
+            // go through the daemon, which clears them.
+            Mode::Backend
+                if flags & libc::O_ACCMODE != libc::O_RDONLY && has_set_id_bits(file)? =>
+            {
+                self.daemon_mode_io(inode, io, flags)?
+            }
             Mode::Backend => {
                 let mut io = io;
                 let mode = Self::backend_mode_io(&mut io, flags, self.passthrough());
@@ -1176,7 +1193,7 @@ impl VolumeFs {
 
     fn new_file_handle(&self, inode: Arc<Inode>, file: OwnedFd, flags: i32) -> Result<Opened> {
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let mode = self.choose_mode(&inode, flags)?;
+        let mode = self.choose_mode(&inode, file.as_fd(), flags)?;
         let fh = self.add_handle(Handle {
             inode,
             file,
@@ -2095,6 +2112,34 @@ mod tests {
         fs.passthrough_failed(r5.fh).unwrap();
         let w = fs.open(f.ino, libc::O_RDWR).unwrap();
         assert_eq!(w.mode, IoMode::Cached);
+    }
+
+    #[test]
+    fn backend_mode_puts_every_open_through_unless_cached_opens_exist() {
+        let mut io = IoState::default();
+        for flags in [libc::O_RDWR, libc::O_WRONLY, libc::O_RDONLY] {
+            assert_eq!(
+                VolumeFs::backend_mode_io(&mut io, flags, true),
+                IoMode::Passthrough
+            );
+        }
+        assert_eq!((io.passthrough, io.cached), (3, 0));
+        // Without passthrough (kernel, or --no-passthrough): the daemon's I/O modes,
+        // and once an inode has cached opens, no passthrough joins them.
+        let mut io = IoState::default();
+        assert_eq!(
+            VolumeFs::backend_mode_io(&mut io, libc::O_WRONLY, false),
+            IoMode::Direct
+        );
+        assert_eq!(
+            VolumeFs::backend_mode_io(&mut io, libc::O_RDWR, false),
+            IoMode::Cached
+        );
+        assert_eq!(
+            VolumeFs::backend_mode_io(&mut io, libc::O_RDONLY, true),
+            IoMode::Cached
+        );
+        assert_eq!((io.passthrough, io.cached), (0, 2));
     }
 
     #[test]
