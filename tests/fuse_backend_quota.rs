@@ -306,6 +306,12 @@ fn existing_content_is_tagged_and_a_remount_reuses_the_project_id() {
     fs::create_dir_all(source.join("sub/deeper")).unwrap();
     fs::write(source.join("sub/deeper/old"), vec![7u8; 3 * MIB as usize]).unwrap();
     std::os::unix::fs::symlink("old", source.join("sub/deeper/link")).unwrap();
+    std::os::unix::fs::symlink("sub", source.join("top-link")).unwrap();
+    nix::unistd::mkfifo(
+        &source.join("sub/fifo"),
+        nix::sys::stat::Mode::from_bits_truncate(0o640),
+    )
+    .unwrap();
     let mut m = Mount::builder()
         .quota("auto")
         .source(&source)
@@ -325,6 +331,16 @@ fn existing_content_is_tagged_and_a_remount_reuses_the_project_id() {
         "the existing file counts: {used}"
     );
     fs::write(m.path("new"), vec![1u8; MIB as usize]).unwrap();
+    // Symlinks and special files were replaced by tagged copies: XFS lets them be
+    // renamed inside the project (an untagged inode would fail with EXDEV).
+    fs::rename(m.path("sub/deeper/link"), m.path("sub/link")).unwrap();
+    assert_eq!(fs::read_link(m.path("sub/link")).unwrap(), Path::new("old"));
+    fs::rename(m.path("top-link"), m.path("sub/top-link")).unwrap();
+    fs::rename(m.path("sub/fifo"), m.path("fifo")).unwrap();
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(
+        &fs::symlink_metadata(m.path("fifo")).unwrap().file_type()
+    ));
+    assert!(!source.join(".tessera-projid-setup").exists());
     m.stop();
 
     let mut again = Mount::builder()

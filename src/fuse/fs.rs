@@ -6,7 +6,8 @@
 //!                                      │              │
 //!                                      │              ├── InodeTable: node id ⇄ O_PATH fd, keyed by (dev, ino)
 //!                                      │              ├── Handles: fh → open fd (+ I/O mode, dir stream)
-//!                                      │              └── Quota: bytes used vs capacity (super::quota)
+//!                                      │              └── Enforcement (super::quota): the daemon's byte
+//!                                      │                  count, or an XFS project quota (super::projquota)
 //!                                      └── passthrough: registers a handle's fd with the kernel
 //! ```
 //!
@@ -32,37 +33,47 @@
 //! unless the parent directory is set-group-ID and the inode inherits its group).
 //!
 //! **I/O modes.** A regular file is opened in one of three modes (see [`IoMode`]):
+//! kernel passthrough (the kernel reads and writes the backing file itself, the
+//! daemon never sees the I/O), FUSE direct I/O (every write comes straight from the
+//! writer's buffer to [`VolumeFs::write`], no FUSE page cache), or the ordinary
+//! cached FUSE path (writes come to the daemon write-through, reads are served from
+//! the page cache). Which one depends on who enforces the quota
+//! ([`super::quota::Enforcement`], chosen once at mount):
 //!
-//! - read-only opens use kernel passthrough, so reads never reach the daemon;
-//! - write-only opens use FUSE direct I/O: each write comes straight from the
-//!   writer's buffer to [`VolumeFs::write`] and the quota, without a copy into a FUSE
-//!   page cache that nobody reads through this handle;
-//! - read-write opens use the ordinary cached FUSE path: writes come to the daemon
-//!   (write-through), reads are served from the page cache.
+//! - **backend mode** (an XFS project quota on the volume directory): the backing
+//!   filesystem stops a writer at the limit with `ENOSPC` whoever it is, the daemon's
+//!   own credentials included, so a write need not pass through the daemon. Every
+//!   open is passthrough, writable ones too. The exception is a writable open of a
+//!   set-user/group-ID file: a passthrough write runs with the daemon's credentials
+//!   (`CAP_FSETID`), which would keep the bits a write by the caller must clear
+//!   (observed on Linux 6.12), so such a writer gets the daemon-mode treatment below;
+//! - **daemon mode** (no backend quota): the daemon counts every byte, so writes must
+//!   reach it. Read-only opens use passthrough, write-only opens direct I/O,
+//!   read-write opens the cached path. Passthrough is never used for writes: the
+//!   kernel would write to the backing file without asking the daemon, and no
+//!   headroom heuristic bounds how much a writer appends before the daemon could
+//!   notice (one `pwrite` at a far offset grows the apparent size by any amount, a
+//!   passthrough open cannot be revoked once granted, and the only size limit the
+//!   kernel applies to such a write is the *writer's* `RLIMIT_FSIZE`).
 //!
-//! Passthrough is never used for writes: the kernel would write to the backing file
-//! without asking the daemon, and no headroom heuristic bounds how much a writer
-//! appends before the daemon could notice, so the quota would not hold. (Granting
-//! passthrough only while the free quota exceeds a reservation does not help: one
-//! `pwrite` at a far offset grows the apparent size by any amount, a passthrough open
-//! cannot be revoked once granted, and the only size limit the kernel applies to such
-//! a write is the *writer's* `RLIMIT_FSIZE`. A sound variant needs the backing
-//! filesystem to enforce the limit itself, e.g. an XFS/ext4 project quota on the
-//! volume's directory, which counts blocks rather than apparent size.) The kernel
-//! requires every open of an inode that has passthrough opens to be a passthrough open
-//! too (anything else fails with EIO), and refuses passthrough while cached opens
-//! exist. Hence:
+//! The kernel requires every open of an inode that has passthrough opens to be a
+//! passthrough open too (anything else fails with EIO), and refuses passthrough while
+//! cached opens exist. Hence:
 //!
-//! - a read-only open is passthrough unless the inode has cached (read-write) opens;
-//!   then it is cached too. Write-only direct opens do not stand in its way;
-//! - a writable open of an inode that passthrough readers hold open waits up to a
-//!   second for them to be released (the kernel reports a close asynchronously, so a
-//!   reader that has just closed may not be released yet), then is refused with
-//!   `ETXTBSY` ("file busy", as for writing a running executable) instead of being
-//!   given a passthrough write the quota cannot see. Writers that open first are
-//!   never refused. `tessera mount
-//!   --no-passthrough` removes the restriction, at the cost of every read crossing
-//!   into the daemon.
+//! - a read-only open is passthrough unless the inode has cached opens; then it is
+//!   cached too. Write-only direct opens do not stand in its way. In backend mode the
+//!   same holds for writable opens;
+//! - in daemon mode only, a writable open of an inode that passthrough opens hold
+//!   waits up to a second for them to be released (the kernel reports a close
+//!   asynchronously, so a reader that has just closed may not be released yet), then
+//!   is refused with `ETXTBSY` ("file busy", as for writing a running executable)
+//!   instead of being given a passthrough write the quota cannot see. Writers that
+//!   open first are never refused. `tessera mount --no-passthrough` removes the
+//!   restriction, at the cost of every read and write crossing into the daemon.
+//!
+//! In backend mode the quota calls of the core ([`Enforcement::reserve`] and friends)
+//! grant everything; a write the daemon does itself (direct or cached opens) is held
+//! to the limit by the backing filesystem like any other.
 //!
 //! **Errors.** Every failure is an [`FsError`]; [`FsError::errno`] is the one place
 //! where failures become errno values for the kernel.

@@ -5,22 +5,34 @@
 //!            ┌──────────────────────── tessera mount ───────────────────────────┐
 //!  kernel ◀──┤ fuser session: N worker threads, each with its own /dev/fuse fd    │
 //!  (FUSE)    │   └─▶ adapter (fuser::Filesystem) ─▶ fs::VolumeFs ─▶ backing dir   │
-//!            │                                         └─▶ quota::Quota           │
-//!            │ signal thread: SIGTERM/SIGINT → unmount; SIGHUP → re-read capacity │
+//!            │                                         └─▶ quota::Enforcement     │
+//!            │                                              daemon: byte count    │
+//!            │                                              backend: projquota ───┼─▶ XFS project
+//!            │ signal thread: SIGTERM/SIGINT → unmount; SIGHUP → re-read capacity │   quota (limit)
 //!            └───────────────────────────────────────────────────────────────────┘
-//!  read-only opens: the kernel reads the backing file directly (passthrough)
+//!  passthrough opens: the kernel reads (backend mode: and writes) the backing file
+//!  directly; read-only opens in daemon mode, every open in backend mode
 //! ```
 //!
 //! Modules: [`fs`] is the filesystem core (no FUSE types), [`adapter`] the thin
-//! `fuser::Filesystem` over it, [`quota`] the byte quota, [`sys`] the syscalls.
-//! This module owns the process: it scans the quota, mounts, serves until unmounted,
-//! and handles signals.
+//! `fuser::Filesystem` over it, [`quota`] the quota modes and the daemon's byte count,
+//! [`projquota`] the XFS project quota, [`sys`] the syscalls. This module owns the
+//! process: it chooses the quota mode, mounts, serves until unmounted, and handles
+//! signals.
 //!
-//! **Lifecycle.** `run` scans the source for the bytes in use, mounts with `mount(2)`
+//! **Quota mode** (`--quota`, default `auto`). `backend` when the volume directory is
+//! on XFS with project quotas accounted and enforced: the directory gets a project id
+//! and a block hard limit equal to the capacity, and writes may bypass the daemon.
+//! Otherwise `daemon`: the daemon scans the volume and counts every write. `auto`
+//! picks backend where it can and says in the log which mode it chose and why;
+//! `--quota=backend` fails the mount where the filesystem cannot enforce.
+//!
+//! **Lifecycle.** `run` chooses the quota mode (scanning the source for the bytes in
+//! use in daemon mode), mounts with `mount(2)`
 //! (the daemon runs as root, so no `fusermount3` is needed), and serves. SIGTERM or
 //! SIGINT unmounts (lazily if files are still open, so the daemon serves them until
 //! they are closed); a second one exits at once, which aborts the connection. SIGHUP
-//! re-reads `--capacity-file`. When the kernel ends the connection (unmount, by us or
+//! re-reads `--capacity-file` (in backend mode: sets the project's new limit). When the kernel ends the connection (unmount, by us or
 //! anyone), the daemon logs its counters and exits 0.
 //!
 //! **Permissions.** The mount is `allow_other` (pods run as any uid) and
@@ -262,7 +274,7 @@ fn choose_quota(args: &MountArgs, capacity: u64) -> Result<Enforcement, Error> {
         used = scan.bytes,
         files = scan.files,
         dirs = scan.dirs,
-        why = %reason,
+        why = reason.as_str(),
         "quota mode chosen: the daemon counts every write; writable opens do not use passthrough"
     );
     Ok(Enforcement::Daemon(Quota::new(capacity, scan.bytes)))

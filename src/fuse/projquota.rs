@@ -23,11 +23,12 @@
 //! which would then share one limit). Otherwise an id nobody uses on that filesystem is
 //! drawn at random from `[2^24, 2^31)` (no dquot, or one with no usage and no limits),
 //! everything already below the directory is tagged with it (directories also with
-//! `PROJINHERIT`, so all that is created later inherits it; symlinks and special files
-//! cannot be opened for the ioctl and keep their id), and the directory itself is
-//! tagged last, so a setup cut short is redone from scratch at the next mount. XFS
-//! refuses to rename or hard-link an inode into a `PROJINHERIT` directory of another
-//! project (`EXDEV`), so nothing enters the tree uncounted later.
+//! `PROJINHERIT`, so all that is created later inherits it; symlinks and special files,
+//! which cannot be opened for the ioctl, are replaced by tagged copies, see
+//! [`recreate`]), and the directory itself is tagged last, so a setup cut short is
+//! redone from scratch at the next mount. XFS refuses to rename or hard-link an inode
+//! into a `PROJINHERIT` directory of another project (`EXDEV`), so nothing enters the
+//! tree uncounted later, and an untagged inode left inside could not be renamed.
 //!
 //! **What is counted.** Allocated blocks (512-byte basic blocks in the quota calls),
 //! not apparent sizes: a sparse file costs what it allocates, and directory blocks,
@@ -258,11 +259,112 @@ fn tag(fd: BorrowedFd<'_>, id: u32, dir: bool) -> Result<bool> {
 /// Tag every directory and regular file below `root` with `id`, then `root` itself.
 /// Returns how many inodes changed.
 fn tag_tree(root: BorrowedFd<'_>, id: u32) -> Result<u64> {
+    // Left over from a setup that was cut short: only ever holds fresh copies.
+    remove_scratch(root)?;
+    sys::mkdirat(root, SCRATCH, 0o700).op("mkdir scratch")?;
+    let tagged = sys::openat(root, SCRATCH, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .op("open scratch")
+        .and_then(|scratch| {
+            tag(scratch.as_fd(), id, true)?;
+            tag_below(root, id, scratch.as_fd())
+        });
+    remove_scratch(root)?;
+    let mut tagged = tagged?;
+    // The root last: its PROJINHERIT marks the setup as complete.
+    if tag(root, id, true)? {
+        tagged += 1;
+    }
+    Ok(tagged)
+}
+
+/// Scratch directory (in the volume root, for the time of the setup) where the
+/// copies of symlinks and special files are made; see [`recreate`].
+const SCRATCH: &std::ffi::CStr = c".tessera-projid-setup";
+
+fn remove_scratch(root: BorrowedFd<'_>) -> Result<()> {
+    let scratch = match sys::openat(
+        root,
+        SCRATCH,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        0,
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(()),
+        Err(errno) => {
+            return Err(BackendQuotaError::Sys {
+                op: "open scratch",
+                errno,
+            });
+        }
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = sys::getdents64(scratch.as_fd(), &mut buf).op("getdents64")?;
+        if n == 0 {
+            break;
+        }
+        let mut pos = 0;
+        while let Some(ent) = sys::parse_dirent(&buf[pos..n]) {
+            pos += ent.reclen;
+            if ent.name != b"." && ent.name != b".." {
+                let name = CString::new(ent.name).expect("no NUL in a dirent name");
+                let _ = sys::unlinkat(scratch.as_fd(), &name, 0);
+            }
+        }
+    }
+    sys::unlinkat(root, SCRATCH, libc::AT_REMOVEDIR).op("rmdir scratch")
+}
+
+/// Give a symlink or special file the project id: the ioctl needs a descriptor such
+/// inodes cannot be opened for (before Linux 6.17's `file_setattr`), so make a copy
+/// in the scratch directory, which has the id with `PROJINHERIT`, carry over owner
+/// and timestamps, and rename it over the original. (XFS would refuse later renames
+/// and links of an untagged inode inside the volume with `EXDEV`.) Extended
+/// attributes of the original are not carried over, and a special file with several
+/// hard links becomes one inode per link.
+fn recreate(
+    dir: BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    st: &libc::stat,
+    scratch: BorrowedFd<'_>,
+) -> Result<()> {
+    const COPY: &std::ffi::CStr = c"copy";
+    if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+        let link = sys::openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0).op("open symlink")?;
+        let target = sys::readlink_fd(link.as_fd()).op("readlink")?;
+        let target = CString::new(target).map_err(|_| BackendQuotaError::Sys {
+            op: "readlink",
+            errno: Errno::EINVAL,
+        })?;
+        sys::symlinkat(&target, scratch, COPY).op("symlink copy")?;
+    } else {
+        sys::mknodat(scratch, COPY, st.st_mode, st.st_rdev).op("mknod copy")?;
+    }
+    let copy = sys::openat(scratch, COPY, libc::O_PATH | libc::O_NOFOLLOW, 0).op("open copy")?;
+    sys::chown_fd(copy.as_fd(), Some(st.st_uid), Some(st.st_gid)).op("chown copy")?;
+    let times = [
+        libc::timespec {
+            tv_sec: st.st_atime,
+            tv_nsec: st.st_atime_nsec,
+        },
+        libc::timespec {
+            tv_sec: st.st_mtime,
+            tv_nsec: st.st_mtime_nsec,
+        },
+    ];
+    sys::utimens_fd(copy.as_fd(), &times).op("utimensat copy")?;
+    sys::renameat2(scratch, COPY, dir, name, 0).op("rename copy")
+}
+
+/// Tag everything below `root` (see [`tag_tree`]).
+fn tag_below(root: BorrowedFd<'_>, id: u32, scratch: BorrowedFd<'_>) -> Result<u64> {
     let mut tagged = 0;
-    let mut stack: Vec<OwnedFd> =
-        vec![sys::openat(root, c".", libc::O_RDONLY | libc::O_DIRECTORY, 0).op("open")?];
+    let mut stack: Vec<(OwnedFd, bool)> = vec![(
+        sys::openat(root, c".", libc::O_RDONLY | libc::O_DIRECTORY, 0).op("open")?,
+        true,
+    )];
     let mut buf = vec![0u8; 64 * 1024];
-    while let Some(dir) = stack.pop() {
+    while let Some((dir, is_root)) = stack.pop() {
         loop {
             let n = sys::getdents64(dir.as_fd(), &mut buf).op("getdents64")?;
             if n == 0 {
@@ -284,11 +386,14 @@ fn tag_tree(root: BorrowedFd<'_>, id: u32) -> Result<u64> {
                     Err(errno) => return Err(BackendQuotaError::Sys { op: "stat", errno }),
                 };
                 let is_dir = match st.st_mode & libc::S_IFMT {
+                    libc::S_IFDIR if is_root && name.as_c_str() == SCRATCH => continue,
                     libc::S_IFDIR => true,
                     libc::S_IFREG => false,
-                    // Symlinks and special files cannot be opened for the ioctl
-                    // without following or activating them.
-                    _ => continue,
+                    _ => {
+                        recreate(dir.as_fd(), &name, &st, scratch)?;
+                        tagged += 1;
+                        continue;
+                    }
                 };
                 let flags = libc::O_RDONLY
                     | libc::O_NOFOLLOW
@@ -304,14 +409,10 @@ fn tag_tree(root: BorrowedFd<'_>, id: u32) -> Result<u64> {
                     tagged += 1;
                 }
                 if is_dir {
-                    stack.push(fd);
+                    stack.push((fd, false));
                 }
             }
         }
-    }
-    // The root last: its PROJINHERIT marks the setup as complete.
-    if tag(root, id, true)? {
-        tagged += 1;
     }
     Ok(tagged)
 }
