@@ -46,7 +46,9 @@
 //!   open is passthrough, writable ones too. The exception is a writable open of a
 //!   set-user/group-ID file: a passthrough write runs with the daemon's credentials
 //!   (`CAP_FSETID`), which would keep the bits a write by the caller must clear
-//!   (observed on Linux 6.12), so such a writer gets the daemon-mode treatment below;
+//!   (observed on Linux 6.12), so such a writer gets the daemon-mode treatment below.
+//!   The check is made at open: a set-ID bit set (by the owner or root) while a
+//!   passthrough writer holds the file open survives that writer's later writes;
 //! - **daemon mode** (no backend quota): the daemon counts every byte, so writes must
 //!   reach it. Read-only opens use passthrough, write-only opens direct I/O,
 //!   read-write opens the cached path. Passthrough is never used for writes: the
