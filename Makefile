@@ -38,9 +38,12 @@ image:
 	@test -n "$(CONTAINER)" || { echo "make image: needs docker or podman (CONTAINER=...)"; exit 1; }
 	$(CONTAINER) build -t $(IMAGE) -f Containerfile .
 
-## bench-fuse: fio + metadata benchmark: native vs tessera mount vs bindfs
+## bench-fuse: fio + metadata benchmark: native vs tessera mount vs bindfs, on the
+## scratch directory's filesystem and then on XFS with project quotas (tessera's
+## backend quota mode; fails where the kernel lacks CONFIG_XFS_QUOTA)
 bench-fuse:
 	bash bench/fuse/run.sh
+	BACKEND=xfs-prjquota bash bench/fuse/run.sh
 
 ## bench-controller: 1,000 volumes through the controller on the local control plane
 bench-controller: harness

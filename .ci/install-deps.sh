@@ -8,6 +8,8 @@ command -v flock >/dev/null || need_apt+=(util-linux)
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v fio >/dev/null || need_apt+=(fio)
 command -v bindfs >/dev/null || need_apt+=(bindfs)
+# tests/fuse_backend_quota.rs and `make bench-fuse` make XFS filesystems.
+command -v mkfs.xfs >/dev/null || need_apt+=(xfsprogs)
 if ((${#need_apt[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

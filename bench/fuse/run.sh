@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Benchmark `tessera mount` against the native directory and bindfs, in one run.
 #
-#   bench/fuse/run.sh            # as root; needs fio, bindfs, a C compiler, python3
+#   bench/fuse/run.sh                         # as root; needs fio, bindfs, a C compiler, python3
+#   BACKEND=xfs-prjquota bench/fuse/run.sh    # the same on XFS with project quotas
+#
+# BACKEND says what filesystem the three targets sit on:
+#   - dir (default): BENCH_DIR's own filesystem; tessera picks its quota mode itself
+#     (daemon mode unless that filesystem is XFS mounted with prjquota);
+#   - xfs-prjquota: a fresh XFS filesystem on a sparse loop image in the scratch
+#     directory, mounted with -o prjquota; tessera runs with --quota=backend (an XFS
+#     project quota holds the volume, writable opens use kernel passthrough), and the
+#     run fails if the kernel cannot do that (needs xfsprogs, loop devices and
+#     CONFIG_XFS_QUOTA). Native and bindfs directories are on the same XFS.
 #
 # Rows: fio sequential 1 MiB write (without and with a final fsync), the same with dd
 # (a write-only open: tessera serves those with direct I/O, read-write opens through
@@ -29,7 +39,8 @@
 # Knobs (environment): SIZE (fio file size, 256M), RUNTIME (seconds per timed read or
 # random job, 5), FILES (metadata files, 10000), ROUNDS (3), BENCH_DIR (where the
 # scratch directory goes, /var/tmp), TESSERA_BIN (a prebuilt binary; otherwise
-# `cargo build --release`), TESSERA_ARGS (extra `tessera mount` arguments).
+# `cargo build --release`), TESSERA_ARGS (extra `tessera mount` arguments), BACKEND
+# (above), XFS_SIZE (the loop image's size for xfs-prjquota, 4G).
 set -euo pipefail
 
 SIZE=${SIZE:-256M}
@@ -37,6 +48,8 @@ RUNTIME=${RUNTIME:-5}
 FILES=${FILES:-10000}
 ROUNDS=${ROUNDS:-3}
 BENCH_DIR=${BENCH_DIR:-/var/tmp}
+BACKEND=${BACKEND:-dir}
+XFS_SIZE=${XFS_SIZE:-4G}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 
@@ -45,6 +58,13 @@ die() { echo "run.sh: $*" >&2; exit 1; }
 for tool in fio bindfs cc python3; do
     command -v "$tool" >/dev/null || die "$tool is missing (apt-get install fio bindfs gcc python3)"
 done
+case $BACKEND in
+dir) ;;
+xfs-prjquota)
+    command -v mkfs.xfs >/dev/null || die "mkfs.xfs is missing (apt-get install xfsprogs)"
+    ;;
+*) die "BACKEND must be dir or xfs-prjquota, not $BACKEND" ;;
+esac
 
 if [ -z "${TESSERA_BIN:-}" ]; then
     (cd "$REPO" && cargo build --release --bin tessera >&2)
@@ -58,19 +78,33 @@ cleanup() {
     [ -n "$TESSERA_PID" ] && kill -TERM "$TESSERA_PID" 2>/dev/null && wait "$TESSERA_PID"
     mountpoint -q "$W/tessera" && umount -l "$W/tessera"
     mountpoint -q "$W/bindfs" && { fusermount3 -u "$W/bindfs" 2>/dev/null || umount -l "$W/bindfs"; }
+    # `mount -o loop` detaches the loop device at unmount.
+    mountpoint -q "$W/xfs" && { umount "$W/xfs" || umount -l "$W/xfs"; }
+    [ -f "$W/xfs.img" ] && losetup -j "$W/xfs.img" | cut -d: -f1 | xargs -r -n1 losetup -d
     rm -rf "$W"
 }
 trap cleanup EXIT
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
-mkdir -p "$W/native" "$W/tessera-src" "$W/tessera" "$W/bindfs-src" "$W/bindfs"
+# Where native, tessera's volume and bindfs's source live.
+BASE=$W
+if [ "$BACKEND" = xfs-prjquota ]; then
+    BASE=$W/xfs
+    truncate -s "$XFS_SIZE" "$W/xfs.img"
+    mkfs.xfs -q "$W/xfs.img"
+    mkdir -p "$BASE"
+    mount -t xfs -o loop,prjquota "$W/xfs.img" "$BASE" ||
+        die "mount -o loop,prjquota of a fresh XFS image failed (loop devices and a kernel with CONFIG_XFS_QUOTA are needed): $(dmesg | tail -n 1)"
+    TESSERA_ARGS="--quota=backend ${TESSERA_ARGS:-}"
+fi
+mkdir -p "$BASE/native" "$BASE/tessera-src" "$W/tessera" "$BASE/bindfs-src" "$W/bindfs"
 cc -O2 -o "$W/metabench" "$HERE/metabench.c"
 
 # shellcheck disable=SC2086 # TESSERA_ARGS is a list of words
-"$TESSERA_BIN" mount --source "$W/tessera-src" --mountpoint "$W/tessera" \
+"$TESSERA_BIN" mount --source "$BASE/tessera-src" --mountpoint "$W/tessera" \
     --capacity-bytes $((1 << 40)) ${TESSERA_ARGS:-} 2>"$W/tessera.log" &
 TESSERA_PID=$!
-bindfs --multithreaded "$W/bindfs-src" "$W/bindfs"
+bindfs --multithreaded "$BASE/bindfs-src" "$W/bindfs"
 for _ in $(seq 100); do
     [ "$(stat -f -c %t "$W/tessera")" = 65735546 ] && break
     sleep 0.1
@@ -78,7 +112,7 @@ done
 [ "$(stat -f -c %t "$W/tessera")" = 65735546 ] || { cat "$W/tessera.log"; die "tessera did not mount"; }
 mountpoint -q "$W/bindfs" || die "bindfs did not mount"
 
-declare -A DIR=([native]="$W/native" [tessera]="$W/tessera" [bindfs]="$W/bindfs")
+declare -A DIR=([native]="$BASE/native" [tessera]="$W/tessera" [bindfs]="$W/bindfs")
 TARGETS=(native tessera bindfs)
 RESULTS="$W/results"
 : >"$RESULTS"
@@ -181,5 +215,9 @@ for job, label, unit, goal in rows:
     vs = "faster" if t > b else "SLOWER"
     print(f"| {label} | {unit} | {n:,.0f} | {t:,.0f} | {t / n:.2f} | {ok} | {b:,.0f} | {b / n:.2f} | {t / b:.2f} {vs} | {spread(job, 'tessera')} |")
 EOF
-echo "(median of $ROUNDS rounds; SIZE=$SIZE RUNTIME=${RUNTIME}s FILES=$FILES; $(nproc) cores, $(uname -r); load before: $LOAD_BEFORE, after: $(cut -d' ' -f1-3 /proc/loadavg))"
-grep -E "kernel cache lifetimes|FUSE connection initialised" "$W/tessera.log" | sed 's/^/tessera: /' >&2 || true
+echo "(BACKEND=$BACKEND: $(stat -f -c %T "$BASE/native"); median of $ROUNDS rounds; SIZE=$SIZE RUNTIME=${RUNTIME}s FILES=$FILES; $(nproc) cores, $(uname -r); load before: $LOAD_BEFORE, after: $(cut -d' ' -f1-3 /proc/loadavg))"
+# Stop tessera now, so its log ends with the counters (which opens were passthrough,
+# how many reads and writes still reached the daemon).
+kill -TERM "$TESSERA_PID" && wait "$TESSERA_PID" || true
+TESSERA_PID=
+grep -E "quota mode chosen|kernel cache lifetimes|FUSE connection initialised| unmounted " "$W/tessera.log" | sed 's/^/tessera: /' >&2 || true

@@ -28,6 +28,7 @@ use fuser::{
 use super::fs::{
     Attr, Caller, FileKind, FsError, IoMode, Opened, SetAttr, SetTime, VolumeFs, Xattr,
 };
+use super::quota::Mode;
 
 /// Largest write the kernel sends in one request.
 pub const MAX_WRITE: u32 = 1 << 20;
@@ -61,7 +62,8 @@ pub struct AdapterOptions {
     pub ttl: Duration,
     /// How long the kernel may cache that a name does not exist (zero: not at all).
     pub negative_ttl: Duration,
-    /// Try kernel passthrough for read-only opens.
+    /// Try kernel passthrough (for read-only opens, or for all opens when the
+    /// backing filesystem enforces the quota).
     pub passthrough: bool,
 }
 
@@ -272,6 +274,11 @@ impl Filesystem for Adapter {
         tracing::info!(
             kernel_abi = %format!("{:?}", config.kernel_abi()),
             passthrough,
+            passthrough_opens = match (passthrough, self.fs.quota_mode()) {
+                (false, _) => "none",
+                (true, Mode::Daemon) => "read-only",
+                (true, Mode::Backend) => "all",
+            },
             max_write = MAX_WRITE,
             noflush = !self.open_flags.is_empty(),
             "FUSE connection initialised"

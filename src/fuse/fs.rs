@@ -6,7 +6,8 @@
 //!                                      │              │
 //!                                      │              ├── InodeTable: node id ⇄ O_PATH fd, keyed by (dev, ino)
 //!                                      │              ├── Handles: fh → open fd (+ I/O mode, dir stream)
-//!                                      │              └── Quota: bytes used vs capacity (super::quota)
+//!                                      │              └── Enforcement (super::quota): the daemon's byte
+//!                                      │                  count, or an XFS project quota (super::projquota)
 //!                                      └── passthrough: registers a handle's fd with the kernel
 //! ```
 //!
@@ -32,37 +33,49 @@
 //! unless the parent directory is set-group-ID and the inode inherits its group).
 //!
 //! **I/O modes.** A regular file is opened in one of three modes (see [`IoMode`]):
+//! kernel passthrough (the kernel reads and writes the backing file itself, the
+//! daemon never sees the I/O), FUSE direct I/O (every write comes straight from the
+//! writer's buffer to [`VolumeFs::write`], no FUSE page cache), or the ordinary
+//! cached FUSE path (writes come to the daemon write-through, reads are served from
+//! the page cache). Which one depends on who enforces the quota
+//! ([`super::quota::Enforcement`], chosen once at mount):
 //!
-//! - read-only opens use kernel passthrough, so reads never reach the daemon;
-//! - write-only opens use FUSE direct I/O: each write comes straight from the
-//!   writer's buffer to [`VolumeFs::write`] and the quota, without a copy into a FUSE
-//!   page cache that nobody reads through this handle;
-//! - read-write opens use the ordinary cached FUSE path: writes come to the daemon
-//!   (write-through), reads are served from the page cache.
+//! - **backend mode** (an XFS project quota on the volume directory): the backing
+//!   filesystem stops a writer at the limit with `ENOSPC` whoever it is, the daemon's
+//!   own credentials included, so a write need not pass through the daemon. Every
+//!   open is passthrough, writable ones too. The exception is a writable open of a
+//!   set-user/group-ID file: a passthrough write runs with the daemon's credentials
+//!   (`CAP_FSETID`), which would keep the bits a write by the caller must clear
+//!   (observed on Linux 6.12), so such a writer gets the daemon-mode treatment below.
+//!   The check is made at open: a set-ID bit set (by the owner or root) while a
+//!   passthrough writer holds the file open survives that writer's later writes;
+//! - **daemon mode** (no backend quota): the daemon counts every byte, so writes must
+//!   reach it. Read-only opens use passthrough, write-only opens direct I/O,
+//!   read-write opens the cached path. Passthrough is never used for writes: the
+//!   kernel would write to the backing file without asking the daemon, and no
+//!   headroom heuristic bounds how much a writer appends before the daemon could
+//!   notice (one `pwrite` at a far offset grows the apparent size by any amount, a
+//!   passthrough open cannot be revoked once granted, and the only size limit the
+//!   kernel applies to such a write is the *writer's* `RLIMIT_FSIZE`).
 //!
-//! Passthrough is never used for writes: the kernel would write to the backing file
-//! without asking the daemon, and no headroom heuristic bounds how much a writer
-//! appends before the daemon could notice, so the quota would not hold. (Granting
-//! passthrough only while the free quota exceeds a reservation does not help: one
-//! `pwrite` at a far offset grows the apparent size by any amount, a passthrough open
-//! cannot be revoked once granted, and the only size limit the kernel applies to such
-//! a write is the *writer's* `RLIMIT_FSIZE`. A sound variant needs the backing
-//! filesystem to enforce the limit itself, e.g. an XFS/ext4 project quota on the
-//! volume's directory, which counts blocks rather than apparent size.) The kernel
-//! requires every open of an inode that has passthrough opens to be a passthrough open
-//! too (anything else fails with EIO), and refuses passthrough while cached opens
-//! exist. Hence:
+//! The kernel requires every open of an inode that has passthrough opens to be a
+//! passthrough open too (anything else fails with EIO), and refuses passthrough while
+//! cached opens exist. Hence:
 //!
-//! - a read-only open is passthrough unless the inode has cached (read-write) opens;
-//!   then it is cached too. Write-only direct opens do not stand in its way;
-//! - a writable open of an inode that passthrough readers hold open waits up to a
-//!   second for them to be released (the kernel reports a close asynchronously, so a
-//!   reader that has just closed may not be released yet), then is refused with
-//!   `ETXTBSY` ("file busy", as for writing a running executable) instead of being
-//!   given a passthrough write the quota cannot see. Writers that open first are
-//!   never refused. `tessera mount
-//!   --no-passthrough` removes the restriction, at the cost of every read crossing
-//!   into the daemon.
+//! - a read-only open is passthrough unless the inode has cached opens; then it is
+//!   cached too. Write-only direct opens do not stand in its way. In backend mode the
+//!   same holds for writable opens;
+//! - in daemon mode only, a writable open of an inode that passthrough opens hold
+//!   waits up to a second for them to be released (the kernel reports a close
+//!   asynchronously, so a reader that has just closed may not be released yet), then
+//!   is refused with `ETXTBSY` ("file busy", as for writing a running executable)
+//!   instead of being given a passthrough write the quota cannot see. Writers that
+//!   open first are never refused. `tessera mount --no-passthrough` removes the
+//!   restriction, at the cost of every read and write crossing into the daemon.
+//!
+//! In backend mode the quota calls of the core ([`Enforcement::reserve`] and friends)
+//! grant everything; a write the daemon does itself (direct or cached opens) is held
+//! to the limit by the backing filesystem like any other.
 //!
 //! **Errors.** Every failure is an [`FsError`]; [`FsError::errno`] is the one place
 //! where failures become errno values for the kernel.
@@ -76,7 +89,8 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::quota::{Quota, Usage};
+use super::projquota::BackendQuotaError;
+use super::quota::{Enforcement, Mode, Usage};
 use super::sys::{self, Errno, SysResult};
 
 /// A node id as the kernel knows it (and the `st_ino` it shows).
@@ -129,6 +143,9 @@ pub enum FsError {
     /// A writable open of a file that readers hold open in passthrough mode.
     #[error("the file is open for passthrough reads; it cannot be opened for writing now")]
     Busy,
+    /// Reading the backing filesystem's project quota failed.
+    #[error("reading the project quota")]
+    Quota(#[source] BackendQuotaError),
     /// The caller lacks permission (only for `access`, which the kernel leaves to us).
     #[error("access denied")]
     AccessDenied,
@@ -148,6 +165,8 @@ impl FsError {
             FsError::NotPermitted(_) => libc::EPERM,
             FsError::WrongType(_) => libc::EINVAL,
             FsError::Busy => libc::ETXTBSY,
+            FsError::Quota(BackendQuotaError::Sys { errno, .. }) => *errno as i32,
+            FsError::Quota(_) => libc::EIO,
             FsError::AccessDenied => libc::EACCES,
         }
     }
@@ -611,12 +630,21 @@ pub struct VolumeFs {
     inodes: InodeTable,
     handles: RwLock<HashMap<u64, Arc<Handle>>>,
     next_fh: AtomicU64,
-    quota: Arc<Quota>,
+    quota: Arc<Enforcement>,
     /// `/proc/self/fd`, to re-open `O_PATH` descriptors for I/O.
     proc_fd: OwnedFd,
     options: Options,
     passthrough: AtomicBool,
     stats: Stats,
+}
+
+/// Whether a write by a caller without `CAP_FSETID` would have to clear mode bits:
+/// set-user-ID, or set-group-ID with group execute (without it, set-group-ID marks
+/// mandatory locking, not privilege).
+fn has_set_id_bits(file: BorrowedFd<'_>) -> Result<bool> {
+    let mode = sys::fstat(file).op("fstat")?.st_mode;
+    Ok(mode & libc::S_ISUID != 0
+        || mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP)
 }
 
 /// A single name component, as the kernel may send it (no `/`, not empty, no NUL).
@@ -633,7 +661,7 @@ const S_ISGID: u32 = libc::S_ISGID;
 impl VolumeFs {
     /// Serve the directory `source` (trusted: it comes from the node agent, and may
     /// itself be reached through symlinks).
-    pub fn new(source: &Path, options: Options, quota: Arc<Quota>) -> Result<Self> {
+    pub fn new(source: &Path, options: Options, quota: Arc<Enforcement>) -> Result<Self> {
         let c = sys::cstring(source.as_os_str()).op("open source")?;
         // SAFETY: AT_FDCWD stands for the working directory in *at() calls for as
         // long as the process lives; relative sources resolve as they would for open().
@@ -673,8 +701,13 @@ impl VolumeFs {
         &self.stats
     }
 
-    pub fn usage(&self) -> Usage {
-        self.quota.usage()
+    pub fn usage(&self) -> Result<Usage> {
+        self.quota.usage().map_err(FsError::Quota)
+    }
+
+    /// Who enforces the capacity.
+    pub fn quota_mode(&self) -> Mode {
+        self.quota.mode()
     }
 
     /// Inodes the kernel currently holds (the root included).
@@ -1070,8 +1103,43 @@ impl VolumeFs {
     // ---- files -------------------------------------------------------------------
 
     /// Pick the I/O mode of a new open of `inode` (with `flags`) and count it.
-    fn choose_mode(&self, inode: &Inode, flags: i32) -> Result<IoMode> {
-        let mut io = lock(&inode.io);
+    fn choose_mode(&self, inode: &Inode, file: BorrowedFd<'_>, flags: i32) -> Result<IoMode> {
+        let io = lock(&inode.io);
+        let (mut io, mode) = match self.quota.mode() {
+            Mode::Daemon => self.daemon_mode_io(inode, io, flags)?,
+            // A passthrough write runs with the daemon's credentials, which may keep
+            // set-user/group-ID bits a write by the caller must clear: such writers
+            // go through the daemon, which clears them.
+            Mode::Backend
+                if flags & libc::O_ACCMODE != libc::O_RDONLY && has_set_id_bits(file)? =>
+            {
+                self.daemon_mode_io(inode, io, flags)?
+            }
+            Mode::Backend => {
+                let mut io = io;
+                let mode = Self::backend_mode_io(&mut io, flags, self.passthrough());
+                (io, mode)
+            }
+        };
+        io.open += 1;
+        match mode {
+            IoMode::Passthrough => &self.stats.opens_passthrough,
+            IoMode::Cached => &self.stats.opens_cached,
+            IoMode::Direct => &self.stats.opens_direct,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+        Ok(mode)
+    }
+
+    /// Daemon-enforced quota: every write must reach the daemon, so only read-only
+    /// opens may be passthrough, and a writable open of a file that passthrough
+    /// readers hold is refused (after waiting up to [`RELEASE_GRACE`]).
+    fn daemon_mode_io<'a>(
+        &self,
+        inode: &'a Inode,
+        mut io: MutexGuard<'a, IoState>,
+        flags: i32,
+    ) -> Result<(MutexGuard<'a, IoState>, IoMode)> {
         if flags & libc::O_ACCMODE != libc::O_RDONLY && io.passthrough > 0 {
             // The kernel sends RELEASE asynchronously after close(): a reader that
             // has just closed may still be counted here. Give its release a moment
@@ -1099,14 +1167,25 @@ impl VolumeFs {
                 IoMode::Cached
             }
         };
-        io.open += 1;
-        match mode {
-            IoMode::Passthrough => &self.stats.opens_passthrough,
-            IoMode::Cached => &self.stats.opens_cached,
-            IoMode::Direct => &self.stats.opens_direct,
+        Ok((io, mode))
+    }
+
+    /// Backend-enforced quota: the backing filesystem stops writers the daemon never
+    /// sees, so every open is passthrough while the kernel does passthrough. An inode
+    /// that has cached opens (passthrough was refused for one) takes more cached (or,
+    /// write-only, direct) opens: the kernel never mixes cached and passthrough opens
+    /// of one inode.
+    fn backend_mode_io(io: &mut IoState, flags: i32, passthrough: bool) -> IoMode {
+        if passthrough && io.cached == 0 {
+            io.passthrough += 1;
+            return IoMode::Passthrough;
         }
-        .fetch_add(1, Ordering::Relaxed);
-        Ok(mode)
+        if flags & libc::O_ACCMODE == libc::O_WRONLY {
+            IoMode::Direct
+        } else {
+            io.cached += 1;
+            IoMode::Cached
+        }
     }
 
     /// Flags for the backing open of a file the kernel opens with `flags`.
@@ -1127,7 +1206,7 @@ impl VolumeFs {
 
     fn new_file_handle(&self, inode: Arc<Inode>, file: OwnedFd, flags: i32) -> Result<Opened> {
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let mode = self.choose_mode(&inode, flags)?;
+        let mode = self.choose_mode(&inode, file.as_fd(), flags)?;
         let fh = self.add_handle(Handle {
             inode,
             file,
@@ -1338,9 +1417,10 @@ impl VolumeFs {
         Ok(n)
     }
 
-    /// `fallocate`. Preallocation past the end of file (`FALLOC_FL_KEEP_SIZE` without
-    /// punching a hole) is refused: it takes disk space without changing the size the
-    /// quota counts.
+    /// `fallocate`. With the daemon's quota, preallocation past the end of file
+    /// (`FALLOC_FL_KEEP_SIZE` without punching a hole) is refused: it takes disk space
+    /// without changing the size the daemon counts. A project quota counts blocks, so
+    /// there it is allowed.
     pub fn fallocate(&self, fh: u64, offset: u64, len: u64, mode: i32) -> Result<()> {
         self.writable()?;
         let h = self.handle(fh)?;
@@ -1352,7 +1432,7 @@ impl VolumeFs {
         let predicted = if mode & libc::FALLOC_FL_INSERT_RANGE != 0 {
             len
         } else if mode & libc::FALLOC_FL_COLLAPSE_RANGE != 0 || keep_size {
-            if keep_size && !punch && end > size {
+            if keep_size && !punch && end > size && self.quota.mode() == Mode::Daemon {
                 return Err(FsError::Unsupported("preallocation past the end of file"));
             }
             0
@@ -1592,12 +1672,13 @@ impl VolumeFs {
 
     // ---- the rest ----------------------------------------------------------------
 
-    /// Capacity and free space from the quota (free capped by what the backing
-    /// filesystem really has), inodes from the backing filesystem.
+    /// Capacity and free space from the quota (the daemon's count or the project
+    /// quota's limit and usage; free capped by what the backing filesystem really
+    /// has), inodes from the backing filesystem.
     pub fn statfs(&self) -> Result<StatFs> {
         let root = self.inode(ROOT_ID)?;
         let vfs = sys::fstatvfs(root.fd.as_fd()).op("statfs")?;
-        let u = self.quota.usage();
+        let u = self.usage()?;
         let backing_avail = vfs.f_bavail.saturating_mul(vfs.f_frsize);
         let free = u.free();
         Ok(StatFs {
@@ -1723,18 +1804,18 @@ impl VolumeFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fuse::quota::Quota;
     use std::os::unix::fs::MetadataExt;
+
+    fn daemon_quota(capacity: u64, used: u64) -> Arc<Enforcement> {
+        Arc::new(Quota::new(capacity, used).into())
+    }
 
     const ROOT: Caller = Caller { uid: 0, gid: 0 };
 
     fn volume(capacity: u64) -> (tempfile::TempDir, VolumeFs) {
         let dir = tempfile::tempdir().unwrap();
-        let fs = VolumeFs::new(
-            dir.path(),
-            Options::default(),
-            Arc::new(Quota::new(capacity, 0)),
-        )
-        .unwrap();
+        let fs = VolumeFs::new(dir.path(), Options::default(), daemon_quota(capacity, 0)).unwrap();
         (dir, fs)
     }
 
@@ -1814,9 +1895,9 @@ mod tests {
         assert!(data[..100].iter().all(|&b| b == 4));
         assert!(data[100..6000].iter().all(|&b| b == 1));
         assert!(data[6000..].iter().all(|&b| b == 2));
-        assert_eq!(fs.usage().used, 10_000);
+        assert_eq!(fs.usage().unwrap().used, 10_000);
         fs.unlink(ROOT_ID, os("f")).unwrap();
-        assert_eq!(fs.usage().used, 0);
+        assert_eq!(fs.usage().unwrap().used, 0);
     }
 
     #[test]
@@ -1831,7 +1912,7 @@ mod tests {
             ..SetAttr::default()
         };
         fs.setattr(attr.ino, grow).unwrap();
-        assert_eq!(fs.usage().used, 4096);
+        assert_eq!(fs.usage().unwrap().used, 4096);
         let too_big = SetAttr {
             size: Some(2 << 20),
             ..SetAttr::default()
@@ -1841,7 +1922,7 @@ mod tests {
             libc::ENOSPC
         );
         fs.fallocate(f.fh, 0, 8192, 0).unwrap();
-        assert_eq!(fs.usage().used, 8192);
+        assert_eq!(fs.usage().unwrap().used, 8192);
         let err = fs
             .fallocate(f.fh, 0, 1 << 30, libc::FALLOC_FL_KEEP_SIZE)
             .unwrap_err();
@@ -1853,13 +1934,13 @@ mod tests {
             libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE,
         )
         .unwrap();
-        assert_eq!(fs.usage().used, 8192);
+        assert_eq!(fs.usage().unwrap().used, 8192);
         let shrink = SetAttr {
             size: Some(100),
             ..SetAttr::default()
         };
         fs.setattr(attr.ino, shrink).unwrap();
-        assert_eq!(fs.usage().used, 100);
+        assert_eq!(fs.usage().unwrap().used, 100);
         fs.release(f.fh).unwrap();
     }
 
@@ -1871,11 +1952,11 @@ mod tests {
             .unwrap();
         fs.write(f.fh, 0, &[0u8; 1000], false).unwrap();
         fs.unlink(ROOT_ID, os("f")).unwrap();
-        assert_eq!(fs.usage().used, 1000);
+        assert_eq!(fs.usage().unwrap().used, 1000);
         fs.write(f.fh, 1000, &[0u8; 500], false).unwrap();
-        assert_eq!(fs.usage().used, 1500);
+        assert_eq!(fs.usage().unwrap().used, 1500);
         fs.release(f.fh).unwrap();
-        assert_eq!(fs.usage().used, 0);
+        assert_eq!(fs.usage().unwrap().used, 0);
     }
 
     #[test]
@@ -1883,12 +1964,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a"), [0u8; 10]).unwrap();
         std::fs::write(dir.path().join("b"), [0u8; 20]).unwrap();
-        let fs = VolumeFs::new(
-            dir.path(),
-            Options::default(),
-            Arc::new(Quota::new(1 << 20, 30)),
-        )
-        .unwrap();
+        let fs = VolumeFs::new(dir.path(), Options::default(), daemon_quota(1 << 20, 30)).unwrap();
         let err = fs
             .rename(ROOT_ID, os("a"), ROOT_ID, os("b"), libc::RENAME_NOREPLACE)
             .unwrap_err();
@@ -1896,10 +1972,10 @@ mod tests {
         fs.rename(ROOT_ID, os("a"), ROOT_ID, os("b"), libc::RENAME_EXCHANGE)
             .unwrap();
         assert_eq!(std::fs::read(dir.path().join("a")).unwrap().len(), 20);
-        assert_eq!(fs.usage().used, 30);
+        assert_eq!(fs.usage().unwrap().used, 30);
         // After the exchange `b` holds the 10 bytes; renaming `a` over it frees them.
         fs.rename(ROOT_ID, os("a"), ROOT_ID, os("b"), 0).unwrap();
-        assert_eq!(fs.usage().used, 20);
+        assert_eq!(fs.usage().unwrap().used, 20);
         assert!(!dir.path().join("a").exists());
     }
 
@@ -1935,7 +2011,7 @@ mod tests {
                 read_only: true,
                 devices: false,
             },
-            Arc::new(Quota::new(1 << 20, 1)),
+            daemon_quota(1 << 20, 1),
         )
         .unwrap();
         let f = fs.lookup(ROOT_ID, os("f")).unwrap();
@@ -2052,6 +2128,34 @@ mod tests {
     }
 
     #[test]
+    fn backend_mode_puts_every_open_through_unless_cached_opens_exist() {
+        let mut io = IoState::default();
+        for flags in [libc::O_RDWR, libc::O_WRONLY, libc::O_RDONLY] {
+            assert_eq!(
+                VolumeFs::backend_mode_io(&mut io, flags, true),
+                IoMode::Passthrough
+            );
+        }
+        assert_eq!((io.passthrough, io.cached), (3, 0));
+        // Without passthrough (kernel, or --no-passthrough): the daemon's I/O modes,
+        // and once an inode has cached opens, no passthrough joins them.
+        let mut io = IoState::default();
+        assert_eq!(
+            VolumeFs::backend_mode_io(&mut io, libc::O_WRONLY, false),
+            IoMode::Direct
+        );
+        assert_eq!(
+            VolumeFs::backend_mode_io(&mut io, libc::O_RDWR, false),
+            IoMode::Cached
+        );
+        assert_eq!(
+            VolumeFs::backend_mode_io(&mut io, libc::O_RDONLY, true),
+            IoMode::Cached
+        );
+        assert_eq!((io.passthrough, io.cached), (0, 2));
+    }
+
+    #[test]
     fn hard_links_share_one_inode_and_do_not_double_count() {
         let (dir, fs) = volume(1 << 20);
         let (attr, f) = fs
@@ -2063,9 +2167,9 @@ mod tests {
         assert_eq!(l.ino, attr.ino);
         assert_eq!(l.nlink, 2);
         fs.unlink(ROOT_ID, os("f")).unwrap();
-        assert_eq!(fs.usage().used, 100);
+        assert_eq!(fs.usage().unwrap().used, 100);
         fs.unlink(ROOT_ID, os("g")).unwrap();
-        assert_eq!(fs.usage().used, 0);
+        assert_eq!(fs.usage().unwrap().used, 0);
         assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
     }
 

@@ -5,22 +5,34 @@
 //!            ┌──────────────────────── tessera mount ───────────────────────────┐
 //!  kernel ◀──┤ fuser session: N worker threads, each with its own /dev/fuse fd    │
 //!  (FUSE)    │   └─▶ adapter (fuser::Filesystem) ─▶ fs::VolumeFs ─▶ backing dir   │
-//!            │                                         └─▶ quota::Quota           │
-//!            │ signal thread: SIGTERM/SIGINT → unmount; SIGHUP → re-read capacity │
+//!            │                                         └─▶ quota::Enforcement     │
+//!            │                                              daemon: byte count    │
+//!            │                                              backend: projquota ───┼─▶ XFS project
+//!            │ signal thread: SIGTERM/SIGINT → unmount; SIGHUP → re-read capacity │   quota (limit)
 //!            └───────────────────────────────────────────────────────────────────┘
-//!  read-only opens: the kernel reads the backing file directly (passthrough)
+//!  passthrough opens: the kernel reads (backend mode: and writes) the backing file
+//!  directly; read-only opens in daemon mode, every open in backend mode
 //! ```
 //!
 //! Modules: [`fs`] is the filesystem core (no FUSE types), [`adapter`] the thin
-//! `fuser::Filesystem` over it, [`quota`] the byte quota, [`sys`] the syscalls.
-//! This module owns the process: it scans the quota, mounts, serves until unmounted,
-//! and handles signals.
+//! `fuser::Filesystem` over it, [`quota`] the quota modes and the daemon's byte count,
+//! [`projquota`] the XFS project quota, [`sys`] the syscalls. This module owns the
+//! process: it chooses the quota mode, mounts, serves until unmounted, and handles
+//! signals.
 //!
-//! **Lifecycle.** `run` scans the source for the bytes in use, mounts with `mount(2)`
+//! **Quota mode** (`--quota`, default `auto`). `backend` when the volume directory is
+//! on XFS with project quotas accounted and enforced: the directory gets a project id
+//! and a block hard limit equal to the capacity, and writes may bypass the daemon.
+//! Otherwise `daemon`: the daemon scans the volume and counts every write. `auto`
+//! picks backend where it can and says in the log which mode it chose and why;
+//! `--quota=backend` fails the mount where the filesystem cannot enforce.
+//!
+//! **Lifecycle.** `run` chooses the quota mode (scanning the source for the bytes in
+//! use in daemon mode), mounts with `mount(2)`
 //! (the daemon runs as root, so no `fusermount3` is needed), and serves. SIGTERM or
 //! SIGINT unmounts (lazily if files are still open, so the daemon serves them until
 //! they are closed); a second one exits at once, which aborts the connection. SIGHUP
-//! re-reads `--capacity-file`. When the kernel ends the connection (unmount, by us or
+//! re-reads `--capacity-file` (in backend mode: sets the project's new limit). When the kernel ends the connection (unmount, by us or
 //! anyone), the daemon logs its counters and exits 0.
 //!
 //! **Permissions.** The mount is `allow_other` (pods run as any uid) and
@@ -30,6 +42,7 @@
 
 pub mod adapter;
 pub mod fs;
+pub mod projquota;
 pub mod quota;
 mod sys;
 
@@ -45,7 +58,8 @@ use nix::sys::signal::{SigSet, Signal};
 
 use self::adapter::{Adapter, AdapterOptions};
 use self::fs::{FsError, Options, VolumeFs};
-use self::quota::Quota;
+use self::projquota::{BackendQuotaError, IdOrigin, ProjectQuota};
+use self::quota::{Enforcement, Quota};
 
 /// Command line of `tessera mount`.
 #[derive(clap::Args, Debug, Clone)]
@@ -88,6 +102,21 @@ pub struct MountArgs {
     /// Never use kernel passthrough, even where the kernel supports it.
     #[arg(long)]
     pub no_passthrough: bool,
+    /// Who holds the volume to its capacity: `backend` (an XFS project quota on
+    /// `--source`, which lets writable opens use kernel passthrough too; the mount
+    /// fails if the filesystem cannot enforce one), `daemon` (the daemon counts every
+    /// write, which must then reach it), or `auto` (backend where possible, else
+    /// daemon).
+    #[arg(long, value_enum, default_value_t = QuotaChoice::Auto)]
+    pub quota: QuotaChoice,
+}
+
+/// `tessera mount --quota`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaChoice {
+    Auto,
+    Daemon,
+    Backend,
 }
 
 /// Errors of the mount role.
@@ -116,6 +145,14 @@ pub enum Error {
         path: PathBuf,
         #[source]
         errno: nix::errno::Errno,
+    },
+    /// `--quota=backend` on a filesystem that cannot enforce it, or setting it up
+    /// failed.
+    #[error("enforcing the quota of {path} with an XFS project quota")]
+    BackendQuota {
+        path: PathBuf,
+        #[source]
+        source: BackendQuotaError,
     },
     /// An option of `--options` that cannot be honoured.
     #[error("mount option {0:?} is not supported")]
@@ -178,6 +215,69 @@ fn read_capacity(path: &Path) -> Result<u64, Error> {
         path: path.to_owned(),
         value: text.trim().chars().take(64).collect(),
     })
+}
+
+fn open_source(path: &Path) -> Result<std::fs::File, Error> {
+    std::fs::File::open(path).map_err(|e| Error::Open {
+        path: path.to_owned(),
+        source: FsError::Sys {
+            op: "open",
+            errno: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        },
+    })
+}
+
+/// Decide who enforces the capacity (`--quota`), set that up, and say so in the log.
+fn choose_quota(args: &MountArgs, capacity: u64) -> Result<Enforcement, Error> {
+    let reason = match args.quota {
+        QuotaChoice::Daemon => "--quota=daemon".to_owned(),
+        QuotaChoice::Auto | QuotaChoice::Backend => {
+            let dir = open_source(&args.source)?;
+            match ProjectQuota::setup(dir.into(), capacity) {
+                Ok((project, origin)) => {
+                    let usage = project.usage().ok();
+                    tracing::info!(
+                        source = %args.source.display(),
+                        quota = "backend",
+                        projid = project.projid(),
+                        projid_reused = origin == IdOrigin::Reused,
+                        tagged = match origin {
+                            IdOrigin::Assigned { tagged } => tagged,
+                            IdOrigin::Reused => 0,
+                        },
+                        capacity,
+                        used = usage.map(|u| u.used),
+                        why = "the backing XFS filesystem enforces project quotas",
+                        "quota mode chosen: an XFS project quota holds the volume; writable opens may use passthrough"
+                    );
+                    return Ok(Enforcement::Backend(project));
+                }
+                Err(source) if args.quota == QuotaChoice::Backend => {
+                    return Err(Error::BackendQuota {
+                        path: args.source.clone(),
+                        source,
+                    });
+                }
+                Err(e) => format!("no backend quota: {e}"),
+            }
+        }
+    };
+    let dir = open_source(&args.source)?;
+    let scan = quota::scan(dir.as_fd()).map_err(|errno| Error::Scan {
+        path: args.source.clone(),
+        errno,
+    })?;
+    tracing::info!(
+        source = %args.source.display(),
+        quota = "daemon",
+        capacity,
+        used = scan.bytes,
+        files = scan.files,
+        dirs = scan.dirs,
+        why = reason.as_str(),
+        "quota mode chosen: the daemon counts every write; writable opens do not use passthrough"
+    );
+    Ok(Enforcement::Daemon(Quota::new(capacity, scan.bytes)))
 }
 
 /// Mount options for the kernel from the command line.
@@ -263,28 +363,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         Some(path) if path.exists() => read_capacity(path)?,
         _ => args.capacity_bytes,
     };
-    let source_dir = std::fs::File::open(&args.source).map_err(|e| Error::Open {
-        path: args.source.clone(),
-        source: FsError::Sys {
-            op: "open",
-            errno: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-        },
-    })?;
-    let scan = quota::scan(source_dir.as_fd()).map_err(|errno| Error::Scan {
-        path: args.source.clone(),
-        errno,
-    })?;
-    drop(source_dir);
-    let quota = Arc::new(Quota::new(capacity, scan.bytes));
-    tracing::info!(
-        source = %args.source.display(),
-        capacity,
-        used = scan.bytes,
-        files = scan.files,
-        dirs = scan.dirs,
-        "volume scanned"
-    );
-
+    let quota = Arc::new(choose_quota(&args, capacity)?);
     let fs = Arc::new(
         VolumeFs::new(&args.source, options, quota.clone()).map_err(|source| Error::Open {
             path: args.source.clone(),
@@ -357,7 +436,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
 
     let served = session.run();
     let stats = fs.stats();
-    let usage = fs.usage();
+    let usage = fs.usage().ok();
     tracing::info!(
         mountpoint = %args.mountpoint.display(),
         reads = stats.reads.load(Ordering::Relaxed),
@@ -369,8 +448,9 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         opens_direct = stats.opens_direct.load(Ordering::Relaxed),
         opens_busy = stats.opens_busy.load(Ordering::Relaxed),
         passthrough_failures = stats.passthrough_failures.load(Ordering::Relaxed),
-        used = usage.used,
-        capacity = usage.capacity,
+        quota = fs.quota_mode().as_str(),
+        used = usage.map(|u| u.used),
+        capacity = usage.map(|u| u.capacity),
         "unmounted"
     );
     served.map_err(|source| Error::Serve {
@@ -433,7 +513,7 @@ impl CachePolicy {
 struct SignalContext {
     signals: SigSet,
     unmounter: fuser::SessionUnmounter,
-    quota: Arc<Quota>,
+    quota: Arc<Enforcement>,
     capacity_file: Option<PathBuf>,
     mountpoint: PathBuf,
 }
@@ -470,11 +550,16 @@ impl SignalContext {
             return;
         };
         match read_capacity(path) {
-            Ok(capacity) => {
-                let old = self.quota.set_capacity(capacity);
-                let used = self.quota.usage().used;
-                tracing::info!(old, capacity, used, "capacity reloaded");
-            }
+            Ok(capacity) => match self.quota.set_capacity(capacity) {
+                Ok(old) => {
+                    let used = self.quota.usage().ok().map(|u| u.used);
+                    let quota = self.quota.mode().as_str();
+                    tracing::info!(quota, old, capacity, used, "capacity reloaded");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "capacity not set; keeping the old one");
+                }
+            },
             Err(e) => tracing::error!(error = %e, "capacity not reloaded; keeping the old one"),
         }
     }

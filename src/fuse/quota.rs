@@ -1,4 +1,15 @@
-//! The volume's quota: how many bytes the volume may hold and how many it holds now.
+//! The volume's quota: how many bytes the volume may hold, how many it holds now, and
+//! who enforces the limit.
+//!
+//! **Two modes** ([`Enforcement`], chosen once at mount, see `tessera mount --quota`):
+//!
+//! - **daemon**: the daemon counts ([`Quota`], below) and every operation that can
+//!   grow the volume must reach it, so writable opens never use kernel passthrough;
+//! - **backend**: the backing filesystem enforces an XFS project quota on the volume
+//!   directory ([`super::projquota`]); the daemon only sets the limit and reads usage
+//!   back, its reservations are no-ops, and writes may bypass it.
+//!
+//! The rest of this page is about the daemon's own count.
 //!
 //! **What is counted.** The apparent size (`st_size`) of every regular file of the
 //! volume, each inode once however many hard links it has, plus files that are unlinked
@@ -29,7 +40,101 @@ use std::ffi::CStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::projquota::{BackendQuotaError, ProjectQuota};
 use super::sys::{self, Errno};
+
+/// Which side holds the volume to its capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The daemon's own count of apparent sizes.
+    Daemon,
+    /// The backing filesystem's project quota.
+    Backend,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Daemon => "daemon",
+            Mode::Backend => "backend",
+        }
+    }
+}
+
+/// The quota of one volume in the mode chosen at mount. The filesystem core asks it
+/// for growth before every size-changing operation in both modes; in backend mode the
+/// answer is always yes (the backing filesystem says no, with `ENOSPC`, by itself).
+#[derive(Debug)]
+pub enum Enforcement {
+    Daemon(Quota),
+    Backend(ProjectQuota),
+}
+
+impl From<Quota> for Enforcement {
+    fn from(q: Quota) -> Self {
+        Enforcement::Daemon(q)
+    }
+}
+
+impl Enforcement {
+    pub fn mode(&self) -> Mode {
+        match self {
+            Enforcement::Daemon(_) => Mode::Daemon,
+            Enforcement::Backend(_) => Mode::Backend,
+        }
+    }
+
+    /// Capacity and usage: the daemon's count, or the project quota's limit and
+    /// allocated blocks.
+    pub fn usage(&self) -> Result<Usage, BackendQuotaError> {
+        match self {
+            Enforcement::Daemon(q) => Ok(q.usage()),
+            Enforcement::Backend(p) => p.usage(),
+        }
+    }
+
+    /// Replace the capacity; returns the previous one.
+    pub fn set_capacity(&self, capacity: u64) -> Result<u64, BackendQuotaError> {
+        match self {
+            Enforcement::Daemon(q) => Ok(q.set_capacity(capacity)),
+            Enforcement::Backend(p) => {
+                let old = p.usage()?.capacity;
+                p.set_capacity(capacity)?;
+                Ok(old)
+            }
+        }
+    }
+
+    /// See [`Quota::reserve_up_to`].
+    pub fn reserve_up_to(&self, want: u64) -> u64 {
+        match self {
+            Enforcement::Daemon(q) => q.reserve_up_to(want),
+            Enforcement::Backend(_) => want,
+        }
+    }
+
+    /// See [`Quota::reserve`].
+    pub fn reserve(&self, want: u64) -> bool {
+        match self {
+            Enforcement::Daemon(q) => q.reserve(want),
+            Enforcement::Backend(_) => true,
+        }
+    }
+
+    /// See [`Quota::release`].
+    pub fn release(&self, bytes: u64) {
+        if let Enforcement::Daemon(q) = self {
+            q.release(bytes);
+        }
+    }
+
+    /// See [`Quota::charge`].
+    pub fn charge(&self, bytes: u64) {
+        if let Enforcement::Daemon(q) = self {
+            q.charge(bytes);
+        }
+    }
+}
 
 /// Capacity and usage at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

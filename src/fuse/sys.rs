@@ -467,3 +467,175 @@ pub fn parse_dirent(buf: &[u8]) -> Option<Dirent<'_>> {
         reclen,
     })
 }
+
+/// `struct fsxattr` of `FS_IOC_FSGETXATTR`/`FS_IOC_FSSETXATTR` (linux/fs.h).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FsXattr {
+    pub xflags: u32,
+    pub extsize: u32,
+    pub nextents: u32,
+    pub projid: u32,
+    pub cowextsize: u32,
+    pub pad: [u8; 8],
+}
+
+/// The inode flag that makes new children inherit the directory's project id.
+pub const FS_XFLAG_PROJINHERIT: u32 = 0x0000_0200;
+/// `_IOR('X', 31, struct fsxattr)` and `_IOW('X', 32, struct fsxattr)`.
+const FS_IOC_FSGETXATTR: libc::c_ulong = 0x801c_581f;
+const FS_IOC_FSSETXATTR: libc::c_ulong = 0x401c_5820;
+
+/// Project id and flags of the inode `fd` (opened for reading, not `O_PATH`).
+pub fn fsgetxattr(fd: BorrowedFd<'_>) -> SysResult<FsXattr> {
+    let mut fx = FsXattr::default();
+    // SAFETY: the kernel fills a struct of exactly this layout.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), FS_IOC_FSGETXATTR, &mut fx) })?;
+    Ok(fx)
+}
+
+pub fn fssetxattr(fd: BorrowedFd<'_>, fx: &FsXattr) -> SysResult<()> {
+    // SAFETY: the kernel reads a struct of exactly this layout.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), FS_IOC_FSSETXATTR, fx) })?;
+    Ok(())
+}
+
+/// `struct fs_disk_quota` (linux/dqblk_xfs.h): limits and usage of one quota id, in
+/// 512-byte basic blocks.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FsDiskQuota {
+    pub version: i8,
+    pub flags: i8,
+    pub fieldmask: u16,
+    pub id: u32,
+    pub blk_hardlimit: u64,
+    pub blk_softlimit: u64,
+    pub ino_hardlimit: u64,
+    pub ino_softlimit: u64,
+    pub bcount: u64,
+    pub icount: u64,
+    pub itimer: i32,
+    pub btimer: i32,
+    pub iwarns: u16,
+    pub bwarns: u16,
+    pub itimer_hi: i8,
+    pub btimer_hi: i8,
+    pub rtbtimer_hi: i8,
+    pub padding2: i8,
+    pub rtb_hardlimit: u64,
+    pub rtb_softlimit: u64,
+    pub rtbcount: u64,
+    pub rtbtimer: i32,
+    pub rtbwarns: u16,
+    pub padding3: i16,
+    pub padding4: [u8; 8],
+}
+
+/// `struct fs_qfilestatv`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct FsQfileStatv {
+    ino: u64,
+    nblks: u64,
+    nextents: u32,
+    pad: u32,
+}
+
+/// `struct fs_quota_statv` (`Q_XGETQSTATV`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct FsQuotaStatv {
+    version: i8,
+    pad1: u8,
+    flags: u16,
+    incoredqs: u32,
+    uquota: FsQfileStatv,
+    gquota: FsQfileStatv,
+    pquota: FsQfileStatv,
+    btimelimit: i32,
+    itimelimit: i32,
+    rtbtimelimit: i32,
+    bwarnlimit: u16,
+    iwarnlimit: u16,
+    rtbwarnlimit: u16,
+    pad3: u16,
+    pad4: u32,
+    pad2: [u64; 7],
+}
+
+/// `FS_QUOTA_PDQ_ACCT` / `FS_QUOTA_PDQ_ENFD` of `qs_flags`.
+pub const FS_QUOTA_PDQ_ACCT: u16 = 1 << 4;
+pub const FS_QUOTA_PDQ_ENFD: u16 = 1 << 5;
+/// `d_fieldmask` bits of `Q_XSETQLIM`.
+pub const FS_DQ_BSOFT: u16 = 1 << 2;
+pub const FS_DQ_BHARD: u16 = 1 << 3;
+const FS_DQUOT_VERSION: i8 = 1;
+const FS_PROJ_QUOTA: i8 = 2;
+const FS_QSTATV_VERSION1: i8 = 1;
+const PRJQUOTA: i32 = 2;
+const Q_XSETQLIM: i32 = (b'X' as i32) << 8 | 4;
+const Q_XGETQUOTA: i32 = (b'X' as i32) << 8 | 3;
+const Q_XGETQSTATV: i32 = (b'X' as i32) << 8 | 8;
+
+/// `quotactl_fd(2)` (Linux 5.14) on the project quotas of the filesystem `fd` is on:
+/// no block device path needed.
+fn quotactl_prj(fd: BorrowedFd<'_>, cmd: i32, id: u32, addr: *mut libc::c_void) -> SysResult<()> {
+    // QCMD(cmd, type) = cmd << 8 | type.
+    let qcmd = (cmd << 8) | PRJQUOTA;
+    // SAFETY: `addr` points to the struct `cmd` reads or writes.
+    let ret = unsafe { libc::syscall(libc::SYS_quotactl_fd, fd.as_raw_fd(), qcmd, id, addr) };
+    if ret == -1 {
+        Err(Errno::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// The project quota state flags (`FS_QUOTA_PDQ_*`) of the filesystem `fd` is on.
+pub fn project_quota_flags(fd: BorrowedFd<'_>) -> SysResult<u16> {
+    let mut st = FsQuotaStatv {
+        version: FS_QSTATV_VERSION1,
+        ..Default::default()
+    };
+    quotactl_prj(fd, Q_XGETQSTATV, 0, (&raw mut st).cast())?;
+    Ok(st.flags)
+}
+
+/// Limits and usage of project `id` (`ENOENT`: the id has never been used).
+pub fn get_project_quota(fd: BorrowedFd<'_>, id: u32) -> SysResult<FsDiskQuota> {
+    let mut q = FsDiskQuota::default();
+    quotactl_prj(fd, Q_XGETQUOTA, id, (&raw mut q).cast())?;
+    Ok(q)
+}
+
+/// Set the block limits of project `id`, in 512-byte basic blocks (0: no limit).
+pub fn set_project_block_limits(
+    fd: BorrowedFd<'_>,
+    id: u32,
+    hard: u64,
+    soft: u64,
+) -> SysResult<()> {
+    let mut q = FsDiskQuota {
+        version: FS_DQUOT_VERSION,
+        flags: FS_PROJ_QUOTA,
+        fieldmask: FS_DQ_BHARD | FS_DQ_BSOFT,
+        id,
+        blk_hardlimit: hard,
+        blk_softlimit: soft,
+        ..Default::default()
+    };
+    quotactl_prj(fd, Q_XSETQLIM, id, (&raw mut q).cast())
+}
+
+#[cfg(test)]
+mod quota_layout {
+    use super::*;
+
+    #[test]
+    fn kernel_struct_sizes() {
+        assert_eq!(std::mem::size_of::<FsXattr>(), 28);
+        assert_eq!(std::mem::size_of::<FsDiskQuota>(), 112);
+        assert_eq!(std::mem::size_of::<FsQuotaStatv>(), 160);
+    }
+}

@@ -8,6 +8,14 @@
 //! mount behind. Every test gets its own directories, so tests run in parallel.
 //!
 //! The tests need root and `/dev/fuse`, like the daemon in production.
+//!
+//! **Quota mode.** Daemons run with `--quota=daemon` unless a test asks otherwise
+//! ([`Builder::quota`]), so the tests of the daemon's own quota and I/O modes do not
+//! change meaning with the filesystem `/tmp` is on. With `TESSERA_TEST_BACKEND_ROOT`
+//! set to a directory on an XFS filesystem mounted with `prjquota`, volumes are made
+//! there instead and daemons run with `--quota=backend`: that runs the mode-agnostic
+//! suites (`fuse_posix`, `fuse_security`, `fuse_readonly`) over a backend-enforced
+//! quota, with passthrough for writable opens.
 
 #![allow(dead_code)]
 
@@ -35,6 +43,8 @@ pub struct Builder {
     read_only: bool,
     args: Vec<String>,
     prepare: Option<Prepare>,
+    source: Option<PathBuf>,
+    quota: Option<String>,
 }
 
 impl Builder {
@@ -61,6 +71,20 @@ impl Builder {
         self
     }
 
+    /// Serve this existing directory instead of a fresh one in the temporary
+    /// directory (e.g. one on a filesystem the test set up, or a volume mounted
+    /// before).
+    pub fn source(mut self, dir: &Path) -> Self {
+        self.source = Some(dir.to_owned());
+        self
+    }
+
+    /// `--quota` (default: `daemon`, or `backend` under `TESSERA_TEST_BACKEND_ROOT`).
+    pub fn quota(mut self, mode: &str) -> Self {
+        self.quota = Some(mode.to_owned());
+        self
+    }
+
     /// Fill the volume directory before mounting.
     pub fn prepare(mut self, f: impl FnOnce(&Path) + 'static) -> Self {
         self.prepare = Some(Box::new(f));
@@ -75,7 +99,23 @@ impl Builder {
             .expect("tempdir");
         // Like production: the volume is one directory of a backend root shared with
         // other volumes, and the mount point is elsewhere.
-        let source = dir.path().join("backend").join("volume");
+        let backend_root = std::env::var_os("TESSERA_TEST_BACKEND_ROOT").map(PathBuf::from);
+        let quota = self.quota.unwrap_or_else(|| {
+            if backend_root.is_some() {
+                "backend"
+            } else {
+                "daemon"
+            }
+            .to_owned()
+        });
+        let source = self.source.unwrap_or_else(|| match &backend_root {
+            Some(root) => tempfile::Builder::new()
+                .prefix("volume-")
+                .tempdir_in(root)
+                .expect("volume dir in TESSERA_TEST_BACKEND_ROOT")
+                .keep(),
+            None => dir.path().join("backend").join("volume"),
+        });
         let mnt = dir.path().join("mnt");
         fs::create_dir_all(&source).unwrap();
         fs::create_dir(&mnt).unwrap();
@@ -91,7 +131,8 @@ impl Builder {
             .arg("--mountpoint")
             .arg(&mnt)
             .arg("--capacity-bytes")
-            .arg(self.capacity.to_string());
+            .arg(self.capacity.to_string())
+            .arg(format!("--quota={quota}"));
         if let Some(bytes) = self.capacity_file {
             fs::write(&capacity_file, bytes.to_string()).unwrap();
             cmd.arg("--capacity-file").arg(&capacity_file);
@@ -160,6 +201,8 @@ impl Mount {
             read_only: false,
             args: Vec::new(),
             prepare: None,
+            source: None,
+            quota: None,
         }
     }
 
