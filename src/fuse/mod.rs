@@ -24,7 +24,8 @@
 //! on XFS with project quotas accounted and enforced: the directory gets a project id
 //! and a block hard limit equal to the capacity, and writes may bypass the daemon.
 //! Otherwise `daemon`: the daemon scans the volume and counts every write. `auto`
-//! picks backend where it can and says in the log which mode it chose and why;
+//! picks backend where it can (never for a read-only mount, which writes nothing and
+//! must not tag the backend) and says in the log which mode it chose and why;
 //! `--quota=backend` fails the mount where the filesystem cannot enforce.
 //!
 //! **Lifecycle.** `run` chooses the quota mode (scanning the source for the bytes in
@@ -228,9 +229,13 @@ fn open_source(path: &Path) -> Result<std::fs::File, Error> {
 }
 
 /// Decide who enforces the capacity (`--quota`), set that up, and say so in the log.
-fn choose_quota(args: &MountArgs, capacity: u64) -> Result<Enforcement, Error> {
+fn choose_quota(args: &MountArgs, capacity: u64, read_only: bool) -> Result<Enforcement, Error> {
     let reason = match args.quota {
         QuotaChoice::Daemon => "--quota=daemon".to_owned(),
+        // Nothing is written through a read-only mount, so nothing needs passthrough
+        // writes, and setting a project up would write to the backend (project ids on
+        // every inode) on behalf of a mount that must not write.
+        QuotaChoice::Auto if read_only => "read-only mount".to_owned(),
         QuotaChoice::Auto | QuotaChoice::Backend => {
             let dir = open_source(&args.source)?;
             match ProjectQuota::setup(dir.into(), capacity) {
@@ -363,7 +368,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         Some(path) if path.exists() => read_capacity(path)?,
         _ => args.capacity_bytes,
     };
-    let quota = Arc::new(choose_quota(&args, capacity)?);
+    let quota = Arc::new(choose_quota(&args, capacity, options.read_only)?);
     let fs = Arc::new(
         VolumeFs::new(&args.source, options, quota.clone()).map_err(|source| Error::Open {
             path: args.source.clone(),
