@@ -10,6 +10,14 @@ command -v fio >/dev/null || need_apt+=(fio)
 command -v bindfs >/dev/null || need_apt+=(bindfs)
 # tests/fuse_backend_quota.rs and `make bench-fuse` make XFS filesystems.
 command -v mkfs.xfs >/dev/null || need_apt+=(xfsprogs)
+# Where the kernel has no XFS quota support, tests/run.sh runs the project-quota tests
+# in a QEMU VM on Debian's 6.12 kernel (tests/vm/xfs-quota.sh).
+modprobe xfs 2>/dev/null || true
+if [[ ! -e /proc/fs/xfs/xqmstat ]]; then
+  command -v qemu-system-x86_64 >/dev/null || need_apt+=(qemu-system-x86)
+  dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
+  command -v xz >/dev/null || need_apt+=(xz-utils)
+fi
 if ((${#need_apt[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
