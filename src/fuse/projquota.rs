@@ -298,20 +298,18 @@ fn remove_scratch(root: BorrowedFd<'_>) -> Result<()> {
         }
     };
     let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = sys::getdents64(scratch.as_fd(), &mut buf).op("getdents64")?;
-        if n == 0 {
-            break;
-        }
-        let mut pos = 0;
-        while let Some(ent) = sys::parse_dirent(&buf[pos..n]) {
-            pos += ent.reclen;
-            if ent.name != b"." && ent.name != b".." {
-                let name = CString::new(ent.name).expect("no NUL in a dirent name");
-                let _ = sys::unlinkat(scratch.as_fd(), &name, 0);
-            }
-        }
-    }
+    sys::for_each_entry(
+        scratch.as_fd(),
+        &mut buf,
+        |errno| BackendQuotaError::Sys {
+            op: "getdents64",
+            errno,
+        },
+        |name| {
+            let _ = sys::unlinkat(scratch.as_fd(), name, 0);
+            Ok(())
+        },
+    )?;
     sys::unlinkat(root, SCRATCH, libc::AT_REMOVEDIR).op("rmdir scratch")
 }
 
@@ -365,34 +363,27 @@ fn tag_below(root: BorrowedFd<'_>, id: u32, scratch: BorrowedFd<'_>) -> Result<u
     )];
     let mut buf = vec![0u8; 64 * 1024];
     while let Some((dir, is_root)) = stack.pop() {
-        loop {
-            let n = sys::getdents64(dir.as_fd(), &mut buf).op("getdents64")?;
-            if n == 0 {
-                break;
-            }
-            let mut pos = 0;
-            while let Some(ent) = sys::parse_dirent(&buf[pos..n]) {
-                pos += ent.reclen;
-                if ent.name == b"." || ent.name == b".." {
-                    continue;
-                }
-                let name = CString::new(ent.name).map_err(|_| BackendQuotaError::Sys {
-                    op: "getdents64",
-                    errno: Errno::EINVAL,
-                })?;
-                let st = match sys::fstatat(dir.as_fd(), &name) {
+        sys::for_each_entry(
+            dir.as_fd(),
+            &mut buf,
+            |errno| BackendQuotaError::Sys {
+                op: "getdents64",
+                errno,
+            },
+            |name| {
+                let st = match sys::fstatat(dir.as_fd(), name) {
                     Ok(st) => st,
-                    Err(Errno::ENOENT) => continue,
+                    Err(Errno::ENOENT) => return Ok(()),
                     Err(errno) => return Err(BackendQuotaError::Sys { op: "stat", errno }),
                 };
                 let is_dir = match st.st_mode & libc::S_IFMT {
-                    libc::S_IFDIR if is_root && name.as_c_str() == SCRATCH => continue,
+                    libc::S_IFDIR if is_root && name == SCRATCH => return Ok(()),
                     libc::S_IFDIR => true,
                     libc::S_IFREG => false,
                     _ => {
-                        recreate(dir.as_fd(), &name, &st, scratch)?;
+                        recreate(dir.as_fd(), name, &st, scratch)?;
                         tagged += 1;
-                        continue;
+                        return Ok(());
                     }
                 };
                 let flags = libc::O_RDONLY
@@ -400,9 +391,9 @@ fn tag_below(root: BorrowedFd<'_>, id: u32, scratch: BorrowedFd<'_>) -> Result<u
                     | libc::O_NOCTTY
                     | libc::O_NONBLOCK
                     | if is_dir { libc::O_DIRECTORY } else { 0 };
-                let fd = match sys::openat(dir.as_fd(), &name, flags, 0) {
+                let fd = match sys::openat(dir.as_fd(), name, flags, 0) {
                     Ok(fd) => fd,
-                    Err(Errno::ENOENT) => continue,
+                    Err(Errno::ENOENT) => return Ok(()),
                     Err(errno) => return Err(BackendQuotaError::Sys { op: "open", errno }),
                 };
                 if tag(fd.as_fd(), id, is_dir)? {
@@ -411,8 +402,9 @@ fn tag_below(root: BorrowedFd<'_>, id: u32, scratch: BorrowedFd<'_>) -> Result<u
                 if is_dir {
                     stack.push((fd, false));
                 }
-            }
-        }
+                Ok(())
+            },
+        )?;
     }
     Ok(tagged)
 }

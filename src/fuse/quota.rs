@@ -36,7 +36,6 @@
 //! threads never wait for each other here.
 
 use std::collections::HashSet;
-use std::ffi::CStr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -273,37 +272,29 @@ pub fn scan(root: BorrowedFd<'_>) -> Result<Scan, Errno> {
     let mut buf = vec![0u8; 64 * 1024];
     while let Some(dir) = stack.pop() {
         result.dirs += 1;
-        loop {
-            let n = sys::getdents64(dir.as_fd(), &mut buf)?;
-            if n == 0 {
-                break;
-            }
-            let mut pos = 0;
-            while let Some(ent) = sys::parse_dirent(&buf[pos..n]) {
-                pos += ent.reclen;
-                if ent.name == b"." || ent.name == b".." {
-                    continue;
-                }
-                let name = std::ffi::CString::new(ent.name).map_err(|_| Errno::EINVAL)?;
-                let st = match sys::fstatat(dir.as_fd(), &name) {
+        sys::for_each_entry(
+            dir.as_fd(),
+            &mut buf,
+            |e| e,
+            |name| {
+                let st = match sys::fstatat(dir.as_fd(), name) {
                     Ok(st) => st,
                     // Removed while we walk: nothing to count.
-                    Err(Errno::ENOENT) => continue,
+                    Err(Errno::ENOENT) => return Ok(()),
                     Err(e) => return Err(e),
                 };
                 match st.st_mode & libc::S_IFMT {
                     libc::S_IFREG => {
                         if st.st_nlink > 1 && !linked.insert((st.st_dev, st.st_ino)) {
-                            continue;
+                            return Ok(());
                         }
                         result.files += 1;
                         result.bytes += st.st_size as u64;
                     }
                     libc::S_IFDIR => {
-                        let sub: &CStr = &name;
                         match sys::openat(
                             dir.as_fd(),
-                            sub,
+                            name,
                             libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
                             0,
                         ) {
@@ -314,8 +305,9 @@ pub fn scan(root: BorrowedFd<'_>) -> Result<Scan, Errno> {
                     }
                     _ => {}
                 }
-            }
-        }
+                Ok(())
+            },
+        )?;
     }
     Ok(result)
 }

@@ -430,6 +430,33 @@ pub fn removexattr(path: &CStr, name: &CStr) -> SysResult<()> {
     Ok(())
 }
 
+/// Call `f` with the name of every entry of the directory `dir` but `.` and `..`,
+/// reading through `buf`, until the end of the directory or `f`'s first error.
+/// `sys_error` turns a failed `getdents64` (or a name with a NUL byte, `EINVAL`, which
+/// the kernel never returns) into the caller's error type.
+pub fn for_each_entry<E>(
+    dir: BorrowedFd<'_>,
+    buf: &mut [u8],
+    sys_error: impl Fn(Errno) -> E,
+    mut f: impl FnMut(&CStr) -> Result<(), E>,
+) -> Result<(), E> {
+    loop {
+        let n = getdents64(dir, buf).map_err(&sys_error)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let mut pos = 0;
+        while let Some(ent) = parse_dirent(&buf[pos..n]) {
+            pos += ent.reclen;
+            if ent.name == b"." || ent.name == b".." {
+                continue;
+            }
+            let name = CString::new(ent.name).map_err(|_| sys_error(Errno::EINVAL))?;
+            f(&name)?;
+        }
+    }
+}
+
 /// One record of a `getdents64` buffer.
 #[derive(Debug, Clone, Copy)]
 pub struct Dirent<'a> {
