@@ -13,7 +13,6 @@
 
 mod fuse_support;
 
-use std::collections::HashMap;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -21,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fuse_support::{FNV_OFFSET, Mount, Pattern, checksum_file, errno, fnv1a, statvfs};
+use fuse_support::{FNV_OFFSET, Mount, Pattern, checksum_file, counters, errno, fnv1a, statvfs};
 use nix::sys::signal::Signal;
 
 /// statfs `f_type` of XFS.
@@ -154,18 +153,6 @@ fn project_of(path: &Path) -> (u32, bool) {
     let r = unsafe { libc::ioctl(f.as_raw_fd(), 0x801c_581f, &mut fx) };
     assert_eq!(r, 0, "FS_IOC_FSGETXATTR {}", path.display());
     (fx.projid, fx.xflags & FS_XFLAG_PROJINHERIT != 0)
-}
-
-/// The counters of the daemon's "unmounted" log line.
-fn counters(log: &str) -> HashMap<String, u64> {
-    let line = log
-        .lines()
-        .rfind(|l| l.contains(" unmounted "))
-        .unwrap_or_else(|| panic!("no unmounted line in:\n{log}"));
-    line.split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
-        .collect()
 }
 
 /// The "quota mode chosen" log line.

@@ -4,24 +4,11 @@
 
 mod fuse_support;
 
-use std::collections::HashMap;
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 
-use fuse_support::{FNV_OFFSET, Mount, Pattern, checksum_file, fnv1a};
-
-/// The counters of the daemon's "unmounted" log line.
-fn counters(log: &str) -> HashMap<String, u64> {
-    let line = log
-        .lines()
-        .rfind(|l| l.contains(" unmounted "))
-        .unwrap_or_else(|| panic!("no unmounted line in:\n{log}"));
-    line.split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
-        .collect()
-}
+use fuse_support::{FNV_OFFSET, Mount, Pattern, checksum_file, counters, fnv1a};
 
 fn write_file(path: &std::path::Path, len: usize) -> u64 {
     let mut buf = vec![0u8; len];

@@ -406,7 +406,10 @@ impl Bench {
         let makespan = last.saturating_duration_since(t0);
         let daemons = mount_root.map(|root| {
             let pids = fixtures::mount_daemons_under(root);
-            let rss = pids.iter().map(|p| rss_kib(*p)).sum();
+            let rss = pids
+                .iter()
+                .map(|p| support::proc_status_kib(*p as u32, "VmRSS"))
+                .sum();
             (pids.len(), rss)
         });
 
@@ -471,16 +474,6 @@ fn merge(runs: Vec<Run>) -> Run {
         out.daemons = out.daemons.max(r.daemons);
     }
     out
-}
-
-/// Resident memory of a process, KiB.
-fn rss_kib(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 async fn create_csinode(client: &Client, node: &str) {

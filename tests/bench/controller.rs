@@ -32,15 +32,6 @@ use serde_json::json;
 use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL};
 use tessera::api::{LABEL_VOLUME, MountPod, Volume, VolumeAttachment};
 
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 /// User+system CPU seconds of `pid` (and its reaped children), from /proc.
 fn proc_cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -240,7 +231,7 @@ async fn main() {
         - requests0;
     let requests_by_kind1 = requests_by_kind(&ctrl.metrics().unwrap_or_default());
     let cpu1 = cpu_seconds(ctrl.child.id());
-    let rss_mib = peak_rss_kib(ctrl.child.id()) as f64 / 1024.0;
+    let rss_mib = support::proc_status_kib(ctrl.child.id(), "VmHWM") as f64 / 1024.0;
     let mut lat: Vec<Duration> = satisfied_at.values().copied().collect();
     lat.sort();
     let pct = |p: f64| {

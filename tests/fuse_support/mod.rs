@@ -317,6 +317,18 @@ impl Drop for Mount {
     }
 }
 
+/// The counters of the daemon's "unmounted" log line.
+pub fn counters(log: &str) -> std::collections::HashMap<String, u64> {
+    let line = log
+        .lines()
+        .rfind(|l| l.contains(" unmounted "))
+        .unwrap_or_else(|| panic!("no unmounted line in:\n{log}"));
+    line.split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_owned(), v.parse().ok()?)))
+        .collect()
+}
+
 /// The errno of a failed std call.
 pub fn errno(e: &io::Error) -> i32 {
     e.raw_os_error().unwrap_or(0)

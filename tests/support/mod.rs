@@ -186,3 +186,14 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 pub mod fixtures;
+
+/// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `VmHWM`, ...), in KiB; 0 if the
+/// process or the field is gone.
+pub fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
