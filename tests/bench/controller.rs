@@ -424,21 +424,19 @@ async fn floor(
     let apply = PatchParams::apply("tessera-bench-floor").force();
     let owners: Vec<(serde_json::Value, ObjectReference)> =
         stream::iter(names.iter().map(|name| {
-            let (volumes, vas, apply) = (volumes.clone(), vas.clone(), apply.clone());
-            let body = fixtures::volume(name, &id, "ReadWriteOnce");
+            let (volumes, vas, apply, id) = (volumes.clone(), vas.clone(), apply.clone(), &id);
+            let body = fixtures::volume(name, id, "ReadWriteOnce");
             async move {
                 let v = volumes.create(&PostParams::default(), &body).await?;
+                let owner = serde_json::to_value(v.controller_owner_ref(&())).unwrap();
                 let va = json!({
                     "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
-                    "metadata": {"name": name, "labels": {TEST_LABEL: &v.labels()[TEST_LABEL]},
-                                 "ownerReferences": [v.controller_owner_ref(&())]},
+                    "metadata": {"name": name, "labels": {TEST_LABEL: id},
+                                 "ownerReferences": [owner]},
                     "spec": {"volume": name, "attachmentTickets": {}},
                 });
                 vas.patch(name, &apply, &Patch::Apply(&va)).await?;
-                Ok::<_, kube::Error>((
-                    serde_json::to_value(v.controller_owner_ref(&())).unwrap(),
-                    v.object_ref(&()),
-                ))
+                Ok::<_, kube::Error>((owner, v.object_ref(&())))
             }
         }))
         .buffered(32)
