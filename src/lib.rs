@@ -27,4 +27,5 @@ pub mod fuse;
 pub mod labels;
 pub mod metrics;
 pub mod node;
+pub mod runtime;
 pub mod tickets;

@@ -262,3 +262,185 @@ impl std::fmt::Display for TicketReason {
         f.write_str(self.as_str())
     }
 }
+
+impl std::str::FromStr for TicketReason {
+    type Err = UnknownReason;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        use TicketReason::*;
+        [
+            Attached,
+            Attaching,
+            HeldByOtherNode,
+            WaitingForDetach,
+            LowerPriority,
+            Interrupted,
+            NodeLocalElsewhere,
+            GenerationPending,
+            MountFailed,
+            VolumeDeleting,
+            InvalidParameters,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+        .ok_or_else(|| UnknownReason(s.chars().take(64).collect()))
+    }
+}
+
+/// A condition reason that is not a [`TicketReason`] (at most 64 characters of it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown ticket reason {0:?}")]
+pub struct UnknownReason(pub String);
+
+impl AttachmentTicket {
+    /// A ticket of `type_` for `node_id`, generation 0, no parameters, no expiry.
+    pub fn new(id: impl Into<String>, type_: AttacherType, node_id: impl Into<String>) -> Self {
+        AttachmentTicket {
+            id: id.into(),
+            type_,
+            node_id: node_id.into(),
+            parameters: BTreeMap::new(),
+            generation: 0,
+            expires_at: None,
+        }
+    }
+
+    /// The merge-patch body that adds this ticket, or replaces the fields it sets.
+    pub fn upsert_patch(&self) -> serde_json::Value {
+        serde_json::json!({ "spec": { "attachmentTickets": { &self.id: self } } })
+    }
+
+    /// The JSON patch that removes this ticket only if it still names the same node
+    /// (a ticket re-created for another node in the meantime is left alone: the
+    /// server answers 422).
+    pub fn remove_if_unchanged_patch(&self) -> json_patch::Patch {
+        let path = format!(
+            "/spec/attachmentTickets/{}",
+            self.id.replace('~', "~0").replace('/', "~1")
+        );
+        serde_json::from_value(serde_json::json!([
+            {"op": "test", "path": format!("{path}/nodeID"), "value": self.node_id},
+            {"op": "remove", "path": path},
+        ]))
+        .expect("a well-formed JSON patch")
+    }
+}
+
+/// The merge-patch body that removes the tickets `ids` (absent ones are no-ops).
+pub fn tickets_removal_patch<'a>(ids: impl IntoIterator<Item = &'a str>) -> serde_json::Value {
+    let removals: serde_json::Map<String, serde_json::Value> = ids
+        .into_iter()
+        .map(|id| (id.to_owned(), serde_json::Value::Null))
+        .collect();
+    serde_json::json!({ "spec": { "attachmentTickets": removals } })
+}
+
+impl AttachmentTicketStatus {
+    /// Whether this status says `ticket` is satisfied as it is now: satisfied, and for
+    /// the ticket's current generation.
+    pub fn satisfies(&self, ticket: &AttachmentTicket) -> bool {
+        self.satisfied && self.generation == ticket.generation
+    }
+
+    /// The reason and message of the `Satisfied` condition, if it carries a known reason.
+    pub fn blocked_by(&self) -> Option<(TicketReason, &str)> {
+        let c = self
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_SATISFIED)?;
+        Some((c.reason.parse().ok()?, c.message.as_str()))
+    }
+}
+
+impl VolumeAttachment {
+    /// Whether ticket `id` exists and its status says it is satisfied at its generation.
+    pub fn ticket_satisfied(&self, id: &str) -> bool {
+        let Some(ticket) = self.spec.attachment_tickets.get(id) else {
+            return false;
+        };
+        self.ticket_status(id).is_some_and(|s| s.satisfies(ticket))
+    }
+
+    /// The status of ticket `id`, if the controller wrote one.
+    pub fn ticket_status(&self, id: &str) -> Option<&AttachmentTicketStatus> {
+        self.status.as_ref()?.attachment_ticket_statuses.get(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_round_trips_through_its_string() {
+        for r in [
+            TicketReason::Attached,
+            TicketReason::Attaching,
+            TicketReason::HeldByOtherNode,
+            TicketReason::WaitingForDetach,
+            TicketReason::LowerPriority,
+            TicketReason::Interrupted,
+            TicketReason::NodeLocalElsewhere,
+            TicketReason::GenerationPending,
+            TicketReason::MountFailed,
+            TicketReason::VolumeDeleting,
+            TicketReason::InvalidParameters,
+        ] {
+            assert_eq!(r.as_str().parse::<TicketReason>(), Ok(r));
+            // The serde name is the same string (conditions written by older builds).
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+        }
+        let long = "x".repeat(1000);
+        assert_eq!(
+            long.parse::<TicketReason>().unwrap_err().0.len(),
+            64,
+            "what is echoed is bounded"
+        );
+    }
+
+    #[test]
+    fn upsert_patch_carries_the_ticket_under_its_id() {
+        let mut t = AttachmentTicket::new("csi-1", AttacherType::CsiAttacher, "node-a");
+        t.parameters.insert("readOnly".into(), "true".into());
+        t.generation = 3;
+        assert_eq!(
+            t.upsert_patch(),
+            serde_json::json!({"spec": {"attachmentTickets": {"csi-1": {
+                "id": "csi-1", "type": "csi-attacher", "nodeID": "node-a",
+                "parameters": {"readOnly": "true"}, "generation": 3,
+            }}}})
+        );
+    }
+
+    #[test]
+    fn removal_patches() {
+        assert_eq!(
+            tickets_removal_patch(["a", "b"]),
+            serde_json::json!({"spec": {"attachmentTickets": {"a": null, "b": null}}})
+        );
+        let t = AttachmentTicket::new("we/ird~id", AttacherType::Manual, "n");
+        assert_eq!(
+            serde_json::to_value(t.remove_if_unchanged_patch()).unwrap(),
+            serde_json::json!([
+                {"op": "test", "path": "/spec/attachmentTickets/we~1ird~0id/nodeID", "value": "n"},
+                {"op": "remove", "path": "/spec/attachmentTickets/we~1ird~0id"},
+            ])
+        );
+    }
+
+    #[test]
+    fn satisfies_needs_the_same_generation() {
+        let mut t = AttachmentTicket::new("t", AttacherType::Manual, "n");
+        let s = AttachmentTicketStatus {
+            id: "t".into(),
+            satisfied: true,
+            generation: 0,
+            ..Default::default()
+        };
+        assert!(s.satisfies(&t));
+        t.generation = 1;
+        assert!(!s.satisfies(&t), "an older generation's satisfaction is not this one's");
+        let unsatisfied = AttachmentTicketStatus { satisfied: false, generation: 1, ..s };
+        assert!(!unsatisfied.satisfies(&t));
+    }
+}

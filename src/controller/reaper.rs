@@ -114,15 +114,7 @@ async fn remove_ticket(
     why: &str,
 ) -> Result<(), Error> {
     let name = va.name_any();
-    let path = format!(
-        "/spec/attachmentTickets/{}",
-        ticket.id.replace('~', "~0").replace('/', "~1")
-    );
-    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-        {"op": "test", "path": format!("{path}/nodeID"), "value": ticket.node_id},
-        {"op": "remove", "path": path},
-    ]))
-    .expect("a well-formed JSON patch");
+    let patch = ticket.remove_if_unchanged_patch();
     let res = Api::<VolumeAttachment>::all(ctx.client.clone())
         .patch(&name, &super::merge_params(), &Patch::<()>::Json(patch))
         .await;

@@ -30,7 +30,7 @@ use tracing::{debug, info, instrument};
 
 use super::attachment::{owner_reference, publish};
 use super::{ANNOTATION_RECLAIM, Context, Error, FIELD_MANAGER, KubeContext, VOLUME_FINALIZER};
-use crate::api::{AttacherType, BackendScope, CSI_DRIVER_NAME, Volume, VolumeAttachment};
+use crate::api::{AttachmentTicket, AttacherType, BackendScope, CSI_DRIVER_NAME, Volume, VolumeAttachment};
 use crate::labels::Labels;
 
 /// Id of the ticket that removes a deleted volume's data.
@@ -208,12 +208,7 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {
         return Ok(Cleanup::Pending(Action::requeue(Duration::from_secs(1))));
     };
     if let Some(ticket) = va.spec.attachment_tickets.get(CLEANUP_TICKET) {
-        let done = va
-            .status
-            .as_ref()
-            .and_then(|s| s.attachment_ticket_statuses.get(CLEANUP_TICKET))
-            .is_some_and(|s| s.satisfied && s.generation == ticket.generation);
-        if done {
+        if va.ticket_satisfied(CLEANUP_TICKET) {
             info!(volume = %name, node = %ticket.node_id, "data removed");
             publish(
                 ctx,
@@ -239,9 +234,7 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {
         .await;
         return Ok(Cleanup::Pending(Action::requeue(Duration::from_secs(30))));
     };
-    let patch = json!({"spec": {"attachmentTickets": {CLEANUP_TICKET: {
-        "id": CLEANUP_TICKET, "type": AttacherType::Cleanup.as_str(), "nodeID": node, "generation": 0,
-    }}}});
+    let patch = AttachmentTicket::new(CLEANUP_TICKET, AttacherType::Cleanup, &node).upsert_patch();
     Api::<VolumeAttachment>::all(ctx.client.clone())
         .patch(&name, &super::merge_params(), &Patch::Merge(&patch))
         .await

@@ -26,8 +26,8 @@ use super::proto::volume_capability::{AccessType, access_mode};
 use super::proto::*;
 use super::{InFlight, TOPOLOGY_NODE_KEY, csi_ticket_id};
 use crate::api::{
-    self, AccessMode, AttacherType, BackendScope, CONDITION_SATISFIED, TicketReason, Volume,
-    VolumeAttachment,
+    self, AccessMode, AttacherType, AttachmentTicket, BackendScope, TicketReason, Volume,
+    VolumeAttachment, tickets_removal_patch,
 };
 
 /// Annotation on a Volume with the CSI name it was created for.
@@ -239,24 +239,12 @@ fn csi_volume(v: &Volume) -> Result<super::proto::Volume, Status> {
 }
 
 fn ticket_blocked(va: &VolumeAttachment, id: &str) -> Option<(TicketReason, String)> {
-    let s = va.status.as_ref()?.attachment_ticket_statuses.get(id)?;
-    let c = s
-        .conditions
-        .iter()
-        .find(|c| c.type_ == CONDITION_SATISFIED)?;
-    let reason = serde_json::from_value::<TicketReason>(json!(c.reason)).ok()?;
-    Some((reason, c.message.clone()))
+    let (reason, message) = va.ticket_status(id)?.blocked_by()?;
+    Some((reason, message.to_owned()))
 }
 
 fn satisfied(va: Option<&VolumeAttachment>, id: &str) -> bool {
-    let Some(va) = va else { return false };
-    let Some(ticket) = va.spec.attachment_tickets.get(id) else {
-        return false;
-    };
-    va.status
-        .as_ref()
-        .and_then(|s| s.attachment_ticket_statuses.get(id))
-        .is_some_and(|s| s.satisfied && s.generation == ticket.generation)
+    va.is_some_and(|va| va.ticket_satisfied(id))
 }
 
 /// Wait until `cond` holds for the object `from` is a version of: checked on `from`
@@ -543,13 +531,11 @@ impl Controller for ControllerService {
         }
         let mut current = va.clone();
         if !same {
-            let generation = existing.map(|t| t.generation + 1).unwrap_or(0);
-            let patch = json!({"spec": {"attachmentTickets": {&id: {
-                "id": id, "type": AttacherType::CsiAttacher.as_str(), "nodeID": req.node_id,
-                "parameters": params, "generation": generation,
-            }}}});
+            let mut ticket = AttachmentTicket::new(&id, AttacherType::CsiAttacher, &req.node_id);
+            ticket.parameters = params.clone();
+            ticket.generation = existing.map(|t| t.generation + 1).unwrap_or(0);
             current = api
-                .patch(&req.volume_id, &merge_params(), &Patch::Merge(&patch))
+                .patch(&req.volume_id, &merge_params(), &Patch::Merge(ticket.upsert_patch()))
                 .await
                 .map_err(|e| kube_status("adding ticket", e))?;
             info!(ticket = %id, "ticket upserted");
@@ -623,11 +609,7 @@ impl Controller for ControllerService {
             .filter(|id| va.spec.attachment_tickets.contains_key(*id))
             .collect();
         if !present.is_empty() {
-            let removals: serde_json::Map<String, serde_json::Value> = present
-                .iter()
-                .map(|id| ((*id).clone(), serde_json::Value::Null))
-                .collect();
-            let patch = json!({"spec": {"attachmentTickets": removals}});
+            let patch = tickets_removal_patch(present.iter().map(|id| id.as_str()));
             api.patch(&req.volume_id, &merge_params(), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| kube_status("removing ticket", e))?;

@@ -564,17 +564,7 @@ impl Host {
     }
 }
 
-/// An error and its causes, on one line.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
+pub use crate::runtime::error_chain;
 
 #[cfg(test)]
 mod tests;
