@@ -75,8 +75,11 @@ pub struct AttachmentTicket {
 
     /// Attachment parameters. Known keys: `readOnly` (`"true"`/`"false"`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[x_kube(validation = Rule::new("!has(self.readOnly) || self.readOnly in ['true', 'false']").message("parameters.readOnly must be \"true\" or \"false\""))]
-    #[schemars(extend("maxProperties" = 16))]
+    #[x_kube(
+        validation = Rule::new("!has(self.readOnly) || self.readOnly in ['true', 'false']").message("parameters.readOnly must be \"true\" or \"false\""),
+        validation = Rule::new("self.all(k, k.size() <= 63)").message("parameters: keys of at most 63 characters")
+    )]
+    #[schemars(extend("maxProperties" = 16, "additionalProperties" = {"type": "string", "maxLength": 1024}))]
     pub parameters: BTreeMap<String, String>,
 
     /// Bumped by the ticket's owner whenever it changes what it asks for; a ticket is

@@ -8,6 +8,42 @@ use serde::{Deserialize, Serialize};
 pub(crate) const DNS_SUBDOMAIN_RULE: &str =
     "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')";
 
+/// Mount options a Volume (and so a MountPod) may ask for. Everything else is refused
+/// at the API server and again by the node agent: `suid` and `dev` would let a volume's
+/// owner plant set-ID binaries and device nodes for pods, `fsname=`/`subtype=` rename
+/// the mount, and a comma would smuggle in more options.
+pub const MOUNT_OPTIONS: [&str; 14] = [
+    "ro",
+    "rw",
+    "exec",
+    "noexec",
+    "nosuid",
+    "nodev",
+    "atime",
+    "noatime",
+    "relatime",
+    "sync",
+    "async",
+    "dirsync",
+    "allow_other",
+    "default_permissions",
+];
+
+/// CEL: every item of a mount option list is one of [`MOUNT_OPTIONS`] (checked equal by
+/// a unit test).
+pub(crate) const MOUNT_OPTIONS_RULE: &str = "self.all(o, o in ['ro', 'rw', 'exec', 'noexec', 'nosuid', 'nodev', 'atime', 'noatime', 'relatime', 'sync', 'async', 'dirsync', 'allow_other', 'default_permissions'])";
+
+/// The message of [`MOUNT_OPTIONS_RULE`].
+pub(crate) const MOUNT_OPTIONS_MESSAGE: &str = "mountOptions may only hold ro, rw, exec, noexec, nosuid, nodev, atime, noatime, relatime, sync, async, dirsync, allow_other and default_permissions (suid, dev, fsname= and anything else are refused)";
+
+/// Whether `option` is one a Volume may ask for.
+pub fn mount_option_allowed(option: &str) -> bool {
+    MOUNT_OPTIONS.contains(&option)
+}
+
+/// The largest volume: 1 EiB (2^60 bytes).
+pub const MAX_VOLUME_BYTES: u64 = 1 << 60;
+
 /// How many nodes and writers a volume may have. The names are those of
 /// `PersistentVolumeClaim.spec.accessModes`, so a CSI request maps one to one.
 #[derive(
@@ -109,6 +145,21 @@ pub fn quantity_bytes(q: &str) -> Result<u64, QuantityError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cel_rule_lists_exactly_the_allowed_options() {
+        let list: Vec<String> = MOUNT_OPTIONS.iter().map(|o| format!("'{o}'")).collect();
+        assert_eq!(
+            MOUNT_OPTIONS_RULE,
+            format!("self.all(o, o in [{}])", list.join(", "))
+        );
+        for o in MOUNT_OPTIONS {
+            assert!(MOUNT_OPTIONS_MESSAGE.contains(o), "{o}");
+        }
+        for bad in ["suid", "dev", "fsname=x", "ro,suid", "", " ro"] {
+            assert!(!mount_option_allowed(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn quantities_in_bytes() {

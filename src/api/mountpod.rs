@@ -95,9 +95,10 @@ pub struct MountPodSpec {
     #[serde(default)]
     pub read_only: bool,
 
-    /// Options passed to the FUSE mount.
+    /// Options passed to the FUSE mount (the Volume's, from the same fixed list).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(super::common::MOUNT_OPTIONS_RULE).message(super::common::MOUNT_OPTIONS_MESSAGE))]
+    #[schemars(length(max = 32), inner(length(max = 32)))]
     pub mount_options: Vec<String>,
 
     /// Target paths bound to this mount and who owns them. A list map keyed by

@@ -42,6 +42,8 @@ pub struct VolumeSpec {
     #[x_kube(
         validation = Rule::new("isQuantity(string(self)) && quantity(string(self)).isGreaterThan(quantity('0'))")
             .message("size must be a positive quantity such as 1Gi"),
+        validation = Rule::new("!isQuantity(string(self)) || (quantity(string(self)).isInteger() && quantity(string(self)).asInteger() >= 1 && quantity(string(self)).asInteger() <= 1152921504606846976)")
+            .message("size must be a whole number of bytes from 1 to 1Ei, such as 1Gi (no fractions of a byte, no milli-units)"),
         validation = Rule::new("!isQuantity(string(self)) || !isQuantity(string(oldSelf)) || quantity(string(self)).compareTo(quantity(string(oldSelf))) >= 0")
             .message("size may grow but never shrink")
     )]
@@ -55,9 +57,12 @@ pub struct VolumeSpec {
     /// Where the volume's data lives.
     pub backend: VolumeBackend,
 
-    /// Options passed to the FUSE mount (for example `ro`, `allow_other`).
+    /// Options passed to the FUSE mount, from a fixed list: ro, rw, exec, noexec,
+    /// nosuid, nodev, atime, noatime, relatime, sync, async, dirsync, allow_other,
+    /// default_permissions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(super::common::MOUNT_OPTIONS_RULE).message(super::common::MOUNT_OPTIONS_MESSAGE))]
+    #[schemars(length(max = 32), inner(length(max = 32)))]
     pub mount_options: Vec<String>,
 }
 
