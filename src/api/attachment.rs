@@ -442,8 +442,15 @@ mod tests {
         };
         assert!(s.satisfies(&t));
         t.generation = 1;
-        assert!(!s.satisfies(&t), "an older generation's satisfaction is not this one's");
-        let unsatisfied = AttachmentTicketStatus { satisfied: false, generation: 1, ..s };
+        assert!(
+            !s.satisfies(&t),
+            "an older generation's satisfaction is not this one's"
+        );
+        let unsatisfied = AttachmentTicketStatus {
+            satisfied: false,
+            generation: 1,
+            ..s
+        };
         assert!(!unsatisfied.satisfies(&t));
     }
 }

@@ -30,7 +30,9 @@ use tracing::{debug, info, instrument};
 
 use super::attachment::{owner_reference, publish};
 use super::{ANNOTATION_RECLAIM, Context, Error, FIELD_MANAGER, KubeContext, VOLUME_FINALIZER};
-use crate::api::{AttachmentTicket, AttacherType, BackendScope, CSI_DRIVER_NAME, Volume, VolumeAttachment};
+use crate::api::{
+    AttacherType, AttachmentTicket, BackendScope, CSI_DRIVER_NAME, Volume, VolumeAttachment,
+};
 use crate::labels::Labels;
 
 /// Id of the ticket that removes a deleted volume's data.

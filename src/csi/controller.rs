@@ -535,7 +535,11 @@ impl Controller for ControllerService {
             ticket.parameters = params.clone();
             ticket.generation = existing.map(|t| t.generation + 1).unwrap_or(0);
             current = api
-                .patch(&req.volume_id, &merge_params(), &Patch::Merge(ticket.upsert_patch()))
+                .patch(
+                    &req.volume_id,
+                    &merge_params(),
+                    &Patch::Merge(ticket.upsert_patch()),
+                )
                 .await
                 .map_err(|e| kube_status("adding ticket", e))?;
             info!(ticket = %id, "ticket upserted");

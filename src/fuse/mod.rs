@@ -31,8 +31,10 @@
 //! **Lifecycle.** `run` chooses the quota mode (scanning the source for the bytes in
 //! use in daemon mode), mounts with `mount(2)`
 //! (the daemon runs as root, so no `fusermount3` is needed), and serves. SIGTERM or
-//! SIGINT unmounts (lazily if files are still open, so the daemon serves them until
-//! they are closed); a second one exits at once, which aborts the connection. SIGHUP
+//! SIGINT unmounts (lazily if files are still open); the daemon keeps serving what
+//! still refers to the connection (open files, the mount bound or propagated
+//! elsewhere) for `--stop-grace` (2 s), then exits, which ends the connection for
+//! them; a second stop signal exits at once. SIGHUP
 //! re-reads `--capacity-file` (in backend mode: sets the project's new limit). When the kernel ends the connection (unmount, by us or
 //! anyone), the daemon logs its counters and exits 0.
 //!
@@ -52,7 +54,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, SessionACL};
 use nix::sys::signal::{SigSet, Signal};
@@ -110,6 +112,18 @@ pub struct MountArgs {
     /// daemon).
     #[arg(long, value_enum, default_value_t = QuotaChoice::Auto)]
     pub quota: QuotaChoice,
+    /// After a stop signal, how long, in seconds, open files and mounts elsewhere (a
+    /// bind or a propagated copy of this mount) may keep the connection alive before
+    /// the daemon exits anyway; then they see ENOTCONN.
+    #[arg(long, default_value_t = 2.0, value_parser = parse_grace)]
+    pub stop_grace: f64,
+}
+
+fn parse_grace(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=300.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?}: seconds from 0 to 300")),
+    }
 }
 
 /// `tessera mount --quota`.
@@ -423,6 +437,8 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         quota: quota.clone(),
         capacity_file: args.capacity_file.clone(),
         mountpoint: args.mountpoint.clone(),
+        grace: Duration::from_secs_f64(args.stop_grace),
+        fs: fs.clone(),
     };
     std::thread::Builder::new()
         .name("signals".into())
@@ -440,10 +456,19 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     );
 
     let served = session.run();
+    log_counters(&fs, &args.mountpoint, "unmounted");
+    served.map_err(|source| Error::Serve {
+        mountpoint: args.mountpoint.clone(),
+        source,
+    })
+}
+
+/// The daemon's last line: what it served, and the quota at the end.
+fn log_counters(fs: &VolumeFs, mountpoint: &Path, message: &'static str) {
     let stats = fs.stats();
     let usage = fs.usage().ok();
     tracing::info!(
-        mountpoint = %args.mountpoint.display(),
+        mountpoint = %mountpoint.display(),
         reads = stats.reads.load(Ordering::Relaxed),
         read_bytes = stats.read_bytes.load(Ordering::Relaxed),
         writes = stats.writes.load(Ordering::Relaxed),
@@ -456,12 +481,8 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         quota = fs.quota_mode().as_str(),
         used = usage.map(|u| u.used),
         capacity = usage.map(|u| u.capacity),
-        "unmounted"
+        "{message}"
     );
-    served.map_err(|source| Error::Serve {
-        mountpoint: args.mountpoint.clone(),
-        source,
-    })
 }
 
 /// How long the kernel may cache names, attributes and non-existence.
@@ -521,14 +542,34 @@ struct SignalContext {
     quota: Arc<Enforcement>,
     capacity_file: Option<PathBuf>,
     mountpoint: PathBuf,
+    /// How long the connection may outlive the unmount after a stop signal.
+    grace: Duration,
+    fs: Arc<VolumeFs>,
 }
 
 impl SignalContext {
+    /// Takes SIGHUP (reload the capacity) and the stop signals. The first stop signal
+    /// unmounts (lazily when busy); the serving loop ends by itself once nothing refers
+    /// to the connection any more. Open files and mounts elsewhere (a bind, a copy
+    /// propagated to another mount namespace) would keep it alive for ever, so after
+    /// the grace period, or at a second stop signal, the daemon exits anyway, which
+    /// ends the connection for them.
     fn run(mut self) {
-        let mut stopping = false;
+        let mut deadline: Option<Instant> = None;
         loop {
-            let signal = match self.signals.wait() {
-                Ok(s) => s,
+            let signal = match deadline {
+                None => self.signals.wait().map(Some),
+                Some(d) => wait_signal_until(&self.signals, d),
+            };
+            let signal = match signal {
+                Ok(Some(s)) => s,
+                Ok(None) => {
+                    tracing::warn!(
+                        grace = ?self.grace,
+                        "still referenced after the unmount (open files, or the mount bound elsewhere): exiting; they lose the mount"
+                    );
+                    self.exit(0);
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "waiting for signals failed");
                     return;
@@ -536,17 +577,22 @@ impl SignalContext {
             };
             match signal {
                 Signal::SIGHUP => self.reload_capacity(),
-                _ if stopping => {
+                _ if deadline.is_some() => {
                     tracing::warn!(%signal, "second stop signal: exiting, open files lose the mount");
-                    std::process::exit(1);
+                    self.exit(1);
                 }
                 _ => {
-                    stopping = true;
                     tracing::info!(%signal, mountpoint = %self.mountpoint.display(), "unmounting");
                     self.unmount();
+                    deadline = Some(Instant::now() + self.grace);
                 }
             }
         }
+    }
+
+    fn exit(&self, code: i32) -> ! {
+        log_counters(&self.fs, &self.mountpoint, "unmounted");
+        std::process::exit(code)
     }
 
     fn reload_capacity(&self) {
@@ -582,6 +628,27 @@ impl SignalContext {
                 }
             }
             Err(e) => tracing::error!(error = %e, "unmount failed"),
+        }
+    }
+}
+
+/// The next of `signals` (blocked in this thread) before `deadline`, or None.
+fn wait_signal_until(signals: &SigSet, deadline: Instant) -> nix::Result<Option<Signal>> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(left.subsec_nanos()),
+        };
+        // SAFETY: a valid signal set and timespec; no siginfo wanted.
+        let r = unsafe { libc::sigtimedwait(signals.as_ref(), std::ptr::null_mut(), &ts) };
+        if r >= 0 {
+            return Signal::try_from(r).map(Some);
+        }
+        match nix::errno::Errno::last() {
+            nix::errno::Errno::EAGAIN => return Ok(None),
+            nix::errno::Errno::EINTR => continue,
+            e => return Err(e),
         }
     }
 }

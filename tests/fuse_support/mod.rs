@@ -261,6 +261,23 @@ impl Mount {
         }
     }
 
+    /// Wait up to `timeout` for the daemon to exit; its exit status, or None if it
+    /// still runs.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let child = self.child.as_mut()?;
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Unmount with SIGTERM and wait for the daemon to exit; returns its log.
     pub fn stop(&mut self) -> String {
         if let Some(mut child) = self.child.take() {
