@@ -24,12 +24,12 @@ pub struct ControllerLabels {
     pub controller: String,
 }
 
-/// Labels of an API write.
+/// Labels of an API request: a write, or a read outside the watches.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WriteLabels {
-    /// The kind written.
+pub struct RequestLabels {
+    /// The kind written or read.
     pub kind: String,
-    /// `create`, `apply`, `patch`, `status`, `delete`.
+    /// Writes: `create`, `apply`, `patch`, `status`, `delete`; reads: `get`, `list`.
     pub verb: String,
 }
 
@@ -43,9 +43,9 @@ pub struct Metrics {
     /// Reconcile duration in seconds, per controller.
     pub reconcile_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
     /// Writes sent to the API server, per kind and verb.
-    pub api_writes: Family<WriteLabels, Counter>,
+    pub api_writes: Family<RequestLabels, Counter>,
     /// Reads sent to the API server outside the watches (re-checks), per kind and verb.
-    pub api_reads: Family<WriteLabels, Counter>,
+    pub api_reads: Family<RequestLabels, Counter>,
     /// Seconds from a ticket's first sighting to its first satisfied status.
     pub ticket_satisfied_seconds: Histogram,
     /// Tickets removed by the reaper.
@@ -68,8 +68,8 @@ impl Metrics {
         let reconcile_duration = Family::<ControllerLabels, Histogram>::new_with_constructor(
             (|| Histogram::new(exponential_buckets(0.001, 2.0, 14))) as fn() -> Histogram,
         );
-        let api_writes = Family::<WriteLabels, Counter>::default();
-        let api_reads = Family::<WriteLabels, Counter>::default();
+        let api_writes = Family::<RequestLabels, Counter>::default();
+        let api_reads = Family::<RequestLabels, Counter>::default();
         let ticket_satisfied_seconds = Histogram::new(exponential_buckets(0.01, 2.0, 14));
         let tickets_reaped = Counter::default();
         registry.register("reconciles", "Reconciles run", reconciles.clone());
@@ -119,7 +119,7 @@ impl Metrics {
     /// Count one API read made outside the watches.
     pub fn read(&self, kind: &str, verb: &str) {
         self.api_reads
-            .get_or_create(&WriteLabels {
+            .get_or_create(&RequestLabels {
                 kind: kind.into(),
                 verb: verb.into(),
             })
@@ -129,7 +129,7 @@ impl Metrics {
     /// Count one API write.
     pub fn write(&self, kind: &str, verb: &str) {
         self.api_writes
-            .get_or_create(&WriteLabels {
+            .get_or_create(&RequestLabels {
                 kind: kind.into(),
                 verb: verb.into(),
             })

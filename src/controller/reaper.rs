@@ -22,9 +22,11 @@ use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use tracing::{info, warn};
 
-use super::attachment::publish_action;
+use super::context::{measured, merge_params};
+use super::events::publish_action;
 use super::{Context, Error, KubeContext};
 use crate::api::{AttacherType, AttachmentTicket, VolumeAttachment};
+use crate::runtime::error_chain;
 
 /// Run the reaper every `interval`, forever.
 pub async fn run(ctx: Arc<Context>, interval: Duration) {
@@ -33,9 +35,9 @@ pub async fn run(ctx: Arc<Context>, interval: Duration) {
         if !ctx.caches_ready().await {
             continue;
         }
-        let res = super::measured(&ctx.metrics, "reaper", reap_once(&ctx)).await;
+        let res = measured(&ctx.metrics, "reaper", reap_once(&ctx)).await;
         if let Err(e) = res {
-            warn!(error = %e, "reaper pass failed");
+            warn!(error = %error_chain(&e), "reaper pass failed");
         }
     }
 }
@@ -116,7 +118,7 @@ async fn remove_ticket(
     let name = va.name_any();
     let patch = ticket.remove_if_unchanged_patch();
     let res = Api::<VolumeAttachment>::all(ctx.client.clone())
-        .patch(&name, &super::merge_params(), &Patch::<()>::Json(patch))
+        .patch(&name, &merge_params(), &Patch::<()>::Json(patch))
         .await;
     match res {
         Ok(_) => {}

@@ -28,12 +28,15 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 use tracing::{debug, info, instrument};
 
-use super::attachment::{owner_reference, publish};
+use super::attachment::owner_reference;
+use super::context::{measured, merge_params};
+use super::events::publish;
 use super::{ANNOTATION_RECLAIM, Context, Error, FIELD_MANAGER, KubeContext, VOLUME_FINALIZER};
 use crate::api::{
     AttacherType, AttachmentTicket, BackendScope, CSI_DRIVER_NAME, Volume, VolumeAttachment,
 };
 use crate::labels::Labels;
+use crate::runtime::error_chain;
 
 /// Id of the ticket that removes a deleted volume's data.
 pub const CLEANUP_TICKET: &str = "cleanup-data";
@@ -42,12 +45,12 @@ pub const CLEANUP_TICKET: &str = "cleanup-data";
 #[instrument(skip_all, fields(volume = %volume.name_any()))]
 pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action, Error> {
     let metrics = ctx.metrics.clone();
-    super::measured(&metrics, "volume", async {
+    measured(&metrics, "volume", async {
         let api: Api<Volume> = Api::all(ctx.client.clone());
         let name = volume.name_any();
         // The cache, corrected by what this controller wrote and it does not show yet.
         let volume = ctx
-            .recent_volumes
+            .written_volumes
             .view(&name, Some(volume.clone()))
             .unwrap_or(volume);
         let has_finalizer = volume.finalizers().iter().any(|f| f == VOLUME_FINALIZER);
@@ -64,11 +67,11 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
                 ]);
                 let patch: json_patch::Patch = serde_json::from_value(patch).expect("well-formed JSON patch");
                 let written = api
-                    .patch(&name, &super::merge_params(), &Patch::<()>::Json(patch))
+                    .patch(&name, &merge_params(), &Patch::<()>::Json(patch))
                     .await
                     .context(|| format!("adding the finalizer to {name}"))?;
                 ctx.metrics.write("Volume", "patch");
-                ctx.recent_volumes
+                ctx.written_volumes
                     .record(&name, &name, volume.resource_version(), Some(Arc::new(written)));
                 return Ok(Action::await_change());
             }
@@ -87,8 +90,8 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
                     {"op": "remove", "path": format!("/metadata/finalizers/{idx}")},
                 ]))
                 .expect("well-formed JSON patch");
-                match api.patch(&name, &super::merge_params(), &Patch::<()>::Json(patch)).await {
-                    Ok(written) => ctx.recent_volumes.record(
+                match api.patch(&name, &merge_params(), &Patch::<()>::Json(patch)).await {
+                    Ok(written) => ctx.written_volumes.record(
                         &name,
                         &name,
                         volume.resource_version(),
@@ -115,7 +118,7 @@ enum Cleanup {
 
 /// Back off on errors.
 pub fn error_policy(_volume: Arc<Volume>, err: &Error, _ctx: Arc<Context>) -> Action {
-    debug!(error = %err, "volume reconcile failed");
+    debug!(error = %error_chain(err), "volume reconcile failed");
     Action::requeue(Duration::from_secs(2))
 }
 
@@ -136,7 +139,7 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
     let name = volume.name_any();
     let uid = volume.uid().unwrap_or_default();
     let existing = ctx
-        .recent_attachments
+        .written_attachments
         .view(&name, ctx.attachments.get(&ObjectRef::new(&name)));
     let owned = existing.as_ref().is_some_and(|va| {
         va.owner_references().iter().any(|o| o.uid == uid)
@@ -166,7 +169,7 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
         .await
         .context(|| format!("applying VolumeAttachment {name}"))?;
     ctx.metrics.write("VolumeAttachment", "apply");
-    ctx.recent_attachments.record(
+    ctx.written_attachments.record(
         &name,
         &name,
         existing.as_ref().and_then(|va| va.resource_version()),
@@ -238,7 +241,7 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {
     };
     let patch = AttachmentTicket::new(CLEANUP_TICKET, AttacherType::Cleanup, &node).upsert_patch();
     Api::<VolumeAttachment>::all(ctx.client.clone())
-        .patch(&name, &super::merge_params(), &Patch::Merge(&patch))
+        .patch(&name, &merge_params(), &Patch::Merge(&patch))
         .await
         .context(|| format!("adding the cleanup ticket to {name}"))?;
     ctx.metrics.write("VolumeAttachment", "patch");

@@ -37,24 +37,25 @@ struct Entry<K> {
     at: Instant,
 }
 
-/// Remembered writes of one kind, by object name.
-pub struct Recent<K> {
+/// The controller's own writes of one kind, by object name, remembered until the
+/// cache shows them.
+pub struct OwnWrites<K> {
     entries: Mutex<HashMap<String, Entry<K>>>,
 }
 
-impl<K> Default for Recent<K> {
+impl<K> Default for OwnWrites<K> {
     fn default() -> Self {
-        Recent {
+        OwnWrites {
             entries: Mutex::new(HashMap::new()),
         }
     }
 }
 
-impl<K: ResourceExt> Recent<K> {
+impl<K: ResourceExt> OwnWrites<K> {
     /// Remember that object `name` of volume `scope`, which the cache showed at
     /// resourceVersion `base` (`None`: absent), is now `after` (`None`: deleted).
     pub fn record(&self, scope: &str, name: &str, base: Option<String>, after: Option<Arc<K>>) {
-        let mut entries = self.entries.lock().expect("recent writes lock");
+        let mut entries = self.entries.lock().expect("own writes lock");
         let now = Instant::now();
         entries.retain(|_, e| now.duration_since(e.at) < FORGET_AFTER);
         // A write decided on a remembered version (or on one it superseded) supersedes
@@ -88,7 +89,7 @@ impl<K: ResourceExt> Recent<K> {
 
     /// The freshest known version of object `name`, given what the cache shows.
     pub fn view(&self, name: &str, cached: Option<Arc<K>>) -> Option<Arc<K>> {
-        let mut entries = self.entries.lock().expect("recent writes lock");
+        let mut entries = self.entries.lock().expect("own writes lock");
         let Some(e) = entries.get(name) else {
             return cached;
         };
@@ -105,7 +106,7 @@ impl<K: ResourceExt> Recent<K> {
     /// The freshest known versions of the objects of volume `scope`, given the cached
     /// ones.
     pub fn view_scope(&self, scope: &str, cached: Vec<Arc<K>>) -> Vec<Arc<K>> {
-        let mut entries = self.entries.lock().expect("recent writes lock");
+        let mut entries = self.entries.lock().expect("own writes lock");
         let mut out: Vec<Arc<K>> = Vec::with_capacity(cached.len());
         let mut seen = std::collections::HashSet::new();
         for obj in cached {
@@ -156,7 +157,7 @@ mod tests {
 
     #[test]
     fn nothing_remembered_means_the_cache() {
-        let r = Recent::<ConfigMap>::default();
+        let r = OwnWrites::<ConfigMap>::default();
         assert_eq!(
             data(&r.view("a", Some(cm("a", "1", "x")))),
             Some("x".into())
@@ -166,7 +167,7 @@ mod tests {
 
     #[test]
     fn a_write_is_used_while_the_cache_shows_its_base_then_forgotten() {
-        let r = Recent::<ConfigMap>::default();
+        let r = OwnWrites::<ConfigMap>::default();
         r.record("v", "a", Some("1".into()), Some(cm("a", "2", "new")));
         // The cache still shows version 1: the written version 2 is newer.
         assert_eq!(
@@ -187,7 +188,7 @@ mod tests {
 
     #[test]
     fn chained_writes_supersede_the_whole_chain() {
-        let r = Recent::<ConfigMap>::default();
+        let r = OwnWrites::<ConfigMap>::default();
         r.record("v", "a", Some("1".into()), Some(cm("a", "2", "second")));
         // The next reconcile saw version 2 (from memory) and wrote version 3.
         r.record("v", "a", Some("2".into()), Some(cm("a", "3", "third")));
@@ -212,7 +213,7 @@ mod tests {
 
     #[test]
     fn a_write_decided_on_something_else_starts_a_new_chain() {
-        let r = Recent::<ConfigMap>::default();
+        let r = OwnWrites::<ConfigMap>::default();
         r.record("v", "a", Some("1".into()), Some(cm("a", "2", "ours")));
         // Someone else wrote 5; a reconcile that read 5 from the cache wrote 6.
         r.record("v", "a", Some("5".into()), Some(cm("a", "6", "after 5")));
@@ -225,7 +226,7 @@ mod tests {
 
     #[test]
     fn created_objects_appear_in_their_scope_until_the_cache_has_them() {
-        let r = Recent::<ConfigMap>::default();
+        let r = OwnWrites::<ConfigMap>::default();
         r.record("vol", "mp1", None, Some(cm("mp1", "5", "created")));
         assert!(r.view_scope("other", vec![]).is_empty());
         let v = r.view_scope("vol", vec![]);
@@ -240,7 +241,7 @@ mod tests {
 
     #[test]
     fn deleted_objects_vanish_from_their_scope_while_the_cache_shows_them() {
-        let r = Recent::<ConfigMap>::default();
+        let r = OwnWrites::<ConfigMap>::default();
         r.record("vol", "mp1", Some("5".into()), None);
         assert!(r.view_scope("vol", vec![cm("mp1", "5", "x")]).is_empty());
         assert!(r.view("mp1", Some(cm("mp1", "5", "x"))).is_none());

@@ -1,0 +1,52 @@
+//! The command line of `tessera controller`.
+
+use std::net::SocketAddr;
+
+use crate::labels::{Labels, parse_labels};
+
+/// Command line of `tessera controller`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ControllerArgs {
+    /// Address of the metrics and health endpoint.
+    #[arg(long, env = "TESSERA_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Namespace of the leader-election Lease (and of nothing else).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "tessera-controller")]
+    pub lease_name: String,
+    /// This replica's identity in the election (default: hostname and pid).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Run without leader election (only one replica must run).
+    #[arg(long)]
+    pub no_leader_election: bool,
+    /// Only handle Volumes, VolumeAttachments and MountPods carrying these labels
+    /// (`key=value[,key=value]`), for sharding or for tests sharing a cluster. The
+    /// labels are copied onto the objects the controller creates.
+    #[arg(long, value_parser = parse_labels)]
+    pub watch_selector: Option<Labels>,
+    /// How often the reaper looks for tickets nothing stands behind, in seconds.
+    #[arg(long, default_value_t = 10)]
+    pub reap_interval_seconds: u64,
+    /// Serve the CSI Identity and Controller services on this unix socket
+    /// (`unix:///csi/csi.sock` next to the sidecars).
+    #[arg(long, env = "CSI_ENDPOINT")]
+    pub csi_endpoint: Option<String>,
+    /// Backend root of volumes whose StorageClass names none.
+    #[arg(long, default_value = "/var/lib/tessera/volumes")]
+    pub default_backend_root: String,
+    /// How long ControllerPublishVolume waits for its ticket, in seconds (keep it below
+    /// the external-attacher's --timeout, 15 s by default).
+    #[arg(long, default_value_t = 10)]
+    pub publish_timeout_seconds: u64,
+    /// Capacity reported by GetCapacity, in bytes (default: free space of the default
+    /// backend root as the controller sees it).
+    #[arg(long)]
+    pub capacity_bytes: Option<u64>,
+    /// How old a ticket must be before the reaper may remove it for a missing owner
+    /// (storage.k8s.io VolumeAttachment or Node), in seconds: covers watch lag.
+    #[arg(long, default_value_t = 30)]
+    pub reap_grace_seconds: u64,
+}

@@ -1,0 +1,73 @@
+//! The arbitration input of one volume, built from its objects: pure, no cache and
+//! no client.
+//!
+//! ```text
+//!  Volume (access mode, deletion, pin) ─┐
+//!  VolumeAttachment (tickets, requestedAt) ─┼─▶ gather ─▶ tickets::Input
+//!  MountPods ─▶ mount_view (one per node) ──┘
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::{BackendScope, MountPhase, MountPod, Volume, VolumeAttachment};
+use crate::tickets::{Input, MountState, MountView, TicketInput};
+
+/// The arbitration input for a volume, from its objects. A ticket the controller has
+/// not seen before is requested `now`.
+pub fn gather(
+    volume: &Volume,
+    va: &VolumeAttachment,
+    mountpods: &[Arc<MountPod>],
+    now: &Time,
+) -> Input {
+    let statuses = va.status.as_ref().map(|s| &s.attachment_ticket_statuses);
+    let tickets = va
+        .spec
+        .attachment_tickets
+        .values()
+        .map(|t| TicketInput {
+            ticket: t.clone(),
+            requested_at: Some(
+                statuses
+                    .and_then(|s| s.get(&t.id))
+                    .and_then(|s| s.requested_at.clone())
+                    .unwrap_or_else(|| now.clone()),
+            ),
+        })
+        .collect();
+    let mut mounts = BTreeMap::new();
+    for mp in mountpods {
+        mounts.insert(mp.spec.node_name.clone(), mount_view(mp));
+    }
+    Input {
+        access_mode: volume.spec.access_mode,
+        deleting: volume.metadata.deletion_timestamp.is_some(),
+        pinned_node: match volume.spec.backend.scope {
+            BackendScope::NodeLocal => volume.spec.backend.node.clone(),
+            BackendScope::Shared => None,
+        },
+        tickets,
+        mounts,
+    }
+}
+
+/// How arbitration sees a MountPod.
+pub fn mount_view(mp: &MountPod) -> MountView {
+    let status = mp.status.clone().unwrap_or_default();
+    let state = if mp.metadata.deletion_timestamp.is_some() {
+        MountState::Terminating
+    } else if mp.is_ready() {
+        MountState::Ready
+    } else if status.phase == Some(MountPhase::Failed) {
+        MountState::Failed(status.last_error.unwrap_or_else(|| "mount failed".into()))
+    } else {
+        MountState::Starting
+    };
+    MountView {
+        state,
+        read_only: mp.spec.read_only,
+    }
+}

@@ -1,0 +1,315 @@
+//! The VolumeAttachment controller: runs ticket arbitration for one volume and makes
+//! the world match the decision.
+//!
+//! ```text
+//!  VolumeAttachment (tickets) + Volume + MountPods (cache + own writes)
+//!        │ input::gather ─▶ tickets::decide ─▶ Decision { nodes, outcome per ticket }
+//!        ▼
+//!  mountpods::sync_mountpods: delete on dropped nodes, apply (SSA) on chosen ones
+//!        │ (decided again if it only attached)
+//!        ▼
+//!  recheck: a single-node ticket about to be satisfied ─▶ MountPods re-read, decided again
+//!        ▼
+//!  status::attachment_status ─▶ VolumeAttachment status (SSA, status subresource)
+//!  status::volume_status ─────▶ Volume status             (SSA, status subresource)
+//! ```
+//!
+//! Nothing is written when nothing changed. A ticket of a single-node volume is never
+//! declared satisfied from the cache alone: before such a status is written the
+//! MountPods and tickets are read again from the API server and the decision is
+//! recomputed, so a stale cache cannot make two nodes look like owners.
+
+pub mod input;
+pub mod mountpods;
+pub mod status;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use serde_json::json;
+use tracing::{debug, info, instrument};
+
+pub use self::input::{gather, mount_view};
+pub use self::mountpods::{desired_spec, owner_reference};
+use super::context::{measured, merge_params};
+use super::{Context, Error, FIELD_MANAGER, KubeContext};
+use crate::api::{self, BackendScope, MountPod, Volume, VolumeAttachment};
+use crate::runtime::error_chain;
+use crate::tickets::{self, Decision, Input};
+
+/// Reconcile one VolumeAttachment.
+#[instrument(skip_all, fields(volume = %va.name_any()))]
+pub async fn reconcile(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let metrics = ctx.metrics.clone();
+    measured(&metrics, "attachment", reconcile_inner(va, ctx)).await
+}
+
+/// Back off on errors.
+pub fn error_policy(_va: Arc<VolumeAttachment>, err: &Error, _ctx: Arc<Context>) -> Action {
+    debug!(error = %error_chain(err), "attachment reconcile failed");
+    Action::requeue(Duration::from_secs(2))
+}
+
+async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !ctx.caches_ready().await {
+        return Ok(Action::requeue(Duration::from_millis(200)));
+    }
+    let name = va.name_any();
+    // The caches, corrected by what this controller wrote and they do not show yet.
+    let va = ctx
+        .written_attachments
+        .view(&name, Some(va.clone()))
+        .unwrap_or(va);
+    // What the next reconcile's cache will show until it catches up with our writes.
+    let va_base = va.resource_version();
+    let Some(volume) = ctx
+        .written_volumes
+        .view(&name, ctx.volumes.get(&ObjectRef::new(&name)))
+    else {
+        // Tickets applied before their Volume: wait for it (its watch triggers us).
+        return Ok(Action::await_change());
+    };
+    let mountpods = mountpods_of(&ctx, &name);
+    let now = Time(jiff::Timestamp::now());
+
+    let input = gather(&volume, &va, &mountpods, &now);
+    let decision = tickets::decide(&input);
+
+    // A node-local volume without a node is pinned to the first node chosen for it.
+    if volume.spec.backend.scope == BackendScope::NodeLocal
+        && volume.spec.backend.node.is_none()
+        && let Some(node) = decision.nodes.keys().next()
+    {
+        pin_volume(&ctx, &volume, node).await?;
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+
+    let synced = mountpods::sync_mountpods(&ctx, &volume, &va, &mountpods, &decision).await?;
+    // After attaching, decide again on the world as this reconcile left it (the
+    // MountPods it just created), so the statuses describe that and not the moment
+    // before: otherwise the next reconcile writes them a second time only to say so.
+    // Not after a detach: the statuses must say which ticket was interrupted and why.
+    let (mountpods, input, decision) = if synced.created && !synced.deleted {
+        let mountpods = mountpods_of(&ctx, &name);
+        let input = gather(&volume, &va, &mountpods, &now);
+        let decision = tickets::decide(&input);
+        (mountpods, input, decision)
+    } else {
+        (mountpods, input, decision)
+    };
+
+    let recheck = needs_recheck(&volume, &va, &decision);
+    let (input, decision) = if recheck {
+        recheck_mountpods(&ctx, &volume, &va, &mountpods, &now).await?
+    } else {
+        (input, decision)
+    };
+
+    // The re-checked tickets: the status write carries the resourceVersion of the
+    // VolumeAttachment this decision read, so the API server refuses it (409) if any
+    // ticket changed since.
+    let precondition = if recheck { va.resource_version() } else { None };
+    let attachment =
+        write_attachment_status(&ctx, &va, va_base, precondition, &decision, &input, &now);
+    let volume_status = write_volume_status(&ctx, &volume, &mountpods, &decision);
+    let (attachment, volume_status) = if recheck {
+        // The Volume may only say Attached once the re-checked ticket status is in.
+        let attachment = attachment.await;
+        let volume_status = if attachment.is_ok() {
+            volume_status.await
+        } else {
+            Ok(())
+        };
+        (attachment, volume_status)
+    } else {
+        // Two objects, two independent writes: at once, so the next reconcile of this
+        // volume (say, for the MountPod that just became Ready) does not queue behind both.
+        tokio::join!(attachment, volume_status)
+    };
+    match attachment {
+        Err(Error::Kube {
+            source: kube::Error::Api(s),
+            ..
+        }) if s.code == 409 => {
+            debug!(volume = %name, "tickets changed since they were read; deciding again");
+            return Ok(Action::requeue(Duration::from_millis(100)));
+        }
+        res => res?,
+    }
+    volume_status?;
+    // A safety net: level-triggered reconciles also run without events.
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Whether `decision` is to be re-checked with the API server before its statuses are
+/// written: it newly satisfies a ticket of a single-node volume.
+fn needs_recheck(volume: &Volume, va: &VolumeAttachment, decision: &Decision) -> bool {
+    status::newly_satisfied(va.status.as_ref(), decision)
+        .next()
+        .is_some()
+        && !volume.spec.access_mode.is_multi_node()
+}
+
+/// The decision again, on MountPods read from the API server instead of the cache.
+/// They have deterministic names and only this controller creates them, so reading
+/// each candidate by name (a node of a ticket, or one the cache knows) sees every
+/// MountPod a stale cache could miss, without listing them all. (The tickets are
+/// re-checked by the status write's precondition.)
+async fn recheck_mountpods(
+    ctx: &Context,
+    volume: &Volume,
+    va: &VolumeAttachment,
+    mountpods: &[Arc<MountPod>],
+    now: &Time,
+) -> Result<(Input, Decision), Error> {
+    let name = va.name_any();
+    let mp_api = Api::<MountPod>::all(ctx.client.clone());
+    let mut nodes: BTreeSet<String> = va
+        .spec
+        .attachment_tickets
+        .values()
+        .map(|t| t.node_id.clone())
+        .collect();
+    nodes.extend(mountpods.iter().map(|mp| mp.spec.node_name.clone()));
+    let read_mp = |node: &String| {
+        let mp_api = mp_api.clone();
+        let mp_name = api::mountpod_name(&name, node);
+        ctx.metrics.read("MountPod", "get");
+        async move {
+            mp_api
+                .get_opt(&mp_name)
+                .await
+                .context(|| format!("re-reading MountPod {mp_name}"))
+        }
+    };
+    // All candidates at once.
+    let fresh_mps: Vec<Arc<MountPod>> = futures::future::join_all(nodes.iter().map(read_mp))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .filter(|mp| mp.spec.volume == name)
+        .map(Arc::new)
+        .collect();
+    let input = gather(volume, va, &fresh_mps, now);
+    let decision = tickets::decide(&input);
+    Ok((input, decision))
+}
+
+async fn pin_volume(ctx: &Context, volume: &Volume, node: &str) -> Result<(), Error> {
+    let name = volume.name_any();
+    let patch = json!({"spec": {"backend": {"node": node}}});
+    let written = Api::<Volume>::all(ctx.client.clone())
+        .patch(&name, &merge_params(), &Patch::Merge(&patch))
+        .await
+        .context(|| format!("pinning node-local volume {name} to {node}"))?;
+    ctx.metrics.write("Volume", "patch");
+    ctx.written_volumes.record(
+        &name,
+        &name,
+        volume.resource_version(),
+        Some(Arc::new(written)),
+    );
+    info!(volume = %name, %node, "pinned node-local volume");
+    Ok(())
+}
+
+/// The MountPods of volume `name`: the cache, corrected by what this controller wrote
+/// and it does not show yet.
+fn mountpods_of(ctx: &Context, name: &str) -> Vec<Arc<MountPod>> {
+    ctx.written_mountpods.view_scope(
+        name,
+        ctx.mountpods
+            .state()
+            .into_iter()
+            .filter(|mp| mp.spec.volume == name)
+            .collect(),
+    )
+}
+
+/// Write the VolumeAttachment status `decision` leads to, if it differs; with
+/// `precondition`, only if the object is still at that resourceVersion (else 409).
+/// `base` is the resourceVersion the cache shows, which the write supersedes.
+async fn write_attachment_status(
+    ctx: &Context,
+    va: &VolumeAttachment,
+    base: Option<String>,
+    precondition: Option<String>,
+    decision: &Decision,
+    input: &Input,
+    now: &Time,
+) -> Result<(), Error> {
+    for secs in status::satisfaction_latencies(va.status.as_ref(), decision, input, now) {
+        ctx.metrics.ticket_satisfied_seconds.observe(secs);
+    }
+    let status = status::attachment_status(va, decision, input, now);
+    if va.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let name = va.name_any();
+    let mut body =
+        json!({"apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment", "status": status});
+    if let Some(rv) = precondition {
+        // Optimistic concurrency: refused with 409 unless the object is still `rv`.
+        body["metadata"] = json!({"name": name, "resourceVersion": rv});
+    }
+    let written = Api::<VolumeAttachment>::all(ctx.client.clone())
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .context(|| format!("writing status of VolumeAttachment {name}"))?;
+    ctx.metrics.write("VolumeAttachment", "status");
+    ctx.written_attachments
+        .record(&name, &name, base, Some(Arc::new(written)));
+    for (id, o) in &decision.tickets {
+        let was = va.ticket_status(id).is_some_and(|s| s.satisfied);
+        if o.satisfied != was {
+            info!(volume = %name, ticket = %id, satisfied = o.satisfied, reason = %o.reason, "ticket status changed");
+        }
+    }
+    Ok(())
+}
+
+/// Write the Volume status `decision` leads to, if it differs.
+async fn write_volume_status(
+    ctx: &Context,
+    volume: &Volume,
+    mountpods: &[Arc<MountPod>],
+    decision: &Decision,
+) -> Result<(), Error> {
+    let now = Time(jiff::Timestamp::now());
+    let status = status::volume_status(volume, mountpods, decision, &now);
+    if volume.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let name = volume.name_any();
+    let body = json!({"apiVersion": "tessera.io/v1alpha1", "kind": "Volume", "status": status});
+    let written = Api::<Volume>::all(ctx.client.clone())
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .context(|| format!("writing status of Volume {name}"))?;
+    ctx.metrics.write("Volume", "status");
+    ctx.written_volumes.record(
+        &name,
+        &name,
+        volume.resource_version(),
+        Some(Arc::new(written)),
+    );
+    Ok(())
+}

@@ -1,0 +1,196 @@
+//! Table tests of the attachment controller's pure parts: input building, MountPod
+//! specs, status building and the re-check rule. Fixtures here, one file per part.
+
+mod input;
+mod mountpods;
+mod status;
+
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use super::input::{gather, mount_view};
+use super::mountpods::{apply_body, desired_spec, node_task, same_controlled_fields};
+use super::needs_recheck;
+use super::status::{attachment_status, newly_satisfied, satisfaction_latencies, volume_status};
+use crate::api::{
+    self, AccessMode, AttacherType, AttachmentTicket, AttachmentTicketStatus, BackendScope,
+    CONDITION_SATISFIED, MountPhase, MountPod, MountPodSpec, MountPodStatus, MountTask,
+    TicketReason, Volume, VolumeAttachment, VolumeAttachmentSpec, VolumeAttachmentStatus,
+    VolumeBackend, VolumeSpec, VolumeState, VolumeStatus,
+};
+use crate::labels::Labels;
+use crate::tickets::{Decision, Input, MountState, MountView, NodeMount, TicketOutcome};
+
+fn t(s: i64) -> Time {
+    Time(jiff::Timestamp::from_second(s).unwrap())
+}
+
+fn volume(mode: AccessMode) -> Volume {
+    let mut v = Volume::new(
+        "v",
+        VolumeSpec {
+            size: Quantity("1Gi".into()),
+            access_mode: mode,
+            backend: VolumeBackend {
+                root: "/b/".into(),
+                scope: BackendScope::Shared,
+                node: None,
+            },
+            mount_options: vec!["allow_other".into()],
+        },
+    );
+    v.metadata.uid = Some("uid-v".into());
+    v.metadata.generation = Some(4);
+    v
+}
+
+fn ticket(id: &str, type_: AttacherType, node: &str) -> AttachmentTicket {
+    AttachmentTicket::new(id, type_, node)
+}
+
+fn va(tickets: &[AttachmentTicket]) -> VolumeAttachment {
+    let mut va = VolumeAttachment::new(
+        "v",
+        VolumeAttachmentSpec {
+            volume: "v".into(),
+            attachment_tickets: tickets.iter().map(|t| (t.id.clone(), t.clone())).collect(),
+        },
+    );
+    va.metadata.generation = Some(7);
+    va
+}
+
+/// A MountPod of volume `v` on `node` in `phase` (`None`: no status yet), for its
+/// current generation.
+fn mountpod(node: &str, phase: Option<MountPhase>) -> MountPod {
+    let mut mp = MountPod::new(
+        &api::mountpod_name("v", node),
+        MountPodSpec {
+            volume: "v".into(),
+            node_name: node.into(),
+            source: "/b/v".into(),
+            task: MountTask::Serve,
+            capacity_bytes: 1 << 30,
+            read_only: false,
+            mount_options: vec![],
+            references: vec![],
+            retain_seconds: None,
+        },
+    );
+    mp.metadata.generation = Some(2);
+    mp.status = phase.map(|p| MountPodStatus {
+        phase: Some(p),
+        observed_generation: Some(2),
+        ..Default::default()
+    });
+    mp
+}
+
+fn deleting<T: kube::Resource>(mut obj: T) -> T {
+    obj.meta_mut().deletion_timestamp = Some(t(5));
+    obj
+}
+
+fn outcome(satisfied: bool, reason: TicketReason, message: &str) -> TicketOutcome {
+    TicketOutcome {
+        satisfied,
+        reason,
+        message: message.into(),
+        generation: 0,
+    }
+}
+
+fn decision(nodes: &[&str], tickets: &[(&str, TicketOutcome)]) -> Decision {
+    Decision {
+        nodes: nodes
+            .iter()
+            .map(|n| (n.to_string(), NodeMount { read_only: false }))
+            .collect(),
+        tickets: tickets
+            .iter()
+            .map(|(id, o)| (id.to_string(), o.clone()))
+            .collect(),
+    }
+}
+
+fn satisfied_condition(s: &AttachmentTicketStatus) -> &Condition {
+    s.conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_SATISFIED)
+        .expect("a Satisfied condition")
+}
+
+/// The re-check rule.
+#[test]
+fn only_a_newly_satisfied_single_node_ticket_is_rechecked() {
+    let satisfied = decision(
+        &["n1"],
+        &[("a", outcome(true, TicketReason::Attached, "on n1"))],
+    );
+    let waiting = decision(
+        &["n1"],
+        &[("a", outcome(false, TicketReason::Attaching, "mounting"))],
+    );
+    let mut was_satisfied = va(&[]);
+    was_satisfied.status = Some(attachment_status(
+        &was_satisfied,
+        &satisfied,
+        &Input {
+            access_mode: AccessMode::ReadWriteOnce,
+            deleting: false,
+            pinned_node: None,
+            tickets: vec![],
+            mounts: Default::default(),
+        },
+        &t(1),
+    ));
+    let cases = [
+        (
+            "RWO, newly satisfied",
+            AccessMode::ReadWriteOnce,
+            va(&[]),
+            &satisfied,
+            true,
+        ),
+        (
+            "RWOP, newly satisfied",
+            AccessMode::ReadWriteOncePod,
+            va(&[]),
+            &satisfied,
+            true,
+        ),
+        (
+            "RWX, newly satisfied",
+            AccessMode::ReadWriteMany,
+            va(&[]),
+            &satisfied,
+            false,
+        ),
+        (
+            "ROX, newly satisfied",
+            AccessMode::ReadOnlyMany,
+            va(&[]),
+            &satisfied,
+            false,
+        ),
+        (
+            "RWO, already satisfied",
+            AccessMode::ReadWriteOnce,
+            was_satisfied,
+            &satisfied,
+            false,
+        ),
+        (
+            "RWO, not satisfied",
+            AccessMode::ReadWriteOnce,
+            va(&[]),
+            &waiting,
+            false,
+        ),
+    ];
+    for (what, mode, va, d, recheck) in cases {
+        assert_eq!(needs_recheck(&volume(mode), &va, d), recheck, "{what}");
+    }
+}

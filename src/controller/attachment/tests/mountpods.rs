@@ -1,0 +1,144 @@
+//! MountPod specs: the task per node, the desired spec, what counts as a change, the
+//! apply body.
+
+use super::*;
+
+#[test]
+fn a_node_with_only_cleanup_tickets_removes_the_data() {
+    let cases: Vec<(&str, Vec<AttachmentTicket>, MountTask)> = vec![
+        ("no ticket on the node", vec![], MountTask::Serve),
+        (
+            "only cleanup",
+            vec![ticket("cleanup-data", AttacherType::Cleanup, "n1")],
+            MountTask::RemoveData,
+        ),
+        (
+            "cleanup and a workload",
+            vec![
+                ticket("cleanup-data", AttacherType::Cleanup, "n1"),
+                ticket("csi-1", AttacherType::CsiAttacher, "n1"),
+            ],
+            MountTask::Serve,
+        ),
+        (
+            "cleanup elsewhere",
+            vec![
+                ticket("cleanup-data", AttacherType::Cleanup, "n2"),
+                ticket("csi-1", AttacherType::CsiAttacher, "n1"),
+            ],
+            MountTask::Serve,
+        ),
+        (
+            "another background ticket",
+            vec![ticket("backup-1", AttacherType::Backup, "n1")],
+            MountTask::Serve,
+        ),
+    ];
+    for (what, tickets, task) in cases {
+        assert_eq!(node_task(&va(&tickets), "n1"), task, "{what}");
+    }
+}
+
+#[test]
+fn desired_spec_from_the_volume() {
+    let v = volume(AccessMode::ReadWriteOnce);
+    let spec = desired_spec(&v, "n1", true, MountTask::RemoveData).unwrap();
+    assert_eq!(
+        spec,
+        MountPodSpec {
+            volume: "v".into(),
+            node_name: "n1".into(),
+            source: "/b/v".into(),
+            task: MountTask::RemoveData,
+            capacity_bytes: 1 << 30,
+            read_only: true,
+            mount_options: vec!["allow_other".into()],
+            references: vec![],
+            retain_seconds: None,
+        }
+    );
+    let mut bad = v.clone();
+    bad.spec.size = Quantity("lots".into());
+    let err = desired_spec(&bad, "n1", false, MountTask::Serve).unwrap_err();
+    assert!(err.to_string().starts_with("volume v: "), "{err}");
+    let mut huge = v;
+    huge.spec.size = Quantity("8Ei".into());
+    let err = desired_spec(&huge, "n1", false, MountTask::Serve).unwrap_err();
+    assert_eq!(err.to_string(), "volume v: size too large");
+}
+
+#[test]
+fn only_controlled_fields_count_as_a_change() {
+    let v = volume(AccessMode::ReadWriteOnce);
+    let base = desired_spec(&v, "n1", false, MountTask::Serve).unwrap();
+    let changed = |f: fn(&mut MountPodSpec)| {
+        let mut s = base.clone();
+        f(&mut s);
+        s
+    };
+    let cases: Vec<(&str, MountPodSpec, bool)> = vec![
+        ("same", base.clone(), true),
+        (
+            "references (the CSI node's)",
+            changed(|s| {
+                s.references.push(api::MountReference {
+                    target_path: "/k/p".into(),
+                    owner: "pod/x".into(),
+                    read_only: false,
+                })
+            }),
+            true,
+        ),
+        (
+            "retainSeconds",
+            changed(|s| s.retain_seconds = Some(5)),
+            true,
+        ),
+        ("source", changed(|s| s.source = "/c/v".into()), false),
+        ("capacity", changed(|s| s.capacity_bytes += 1), false),
+        ("read-only", changed(|s| s.read_only = true), false),
+        ("mount options", changed(|s| s.mount_options.clear()), false),
+        ("task", changed(|s| s.task = MountTask::RemoveData), false),
+    ];
+    for (what, spec, same) in cases {
+        assert_eq!(same_controlled_fields(&spec, &base), same, "{what}");
+    }
+}
+
+#[test]
+fn the_apply_body_holds_only_what_the_controller_owns() {
+    let v = volume(AccessMode::ReadWriteOnce);
+    let desired = desired_spec(&v, "n1", false, MountTask::Serve).unwrap();
+    let watch = Labels([("tessera.io/test".to_string(), "t1".to_string())].into());
+    let body = apply_body(&v, &watch, &desired);
+    assert_eq!(body["metadata"]["name"], api::mountpod_name("v", "n1"));
+    assert_eq!(
+        body["metadata"]["labels"],
+        serde_json::json!({
+            "tessera.io/test": "t1",
+            api::LABEL_NODE: "n1",
+            api::LABEL_VOLUME: "v",
+        })
+    );
+    let owner = &body["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (&owner["kind"], &owner["uid"], &owner["controller"]),
+        (
+            &serde_json::json!("Volume"),
+            &serde_json::json!("uid-v"),
+            &serde_json::json!(true)
+        )
+    );
+    let spec = body["spec"].as_object().unwrap();
+    assert!(
+        !spec.contains_key("references"),
+        "never the CSI node's field"
+    );
+    assert!(!spec.contains_key("retainSeconds"));
+    assert_eq!(spec["source"], "/b/v");
+    assert_eq!(spec["capacityBytes"], 1 << 30);
+    assert_eq!(
+        spec["task"],
+        serde_json::to_value(MountTask::Serve).unwrap()
+    );
+}

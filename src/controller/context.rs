@@ -1,0 +1,75 @@
+//! What every reconcile is handed: the client, the caches of the shared watches, the
+//! controller's own writes not yet in those caches, metrics and the Event recorder;
+//! and the two things every reconcile does with them: time itself ([`measured`]) and
+//! patch with the controller's field manager ([`merge_params`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::Store;
+
+use super::own_writes::OwnWrites;
+use super::watch::CachesReady;
+use super::{Error, FIELD_MANAGER, Labels};
+use crate::api::{MountPod, Volume, VolumeAttachment};
+use crate::metrics::Metrics;
+
+/// What every reconcile needs.
+pub struct Context {
+    /// The API client.
+    pub client: Client,
+    /// Metrics (reconciles, errors, durations, writes, ticket latency).
+    pub metrics: Arc<Metrics>,
+    /// Publishes Kubernetes Events.
+    pub recorder: Recorder,
+    /// Cache of Volumes (from the volume controller's watch).
+    pub volumes: Store<Volume>,
+    /// Cache of VolumeAttachments (from the attachment controller's watch).
+    pub attachments: Store<VolumeAttachment>,
+    /// Cache of MountPods.
+    pub mountpods: Store<MountPod>,
+    /// Labels copied onto created objects (the watch selector).
+    pub labels: Labels,
+    /// Reaper settings.
+    pub reap_grace: Duration,
+    /// Whether each cache has had its first full list.
+    pub caches_ready: CachesReady,
+    /// Volumes as this controller last wrote them, until the caches catch up.
+    pub written_volumes: OwnWrites<Volume>,
+    /// VolumeAttachments as this controller last wrote them.
+    pub written_attachments: OwnWrites<VolumeAttachment>,
+    /// MountPods as this controller last wrote (or deleted) them.
+    pub written_mountpods: OwnWrites<MountPod>,
+}
+
+impl Context {
+    /// Whether every cache has had its first full list, so no decision is taken on an
+    /// empty cache. Callers requeue when not. (Flags set by the watches themselves —
+    /// see [`super::watch::fan_out`] — because a store's readiness wakes only one
+    /// waiter, and each controller already waits on its own store.)
+    pub(crate) async fn caches_ready(&self) -> bool {
+        self.caches_ready.all()
+    }
+}
+
+/// Time a reconcile and count it.
+pub(crate) async fn measured<F, T>(metrics: &Metrics, controller: &str, fut: F) -> Result<T, Error>
+where
+    F: std::future::Future<Output = Result<T, Error>>,
+{
+    let start = Instant::now();
+    let res = fut.await;
+    metrics.reconciled(controller, start.elapsed(), res.is_err());
+    res
+}
+
+/// Parameters of a merge or JSON patch by the controller (field manager set, so
+/// `managedFields` tells who wrote what).
+pub(crate) fn merge_params() -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,150 @@
+//! The controllers' errors, and how a failed reconcile is logged.
+//!
+//! A kube call that fails becomes [`Error::Kube`] with the action it was doing
+//! ([`KubeContext::context`]); where the error is handled (the controllers' run loops,
+//! `error_policy`, the reaper) its whole chain is printed once with
+//! [`crate::runtime::error_chain`].
+
+use std::net::SocketAddr;
+
+use tracing::{debug, warn};
+
+use super::leader;
+use crate::runtime::error_chain;
+
+/// Errors of the controllers.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A call to the API server failed.
+    #[error("{action}")]
+    Kube {
+        /// What was being done.
+        action: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The Volume's spec cannot be served (for example its size does not parse).
+    #[error("volume {volume}: {message}")]
+    InvalidVolume {
+        /// The Volume.
+        volume: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Leader election failed.
+    #[error(transparent)]
+    Leader(#[from] leader::Error),
+    /// The metrics endpoint could not start.
+    #[error("serving metrics on {addr}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The CSI socket could not be served.
+    #[error(transparent)]
+    Csi(#[from] crate::csi::ServeError),
+    /// No client configuration.
+    #[error("connecting to Kubernetes")]
+    Connect(#[source] kube::Error),
+}
+
+/// Attach a description of the action to a kube error.
+pub(crate) trait KubeContext<T> {
+    fn context(self, action: impl FnOnce() -> String) -> Result<T, Error>;
+}
+
+impl<T> KubeContext<T> for Result<T, kube::Error> {
+    fn context(self, action: impl FnOnce() -> String) -> Result<T, Error> {
+        self.map_err(|source| Error::Kube {
+            action: action(),
+            source,
+        })
+    }
+}
+
+/// Whether a controller's error is expected in normal operation: a reconcile that a
+/// related object's event asked for, of an object not (yet, or no longer) in the store,
+/// e.g. a new Volume's VolumeAttachment before it is created, or either after deletion.
+pub(super) fn expected_run_error<R, Q>(e: &kube::runtime::controller::Error<R, Q>) -> bool {
+    matches!(e, kube::runtime::controller::Error::ObjectNotFound(_))
+}
+
+/// A controller's error for one log line, its cause included once. A failed reconcile
+/// prints its object and our error's chain (kube-runtime's message would repeat our
+/// error before its chain); kube-runtime's other errors already print their causes.
+pub(super) fn run_error_message<R, Q>(e: &kube::runtime::controller::Error<R, Q>) -> String
+where
+    R: std::error::Error,
+    kube::runtime::controller::Error<R, Q>: std::fmt::Display,
+{
+    match e {
+        kube::runtime::controller::Error::ReconcilerFailed(err, object) => {
+            format!(
+                "reconciler for object {object} failed: {}",
+                error_chain(err)
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Log a controller's error: expected ones at debug, every other one as a warning.
+pub(super) fn log_run_error<R, Q>(controller: &str, e: &kube::runtime::controller::Error<R, Q>)
+where
+    R: std::error::Error,
+    kube::runtime::controller::Error<R, Q>: std::fmt::Display,
+{
+    let error = run_error_message(e);
+    if expected_run_error(e) {
+        debug!(%error, "{controller} controller");
+    } else {
+        warn!(%error, "{controller} controller");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::Volume;
+    use kube::runtime::controller::Error as RunError;
+    use kube::runtime::reflector::ObjectRef;
+
+    #[test]
+    fn a_reconcile_of_an_object_not_in_the_store_is_expected() {
+        let missing: RunError<Error, std::io::Error> =
+            RunError::ObjectNotFound(Box::new(ObjectRef::<Volume>::new("v").erase()));
+        assert!(expected_run_error(&missing));
+        let failed: RunError<std::io::Error, std::io::Error> = RunError::ReconcilerFailed(
+            std::io::Error::other("boom"),
+            Box::new(ObjectRef::<Volume>::new("v").erase()),
+        );
+        assert!(!expected_run_error(&failed));
+        let queue: RunError<Error, std::io::Error> =
+            RunError::QueueError(std::io::Error::other("watch failed"));
+        assert!(!expected_run_error(&queue));
+    }
+
+    #[test]
+    fn a_failed_reconcile_names_its_action_and_cause_once() {
+        let failed: RunError<Error, std::io::Error> = RunError::ReconcilerFailed(
+            Error::Metrics {
+                addr: "127.0.0.1:1".parse().unwrap(),
+                source: std::io::Error::other("address in use"),
+            },
+            Box::new(ObjectRef::<Volume>::new("v").erase()),
+        );
+        let msg = run_error_message(&failed);
+        assert!(
+            msg.ends_with("serving metrics on 127.0.0.1:1: address in use"),
+            "{msg}"
+        );
+        assert_eq!(msg.matches("serving metrics").count(), 1, "{msg}");
+        let queue: RunError<Error, std::io::Error> =
+            RunError::QueueError(std::io::Error::other("watch failed"));
+        assert_eq!(run_error_message(&queue), "event queue error: watch failed");
+    }
+}

@@ -1,0 +1,120 @@
+//! Wires the three controllers to the shared watches and one [`Context`], and runs
+//! them until the process ends.
+//!
+//! ```text
+//!  watch Volume ───────────┬─▶ volume controller ◀── watch VolumeAttachment (same name)
+//!                          └─▶ attachment controller ◀─┬─ watch VolumeAttachment
+//!                                                      └─ watch MountPod (spec.volume)
+//!  reaper: every reap interval, over the VolumeAttachment cache
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Controller, reflector, watcher};
+use kube::{Api, Client};
+
+use super::error::log_run_error;
+use super::watch::{CachesReady, fan_out};
+use super::{Context, ControllerArgs, FIELD_MANAGER, attachment, reaper, volume};
+use crate::api::{MountPod, Volume, VolumeAttachment};
+use crate::metrics::Metrics;
+
+/// Run the watches, the Volume and VolumeAttachment controllers and the reaper.
+pub(super) async fn run_controllers(
+    client: Client,
+    metrics: Arc<Metrics>,
+    args: &ControllerArgs,
+    identity: String,
+) {
+    let labels = args.watch_selector.clone().unwrap_or_default();
+    let wc = if labels.0.is_empty() {
+        watcher::Config::default()
+    } else {
+        watcher::Config::default().labels(&labels.selector())
+    };
+    let volumes: Api<Volume> = Api::all(client.clone());
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    let mountpods: Api<MountPod> = Api::all(client.clone());
+
+    // One watch per kind. Each fills the cache the reconcilers read and fans the
+    // objects out to the controllers it triggers: Volumes trigger both controllers,
+    // VolumeAttachments both (the volume controller keeps each Volume's attachment),
+    // MountPods the attachment controller.
+    let ready = CachesReady::default();
+    let (volume_store, volume_writer) = reflector::store();
+    let (volume_watch, mut volume_streams) =
+        fan_out(volumes, wc.clone(), volume_writer, ready.volumes.clone(), 2);
+    let (va_store, va_writer) = reflector::store();
+    let (va_watch, mut va_streams) = fan_out(
+        attachments,
+        wc.clone(),
+        va_writer,
+        ready.attachments.clone(),
+        2,
+    );
+    let (mp_store, mp_writer) = reflector::store();
+    let (mp_watch, mut mp_streams) = fan_out(mountpods, wc, mp_writer, ready.mountpods.clone(), 1);
+
+    // A VolumeAttachment has its Volume's name; a MountPod names its volume.
+    let volume_ctrl = Controller::for_stream(volume_streams.remove(0), volume_store.clone())
+        .watches_stream(va_streams.remove(0), |va: VolumeAttachment| {
+            va.metadata.name.map(|n| ObjectRef::new(&n))
+        });
+    let attachment_ctrl = Controller::for_stream(va_streams.remove(0), va_store.clone())
+        .watches_stream(mp_streams.remove(0), |mp: MountPod| {
+            Some(ObjectRef::new(&mp.spec.volume))
+        })
+        .watches_stream(volume_streams.remove(0), |v: Volume| {
+            v.metadata.name.map(|n| ObjectRef::new(&n))
+        });
+
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: Some(identity),
+            },
+        ),
+        client,
+        metrics: metrics.clone(),
+        volumes: volume_store,
+        attachments: va_store,
+        mountpods: mp_store,
+        labels,
+        reap_grace: Duration::from_secs(args.reap_grace_seconds),
+        caches_ready: ready,
+        written_volumes: Default::default(),
+        written_attachments: Default::default(),
+        written_mountpods: Default::default(),
+    });
+    metrics.set_ready(true);
+
+    let volume_run = volume_ctrl
+        .run(volume::reconcile, volume::error_policy, ctx.clone())
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                log_run_error("volume", &e);
+            }
+        });
+    let attachment_run = attachment_ctrl
+        .run(attachment::reconcile, attachment::error_policy, ctx.clone())
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                log_run_error("attachment", &e);
+            }
+        });
+    let reaper_run = reaper::run(ctx.clone(), Duration::from_secs(args.reap_interval_seconds));
+    tokio::join!(
+        volume_watch,
+        va_watch,
+        mp_watch,
+        volume_run,
+        attachment_run,
+        reaper_run
+    );
+}
