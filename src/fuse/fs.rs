@@ -91,7 +91,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::projquota::BackendQuotaError;
 use super::quota::{Enforcement, Mode, Usage};
-use super::sys::{self, Errno, SysResult};
+use super::sys::{self, Errno, Op, SysError};
 
 /// A node id as the kernel knows it (and the `st_ino` it shows).
 pub type NodeId = u64;
@@ -114,8 +114,8 @@ const STATFS_BSIZE: u64 = 4096;
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
     /// A syscall on the backing directory failed.
-    #[error("{op} on the backing directory failed: {errno}")]
-    Sys { op: &'static str, errno: Errno },
+    #[error("{} on the backing directory failed: {}", .0.op, .0.errno)]
+    Sys(SysError),
     /// The kernel named a node id the daemon does not know (forgotten or never given).
     #[error("unknown node id {0}")]
     UnknownInode(NodeId),
@@ -155,7 +155,7 @@ impl FsError {
     /// The errno the kernel gets: the single mapping from failures to errno values.
     pub fn errno(&self) -> i32 {
         match self {
-            FsError::Sys { errno, .. } => *errno as i32,
+            FsError::Sys(e) => e.errno as i32,
             FsError::UnknownInode(_) => libc::ESTALE,
             FsError::UnknownHandle(_) => libc::EBADF,
             FsError::InvalidName(_) => libc::EINVAL,
@@ -165,25 +165,20 @@ impl FsError {
             FsError::NotPermitted(_) => libc::EPERM,
             FsError::WrongType(_) => libc::EINVAL,
             FsError::Busy => libc::ETXTBSY,
-            FsError::Quota(BackendQuotaError::Sys { errno, .. }) => *errno as i32,
+            FsError::Quota(BackendQuotaError::Sys(e)) => e.errno as i32,
             FsError::Quota(_) => libc::EIO,
             FsError::AccessDenied => libc::EACCES,
         }
     }
 }
 
-pub type Result<T, E = FsError> = std::result::Result<T, E>;
-
-/// Names the syscall in a failure.
-trait Op<T> {
-    fn op(self, op: &'static str) -> Result<T>;
-}
-
-impl<T> Op<T> for SysResult<T> {
-    fn op(self, op: &'static str) -> Result<T> {
-        self.map_err(|errno| FsError::Sys { op, errno })
+impl From<SysError> for FsError {
+    fn from(e: SysError) -> Self {
+        FsError::Sys(e)
     }
 }
+
+pub type Result<T, E = FsError> = std::result::Result<T, E>;
 
 /// File types, as the core reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -718,7 +713,7 @@ impl VolumeFs {
     /// The source directory's filesystem type (statfs `f_type`).
     pub fn backing_fs_type(&self) -> Result<i64> {
         let root = self.inodes.get(ROOT_ID)?;
-        sys::fstatfs_type(root.fd.as_fd()).op("statfs")
+        Ok(sys::fstatfs_type(root.fd.as_fd()).op("statfs")?)
     }
 
     fn writable(&self) -> Result<()> {
@@ -856,10 +851,10 @@ impl VolumeFs {
         match inode.kind {
             FileKind::Regular => {}
             FileKind::Directory => {
-                return Err(FsError::Sys {
+                return Err(FsError::Sys(SysError {
                     op: "truncate",
                     errno: Errno::EISDIR,
-                });
+                }));
             }
             _ => return Err(FsError::WrongType("truncate")),
         }
@@ -878,12 +873,9 @@ impl VolumeFs {
             if !self.quota.reserve(size - old) {
                 return Err(FsError::QuotaExceeded);
             }
-            if let Err(e) = sys::ftruncate(fd, size) {
+            if let Err(e) = sys::ftruncate(fd, size).op("ftruncate") {
                 self.quota.release(size - old);
-                return Err(FsError::Sys {
-                    op: "ftruncate",
-                    errno: e,
-                });
+                return Err(e.into());
             }
         } else {
             sys::ftruncate(fd, size).op("ftruncate")?;
@@ -897,7 +889,7 @@ impl VolumeFs {
         if inode.kind != FileKind::Symlink {
             return Err(FsError::WrongType("readlink"));
         }
-        sys::readlink_fd(inode.fd.as_fd()).op("readlink")
+        Ok(sys::readlink_fd(inode.fd.as_fd()).op("readlink")?)
     }
 
     /// Give a new inode to the caller: the daemon created it as root.
@@ -1051,7 +1043,7 @@ impl VolumeFs {
         self.writable()?;
         let p = self.inode(parent)?;
         let c = component(name)?;
-        sys::unlinkat(p.fd.as_fd(), &c, libc::AT_REMOVEDIR).op("rmdir")
+        Ok(sys::unlinkat(p.fd.as_fd(), &c, libc::AT_REMOVEDIR).op("rmdir")?)
     }
 
     /// `renameat2` with `RENAME_NOREPLACE` / `RENAME_EXCHANGE` (`flags`).
@@ -1334,7 +1326,7 @@ impl VolumeFs {
         }
         let size = st.st_size as u64;
         let offset = if h.append { size } else { offset };
-        let end = offset.checked_add(data.len() as u64).ok_or(FsError::Sys {
+        let end = offset.checked_add(data.len() as u64).ok_or(SysError {
             op: "write",
             errno: Errno::EFBIG,
         })?;
@@ -1347,15 +1339,14 @@ impl VolumeFs {
         }
         let mut done = 0;
         while done < allowed {
-            match sys::pwrite(h.file.as_fd(), &data[done..allowed], offset + done as u64) {
+            match sys::pwrite(h.file.as_fd(), &data[done..allowed], offset + done as u64)
+                .op("write")
+            {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if done == 0 => {
                     self.quota.release(granted);
-                    return Err(FsError::Sys {
-                        op: "write",
-                        errno: e,
-                    });
+                    return Err(e.into());
                 }
                 Err(_) => break,
             }
@@ -1402,14 +1393,13 @@ impl VolumeFs {
             hout.file.as_fd(),
             off_out,
             allowed,
-        ) {
+        )
+        .op("copy_file_range")
+        {
             Ok(n) => n,
             Err(e) => {
                 self.quota.release(granted);
-                return Err(FsError::Sys {
-                    op: "copy_file_range",
-                    errno: e,
-                });
+                return Err(e.into());
             }
         };
         let grown = (off_out + n as u64).saturating_sub(size);
@@ -1442,12 +1432,9 @@ impl VolumeFs {
         if !self.quota.reserve(predicted) {
             return Err(FsError::QuotaExceeded);
         }
-        if let Err(e) = sys::fallocate(h.file.as_fd(), mode, offset, len) {
+        if let Err(e) = sys::fallocate(h.file.as_fd(), mode, offset, len).op("fallocate") {
             self.quota.release(predicted);
-            return Err(FsError::Sys {
-                op: "fallocate",
-                errno: e,
-            });
+            return Err(e.into());
         }
         let new = sys::fstat(h.file.as_fd()).op("fstat")?.st_size as u64;
         if new >= size {
@@ -1465,17 +1452,17 @@ impl VolumeFs {
 
     pub fn lseek(&self, fh: u64, offset: i64, whence: i32) -> Result<i64> {
         let h = self.handle(fh)?;
-        sys::lseek(h.file.as_fd(), offset, whence).op("lseek")
+        Ok(sys::lseek(h.file.as_fd(), offset, whence).op("lseek")?)
     }
 
     pub fn flush(&self, fh: u64) -> Result<()> {
         let h = self.handle(fh)?;
-        sys::flush(h.file.as_fd()).op("flush")
+        Ok(sys::flush(h.file.as_fd()).op("flush")?)
     }
 
     pub fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {
         let h = self.handle(fh)?;
-        sys::fsync(h.file.as_fd(), datasync).op("fsync")
+        Ok(sys::fsync(h.file.as_fd(), datasync).op("fsync")?)
     }
 
     pub fn release(&self, fh: u64) -> Result<()> {
@@ -1515,10 +1502,10 @@ impl VolumeFs {
     pub fn opendir(&self, id: NodeId) -> Result<u64> {
         let inode = self.inode(id)?;
         if inode.kind != FileKind::Directory {
-            return Err(FsError::Sys {
+            return Err(FsError::Sys(SysError {
                 op: "opendir",
                 errno: Errno::ENOTDIR,
-            });
+            }));
         }
         let file = sys::openat(
             inode.fd.as_fd(),
@@ -1608,11 +1595,11 @@ impl VolumeFs {
                 Ok(fd) => fd,
                 // Gone since getdents: skip it.
                 Err(Errno::ENOENT) => return Ok(false),
-                Err(e) => {
-                    return Err(FsError::Sys {
+                Err(errno) => {
+                    return Err(FsError::Sys(SysError {
                         op: "lookup",
-                        errno: e,
-                    });
+                        errno,
+                    }));
                 }
             };
             let (_, attr) = self.register(fd)?;
@@ -1657,7 +1644,7 @@ impl VolumeFs {
                 d.start = 0;
                 d.end = n;
             }
-            let ent = sys::parse_dirent(&d.buf[d.start..d.end]).ok_or(FsError::Sys {
+            let ent = sys::parse_dirent(&d.buf[d.start..d.end]).ok_or(SysError {
                 op: "getdents",
                 errno: Errno::EIO,
             })?;
@@ -1706,10 +1693,10 @@ impl VolumeFs {
     pub fn getxattr(&self, id: NodeId, name: &OsStr, size: u32) -> Result<Xattr> {
         let inode = self.inode(id)?;
         let Some(path) = self.xattr_path(&inode) else {
-            return Err(FsError::Sys {
+            return Err(FsError::Sys(SysError {
                 op: "getxattr",
                 errno: Errno::ENODATA,
-            });
+            }));
         };
         let n = sys::cstring(name).op("getxattr")?;
         if size == 0 {
@@ -1753,7 +1740,7 @@ impl VolumeFs {
             .xattr_path(&inode)
             .ok_or(FsError::NotPermitted("xattrs on symlinks"))?;
         let n = sys::cstring(name).op("setxattr")?;
-        sys::setxattr(&path, &n, value, flags).op("setxattr")
+        Ok(sys::setxattr(&path, &n, value, flags).op("setxattr")?)
     }
 
     pub fn removexattr(&self, id: NodeId, name: &OsStr) -> Result<()> {
@@ -1763,7 +1750,7 @@ impl VolumeFs {
             .xattr_path(&inode)
             .ok_or(FsError::NotPermitted("xattrs on symlinks"))?;
         let n = sys::cstring(name).op("removexattr")?;
-        sys::removexattr(&path, &n).op("removexattr")
+        Ok(sys::removexattr(&path, &n).op("removexattr")?)
     }
 
     /// `access(2)`. With `default_permissions` the kernel answers it itself; this is

@@ -61,6 +61,7 @@ use self::adapter::{Adapter, AdapterOptions};
 use self::fs::{FsError, Options, VolumeFs};
 use self::projquota::{BackendQuotaError, IdOrigin, ProjectQuota};
 use self::quota::{Enforcement, Quota};
+use self::sys::SysError;
 
 /// Command line of `tessera mount`.
 #[derive(clap::Args, Debug, Clone)]
@@ -221,10 +222,10 @@ fn read_capacity(path: &Path) -> Result<u64, Error> {
 fn open_source(path: &Path) -> Result<std::fs::File, Error> {
     std::fs::File::open(path).map_err(|e| Error::Open {
         path: path.to_owned(),
-        source: FsError::Sys {
+        source: FsError::Sys(SysError {
             op: "open",
             errno: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-        },
+        }),
     })
 }
 
