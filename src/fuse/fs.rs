@@ -350,14 +350,15 @@ pub struct SetAttr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum IoMode {
-    /// Kernel passthrough: reads go straight to the backing file. Read-only opens.
+    /// Kernel passthrough: reads (and, in backend mode, writes) go straight to the
+    /// backing file. Read-only opens in daemon mode, every open in backend mode.
     Passthrough = 0,
     /// Ordinary FUSE I/O through the kernel page cache; writes come to the daemon.
-    /// Read-write opens.
+    /// Read-write opens in daemon mode.
     Cached = 1,
     /// FUSE direct I/O: every write comes to the daemon, no page cache. Write-only
-    /// opens (the kernel invalidates other handles' cached pages a direct write
-    /// overwrites).
+    /// opens in daemon mode (the kernel invalidates other handles' cached pages a
+    /// direct write overwrites).
     Direct = 2,
 }
 
@@ -682,8 +683,8 @@ impl VolumeFs {
         })
     }
 
-    /// Switch kernel passthrough for read-only opens on or off (the adapter does once
-    /// the kernel agreed to it in `init`, and off again if registering files fails).
+    /// Switch kernel passthrough on or off (the adapter does once the kernel agreed to
+    /// it in `init`, and off again if registering files fails).
     pub fn set_passthrough(&self, on: bool) {
         self.passthrough.store(on, Ordering::Release);
     }
@@ -1791,11 +1792,11 @@ impl VolumeFs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fuse::quota::Quota;
+    use crate::fuse::quota::Accounting;
     use std::os::unix::fs::MetadataExt;
 
     fn daemon_quota(capacity: u64, used: u64) -> Arc<Enforcement> {
-        Arc::new(Quota::new(capacity, used).into())
+        Arc::new(Accounting::new(capacity, used).into())
     }
 
     const ROOT: Caller = Caller { uid: 0, gid: 0 };

@@ -6,7 +6,7 @@
 //!  kernel ◀──┤ fuser session: N worker threads, each with its own /dev/fuse fd    │
 //!  (FUSE)    │   └─▶ adapter (fuser::Filesystem) ─▶ fs::VolumeFs ─▶ backing dir   │
 //!            │                                         └─▶ quota::Enforcement     │
-//!            │                                              daemon: byte count    │
+//!            │                                              daemon: Accounting    │
 //!            │                                              backend: projquota ───┼─▶ XFS project
 //!            │ signal thread: SIGTERM/SIGINT → unmount; SIGHUP → re-read capacity │   quota (limit)
 //!            └───────────────────────────────────────────────────────────────────┘
@@ -15,7 +15,7 @@
 //! ```
 //!
 //! Modules: [`fs`] is the filesystem core (no FUSE types), [`adapter`] the thin
-//! `fuser::Filesystem` over it, [`quota`] the quota modes and the daemon's byte count,
+//! `fuser::Filesystem` over it, [`quota`] the quota modes and the daemon's accounting,
 //! [`projquota`] the XFS project quota, [`sys`] the syscalls. This module owns the
 //! process: it chooses the quota mode, mounts, serves until unmounted, and handles
 //! signals.
@@ -29,12 +29,12 @@
 //! `--quota=backend` fails the mount where the filesystem cannot enforce.
 //!
 //! **Lifecycle.** `run` chooses the quota mode (scanning the source for the bytes in
-//! use in daemon mode), mounts with `mount(2)`
-//! (the daemon runs as root, so no `fusermount3` is needed), and serves. SIGTERM or
-//! SIGINT unmounts (lazily if files are still open, so the daemon serves them until
-//! they are closed); a second one exits at once, which aborts the connection. SIGHUP
-//! re-reads `--capacity-file` (in backend mode: sets the project's new limit). When the kernel ends the connection (unmount, by us or
-//! anyone), the daemon logs its counters and exits 0.
+//! use in daemon mode), mounts with `mount(2)` (the daemon runs as root, so no
+//! `fusermount3` is needed), and serves. SIGTERM or SIGINT unmounts (lazily if files
+//! are still open, so the daemon serves them until they are closed); a second one
+//! exits at once, which aborts the connection. SIGHUP re-reads `--capacity-file` (in
+//! backend mode: sets the project's new limit). When the kernel ends the connection
+//! (unmount, by us or anyone), the daemon logs its counters and exits 0.
 //!
 //! **Permissions.** The mount is `allow_other` (pods run as any uid) and
 //! `default_permissions` (the kernel checks mode bits with the caller's credentials
@@ -60,7 +60,7 @@ use nix::sys::signal::{SigSet, Signal};
 use self::adapter::{Adapter, AdapterOptions};
 use self::fs::{FsError, Options, VolumeFs};
 use self::projquota::{BackendQuotaError, IdOrigin, ProjectQuota};
-use self::quota::{Enforcement, Quota};
+use self::quota::{Accounting, Enforcement};
 use self::sys::SysError;
 
 /// Command line of `tessera mount`.
@@ -283,7 +283,7 @@ fn choose_quota(args: &MountArgs, capacity: u64, read_only: bool) -> Result<Enfo
         why = reason.as_str(),
         "quota mode chosen: the daemon counts every write; writable opens do not use passthrough"
     );
-    Ok(Enforcement::Daemon(Quota::new(capacity, scan.bytes)))
+    Ok(Enforcement::Daemon(Accounting::new(capacity, scan.bytes)))
 }
 
 /// Mount options for the kernel from the command line.
