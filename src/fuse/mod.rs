@@ -29,12 +29,12 @@
 //! `--quota=backend` fails the mount where the filesystem cannot enforce.
 //!
 //! **Lifecycle.** `run` chooses the quota mode (scanning the source for the bytes in
-//! use in daemon mode), mounts with `mount(2)` (the daemon runs as root, so no
-//! `fusermount3` is needed), and serves. SIGTERM or SIGINT unmounts (lazily if files
-//! are still open, so the daemon serves them until they are closed); a second one
-//! exits at once, which aborts the connection. SIGHUP re-reads `--capacity-file` (in
-//! backend mode: sets the project's new limit). When the kernel ends the connection
-//! (unmount, by us or anyone), the daemon logs its counters and exits 0.
+//! use in daemon mode), mounts with `mount(2)`
+//! (the daemon runs as root, so no `fusermount3` is needed), and serves. SIGTERM or
+//! SIGINT unmounts (lazily if files are still open, so the daemon serves them until
+//! they are closed); a second one exits at once, which aborts the connection. SIGHUP
+//! re-reads `--capacity-file` (in backend mode: sets the project's new limit). When the kernel ends the connection (unmount, by us or
+//! anyone), the daemon logs its counters and exits 0.
 //!
 //! **Permissions.** The mount is `allow_other` (pods run as any uid) and
 //! `default_permissions` (the kernel checks mode bits with the caller's credentials
