@@ -247,10 +247,10 @@ impl Filesystem for Adapter {
         // trust its own size and mtime over the backing file's, wrong on a shared
         // backend. Without it every write invalidates the file's cached size and
         // times, so the first stat after a write is a GETATTR round trip),
-        // FUSE_POSIX_LOCKS and
-        // FUSE_FLOCK_LOCKS (the kernel then keeps locks itself, with exact POSIX
-        // semantics and blocking waits that do not pin daemon threads), and
-        // FUSE_ATOMIC_O_TRUNC (truncation arrives as setattr, where the quota sees it).
+        // FUSE_POSIX_LOCKS and FUSE_FLOCK_LOCKS (the kernel then keeps locks itself,
+        // with exact POSIX semantics and blocking waits that do not pin daemon
+        // threads), and FUSE_ATOMIC_O_TRUNC (truncation arrives as setattr, where the
+        // quota sees it).
         let fs_type = self.fs.backing_fs_type().ok();
         // FLUSH (on every close) exists so a network filesystem can push data to its
         // server at close, which later opens on other nodes rely on; it is a wasted

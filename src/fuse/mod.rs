@@ -6,7 +6,7 @@
 //!  kernel ◀──┤ fuser session: N worker threads, each with its own /dev/fuse fd    │
 //!  (FUSE)    │   └─▶ adapter (fuser::Filesystem) ─▶ fs::VolumeFs ─▶ backing dir   │
 //!            │                                         └─▶ quota::Enforcement     │
-//!            │                                              daemon: byte count    │
+//!            │                                              daemon: Accounting    │
 //!            │                                              backend: projquota ───┼─▶ XFS project
 //!            │ signal thread: SIGTERM/SIGINT → unmount; SIGHUP → re-read capacity │   quota (limit)
 //!            └───────────────────────────────────────────────────────────────────┘
@@ -15,7 +15,7 @@
 //! ```
 //!
 //! Modules: [`fs`] is the filesystem core (no FUSE types), [`adapter`] the thin
-//! `fuser::Filesystem` over it, [`quota`] the quota modes and the daemon's byte count,
+//! `fuser::Filesystem` over it, [`quota`] the quota modes and the daemon's accounting,
 //! [`projquota`] the XFS project quota, [`sys`] the syscalls. This module owns the
 //! process: it chooses the quota mode, mounts, serves until unmounted, and handles
 //! signals.
@@ -62,7 +62,8 @@ use nix::sys::signal::{SigSet, Signal};
 use self::adapter::{Adapter, AdapterOptions};
 use self::fs::{FsError, Options, VolumeFs};
 use self::projquota::{BackendQuotaError, IdOrigin, ProjectQuota};
-use self::quota::{Enforcement, Quota};
+use self::quota::{Accounting, Enforcement};
+use self::sys::SysError;
 
 /// Command line of `tessera mount`.
 #[derive(clap::Args, Debug, Clone)]
@@ -235,10 +236,10 @@ fn read_capacity(path: &Path) -> Result<u64, Error> {
 fn open_source(path: &Path) -> Result<std::fs::File, Error> {
     std::fs::File::open(path).map_err(|e| Error::Open {
         path: path.to_owned(),
-        source: FsError::Sys {
+        source: FsError::Sys(SysError {
             op: "open",
             errno: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-        },
+        }),
     })
 }
 
@@ -296,7 +297,7 @@ fn choose_quota(args: &MountArgs, capacity: u64, read_only: bool) -> Result<Enfo
         why = reason.as_str(),
         "quota mode chosen: the daemon counts every write; writable opens do not use passthrough"
     );
-    Ok(Enforcement::Daemon(Quota::new(capacity, scan.bytes)))
+    Ok(Enforcement::Daemon(Accounting::new(capacity, scan.bytes)))
 }
 
 /// Mount options for the kernel from the command line.

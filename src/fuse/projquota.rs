@@ -41,7 +41,9 @@ use std::hash::BuildHasher;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use super::quota::Usage;
-use super::sys::{self, Errno, FS_QUOTA_PDQ_ACCT, FS_QUOTA_PDQ_ENFD, FS_XFLAG_PROJINHERIT};
+use super::sys::{
+    self, Errno, FS_QUOTA_PDQ_ACCT, FS_QUOTA_PDQ_ENFD, FS_XFLAG_PROJINHERIT, Op, SysError,
+};
 
 /// statfs `f_type` of XFS.
 pub const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
@@ -76,24 +78,14 @@ pub enum BackendQuotaError {
     )]
     NotEnforced,
     /// A syscall failed.
-    #[error("{op} failed: {errno}")]
-    Sys { op: &'static str, errno: Errno },
+    #[error(transparent)]
+    Sys(#[from] SysError),
     /// Every id tried was in use.
     #[error("found no unused project id in {0} tries")]
     NoFreeId(u32),
 }
 
 type Result<T, E = BackendQuotaError> = std::result::Result<T, E>;
-
-trait Op<T> {
-    fn op(self, op: &'static str) -> Result<T>;
-}
-
-impl<T> Op<T> for sys::SysResult<T> {
-    fn op(self, op: &'static str) -> Result<T> {
-        self.map_err(|errno| BackendQuotaError::Sys { op, errno })
-    }
-}
 
 /// Whether the filesystem `dir` is on can enforce a project quota on root.
 pub fn probe(dir: BorrowedFd<'_>) -> Result<()> {
@@ -105,10 +97,11 @@ pub fn probe(dir: BorrowedFd<'_>) -> Result<()> {
         Ok(flags) => flags,
         Err(Errno::ENOSYS) => return Err(BackendQuotaError::NoKernelSupport),
         Err(errno) => {
-            return Err(BackendQuotaError::Sys {
+            return Err(SysError {
                 op: "quotactl_fd(Q_XGETQSTATV)",
                 errno,
-            });
+            }
+            .into());
         }
     };
     if flags & FS_QUOTA_PDQ_ACCT == 0 {
@@ -168,7 +161,8 @@ impl ProjectQuota {
     pub fn set_capacity(&self, capacity: u64) -> Result<()> {
         let hard = capacity.div_ceil(BASIC_BLOCK).max(1);
         sys::set_project_block_limits(self.dir.as_fd(), self.projid, hard, 0)
-            .op("quotactl_fd(Q_XSETQLIM)")
+            .op("quotactl_fd(Q_XSETQLIM)")?;
+        Ok(())
     }
 
     /// Limit and blocks in use, from the filesystem.
@@ -178,10 +172,11 @@ impl ProjectQuota {
             // XFS answers ENOENT for an id whose quota is all zeros.
             Err(Errno::ENOENT) => sys::FsDiskQuota::default(),
             Err(errno) => {
-                return Err(BackendQuotaError::Sys {
+                return Err(SysError {
                     op: "quotactl_fd(Q_XGETQUOTA)",
                     errno,
-                });
+                }
+                .into());
             }
         };
         Ok(Usage {
@@ -228,10 +223,11 @@ fn unused_id(dir: BorrowedFd<'_>) -> Result<u32> {
             }
             Ok(_) => continue,
             Err(errno) => {
-                return Err(BackendQuotaError::Sys {
+                return Err(SysError {
                     op: "quotactl_fd(Q_XGETQUOTA)",
                     errno,
-                });
+                }
+                .into());
             }
         }
     }
@@ -264,6 +260,7 @@ fn tag_tree(root: BorrowedFd<'_>, id: u32) -> Result<u64> {
     sys::mkdirat(root, SCRATCH, 0o700).op("mkdir scratch")?;
     let tagged = sys::openat(root, SCRATCH, libc::O_RDONLY | libc::O_DIRECTORY, 0)
         .op("open scratch")
+        .map_err(BackendQuotaError::from)
         .and_then(|scratch| {
             tag(scratch.as_fd(), id, true)?;
             tag_below(root, id, scratch.as_fd())
@@ -291,26 +288,30 @@ fn remove_scratch(root: BorrowedFd<'_>) -> Result<()> {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Ok(()),
         Err(errno) => {
-            return Err(BackendQuotaError::Sys {
+            return Err(SysError {
                 op: "open scratch",
                 errno,
-            });
+            }
+            .into());
         }
     };
     let mut buf = vec![0u8; 16 * 1024];
     sys::for_each_entry(
         scratch.as_fd(),
         &mut buf,
-        |errno| BackendQuotaError::Sys {
-            op: "getdents64",
-            errno,
+        |errno| {
+            BackendQuotaError::from(SysError {
+                op: "getdents64",
+                errno,
+            })
         },
         |name| {
             let _ = sys::unlinkat(scratch.as_fd(), name, 0);
             Ok(())
         },
     )?;
-    sys::unlinkat(root, SCRATCH, libc::AT_REMOVEDIR).op("rmdir scratch")
+    sys::unlinkat(root, SCRATCH, libc::AT_REMOVEDIR).op("rmdir scratch")?;
+    Ok(())
 }
 
 /// Give a symlink or special file the project id: the ioctl needs a descriptor such
@@ -330,7 +331,7 @@ fn recreate(
     if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
         let link = sys::openat(dir, name, libc::O_PATH | libc::O_NOFOLLOW, 0).op("open symlink")?;
         let target = sys::readlink_fd(link.as_fd()).op("readlink")?;
-        let target = CString::new(target).map_err(|_| BackendQuotaError::Sys {
+        let target = CString::new(target).map_err(|_| SysError {
             op: "readlink",
             errno: Errno::EINVAL,
         })?;
@@ -351,7 +352,8 @@ fn recreate(
         },
     ];
     sys::utimens_fd(copy.as_fd(), &times).op("utimensat copy")?;
-    sys::renameat2(scratch, COPY, dir, name, 0).op("rename copy")
+    sys::renameat2(scratch, COPY, dir, name, 0).op("rename copy")?;
+    Ok(())
 }
 
 /// Tag everything below `root` (see [`tag_tree`]).
@@ -366,15 +368,17 @@ fn tag_below(root: BorrowedFd<'_>, id: u32, scratch: BorrowedFd<'_>) -> Result<u
         sys::for_each_entry(
             dir.as_fd(),
             &mut buf,
-            |errno| BackendQuotaError::Sys {
-                op: "getdents64",
-                errno,
+            |errno| {
+                BackendQuotaError::from(SysError {
+                    op: "getdents64",
+                    errno,
+                })
             },
             |name| {
                 let st = match sys::fstatat(dir.as_fd(), name) {
                     Ok(st) => st,
                     Err(Errno::ENOENT) => return Ok(()),
-                    Err(errno) => return Err(BackendQuotaError::Sys { op: "stat", errno }),
+                    Err(errno) => return Err(SysError { op: "stat", errno }.into()),
                 };
                 let is_dir = match st.st_mode & libc::S_IFMT {
                     libc::S_IFDIR if is_root && name == SCRATCH => return Ok(()),
@@ -394,7 +398,7 @@ fn tag_below(root: BorrowedFd<'_>, id: u32, scratch: BorrowedFd<'_>) -> Result<u
                 let fd = match sys::openat(dir.as_fd(), name, flags, 0) {
                     Ok(fd) => fd,
                     Err(Errno::ENOENT) => return Ok(()),
-                    Err(errno) => return Err(BackendQuotaError::Sys { op: "open", errno }),
+                    Err(errno) => return Err(SysError { op: "open", errno }.into()),
                 };
                 if tag(fd.as_fd(), id, is_dir)? {
                     tagged += 1;

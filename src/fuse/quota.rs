@@ -1,13 +1,17 @@
 //! The volume's quota: how many bytes the volume may hold, how many it holds now, and
 //! who enforces the limit.
 //!
-//! **Two modes** ([`Enforcement`], chosen once at mount, see `tessera mount --quota`):
+//! **Two modes** ([`Mode`], chosen once at mount, see `tessera mount --quota`):
 //!
-//! - **daemon**: the daemon counts ([`Quota`], below) and every operation that can
+//! - **daemon**: the daemon counts ([`Accounting`], below) and every operation that can
 //!   grow the volume must reach it, so writable opens never use kernel passthrough;
 //! - **backend**: the backing filesystem enforces an XFS project quota on the volume
 //!   directory ([`super::projquota`]); the daemon only sets the limit and reads usage
 //!   back, its reservations are no-ops, and writes may bypass it.
+//!
+//! [`Enforcement`] is the quota of a mounted volume: the daemon's [`Accounting`] or the
+//! backend's [`ProjectQuota`], behind one set of calls; [`Usage`] is capacity and
+//! usage at one instant, whichever mode measured it.
 //!
 //! The rest of this page is about the daemon's own count.
 //!
@@ -22,11 +26,12 @@
 //! charged; the backing filesystem's inode limits bound those (statfs reports them).
 //!
 //! **How it stays right.** [`scan`] walks the volume once at start. After that every
-//! operation that can change a size asks for the growth first ([`Quota::reserve_up_to`]
-//! or [`Quota::reserve`]), performs the syscall, and gives back what it did not use
-//! ([`Quota::release`]); shrinking operations release after they succeed. A write that
-//! only partly fits is cut at the quota boundary (a short write, as on a full disk), the
-//! next one fails with `ENOSPC`, and nothing already written is touched.
+//! operation that can change a size asks for the growth first
+//! ([`Accounting::reserve_up_to`] or [`Accounting::reserve`]), performs the syscall, and
+//! gives back what it did not use ([`Accounting::release`]); shrinking operations
+//! release after they succeed. A write that only partly fits is cut at the quota
+//! boundary (a short write, as on a full disk), the next one fails with `ENOSPC`, and
+//! nothing already written is touched.
 //!
 //! **Capacity.** Set at start and replaced on SIGHUP (`tessera mount --capacity-file`),
 //! so a volume can grow while mounted. Shrinking below usage makes every growth fail
@@ -60,17 +65,18 @@ impl Mode {
     }
 }
 
-/// The quota of one volume in the mode chosen at mount. The filesystem core asks it
-/// for growth before every size-changing operation in both modes; in backend mode the
-/// answer is always yes (the backing filesystem says no, with `ENOSPC`, by itself).
+/// The quota of one volume in the mode chosen at mount: the daemon's [`Accounting`]
+/// or the backend's project quota. The filesystem core asks it for growth before
+/// every size-changing operation in both modes; in backend mode the answer is always
+/// yes (the backing filesystem says no, with `ENOSPC`, by itself).
 #[derive(Debug)]
 pub enum Enforcement {
-    Daemon(Quota),
+    Daemon(Accounting),
     Backend(ProjectQuota),
 }
 
-impl From<Quota> for Enforcement {
-    fn from(q: Quota) -> Self {
+impl From<Accounting> for Enforcement {
+    fn from(q: Accounting) -> Self {
         Enforcement::Daemon(q)
     }
 }
@@ -104,7 +110,7 @@ impl Enforcement {
         }
     }
 
-    /// See [`Quota::reserve_up_to`].
+    /// See [`Accounting::reserve_up_to`].
     pub fn reserve_up_to(&self, want: u64) -> u64 {
         match self {
             Enforcement::Daemon(q) => q.reserve_up_to(want),
@@ -112,7 +118,7 @@ impl Enforcement {
         }
     }
 
-    /// See [`Quota::reserve`].
+    /// See [`Accounting::reserve`].
     pub fn reserve(&self, want: u64) -> bool {
         match self {
             Enforcement::Daemon(q) => q.reserve(want),
@@ -120,14 +126,14 @@ impl Enforcement {
         }
     }
 
-    /// See [`Quota::release`].
+    /// See [`Accounting::release`].
     pub fn release(&self, bytes: u64) {
         if let Enforcement::Daemon(q) = self {
             q.release(bytes);
         }
     }
 
-    /// See [`Quota::charge`].
+    /// See [`Accounting::charge`].
     pub fn charge(&self, bytes: u64) {
         if let Enforcement::Daemon(q) = self {
             q.charge(bytes);
@@ -151,15 +157,16 @@ impl Usage {
     }
 }
 
-/// The byte quota of one volume.
+/// The daemon's accounting of one volume (daemon mode): its capacity and the bytes in
+/// use, reserved before an operation grows the volume and released after it shrinks.
 #[derive(Debug)]
-pub struct Quota {
+pub struct Accounting {
     capacity: AtomicU64,
     used: AtomicU64,
 }
 
-impl Quota {
-    /// A quota of `capacity` bytes of which `used` are taken (from [`scan`]).
+impl Accounting {
+    /// `capacity` bytes of which `used` are taken (from [`scan`]).
     pub fn new(capacity: u64, used: u64) -> Self {
         Self {
             capacity: AtomicU64::new(capacity),
@@ -318,7 +325,7 @@ mod tests {
 
     #[test]
     fn reserve_up_to_cuts_at_capacity() {
-        let q = Quota::new(100, 90);
+        let q = Accounting::new(100, 90);
         assert_eq!(q.reserve_up_to(30), 10);
         assert_eq!(q.usage().used, 100);
         assert_eq!(q.reserve_up_to(1), 0);
@@ -334,7 +341,7 @@ mod tests {
 
     #[test]
     fn reserve_is_all_or_nothing() {
-        let q = Quota::new(100, 90);
+        let q = Accounting::new(100, 90);
         assert!(!q.reserve(11));
         assert!(q.reserve(10));
         assert_eq!(q.usage().free(), 0);
@@ -342,7 +349,7 @@ mod tests {
 
     #[test]
     fn shrinking_capacity_blocks_growth_until_freed() {
-        let q = Quota::new(100, 80);
+        let q = Accounting::new(100, 80);
         q.set_capacity(50);
         assert_eq!(q.usage().free(), 0);
         assert_eq!(q.reserve_up_to(1), 0);
@@ -352,7 +359,7 @@ mod tests {
 
     #[test]
     fn release_saturates() {
-        let q = Quota::new(100, 5);
+        let q = Accounting::new(100, 5);
         q.release(10);
         assert_eq!(q.usage().used, 0);
     }

@@ -23,6 +23,27 @@ pub use nix::errno::Errno;
 /// Result of a raw syscall: the errno is all the core needs to know.
 pub type SysResult<T> = Result<T, Errno>;
 
+/// A syscall that failed, named by what the caller was doing: the one error for a
+/// failed syscall in the filesystem core ([`super::fs::FsError::Sys`]) and the project
+/// quota ([`super::projquota::BackendQuotaError::Sys`]). [`Op::op`] makes one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{op} failed: {errno}")]
+pub struct SysError {
+    pub op: &'static str,
+    pub errno: Errno,
+}
+
+/// Names the operation of a raw syscall result: `sys::fstat(fd).op("stat")?`.
+pub trait Op<T> {
+    fn op(self, op: &'static str) -> Result<T, SysError>;
+}
+
+impl<T> Op<T> for SysResult<T> {
+    fn op(self, op: &'static str) -> Result<T, SysError> {
+        self.map_err(|errno| SysError { op, errno })
+    }
+}
+
 const EMPTY: &CStr = c"";
 
 fn cvt(ret: libc::c_int) -> SysResult<libc::c_int> {

@@ -1,0 +1,244 @@
+//! The plain types the core answers in: node ids, attributes, what `setattr` changes,
+//! directory entries, statfs, xattr replies, the mount's options and counters.
+
+use std::ffi::OsStr;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::iomode::IoMode;
+
+/// A node id as the kernel knows it (and the `st_ino` it shows).
+pub type NodeId = u64;
+
+/// FUSE's fixed id of the root directory.
+pub const ROOT_ID: NodeId = 1;
+
+/// File types, as the core reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    Regular,
+    Directory,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl FileKind {
+    pub(super) fn from_mode(mode: u32) -> Self {
+        match mode & libc::S_IFMT {
+            libc::S_IFDIR => FileKind::Directory,
+            libc::S_IFLNK => FileKind::Symlink,
+            libc::S_IFIFO => FileKind::Fifo,
+            libc::S_IFSOCK => FileKind::Socket,
+            libc::S_IFCHR => FileKind::CharDevice,
+            libc::S_IFBLK => FileKind::BlockDevice,
+            _ => FileKind::Regular,
+        }
+    }
+
+    pub(super) fn from_dtype(d_type: u8) -> Option<Self> {
+        Some(match d_type {
+            libc::DT_REG => FileKind::Regular,
+            libc::DT_DIR => FileKind::Directory,
+            libc::DT_LNK => FileKind::Symlink,
+            libc::DT_FIFO => FileKind::Fifo,
+            libc::DT_SOCK => FileKind::Socket,
+            libc::DT_CHR => FileKind::CharDevice,
+            libc::DT_BLK => FileKind::BlockDevice,
+            _ => return None,
+        })
+    }
+}
+
+/// Attributes of an inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: NodeId,
+    pub size: u64,
+    pub blocks: u64,
+    pub atime: SystemTime,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+    pub kind: FileKind,
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub blksize: u32,
+}
+
+fn system_time(secs: i64, nsecs: i64) -> SystemTime {
+    let nsecs = nsecs.clamp(0, 999_999_999) as u32;
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nsecs)
+    } else {
+        UNIX_EPOCH - Duration::new(secs.unsigned_abs(), 0) + Duration::new(0, nsecs)
+    }
+}
+
+impl Attr {
+    /// Placeholder attributes of a name that does not exist (a negative entry: the
+    /// kernel only looks at the node id, 0, and the entry's lifetime).
+    pub const NEGATIVE: Attr = Attr {
+        ino: 0,
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        kind: FileKind::Regular,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+    };
+
+    pub(super) fn from_stat(st: &libc::stat, ino: NodeId) -> Self {
+        Attr {
+            ino,
+            size: st.st_size as u64,
+            blocks: st.st_blocks as u64,
+            atime: system_time(st.st_atime, st.st_atime_nsec),
+            mtime: system_time(st.st_mtime, st.st_mtime_nsec),
+            ctime: system_time(st.st_ctime, st.st_ctime_nsec),
+            kind: FileKind::from_mode(st.st_mode),
+            perm: (st.st_mode & 0o7777) as u16,
+            nlink: st.st_nlink as u32,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            rdev: st.st_rdev as u32,
+            blksize: st.st_blksize as u32,
+        }
+    }
+}
+
+/// Who sends a request (the caller's fsuid/fsgid, from the request header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// A timestamp to set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetTime {
+    Now,
+    At(SystemTime),
+}
+
+pub(super) fn timespec(t: Option<SetTime>) -> libc::timespec {
+    match t {
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(SetTime::Now) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(SetTime::At(t)) => match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => libc::timespec {
+                tv_sec: d.as_secs() as i64,
+                tv_nsec: d.subsec_nanos() as i64,
+            },
+            Err(before) => {
+                let d = before.duration();
+                let (mut secs, mut nsecs) = (-(d.as_secs() as i64), -(d.subsec_nanos() as i64));
+                if nsecs < 0 {
+                    secs -= 1;
+                    nsecs += 1_000_000_000;
+                }
+                libc::timespec {
+                    tv_sec: secs,
+                    tv_nsec: nsecs,
+                }
+            }
+        },
+    }
+}
+
+/// The changes of one `setattr`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+    /// The open file the change came through (`ftruncate`), if any.
+    pub fh: Option<u64>,
+    /// Clear set-user-ID and set-group-ID along with a size change: the daemon does
+    /// this for the kernel (`FUSE_HANDLE_KILLPRIV_V2`), as a truncation by a caller
+    /// without `CAP_FSETID` must.
+    pub kill_suidgid: bool,
+}
+
+/// An opened file as the adapter sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened {
+    pub fh: u64,
+    pub mode: IoMode,
+}
+
+/// One directory entry for `readdir`.
+#[derive(Debug)]
+pub struct DirEntry<'a> {
+    pub ino: NodeId,
+    /// Where to resume after this entry.
+    pub offset: i64,
+    pub kind: FileKind,
+    pub name: &'a OsStr,
+}
+
+/// Filesystem statistics for `statfs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// Result of a `getxattr`/`listxattr` that may ask only for the size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Xattr {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+/// Counters of what reached the daemon; logged when the mount ends.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub reads: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub writes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub opens_passthrough: AtomicU64,
+    pub opens_cached: AtomicU64,
+    pub opens_direct: AtomicU64,
+    /// Writable opens refused because passthrough readers held the file.
+    pub opens_busy: AtomicU64,
+    pub passthrough_failures: AtomicU64,
+}
+
+/// How a volume is served.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Refuse every change with EROFS.
+    pub read_only: bool,
+    /// Allow creating character and block device nodes. Only sensible on a mount
+    /// with the `dev` option: on the default `nodev` mount they would be inert
+    /// through the mount but live device nodes in the backing directory, which
+    /// host-side tools may open.
+    pub devices: bool,
+}
