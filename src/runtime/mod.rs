@@ -29,13 +29,19 @@ use crate::metrics::Metrics;
 
 /// An error and its sources, `outer: inner: innermost`, for one log line: printed
 /// once, where the error is handled.
+///
+/// A `kube::Error::Api` link is left out: it prints its status twice, once with
+/// `Debug`, and its source, the status itself, follows anyway.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
+        cur = c.source();
+        if matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(_))) && cur.is_some() {
+            continue;
+        }
         s.push_str(": ");
         s.push_str(&c.to_string());
-        cur = c.source();
     }
     s
 }
@@ -223,6 +229,20 @@ mod tests {
         ] {
             assert_eq!(truncated(s, max), want, "{s:?} at {max}");
         }
+    }
+
+    #[test]
+    fn an_api_error_is_shown_once_by_its_status() {
+        let status =
+            kube::core::Status::failure("volumes \"v\" not found", "NotFound").with_code(404);
+        let res: Result<(), _> = Err(kube::Error::Api(Box::new(status)));
+        let e = res.context(|| "reading Volume v".into()).unwrap_err();
+        assert_eq!(
+            error_chain(&e),
+            "reading Volume v: volumes \"v\" not found: NotFound"
+        );
+        // On its own, the API error is still printed.
+        assert!(error_chain(&e.source).contains("not found"));
     }
 
     #[test]
