@@ -69,3 +69,27 @@ impl Identity for IdentityService {
         Ok(Response::new(ProbeResponse { ready: Some(true) }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn every_instance_reports_the_controller_service() {
+        let caps = IdentityService::default()
+            .get_plugin_capabilities(Request::new(GetPluginCapabilitiesRequest {}))
+            .await
+            .unwrap()
+            .into_inner()
+            .capabilities;
+        let services: Vec<i32> = caps
+            .iter()
+            .filter_map(|c| match &c.r#type {
+                Some(plugin_capability::Type::Service(s)) => Some(s.r#type),
+                _ => None,
+            })
+            .collect();
+        assert!(services.contains(&(service::Type::ControllerService as i32)));
+        assert!(services.contains(&(service::Type::VolumeAccessibilityConstraints as i32)));
+    }
+}

@@ -9,8 +9,22 @@
 //! ```
 //!
 //! The driver never arbitrates: it only adds, removes and awaits tickets. Identity and
-//! Controller are served by `tessera controller`, Identity and Node by `tessera node`,
-//! each on a unix socket.
+//! Controller are served by `tessera controller` ([`controller_services`]), Identity
+//! and Node by `tessera node` ([`node_services`]), each on a unix socket
+//! ([`crate::runtime::csi`] serves it). It imports nothing of the node agent: both
+//! use [`crate::host`] for mounts and paths.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`identity`] | plugin name, version and capabilities (the same on every instance) |
+//! | [`controller`] | volumes as `Volume` objects, publishes as tickets |
+//! | [`node`] | stage/publish bind mounts and the MountPod's references |
+//! | [`watch`] | waiting for a condition on one object by watch |
+//! | this one | what both services share: ticket ids, the in-flight guard, required fields, how an error becomes a status |
+//!
+//! Errors: each service has one `Error` enum and one `From<Error> for Status`; a
+//! status message is the error chain (`status`), and whatever a request sent is
+//! cut to [`SHOWN`] characters where an error quotes it.
 
 pub mod controller;
 pub mod identity;
