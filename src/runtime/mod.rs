@@ -176,14 +176,6 @@ impl Shutdown {
         Ok(Shutdown(rx))
     }
 
-    /// A request that never comes (for tests and for roles run without signals).
-    pub fn never() -> Shutdown {
-        let (tx, rx) = tokio::sync::watch::channel(None);
-        // Kept open forever: a closed channel would read as "no signal will come".
-        std::mem::forget(tx);
-        Shutdown(rx)
-    }
-
     /// Wait for the signal.
     pub async fn requested(mut self) -> Signal {
         let got = self.0.wait_for(Option::is_some).await.map(|s| *s);
