@@ -127,23 +127,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quantities_from_bytes() {
-        for (bytes, want) in [
-            (1u64 << 30, "1Gi"),
-            (3 << 29, "1536Mi"),
-            (1000, "1000"),
-            (0, "0"),
-            (5 << 40, "5Ti"),
-            (1 << 50, "1024Ti"),
-        ] {
-            assert_eq!(quantity_of(bytes), want, "{bytes}");
-        }
-        for bytes in [123_456_789, 1 << 30, 0, 1023, u64::MAX] {
-            assert_eq!(quantity_bytes(&quantity_of(bytes)), Ok(bytes), "{bytes}");
-        }
-    }
-
-    #[test]
     fn quantities_in_bytes() {
         for (q, want) in [
             ("1Gi", 1 << 30),
@@ -159,6 +142,23 @@ mod tests {
         }
         for bad in ["", "Gi", "1Zi", "abc", "-1Gi", "1..2"] {
             assert!(quantity_bytes(bad).is_err(), "{bad} must be rejected");
+        }
+    }
+
+    #[test]
+    fn quantities_from_bytes() {
+        for (bytes, want) in [
+            (1u64 << 30, "1Gi"),
+            (3 << 29, "1536Mi"),
+            (1000, "1000"),
+            (0, "0"),
+            (5 << 40, "5Ti"),
+            (1 << 50, "1024Ti"),
+        ] {
+            assert_eq!(quantity_of(bytes), want, "{bytes}");
+        }
+        for bytes in [123_456_789, 1 << 30, 0, 1023, u64::MAX] {
+            assert_eq!(quantity_bytes(&quantity_of(bytes)), Ok(bytes), "{bytes}");
         }
     }
 }

@@ -30,7 +30,8 @@ use crate::metrics::Metrics;
 /// An error and its sources, `outer: inner: innermost`, for one log line: printed
 /// once, where the error is handled.
 ///
-/// A `kube::Error::Api` link is left out: it prints its status twice, once with
+/// A source that its error's message already ends with is not repeated, and a
+/// `kube::Error::Api` link is left out: it prints its status twice, once with
 /// `Debug`, and its source, the status itself, follows anyway.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -40,8 +41,12 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         if matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(_))) && cur.is_some() {
             continue;
         }
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        let text = c.to_string();
+        // Some errors already print their source in their own message: say it once.
+        if !s.ends_with(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
     }
     s
 }
@@ -208,6 +213,19 @@ mod tests {
     fn chain_names_every_cause_once() {
         let e = Outer("x", std::io::Error::other("denied"));
         assert_eq!(error_chain(&e), "reading x: denied");
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("request failed: {0}")]
+    struct Repeats(#[source] std::io::Error);
+
+    #[test]
+    fn a_source_already_in_the_message_is_not_repeated() {
+        let e = Outer(
+            "x",
+            std::io::Error::other(Repeats(std::io::Error::other("denied"))),
+        );
+        assert_eq!(error_chain(&e), "reading x: request failed: denied");
     }
 
     #[test]
