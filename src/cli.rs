@@ -1,15 +1,25 @@
-//! The roles of the `tessera` binary, wired in one place.
+//! The roles of the `tessera` binary, wired in one place: here a role's parts meet
+//! (the node agent and the CSI Node service share the host's mounts), so that no
+//! component imports another.
 //!
 //! | subcommand   | role |
 //! |--------------|------|
 //! | `crds`       | print the CRDs generated from [`crate::api`] (the content of `crds/`) |
-//! | `controller` | Volume, VolumeAttachment and MountPod controllers + CSI controller service |
-//! | `node`       | node agent: FUSE mounts for this node's MountPods + CSI node service |
+//! | `controller` | Volume, VolumeAttachment and reaper controllers + CSI Identity and Controller |
+//! | `node`       | node agent: FUSE mounts for this node's MountPods + CSI Identity and Node |
 //! | `mount`      | the FUSE filesystem of one volume on one node |
+//!
+//! The long-running roles start the same way ([`crate::runtime`]): tracing, a client,
+//! the metrics endpoint, SIGINT/SIGTERM, the CSI socket; then their own work until a
+//! signal.
 
 use std::io::Write;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use tracing::info;
+
+use crate::runtime::{self, Shutdown};
 
 /// Command line of the `tessera` binary.
 #[derive(Parser, Debug)]
@@ -29,9 +39,9 @@ pub struct Args {
 pub enum Command {
     /// Print the CustomResourceDefinitions generated from the Rust types.
     Crds,
-    /// Run the controllers (and, later, the CSI controller service).
+    /// Run the controllers and the CSI Identity and Controller services.
     Controller(crate::controller::ControllerArgs),
-    /// Run the node agent (and, later, the CSI node service).
+    /// Run the node agent and the CSI Identity and Node services.
     Node(crate::node::NodeArgs),
     /// Serve one volume through FUSE.
     Mount(crate::fuse::MountArgs),
@@ -47,29 +57,44 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         Command::Mount(args) => Ok(crate::fuse::run(args)?),
         Command::Controller(args) => {
-            init_tracing();
+            runtime::init_tracing();
             let rt = tokio::runtime::Runtime::new()?;
             Ok(rt.block_on(crate::controller::run(args))?)
         }
         Command::Node(args) => {
-            init_tracing();
+            runtime::init_tracing();
             let rt = tokio::runtime::Runtime::new()?;
-            Ok(rt.block_on(crate::node::run(args))?)
+            Ok(rt.block_on(node(args))?)
         }
     }
 }
 
-/// Structured logs on stderr; `RUST_LOG` filters (default `info`), `TESSERA_LOG_FORMAT=json`
-/// switches to JSON lines.
-pub fn init_tracing() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if std::env::var("TESSERA_LOG_FORMAT").is_ok_and(|f| f == "json") {
-        builder.json().init();
-    } else {
-        builder.init();
+/// `tessera node`: the node agent, and the CSI Node service over the same host
+/// mounts, until SIGINT or SIGTERM. The FUSE daemons keep running when it stops;
+/// the next agent adopts them.
+pub async fn node(args: crate::node::NodeArgs) -> Result<(), crate::node::Error> {
+    let host = Arc::new(crate::node::host_for(&args)?);
+    let client = runtime::connect().await?;
+    let metrics = runtime::start_metrics(args.metrics_addr).await?;
+    let shutdown = Shutdown::listen()?;
+    if let Some(endpoint) = &args.csi_endpoint {
+        let service = crate::csi::node::NodeService::new(
+            client.clone(),
+            args.node_name.clone(),
+            host.config.kubelet_dir.clone(),
+            host.mounts.clone(),
+        );
+        runtime::csi::spawn(
+            endpoint,
+            "identity and node",
+            crate::csi::node_services(service),
+            shutdown.clone(),
+        )
+        .map_err(runtime::Error::from)?;
     }
+    let agent = crate::node::run_agent(&args, client, metrics, host);
+    if let Err(signal) = shutdown.run_until(agent).await {
+        info!(%signal, node = %args.node_name, "stopping; fuse daemons keep running");
+    }
+    Ok(())
 }

@@ -142,6 +142,22 @@ pub fn quantity_bytes(q: &str) -> Result<u64, QuantityError> {
     Ok(bytes as u64)
 }
 
+/// Bytes as the shortest exact quantity (`1Gi`, `500Mi`, `1000`), the inverse of
+/// [`quantity_bytes`], so `kubectl get volumes` reads like the PVC that asked.
+pub fn quantity_of(bytes: u64) -> String {
+    for (suffix, unit) in [
+        ("Ti", 1u64 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ] {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
+            return format!("{}{suffix}", bytes / unit);
+        }
+    }
+    bytes.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +193,23 @@ mod tests {
         }
         for bad in ["", "Gi", "1Zi", "abc", "-1Gi", "1..2"] {
             assert!(quantity_bytes(bad).is_err(), "{bad} must be rejected");
+        }
+    }
+
+    #[test]
+    fn quantities_from_bytes() {
+        for (bytes, want) in [
+            (1u64 << 30, "1Gi"),
+            (3 << 29, "1536Mi"),
+            (1000, "1000"),
+            (0, "0"),
+            (5 << 40, "5Ti"),
+            (1 << 50, "1024Ti"),
+        ] {
+            assert_eq!(quantity_of(bytes), want, "{bytes}");
+        }
+        for bytes in [123_456_789, 1 << 30, 0, 1023, u64::MAX] {
+            assert_eq!(quantity_bytes(&quantity_of(bytes)), Ok(bytes), "{bytes}");
         }
     }
 }

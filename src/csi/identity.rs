@@ -10,11 +10,20 @@ use super::proto::{
 };
 use crate::api::CSI_DRIVER_NAME;
 
-/// Identity of the driver; `controller` says whether this process serves the
-/// Controller service (and so advertises it).
-#[derive(Clone, Debug)]
+/// Identity of the driver, the same on every instance.
+///
+/// CSI spec, GetPluginCapabilities: "All instances of the same version […] of the
+/// Plugin SHALL return the same set of capabilities, regardless of both: (a) where
+/// instances are deployed on the cluster as well as; (b) which RPCs an instance is
+/// serving." So `tessera node`, which serves no Controller service, still reports
+/// CONTROLLER_SERVICE: the driver as a whole has one (the external-provisioner and
+/// external-attacher ask the controller's socket, csi-sanity asks the node's).
+#[derive(Clone, Debug, Default)]
 pub struct IdentityService {
-    /// Whether the Controller service is served alongside.
+    /// Ignored: the capabilities do not depend on the services served alongside
+    /// (see above). Kept only until `controller::run` builds its services with
+    /// [`super::controller_services`]; then it goes.
+    #[doc(hidden)]
     pub controller: bool,
 }
 
@@ -40,17 +49,17 @@ impl Identity for IdentityService {
                 plugin_capability::Service { r#type: t as i32 },
             )),
         };
-        let mut capabilities = vec![svc(service::Type::VolumeAccessibilityConstraints)];
-        if self.controller {
-            capabilities.push(svc(service::Type::ControllerService));
-        }
-        capabilities.push(PluginCapability {
-            r#type: Some(plugin_capability::Type::VolumeExpansion(
-                plugin_capability::VolumeExpansion {
-                    r#type: volume_expansion::Type::Online as i32,
-                },
-            )),
-        });
+        let capabilities = vec![
+            svc(service::Type::VolumeAccessibilityConstraints),
+            svc(service::Type::ControllerService),
+            PluginCapability {
+                r#type: Some(plugin_capability::Type::VolumeExpansion(
+                    plugin_capability::VolumeExpansion {
+                        r#type: volume_expansion::Type::Online as i32,
+                    },
+                )),
+            },
+        ];
         Ok(Response::new(GetPluginCapabilitiesResponse {
             capabilities,
         }))
@@ -58,5 +67,29 @@ impl Identity for IdentityService {
 
     async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
         Ok(Response::new(ProbeResponse { ready: Some(true) }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn every_instance_reports_the_controller_service() {
+        let caps = IdentityService::default()
+            .get_plugin_capabilities(Request::new(GetPluginCapabilitiesRequest {}))
+            .await
+            .unwrap()
+            .into_inner()
+            .capabilities;
+        let services: Vec<i32> = caps
+            .iter()
+            .filter_map(|c| match &c.r#type {
+                Some(plugin_capability::Type::Service(s)) => Some(s.r#type),
+                _ => None,
+            })
+            .collect();
+        assert!(services.contains(&(service::Type::ControllerService as i32)));
+        assert!(services.contains(&(service::Type::VolumeAccessibilityConstraints as i32)));
     }
 }

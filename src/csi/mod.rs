@@ -9,23 +9,40 @@
 //! ```
 //!
 //! The driver never arbitrates: it only adds, removes and awaits tickets. Identity and
-//! Controller are served by `tessera controller`, Identity and Node by `tessera node`,
-//! each on a unix socket.
+//! Controller are served by `tessera controller` ([`controller_services`]), Identity
+//! and Node by `tessera node` ([`node_services`]), each on a unix socket
+//! ([`crate::runtime::csi`] serves it). It imports nothing of the node agent: both
+//! use [`crate::host`] for mounts and paths.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`identity`] | plugin name, version and capabilities (the same on every instance) |
+//! | [`controller`] | volumes as `Volume` objects, publishes as tickets |
+//! | [`node`] | stage/publish bind mounts and the MountPod's references |
+//! | [`watch`] | waiting for a condition on one object by watch |
+//! | this one | what both services share: ticket ids, the in-flight guard, required fields, how an error becomes a status |
+//!
+//! Errors: each service has one `Error` enum and one `From<Error> for Status`; a
+//! status message is the error chain (`status`), and whatever a request sent is
+//! cut to [`SHOWN`] characters where an error quotes it.
 
 pub mod controller;
 pub mod identity;
 pub mod node;
-pub mod paths;
 pub mod proto;
+pub mod watch;
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
-use tonic::Status;
+use tonic::service::Routes;
 
 use crate::api::CSI_DRIVER_NAME;
+use crate::runtime::{error_chain, truncated};
+use proto::controller_server::ControllerServer;
+use proto::identity_server::IdentityServer;
+use proto::node_server::NodeServer;
 
 /// Topology key of node-local volumes.
 pub const TOPOLOGY_NODE_KEY: &str = "topology.tessera.io/node";
@@ -38,52 +55,81 @@ pub fn csi_ticket_id(volume_id: &str, node_id: &str) -> String {
     format!("csi-{}", hex::encode(digest))
 }
 
-/// Errors of serving CSI.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// The socket path is taken by something that is not a socket.
-    #[error("{0} exists and is not a socket; refusing to remove it")]
-    NotASocket(PathBuf),
-    /// Binding or serving failed.
-    #[error("serving CSI on {path}")]
-    Io {
-        /// The socket.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The gRPC server failed.
-    #[error("gRPC server on {0}")]
-    Transport(PathBuf, #[source] tonic::transport::Error),
+/// How much of a caller's string (a volume id, a name, a parameter) an error echoes.
+pub const SHOWN: usize = 128;
+
+/// `s` as an error message may echo it: at most [`SHOWN`] characters.
+pub(crate) fn shown(s: &str) -> String {
+    truncated(s, SHOWN).into_owned()
 }
 
-/// Bind a unix socket at `path`, removing a stale socket (and only a socket) first.
-pub fn bind_unix(path: &Path) -> Result<tokio::net::UnixListener, ServeError> {
-    use std::os::unix::fs::FileTypeExt;
-    let io = |source| ServeError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path).map_err(io)?,
-        Ok(_) => return Err(ServeError::NotASocket(path.to_path_buf())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io(e)),
-    }
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io)?;
-    }
-    tokio::net::UnixListener::bind(path).map_err(io)
+/// The longest message a status carries.
+pub const MESSAGE_MAX: usize = 1024;
+
+/// The status of an RPC that failed with `e`: `code`, and the chain of `e` as the
+/// message (at most [`MESSAGE_MAX`] characters).
+pub(crate) fn status(code: tonic::Code, e: &dyn std::error::Error) -> tonic::Status {
+    tonic::Status::new(code, truncated(&error_chain(e), MESSAGE_MAX))
 }
 
-/// Parse a CSI endpoint (`unix:///abs/path` or a bare absolute path) into a path.
-pub fn endpoint_path(endpoint: &str) -> PathBuf {
-    PathBuf::from(endpoint.strip_prefix("unix://").unwrap_or(endpoint))
+/// A required field of a request is empty (INVALID_ARGUMENT).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0} is required")]
+pub struct Missing(pub &'static str);
+
+/// A field of a request that can be missing: an empty string or list, or `None`.
+pub trait Field {
+    /// What the field holds when it is there.
+    type Value;
+    /// The value, or `None` when it is missing.
+    fn present(self) -> Option<Self::Value>;
 }
+
+impl<'a> Field for &'a String {
+    type Value = &'a str;
+    fn present(self) -> Option<&'a str> {
+        (!self.is_empty()).then_some(self.as_str())
+    }
+}
+
+impl<'a, T> Field for &'a Vec<T> {
+    type Value = &'a [T];
+    fn present(self) -> Option<&'a [T]> {
+        (!self.is_empty()).then_some(self.as_slice())
+    }
+}
+
+impl<'a, T> Field for Option<&'a T> {
+    type Value = &'a T;
+    fn present(self) -> Option<&'a T> {
+        self
+    }
+}
+
+/// The value of the required request field `name`, or [`Missing`].
+pub fn required<F: Field>(name: &'static str, field: F) -> Result<F::Value, Missing> {
+    field.present().ok_or(Missing(name))
+}
+
+/// Identity and Controller: the services of the socket `tessera controller` serves.
+pub fn controller_services(service: controller::ControllerService) -> Routes {
+    Routes::new(IdentityServer::new(identity::IdentityService::default()))
+        .add_service(ControllerServer::new(service))
+}
+
+/// Identity and Node: the services of the socket `tessera node` serves.
+pub fn node_services(service: node::NodeService) -> Routes {
+    Routes::new(IdentityServer::new(identity::IdentityService::default()))
+        .add_service(NodeServer::new(service))
+}
+
+// Until `controller::run` serves through `runtime::csi::spawn` (the lead switches it).
+#[doc(hidden)]
+pub use crate::runtime::csi::{ServeError, bind_unix, endpoint_path};
 
 /// A per-volume in-flight guard: a second concurrent call on the same volume gets
-/// `ABORTED`, as the CSI spec asks ("an operation is pending for the volume").
+/// [`Pending`], which each service answers with `ABORTED`, as the CSI spec asks
+/// ("an operation is pending for the volume").
 #[derive(Clone, Default)]
 pub struct InFlight(Arc<Mutex<HashSet<String>>>);
 
@@ -93,14 +139,17 @@ pub struct InFlightGuard {
     key: String,
 }
 
+/// Another call on the same volume is in progress (ABORTED).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("an operation on volume {0} is already in progress")]
+pub struct Pending(String);
+
 impl InFlight {
-    /// Take the slot of `key`, or fail with ABORTED when a call holds it.
-    pub fn start(&self, key: &str) -> Result<InFlightGuard, Status> {
+    /// Take the slot of `key`, or fail with [`Pending`] when a call holds it.
+    pub fn start(&self, key: &str) -> Result<InFlightGuard, Pending> {
         let mut set = self.0.lock().expect("in-flight set poisoned");
         if !set.insert(key.to_string()) {
-            return Err(Status::aborted(format!(
-                "an operation on volume {key} is already in progress"
-            )));
+            return Err(Pending(shown(key)));
         }
         Ok(InFlightGuard {
             set: self.0.clone(),
@@ -132,10 +181,27 @@ mod tests {
     }
 
     #[test]
+    fn required_fields() {
+        let (empty, id) = (String::new(), "v1".to_string());
+        assert_eq!(required("volume_id", &id), Ok("v1"));
+        assert_eq!(required("volume_id", &empty), Err(Missing("volume_id")));
+        assert_eq!(
+            required("volume_capabilities", &Vec::<u8>::new()),
+            Err(Missing("volume_capabilities"))
+        );
+        assert_eq!(required("volume_capabilities", &vec![1u8]), Ok(&[1u8][..]));
+        assert_eq!(
+            required("capacity_range", None::<&u8>),
+            Err(Missing("capacity_range"))
+        );
+        assert_eq!(Missing("volume_id").to_string(), "volume_id is required");
+    }
+
+    #[test]
     fn in_flight_guard_aborts_concurrent_calls() {
         let f = InFlight::default();
         let g = f.start("v1").unwrap();
-        assert_eq!(f.start("v1").err().unwrap().code(), tonic::Code::Aborted);
+        assert_eq!(f.start("v1").err(), Some(Pending("v1".into())));
         assert!(f.start("v2").is_ok());
         drop(g);
         assert!(f.start("v1").is_ok());

@@ -39,10 +39,11 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use super::reconcile::{self, Health, Host, Progress, Served, error_chain};
+use super::host::{self, Health, Host, Progress, Served};
 use super::{Error, FINALIZER, Labels};
 use crate::api::{MountPhase, MountPod, MountPodStatus, MountTask, condition_status};
 use crate::metrics::Metrics;
+use crate::runtime::{KubeContext, error_chain};
 
 /// What every reconcile needs.
 pub struct Context {
@@ -104,7 +105,7 @@ pub async fn run(
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
-                debug!(error = %e, "mountpod reconcile");
+                debug!(error = %error_chain(&e), "mountpod reconcile");
             }
         });
     tokio::join!(run, health, ready);
@@ -154,7 +155,7 @@ async fn reconcile_inner(mp: &MountPod, ctx: &Context) -> Result<Action, Error> 
 async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     let name = mp.name_any();
     let mut current = mp.status.clone().unwrap_or_default();
-    let (want, refused) = match reconcile::want(&name, &mp.spec, &ctx.host.config) {
+    let (want, refused) = match host::want(&name, &mp.spec, &ctx.host.config) {
         Ok(w) => w,
         Err(msg) => {
             let report = Report::failed("InvalidSpec", msg.clone());
@@ -242,7 +243,7 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
 
 /// The status report of a serve pass, and when to look again.
 fn serve_report(
-    want: &reconcile::Want,
+    want: &host::Want,
     served: &Served,
     refused: &[String],
     mp: &MountPod,
@@ -406,7 +407,7 @@ async fn delete(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
             write_status(mp, ctx, &mut current, report).await?;
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
-        if let Ok(volume) = super::paths::component(&mp.spec.volume) {
+        if let Ok(volume) = crate::host::paths::component(&mp.spec.volume) {
             let host = ctx.host.clone();
             let volume = volume.to_string();
             let mountpoint = host.config.mount_root.join(&volume);
@@ -458,10 +459,7 @@ async fn patch_finalizers(
     Api::<MountPod>::all(ctx.client.clone())
         .patch(&name, &params, &Patch::Merge(&patch))
         .await
-        .map_err(|source| Error::Kube {
-            action: format!("updating the finalizers of MountPod {name}"),
-            source,
-        })?;
+        .context(|| format!("updating the finalizers of MountPod {name}"))?;
     ctx.metrics.write("MountPod", "patch");
     Ok(())
 }
@@ -604,10 +602,7 @@ async fn write_status_from(
             &Patch::Apply(&body),
         )
         .await
-        .map_err(|source| Error::Kube {
-            action: format!("writing the status of MountPod {name}"),
-            source,
-        })?;
+        .context(|| format!("writing the status of MountPod {name}"))?;
     ctx.metrics.write("MountPod", "status");
     debug!(phase = ?status.phase, pid = ?status.pid, restarts = status.restarts, "status written");
     *current = status;
@@ -624,7 +619,7 @@ async fn publish(ctx: &Context, mp: &MountPod, type_: EventType, reason: &str, n
     };
     ctx.metrics.write("Event", "create");
     if let Err(e) = ctx.recorder.publish(&ev, &mp.object_ref(&())).await {
-        debug!(error = %e, "publishing event");
+        debug!(error = %error_chain(&e), "publishing event");
     }
 }
 

@@ -9,19 +9,22 @@
 //!  (this node) │      │ spawn_blocking                                      │   tessera-node-<node>)
 //!              └──────┼──────────────────────────────────────────────────────┘
 //!                     ▼
-//!              reconcile::Host (node side, blocking, no Kubernetes)
-//!                ├─ paths       every path from the CR validated (CVE-2020-8568)
-//!                ├─ supervisor  `tessera mount` daemons (own session) + state dir records
-//!                └─ mounts      mountinfo, bind, lazy unmount, probe (trait; fake in tests)
+//!              host::Host (node side, blocking, no Kubernetes)
+//!                ├─ crate::host::paths   every path from the CR validated (CVE-2020-8568)
+//!                ├─ supervisor           `tessera mount` daemons (own session) + state dir records
+//!                └─ crate::host::mounts  mountinfo, bind, lazy unmount, probe (trait; fake in tests)
 //! ```
 //!
 //! | module | owns |
 //! |---|---|
 //! | [`agent`] | the watch, finalizer `tessera.io/mount`, status, Events, the health loop |
-//! | [`reconcile`] | the decisions: start, adopt, repair + re-bind, online resize, remount, teardown, data removal |
+//! | [`host`] | the work on this host: start, adopt, repair + re-bind, online resize, remount, teardown, data removal |
 //! | [`supervisor`] | daemon processes (spawn detached, liveness with pid-reuse check, signals, reaping) and the state directory |
-//! | [`mounts`] | the mount table and mount syscalls behind the [`mounts::Mounts`] trait |
-//! | [`paths`] | validation of paths taken from custom resources |
+//!
+//! The mount table, the mount syscalls and path validation are [`crate::host`]'s,
+//! shared with the CSI Node service. This module knows nothing of CSI: the role
+//! (`cli`) serves the CSI Node service next to the agent, over the same
+//! [`host::Host::mounts`].
 //!
 //! Data flow of a volume on this node: the controller creates the MountPod
 //! (`spec.source` = `<backend root>/<volume>`); the agent mounts it with FUSE at
@@ -30,12 +33,11 @@
 //! `spec.references`, which the agent re-binds after a repair and which holds back
 //! the unmount when the MountPod is deleted.
 //!
-//! The node never imports the controller: the two only meet in the API objects.
+//! The node never imports the controller nor the CSI driver: they only meet in the
+//! API objects.
 
 pub mod agent;
-pub mod mounts;
-pub mod paths;
-pub mod reconcile;
+pub mod host;
 pub mod supervisor;
 
 use std::net::SocketAddr;
@@ -43,9 +45,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{info, warn};
+use kube::Client;
+use tracing::warn;
 
+use crate::host::mounts::HostMounts;
+use crate::host::paths;
 use crate::metrics::Metrics;
+use crate::runtime::KubeError;
+pub use host::Host;
 
 /// Finalizer on MountPods: the node has unmounted (or, for RemoveData, finished)
 /// before the MountPod goes.
@@ -96,20 +103,11 @@ use crate::labels::parse_labels;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A call to the API server failed.
-    #[error("{action}")]
-    Kube {
-        /// What was being done.
-        action: String,
-        /// The cause.
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Kube(#[from] KubeError),
     /// Node-side work failed.
     #[error(transparent)]
-    Host(#[from] reconcile::Error),
-    /// The CSI socket could not be served.
-    #[error(transparent)]
-    Csi(#[from] crate::csi::ServeError),
+    Host(#[from] host::Error),
     /// The state directory could not be opened.
     #[error(transparent)]
     Supervisor(#[from] supervisor::Error),
@@ -124,23 +122,15 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
-    /// The metrics endpoint could not start.
-    #[error("serving metrics on {addr}")]
-    Metrics {
-        /// The address.
-        addr: SocketAddr,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// No client configuration.
-    #[error("connecting to Kubernetes")]
-    Connect(#[source] kube::Error),
+    /// The role's shared parts (client, metrics, signals, CSI socket) could not start.
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::Error),
 }
 
-/// Run the node agent until SIGINT or SIGTERM. The FUSE daemons keep running when
-/// the agent stops; the next agent adopts them.
-pub async fn run(args: NodeArgs) -> Result<(), Error> {
+/// The node-side work as the command line configures it: arguments checked, the
+/// mount root created, the state directory opened. The FUSE daemons are this
+/// binary (`/proc/self/exe mount …`).
+pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
     paths::component(&args.node_name).map_err(|e| Error::InvalidArg {
         arg: "node-name",
         message: e.to_string(),
@@ -162,76 +152,35 @@ pub async fn run(args: NodeArgs) -> Result<(), Error> {
         warn!(kubelet_dir = %kubelet_dir.display(), "kubelet directory does not exist; every reference will be refused");
     }
     let state = supervisor::StateDir::open(&state_dir)?;
-
-    let client = kube::Client::try_default().await.map_err(Error::Connect)?;
-    let metrics = Arc::new(Metrics::new());
-    let addr = crate::metrics::serve(args.metrics_addr, metrics.clone())
-        .await
-        .map_err(|source| Error::Metrics {
-            addr: args.metrics_addr,
-            source,
-        })?;
-    info!(%addr, node = %args.node_name, "node agent: metrics endpoint listening");
-
-    let host = Arc::new(reconcile::Host {
-        config: reconcile::Config {
+    Ok(Host {
+        config: host::Config {
             mount_root,
             kubelet_dir,
             probe_timeout: Duration::from_millis(args.probe_timeout_ms.max(1)),
             start_timeout: Duration::from_secs(args.start_timeout_seconds.max(1)),
             stop_grace: Duration::from_secs(5),
         },
-        mounts: Arc::new(mounts::HostMounts::new()),
+        mounts: Arc::new(HostMounts::new()),
         // The agent's own binary, even if the file was replaced since it started.
         daemons: Arc::new(supervisor::HostDaemons::new(PathBuf::from(
             "/proc/self/exe",
         ))),
         state,
-    });
-    if let Some(endpoint) = &args.csi_endpoint {
-        let path = crate::csi::endpoint_path(endpoint);
-        let listener = crate::csi::bind_unix(&path)?;
-        let service = crate::csi::node::NodeService::new(
-            client.clone(),
-            args.node_name.clone(),
-            host.config.kubelet_dir.clone(),
-            host.mounts.clone(),
-        );
-        info!(socket = %path.display(), "serving CSI identity and node");
-        tokio::spawn(async move {
-            let res = tonic::transport::Server::builder()
-                .add_service(crate::csi::proto::identity_server::IdentityServer::new(
-                    // The plugin's capabilities are the same on every instance (the
-                    // CO asks any of them): the driver does provide a Controller service.
-                    crate::csi::identity::IdentityService { controller: true },
-                ))
-                .add_service(crate::csi::proto::node_server::NodeServer::new(service))
-                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
-                .await;
-            if let Err(e) = res {
-                tracing::error!(error = %e, "CSI server stopped");
-            }
-        });
-    }
-    let agent = agent::run(
+    })
+}
+
+/// Run the agent of `args.node_name` over `host` until the future is dropped. The
+/// FUSE daemons keep running when the agent stops; the next agent adopts them.
+pub async fn run_agent(args: &NodeArgs, client: Client, metrics: Arc<Metrics>, host: Arc<Host>) {
+    agent::run(
         client,
         metrics,
         host,
         args.node_name.clone(),
         args.watch_selector.clone().unwrap_or_default(),
         Duration::from_millis(args.health_interval_ms.max(10)),
-    );
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| Error::InvalidArg {
-            arg: "(signals)",
-            message: e.to_string(),
-        })?;
-    tokio::select! {
-        () = agent => {}
-        _ = tokio::signal::ctrl_c() => info!("interrupted; fuse daemons keep running"),
-        _ = term.recv() => info!("terminated; fuse daemons keep running"),
-    }
-    Ok(())
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use nix::errno::Errno;
 
 use super::*;
 use crate::api::{MountReference, MountTask};
-use crate::node::mounts::MountInfo;
+use crate::host::mounts::MountInfo;
 
 #[derive(Default)]
 struct World {

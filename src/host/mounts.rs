@@ -1,6 +1,7 @@
-//! The mount table and the mount syscalls the node agent needs, behind [`Mounts`].
+//! The mount table and the mount syscalls the node agent and the CSI Node service
+//! need, behind [`Mounts`].
 //!
-//! The agent's reconcile logic only ever asks four things of the kernel: what is
+//! They only ever ask four things of the kernel: what is
 //! mounted where ([`Mounts::table`], from `/proc/self/mountinfo`), bind a path onto
 //! another ([`Mounts::bind`]), detach a mount lazily ([`Mounts::unmount_lazy`]) and
 //! whether a mount point answers ([`Mounts::probe`]). [`HostMounts`] does them for

@@ -1,16 +1,26 @@
-//! Validation of every path the node agent takes from a custom resource.
+//! Validation of every path Tessera takes from outside: from a custom resource (the
+//! node agent) or from a CSI request (the Node service).
 //!
-//! A MountPod is written through the API server, so whoever may write MountPods could
-//! otherwise make a privileged agent mount onto, or delete, any path of the node
-//! (CVE-2020-8568: a target path taken from a custom resource). Paths are therefore
-//! checked as strings before anything touches them: absolute, no `.` or `..`
-//! component, not `/`, no NUL byte, and targets strictly under the kubelet directory.
-//! Bind targets are checked once more on disk (their parent directory, with symlinks
-//! resolved, must still be under the kubelet directory) right before the bind.
+//! Whoever may write MountPods or call the CSI socket could otherwise make a
+//! privileged process mount onto, or delete, any path of the node (CVE-2020-8568: a
+//! target path taken from a custom resource). Paths are therefore checked as strings
+//! before anything touches them: absolute, no `.` or `..` component, not `/`, no NUL
+//! byte, and targets strictly under the kubelet directory ([`under`]). Then on disk,
+//! right before use: a CSI path may not be or pass through a symlink below the
+//! kubelet directory ([`under_without_symlinks`]), and a bind target's parent, with
+//! symlinks resolved, must still be under it ([`resolves_under`]).
+//!
+//! Errors show at most [`SHOWN`] characters of a path: it came from a request or an
+//! object that someone else wrote.
 
 use std::path::{Path, PathBuf};
 
-/// A path from a custom resource that the agent refuses.
+use crate::runtime::truncated;
+
+/// How much of a refused path an error shows.
+pub const SHOWN: usize = 128;
+
+/// A path that is refused, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PathError {
     /// Relative path.
@@ -36,21 +46,29 @@ pub enum PathError {
     /// Not a single, plain path component (a volume name used as a directory name).
     #[error("{0:?} cannot be used as a directory name")]
     BadName(String),
+    /// A symlink, at the path or at one of its parents below the directory it must be
+    /// under.
+    #[error("{0:?} is or passes through a symlink")]
+    Symlink(String),
+}
+
+fn shown(s: &str) -> String {
+    truncated(s, SHOWN).into_owned()
 }
 
 /// `s` as an absolute path with no `.`/`..` component that is not `/`.
 pub fn absolute(s: &str) -> Result<PathBuf, PathError> {
     if s.contains('\0') {
-        return Err(PathError::Nul(s.into()));
+        return Err(PathError::Nul(shown(s)));
     }
     if !s.starts_with('/') {
-        return Err(PathError::NotAbsolute(s.into()));
+        return Err(PathError::NotAbsolute(shown(s)));
     }
     if s.split('/').any(|c| c == "." || c == "..") {
-        return Err(PathError::DotComponent(s.into()));
+        return Err(PathError::DotComponent(shown(s)));
     }
     if s.split('/').all(str::is_empty) {
-        return Err(PathError::Root(s.into()));
+        return Err(PathError::Root(shown(s)));
     }
     // Normalise repeated and trailing slashes.
     let clean: Vec<&str> = s.split('/').filter(|c| !c.is_empty()).collect();
@@ -64,16 +82,35 @@ pub fn under(s: &str, dir: &Path) -> Result<PathBuf, PathError> {
         Ok(p)
     } else {
         Err(PathError::Outside {
-            path: s.into(),
+            path: shown(s),
             dir: dir.display().to_string(),
         })
     }
 }
 
+/// `s` as [`under`], and neither `s` nor any of its parents below `dir` is a symlink
+/// (on disk, now): the check CSI paths get, since kubelet creates them and nothing
+/// there should be a link.
+pub fn under_without_symlinks(s: &str, dir: &Path) -> Result<PathBuf, PathError> {
+    let p = under(s, dir)?;
+    let mut cur = dir.to_path_buf();
+    for c in p
+        .strip_prefix(dir)
+        .expect("under() checked it")
+        .components()
+    {
+        cur.push(c);
+        if std::fs::symlink_metadata(&cur).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(PathError::Symlink(shown(s)));
+        }
+    }
+    Ok(p)
+}
+
 /// `s` as one plain path component (no `/`, not `.` or `..`, not empty).
 pub fn component(s: &str) -> Result<&str, PathError> {
     if s.is_empty() || s == "." || s == ".." || s.contains('/') || s.contains('\0') {
-        return Err(PathError::BadName(s.into()));
+        return Err(PathError::BadName(shown(s)));
     }
     Ok(s)
 }
@@ -83,7 +120,7 @@ pub fn component(s: &str) -> Result<&str, PathError> {
 /// redirect a bind mount elsewhere.
 pub fn resolves_under(target: &Path, dir: &Path) -> Result<(), PathError> {
     let outside = || PathError::Outside {
-        path: target.display().to_string(),
+        path: shown(&target.display().to_string()),
         dir: dir.display().to_string(),
     };
     let parent = target.parent().ok_or_else(outside)?;
@@ -147,6 +184,45 @@ mod tests {
         for bad in ["", ".", "..", "a/b", "/a"] {
             assert!(component(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn paths_from_csi_requests() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let ok = root.join("pods/x/volumes/v/mount");
+        let check = |s: &str| under_without_symlinks(s, root);
+        assert_eq!(check(ok.to_str().unwrap()), Ok(ok.clone()));
+        assert!(matches!(check(""), Err(PathError::NotAbsolute(_))));
+        assert!(matches!(
+            check("relative/p"),
+            Err(PathError::NotAbsolute(_))
+        ));
+        let dotdot = format!("{}/pods/../../etc", root.display());
+        assert!(matches!(check(&dotdot), Err(PathError::DotComponent(_))));
+        assert!(matches!(
+            check("/etc/passwd"),
+            Err(PathError::Outside { .. })
+        ));
+        assert!(matches!(
+            check(root.to_str().unwrap()),
+            Err(PathError::Outside { .. })
+        ));
+        std::fs::create_dir_all(root.join("pods")).unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("pods/evil")).unwrap();
+        let via_link = format!("{}/pods/evil/target", root.display());
+        assert!(matches!(check(&via_link), Err(PathError::Symlink(_))));
+        let at_link = format!("{}/pods/evil", root.display());
+        assert!(matches!(check(&at_link), Err(PathError::Symlink(_))));
+    }
+
+    #[test]
+    fn errors_show_a_bounded_path() {
+        let long = format!("/{}", "a".repeat(10_000));
+        let e = under(&long, Path::new("/var/lib/kubelet")).unwrap_err();
+        let text = e.to_string();
+        assert!(text.len() < SHOWN + 64, "{} bytes: {text}", text.len());
+        assert!(text.contains("is not under /var/lib/kubelet"), "{text}");
     }
 
     #[test]

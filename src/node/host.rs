@@ -30,10 +30,11 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use tracing::{info, warn};
 
-use super::mounts::{self, Mounts, Probe};
-use super::paths;
 use super::supervisor::{self, Daemon, DaemonSpec, Daemons, Liveness, Record, StateDir};
 use crate::api::MountPodSpec;
+use crate::host::mounts::{self, Mounts, Probe};
+use crate::host::paths;
+use crate::runtime::error_chain;
 
 /// Errors of the node-side work. Each names the action that failed.
 #[derive(Debug, thiserror::Error)]
@@ -563,8 +564,6 @@ impl Host {
         Ok(true)
     }
 }
-
-pub use crate::runtime::error_chain;
 
 #[cfg(test)]
 mod tests;

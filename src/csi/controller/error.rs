@@ -1,0 +1,301 @@
+//! The errors of the Controller service and their one mapping to gRPC codes.
+//!
+//! Every RPC returns [`Error`]; [`From<Error> for Status`] picks the code the CSI spec
+//! asks for and writes the whole error chain as the message. Strings that came in a
+//! request are cut to [`crate::csi::SHOWN`] characters where the error is built, and
+//! the message as a whole to [`crate::csi::MESSAGE_MAX`].
+
+use std::collections::BTreeMap;
+
+use tonic::{Code, Status};
+
+use crate::api::{AccessMode, QuantityError, TicketReason};
+use crate::csi::watch::WatchError;
+use crate::csi::{Missing, Pending};
+use crate::runtime::KubeError;
+
+/// Why a Controller RPC failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A required field is empty.
+    #[error(transparent)]
+    Missing(#[from] Missing),
+    /// Another call on the volume is in progress.
+    #[error(transparent)]
+    Pending(#[from] Pending),
+    /// A call to the API server failed.
+    #[error(transparent)]
+    Kube(#[from] KubeError),
+    /// Waiting for an object failed.
+    #[error(transparent)]
+    Watch(#[from] WatchError),
+    /// The capability asks for a block volume.
+    #[error("block volumes are not supported: Tessera serves filesystems (access type mount)")]
+    Block,
+    /// The capability asks for MULTI_NODE_SINGLE_WRITER.
+    #[error(
+        "access mode MULTI_NODE_SINGLE_WRITER is not supported; use MULTI_NODE_MULTI_WRITER or a single-node mode"
+    )]
+    MultiNodeSingleWriter,
+    /// The capability names no access mode.
+    #[error("volume capability has no access mode")]
+    NoAccessMode,
+    /// A volume of one access mode cannot serve a capability asking for another.
+    #[error("volume is {have}; the capability asks for {want}")]
+    Incompatible {
+        /// The volume's.
+        have: AccessMode,
+        /// The capability's.
+        want: AccessMode,
+    },
+    /// CreateVolume from a snapshot or a volume.
+    #[error("creating a volume from a snapshot or another volume is not supported")]
+    ContentSource,
+    /// The `scope` parameter has another value.
+    #[error("parameter scope must be Shared or NodeLocal, not {0:?}")]
+    Scope(String),
+    /// A StorageClass parameter nobody knows.
+    #[error("unknown StorageClass parameter {0:?} (known: backendRoot, scope)")]
+    UnknownParameter(String),
+    /// A negative byte count.
+    #[error("capacity range must not be negative")]
+    NegativeCapacity,
+    /// More required than allowed.
+    #[error("required_bytes {required} exceeds limit_bytes {limit}")]
+    CapacityAboveLimit {
+        /// `required_bytes`.
+        required: u64,
+        /// `limit_bytes`.
+        limit: u64,
+    },
+    /// No such Volume.
+    #[error("volume {0} not found")]
+    VolumeNotFound(String),
+    /// No such Node.
+    #[error("node {0} not found")]
+    NodeNotFound(String),
+    /// CreateVolume: the Volume of that name was created for another CSI name.
+    #[error("a Volume named {0} exists for another request")]
+    NameTaken(String),
+    /// CreateVolume: the Volume of that name is still going.
+    #[error("volume {0} is still being deleted")]
+    BeingDeleted(String),
+    /// CreateVolume: the volume exists, but not as asked.
+    #[error("volume {name} exists with size {bytes} bytes and access mode {mode}")]
+    ExistsOtherwise {
+        /// The CSI name.
+        name: String,
+        /// Its size.
+        bytes: u64,
+        /// Its access mode.
+        mode: AccessMode,
+    },
+    /// A Volume's `spec.size` does not parse (the API server's rules should prevent it).
+    #[error("the size of volume {volume}")]
+    Size {
+        /// The Volume.
+        volume: String,
+        /// The cause.
+        #[source]
+        source: QuantityError,
+    },
+    /// The Volume object could not be built.
+    #[error("building Volume {name}")]
+    Encode {
+        /// Its name.
+        name: String,
+        /// The cause.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A new Volume has no VolumeAttachment yet.
+    #[error("volume {0} has no VolumeAttachment yet (is the controller running?); retry")]
+    NoAttachment(String),
+    /// ControllerPublish: published on that node already, with other parameters.
+    #[error(
+        "volume {volume} is already published to node {node} with parameters {parameters:?}; unpublish it first"
+    )]
+    PublishedOtherwise {
+        /// The volume.
+        volume: String,
+        /// The node.
+        node: String,
+        /// The ticket's parameters.
+        parameters: BTreeMap<String, String>,
+    },
+    /// ControllerPublish: the ticket was not satisfied in time.
+    #[error("ticket {ticket} not satisfied: {reason}: {message}")]
+    NotSatisfied {
+        /// The ticket.
+        ticket: String,
+        /// Why not (from its status).
+        reason: TicketReason,
+        /// What it waits for.
+        message: String,
+    },
+    /// ControllerUnpublish: the mount was not gone in time.
+    #[error("the mount of volume {volume} on node {node} is still being removed")]
+    StillDetaching {
+        /// The volume.
+        volume: String,
+        /// The node.
+        node: String,
+    },
+    /// ListVolumes: a token this service did not hand out.
+    #[error("starting_token {0:?} is not valid")]
+    BadToken(String),
+    /// ListVolumes: a token past the last volume.
+    #[error("starting_token {0} is past the end")]
+    TokenPastEnd(usize),
+    /// An RPC this driver does not offer.
+    #[error("{0} is not supported")]
+    Unimplemented(&'static str),
+}
+
+impl Error {
+    /// The gRPC code of this error, as the CSI spec names them per RPC.
+    pub fn code(&self) -> Code {
+        use Error::*;
+        match self {
+            Missing(_)
+            | Block
+            | MultiNodeSingleWriter
+            | NoAccessMode
+            | Incompatible { .. }
+            | ContentSource
+            | Scope(_)
+            | UnknownParameter(_)
+            | NegativeCapacity => Code::InvalidArgument,
+            Pending(_) | BeingDeleted(_) | BadToken(_) | TokenPastEnd(_) => Code::Aborted,
+            Kube(e) => kube_code(&e.source),
+            Watch(_) | NoAttachment(_) => Code::Unavailable,
+            CapacityAboveLimit { .. } => Code::OutOfRange,
+            VolumeNotFound(_) | NodeNotFound(_) => Code::NotFound,
+            NameTaken(_) | ExistsOtherwise { .. } | PublishedOtherwise { .. } => {
+                Code::AlreadyExists
+            }
+            Size { .. } | Encode { .. } => Code::Internal,
+            NotSatisfied { reason, .. } => match reason {
+                TicketReason::HeldByOtherNode | TicketReason::NodeLocalElsewhere => {
+                    Code::FailedPrecondition
+                }
+                TicketReason::InvalidParameters => Code::InvalidArgument,
+                _ => Code::DeadlineExceeded,
+            },
+            StillDetaching { .. } => Code::DeadlineExceeded,
+            Unimplemented(_) => Code::Unimplemented,
+        }
+    }
+}
+
+/// The code of a failed API call: the object is missing, changed meanwhile, or
+/// refused; anything else is worth a retry.
+fn kube_code(e: &kube::Error) -> Code {
+    match e {
+        kube::Error::Api(s) if s.code == 404 => Code::NotFound,
+        kube::Error::Api(s) if s.code == 409 => Code::Aborted,
+        kube::Error::Api(s) if s.code == 422 || s.code == 400 => Code::InvalidArgument,
+        _ => Code::Unavailable,
+    }
+}
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Status {
+        crate::csi::status(e.code(), &e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::KubeContext;
+
+    fn api_error(code: u16) -> Error {
+        let status = kube::core::Status::failure("refused", "Reason").with_code(code);
+        let res: Result<(), _> = Err(kube::Error::Api(Box::new(status)));
+        res.context(|| "reading Volume v".into())
+            .unwrap_err()
+            .into()
+    }
+
+    #[test]
+    fn codes() {
+        let not_satisfied = |reason| Error::NotSatisfied {
+            ticket: "csi-1".into(),
+            reason,
+            message: "m".into(),
+        };
+        for (e, want) in [
+            (Error::Missing(Missing("volume_id")), Code::InvalidArgument),
+            (Error::Block, Code::InvalidArgument),
+            (Error::Scope("x".into()), Code::InvalidArgument),
+            (
+                Error::CapacityAboveLimit {
+                    required: 2,
+                    limit: 1,
+                },
+                Code::OutOfRange,
+            ),
+            (Error::VolumeNotFound("v".into()), Code::NotFound),
+            (Error::NameTaken("v".into()), Code::AlreadyExists),
+            (Error::BeingDeleted("v".into()), Code::Aborted),
+            (Error::NoAttachment("v".into()), Code::Unavailable),
+            (
+                not_satisfied(TicketReason::HeldByOtherNode),
+                Code::FailedPrecondition,
+            ),
+            (
+                not_satisfied(TicketReason::NodeLocalElsewhere),
+                Code::FailedPrecondition,
+            ),
+            (
+                not_satisfied(TicketReason::InvalidParameters),
+                Code::InvalidArgument,
+            ),
+            (
+                not_satisfied(TicketReason::Attaching),
+                Code::DeadlineExceeded,
+            ),
+            (Error::BadToken("x".into()), Code::Aborted),
+            (Error::Unimplemented("snapshots"), Code::Unimplemented),
+            (api_error(404), Code::NotFound),
+            (api_error(409), Code::Aborted),
+            (api_error(422), Code::InvalidArgument),
+            (api_error(400), Code::InvalidArgument),
+            (api_error(500), Code::Unavailable),
+        ] {
+            let text = e.to_string();
+            assert_eq!(Status::from(e).code(), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_message_is_the_chain() {
+        let status = Status::from(api_error(500));
+        assert!(
+            status.message().starts_with("reading Volume v: ")
+                && status.message().contains("refused"),
+            "{}",
+            status.message()
+        );
+        let size = Error::Size {
+            volume: "v".into(),
+            source: QuantityError("12x".into()),
+        };
+        assert_eq!(
+            Status::from(size).message(),
+            "the size of volume v: \"12x\" is not a quantity of bytes (like 10Gi, 500M or 1073741824)"
+        );
+    }
+
+    #[test]
+    fn messages_are_bounded() {
+        let long = "x".repeat(100_000);
+        let status = Status::from(Error::NotSatisfied {
+            ticket: "csi-1".into(),
+            reason: TicketReason::Attaching,
+            message: long,
+        });
+        assert!(status.message().chars().count() <= crate::csi::MESSAGE_MAX + 1);
+    }
+}

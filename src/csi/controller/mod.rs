@@ -1,0 +1,696 @@
+//! The CSI Controller service: volumes become `Volume` objects, publishes become
+//! `csi-attacher` tickets.
+//!
+//! ControllerPublishVolume upserts the ticket (an identical ticket is not written
+//! again, so repeated calls change nothing), then waits — by watch, not by polling —
+//! until the ticket's status says satisfied for its generation, bounded by
+//! `publish_timeout` (below the external-attacher's 15 s call timeout). While the
+//! ticket is blocked the error carries its reason and message, so `kubectl describe` of
+//! the storage.k8s.io VolumeAttachment says why. ControllerUnpublishVolume removes the
+//! ticket and waits, by watch too, until the node's MountPod is gone (or another
+//! ticket still wants the volume there). The driver never arbitrates.
+//!
+//! | module | owns |
+//! |---|---|
+//! | this one | the RPCs: Kubernetes reads and writes, waits |
+//! | [`request`] | what a request asks for (names, access modes, sizes, parameters), no I/O |
+//! | [`error`] | [`Error`] and its one mapping to gRPC codes |
+
+pub mod error;
+pub mod request;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tonic::{Request, Response, Status};
+use tracing::{info, instrument, warn};
+
+use super::proto::controller_server::Controller;
+use super::proto::controller_service_capability::{self, rpc};
+use super::proto::*;
+use super::watch::{WatchError, await_from};
+use super::{InFlight, csi_ticket_id, required, shown};
+use crate::api::{
+    self, AttacherType, AttachmentTicket, BackendScope, MountPod, TicketReason, Volume,
+    VolumeAttachment, quantity_of, tickets_removal_patch,
+};
+use crate::runtime::KubeContext;
+pub use error::Error;
+pub use request::{DEFAULT_SIZE, volume_name};
+use request::{
+    Parameters, access_mode_for, compatible, csi_volume, mount_options, size_fits, size_for,
+    topology_node, volume_bytes,
+};
+
+/// Annotation on a Volume with the CSI name it was created for.
+pub const ANNOTATION_CSI_NAME: &str = "tessera.io/csi-name";
+/// Field manager of the CSI controller's writes.
+pub const FIELD_MANAGER: &str = "tessera-csi-controller";
+
+/// Parameters of the service's merge patches (its field manager, so `managedFields`
+/// tell who wrote what).
+fn merge_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+/// Settings of the Controller service.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Backend root for volumes whose StorageClass names none (`backendRoot` parameter).
+    pub default_backend_root: String,
+    /// How long ControllerPublish waits for its ticket.
+    pub publish_timeout: Duration,
+    /// How long ControllerUnpublish waits for the detach.
+    pub unpublish_timeout: Duration,
+    /// Capacity reported by GetCapacity; `None`: the free space of the default backend
+    /// root as seen from the controller, if it can see it.
+    pub capacity_bytes: Option<u64>,
+    /// Labels put on every Volume created, and required of every Volume listed (the
+    /// controller's `--watch-selector`, so one instance sees only its own volumes).
+    pub labels: crate::labels::Labels,
+}
+
+/// The Controller service.
+#[derive(Clone)]
+pub struct ControllerService {
+    client: Client,
+    settings: Settings,
+    inflight: InFlight,
+}
+
+/// Whether anything still wants `volume` on `node` once the tickets `ids` were
+/// removed: a ticket on that node, or one of `ids` again.
+fn still_wanted(va: Option<&VolumeAttachment>, node: &str, ids: &[String]) -> bool {
+    va.is_some_and(|va| {
+        let tickets = &va.spec.attachment_tickets;
+        tickets.values().any(|t| t.node_id == node) || ids.iter().any(|id| tickets.contains_key(id))
+    })
+}
+
+/// Answer an RPC the driver does not offer (UNIMPLEMENTED).
+fn unimplemented<T>(what: &'static str) -> Result<Response<T>, Status> {
+    Err(Error::Unimplemented(what).into())
+}
+
+/// One RPC's outcome as tonic wants it.
+fn reply<T>(res: Result<T, Error>) -> Result<Response<T>, Status> {
+    res.map(Response::new).map_err(Status::from)
+}
+
+impl ControllerService {
+    /// A Controller service using `client`.
+    pub fn new(client: Client, settings: Settings) -> Self {
+        ControllerService {
+            client,
+            settings,
+            inflight: InFlight::default(),
+        }
+    }
+
+    fn volumes(&self) -> Api<Volume> {
+        Api::all(self.client.clone())
+    }
+
+    fn attachments(&self) -> Api<VolumeAttachment> {
+        Api::all(self.client.clone())
+    }
+
+    async fn create(&self, req: CreateVolumeRequest) -> Result<CreateVolumeResponse, Error> {
+        let csi_name = required("name", &req.name)?;
+        let caps = required("volume_capabilities", &req.volume_capabilities)?;
+        if req.volume_content_source.is_some() {
+            return Err(Error::ContentSource);
+        }
+        let mode = access_mode_for(caps)?;
+        let size = size_for(req.capacity_range.as_ref())?;
+        let params = Parameters::parse(&req.parameters, &self.settings.default_backend_root)?;
+        let name = volume_name(csi_name);
+        let _guard = self.inflight.start(&name)?;
+
+        if let Some(existing) = self
+            .volumes()
+            .get_opt(&name)
+            .await
+            .context(|| format!("reading Volume {name}"))?
+        {
+            if existing.annotations().get(ANNOTATION_CSI_NAME) != Some(&req.name) {
+                return Err(Error::NameTaken(name));
+            }
+            if existing.metadata.deletion_timestamp.is_some() {
+                return Err(Error::BeingDeleted(name));
+            }
+            let bytes = volume_bytes(&existing)?;
+            if !size_fits(bytes, req.capacity_range.as_ref()) || existing.spec.access_mode != mode {
+                return Err(Error::ExistsOtherwise {
+                    name: shown(csi_name),
+                    bytes,
+                    mode: existing.spec.access_mode,
+                });
+            }
+            return Ok(CreateVolumeResponse {
+                volume: Some(csi_volume(&existing)?),
+            });
+        }
+        let node = (params.scope == BackendScope::NodeLocal)
+            .then(|| topology_node(&req))
+            .flatten();
+        let volume: Volume = serde_json::from_value(json!({
+            "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
+            "metadata": {"name": name, "annotations": {ANNOTATION_CSI_NAME: csi_name}, "labels": self.settings.labels.0},
+            "spec": {
+                "size": quantity_of(size), "accessMode": mode,
+                "backend": {"root": params.backend_root, "scope": params.scope, "node": node},
+                "mountOptions": mount_options(caps),
+            }
+        }))
+        .map_err(|source| Error::Encode {
+            name: name.clone(),
+            source,
+        })?;
+        let post = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let created = self
+            .volumes()
+            .create(&post, &volume)
+            .await
+            .context(|| format!("creating Volume {name}"))?;
+        info!(volume = %name, size, %mode, "created volume");
+        Ok(CreateVolumeResponse {
+            volume: Some(csi_volume(&created)?),
+        })
+    }
+
+    async fn delete(&self, req: DeleteVolumeRequest) -> Result<DeleteVolumeResponse, Error> {
+        let volume = required("volume_id", &req.volume_id)?;
+        let _guard = self.inflight.start(volume)?;
+        match self
+            .volumes()
+            .delete(volume, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {
+                info!(
+                    volume,
+                    "deleting volume (its data is removed through a cleanup ticket)"
+                )
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            // An id that is no valid object name cannot name a Volume: nothing to delete.
+            Err(kube::Error::Api(s)) if s.code == 400 || s.code == 422 => {}
+            Err(e) => Err(e).context(|| format!("deleting Volume {}", shown(volume)))?,
+        }
+        Ok(DeleteVolumeResponse {})
+    }
+
+    async fn publish(
+        &self,
+        req: ControllerPublishVolumeRequest,
+    ) -> Result<ControllerPublishVolumeResponse, Error> {
+        let volume_id = required("volume_id", &req.volume_id)?;
+        let node_id = required("node_id", &req.node_id)?;
+        let cap = required("volume_capability", req.volume_capability.as_ref())?;
+        // The Volume, the Node and the VolumeAttachment, read at once (one round trip).
+        let volumes = self.volumes();
+        let nodes = Api::<Node>::all(self.client.clone());
+        let api = self.attachments();
+        let (volume, node, va) = tokio::join!(
+            volumes.get_opt(volume_id),
+            nodes.get_opt(node_id),
+            api.get_opt(volume_id),
+        );
+        let volume = volume
+            .context(|| format!("reading Volume {}", shown(volume_id)))?
+            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
+        node.context(|| format!("reading Node {}", shown(node_id)))?
+            .ok_or_else(|| Error::NodeNotFound(shown(node_id)))?;
+        compatible(volume.spec.access_mode, cap)?;
+        let _guard = self.inflight.start(volume_id)?;
+
+        let id = csi_ticket_id(volume_id, node_id);
+        let mut params = BTreeMap::new();
+        params.insert("readOnly".to_string(), req.readonly.to_string());
+        let va = match va.context(|| format!("reading VolumeAttachment {volume_id}"))? {
+            Some(va) => va,
+            // A Volume created a moment ago may not have its VolumeAttachment yet (the
+            // volume controller creates it): wait for it, within the publish timeout.
+            None => {
+                let exists = await_condition(api.clone(), volume_id, |va: Option<&_>| va.is_some());
+                match tokio::time::timeout(self.settings.publish_timeout, exists).await {
+                    Ok(Ok(Some(va))) => va,
+                    Ok(Ok(None)) | Err(_) => return Err(Error::NoAttachment(volume_id.into())),
+                    Ok(Err(source)) => {
+                        return Err(WatchError::Wait {
+                            kind: "VolumeAttachment".into(),
+                            name: volume_id.into(),
+                            source,
+                        }
+                        .into());
+                    }
+                }
+            }
+        };
+        let existing = va.spec.attachment_tickets.get(&id);
+        let same = existing.is_some_and(|t| {
+            t.node_id == node_id && t.type_ == AttacherType::CsiAttacher && t.parameters == params
+        });
+        // "Volume published but is incompatible" (CSI spec): the same volume on the same
+        // node with other parameters is ALREADY_EXISTS; the caller unpublishes first.
+        if let Some(t) = existing.filter(|_| !same) {
+            return Err(Error::PublishedOtherwise {
+                volume: volume_id.into(),
+                node: t.node_id.clone(),
+                parameters: t.parameters.clone(),
+            });
+        }
+        let mut current = va.clone();
+        if !same {
+            let mut ticket = AttachmentTicket::new(&id, AttacherType::CsiAttacher, node_id);
+            ticket.parameters = params.clone();
+            ticket.generation = existing.map(|t| t.generation + 1).unwrap_or(0);
+            current = api
+                .patch(
+                    volume_id,
+                    &merge_params(),
+                    &Patch::Merge(ticket.upsert_patch()),
+                )
+                .await
+                .context(|| format!("adding ticket {id} to VolumeAttachment {volume_id}"))?;
+            info!(ticket = %id, "ticket upserted");
+        }
+        // Watch from the version just read or written: no list round trip before the
+        // watch, and no change after it can be missed.
+        let wait = await_from(api.clone(), current, {
+            let id = id.clone();
+            move |va: Option<&VolumeAttachment>| va.is_some_and(|va| va.ticket_satisfied(&id))
+        });
+        match tokio::time::timeout(self.settings.publish_timeout, wait).await {
+            Ok(res) => {
+                res?;
+                let mp = api::mountpod_name(volume_id, node_id);
+                let ctx = [("tessera.io/mountpod".to_string(), mp)].into();
+                Ok(ControllerPublishVolumeResponse {
+                    publish_context: ctx,
+                })
+            }
+            Err(_) => {
+                let va = api
+                    .get(volume_id)
+                    .await
+                    .context(|| format!("reading VolumeAttachment {volume_id}"))?;
+                let (reason, message) = va
+                    .ticket_status(&id)
+                    .and_then(|s| s.blocked_by())
+                    .map(|(reason, message)| (reason, message.to_owned()))
+                    .unwrap_or((TicketReason::Attaching, "waiting for the controller".into()));
+                warn!(ticket = %id, %reason, "publish not done in time");
+                Err(Error::NotSatisfied {
+                    ticket: id,
+                    reason,
+                    message,
+                })
+            }
+        }
+    }
+
+    async fn unpublish(
+        &self,
+        req: ControllerUnpublishVolumeRequest,
+    ) -> Result<ControllerUnpublishVolumeResponse, Error> {
+        let volume_id = required("volume_id", &req.volume_id)?;
+        let _guard = self.inflight.start(volume_id)?;
+        let api = self.attachments();
+        let Some(mut va) = api
+            .get_opt(volume_id)
+            .await
+            .context(|| format!("reading VolumeAttachment {}", shown(volume_id)))?
+        else {
+            return Ok(ControllerUnpublishVolumeResponse {});
+        };
+        // No node: unpublish from every node (CSI spec).
+        let node = req.node_id.clone();
+        let ids: Vec<String> = if node.is_empty() {
+            va.spec
+                .attachment_tickets
+                .values()
+                .filter(|t| t.type_ == AttacherType::CsiAttacher)
+                .map(|t| t.id.clone())
+                .collect()
+        } else {
+            vec![csi_ticket_id(volume_id, &node)]
+        };
+        let present: Vec<&String> = ids
+            .iter()
+            .filter(|id| va.spec.attachment_tickets.contains_key(*id))
+            .collect();
+        if !present.is_empty() {
+            let patch = tickets_removal_patch(present.iter().map(|id| id.as_str()));
+            va = api
+                .patch(volume_id, &merge_params(), &Patch::Merge(&patch))
+                .await
+                .context(|| format!("removing tickets from VolumeAttachment {volume_id}"))?;
+            info!(tickets = ?present, "tickets removed");
+        }
+        // Detached when no ticket of ours is left and, for a named node that no other
+        // ticket still wants, its MountPod is gone: watched, from the versions in hand.
+        let wanted = {
+            let node = node.clone();
+            move |va: Option<&VolumeAttachment>| still_wanted(va, &node, &ids)
+        };
+        if node.is_empty() || wanted(Some(&va)) {
+            return Ok(ControllerUnpublishVolumeResponse {});
+        }
+        let mps: Api<MountPod> = Api::all(self.client.clone());
+        let mp_name = api::mountpod_name(volume_id, &node);
+        let Some(mp) = mps
+            .get_opt(&mp_name)
+            .await
+            .context(|| format!("reading MountPod {mp_name}"))?
+        else {
+            return Ok(ControllerUnpublishVolumeResponse {});
+        };
+        let detached = async {
+            tokio::select! {
+                res = await_from(api, va, wanted) => res.map(drop),
+                res = await_from(mps, mp, |mp: Option<&MountPod>| mp.is_none()) => res.map(drop),
+            }
+        };
+        match tokio::time::timeout(self.settings.unpublish_timeout, detached).await {
+            Ok(res) => Ok(res.map(|()| ControllerUnpublishVolumeResponse {})?),
+            Err(_) => Err(Error::StillDetaching {
+                volume: volume_id.into(),
+                node: shown(&node),
+            }),
+        }
+    }
+
+    async fn validate(
+        &self,
+        req: ValidateVolumeCapabilitiesRequest,
+    ) -> Result<ValidateVolumeCapabilitiesResponse, Error> {
+        let volume_id = required("volume_id", &req.volume_id)?;
+        let caps = required("volume_capabilities", &req.volume_capabilities)?;
+        let volume = self
+            .volumes()
+            .get_opt(volume_id)
+            .await
+            .context(|| format!("reading Volume {}", shown(volume_id)))?
+            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
+        let problems: Vec<String> = caps
+            .iter()
+            .filter_map(|c| compatible(volume.spec.access_mode, c).err())
+            .map(|e| e.to_string())
+            .collect();
+        let confirmed =
+            problems
+                .is_empty()
+                .then(|| validate_volume_capabilities_response::Confirmed {
+                    volume_context: req.volume_context.clone(),
+                    volume_capabilities: req.volume_capabilities.clone(),
+                    parameters: req.parameters.clone(),
+                    mutable_parameters: req.mutable_parameters.clone(),
+                });
+        Ok(ValidateVolumeCapabilitiesResponse {
+            confirmed,
+            message: problems.join("; "),
+        })
+    }
+
+    async fn list(&self, req: ListVolumesRequest) -> Result<ListVolumesResponse, Error> {
+        let start: usize = if req.starting_token.is_empty() {
+            0
+        } else {
+            req.starting_token
+                .parse()
+                .map_err(|_| Error::BadToken(shown(&req.starting_token)))?
+        };
+        let selector = self.settings.labels.selector();
+        let mut volumes = self
+            .volumes()
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .context(|| "listing Volumes".into())?
+            .items;
+        // A Volume being deleted (its data being removed) is no longer a volume to list.
+        volumes.retain(|v| v.metadata.deletion_timestamp.is_none());
+        volumes.sort_by_key(|v| v.name_any());
+        if start > volumes.len() {
+            return Err(Error::TokenPastEnd(start));
+        }
+        let max = if req.max_entries > 0 {
+            req.max_entries as usize
+        } else {
+            usize::MAX
+        };
+        let page: Vec<&Volume> = volumes.iter().skip(start).take(max).collect();
+        let next = start + page.len();
+        // One list of the VolumeAttachments, not one read per volume: the
+        // external-attacher calls this to reconcile every attachment it knows.
+        let published: std::collections::HashMap<String, Vec<String>> = self
+            .attachments()
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .context(|| "listing VolumeAttachments".into())?
+            .items
+            .into_iter()
+            .map(|va| {
+                (
+                    va.name_any(),
+                    va.status.map(|s| s.nodes).unwrap_or_default(),
+                )
+            })
+            .collect();
+        let mut entries = vec![];
+        for v in page {
+            entries.push(list_volumes_response::Entry {
+                volume: Some(csi_volume(v)?),
+                status: Some(list_volumes_response::VolumeStatus {
+                    published_node_ids: published.get(&v.name_any()).cloned().unwrap_or_default(),
+                    volume_condition: None,
+                }),
+            });
+        }
+        let next_token = if next < volumes.len() {
+            next.to_string()
+        } else {
+            String::new()
+        };
+        Ok(ListVolumesResponse {
+            entries,
+            next_token,
+        })
+    }
+
+    async fn expand(
+        &self,
+        req: ControllerExpandVolumeRequest,
+    ) -> Result<ControllerExpandVolumeResponse, Error> {
+        let volume_id = required("volume_id", &req.volume_id)?;
+        let range = required("capacity_range", req.capacity_range.as_ref())?;
+        let want = size_for(Some(range))?;
+        let _guard = self.inflight.start(volume_id)?;
+        let volume = self
+            .volumes()
+            .get_opt(volume_id)
+            .await
+            .context(|| format!("reading Volume {}", shown(volume_id)))?
+            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
+        let have = volume_bytes(&volume)?;
+        if want > have {
+            let patch = json!({"spec": {"size": quantity_of(want)}});
+            self.volumes()
+                .patch(volume_id, &merge_params(), &Patch::Merge(&patch))
+                .await
+                .context(|| format!("growing Volume {volume_id}"))?;
+            info!(
+                from = have,
+                to = want,
+                "volume expanded (the mounts' quota grows online)"
+            );
+        }
+        Ok(ControllerExpandVolumeResponse {
+            capacity_bytes: i64::try_from(want.max(have)).unwrap_or(i64::MAX),
+            node_expansion_required: false,
+        })
+    }
+}
+
+#[tonic::async_trait]
+impl Controller for ControllerService {
+    #[instrument(skip_all, fields(name = %req.get_ref().name))]
+    async fn create_volume(
+        &self,
+        req: Request<CreateVolumeRequest>,
+    ) -> Result<Response<CreateVolumeResponse>, Status> {
+        reply(self.create(req.into_inner()).await)
+    }
+
+    #[instrument(skip_all, fields(volume = %req.get_ref().volume_id))]
+    async fn delete_volume(
+        &self,
+        req: Request<DeleteVolumeRequest>,
+    ) -> Result<Response<DeleteVolumeResponse>, Status> {
+        reply(self.delete(req.into_inner()).await)
+    }
+
+    #[instrument(skip_all, fields(volume = %req.get_ref().volume_id, node = %req.get_ref().node_id))]
+    async fn controller_publish_volume(
+        &self,
+        req: Request<ControllerPublishVolumeRequest>,
+    ) -> Result<Response<ControllerPublishVolumeResponse>, Status> {
+        reply(self.publish(req.into_inner()).await)
+    }
+
+    #[instrument(skip_all, fields(volume = %req.get_ref().volume_id, node = %req.get_ref().node_id))]
+    async fn controller_unpublish_volume(
+        &self,
+        req: Request<ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<ControllerUnpublishVolumeResponse>, Status> {
+        reply(self.unpublish(req.into_inner()).await)
+    }
+
+    async fn validate_volume_capabilities(
+        &self,
+        req: Request<ValidateVolumeCapabilitiesRequest>,
+    ) -> Result<Response<ValidateVolumeCapabilitiesResponse>, Status> {
+        reply(self.validate(req.into_inner()).await)
+    }
+
+    async fn list_volumes(
+        &self,
+        req: Request<ListVolumesRequest>,
+    ) -> Result<Response<ListVolumesResponse>, Status> {
+        reply(self.list(req.into_inner()).await)
+    }
+
+    async fn get_capacity(
+        &self,
+        _req: Request<GetCapacityRequest>,
+    ) -> Result<Response<GetCapacityResponse>, Status> {
+        let available = match self.settings.capacity_bytes {
+            Some(c) => c,
+            None => nix::sys::statvfs::statvfs(self.settings.default_backend_root.as_str())
+                .map(|s| s.blocks_available() * s.fragment_size())
+                .unwrap_or(0),
+        };
+        Ok(Response::new(GetCapacityResponse {
+            available_capacity: i64::try_from(available).unwrap_or(i64::MAX),
+            maximum_volume_size: None,
+            minimum_volume_size: None,
+        }))
+    }
+
+    async fn controller_get_capabilities(
+        &self,
+        _: Request<ControllerGetCapabilitiesRequest>,
+    ) -> Result<Response<ControllerGetCapabilitiesResponse>, Status> {
+        let capabilities = [
+            rpc::Type::CreateDeleteVolume,
+            rpc::Type::PublishUnpublishVolume,
+            rpc::Type::ListVolumes,
+            rpc::Type::ListVolumesPublishedNodes,
+            rpc::Type::GetCapacity,
+            rpc::Type::ExpandVolume,
+            rpc::Type::PublishReadonly,
+        ]
+        .into_iter()
+        .map(|t| ControllerServiceCapability {
+            r#type: Some(controller_service_capability::Type::Rpc(
+                controller_service_capability::Rpc { r#type: t as i32 },
+            )),
+        })
+        .collect();
+        Ok(Response::new(ControllerGetCapabilitiesResponse {
+            capabilities,
+        }))
+    }
+
+    #[instrument(skip_all, fields(volume = %req.get_ref().volume_id))]
+    async fn controller_expand_volume(
+        &self,
+        req: Request<ControllerExpandVolumeRequest>,
+    ) -> Result<Response<ControllerExpandVolumeResponse>, Status> {
+        reply(self.expand(req.into_inner()).await)
+    }
+
+    async fn create_snapshot(
+        &self,
+        _: Request<CreateSnapshotRequest>,
+    ) -> Result<Response<CreateSnapshotResponse>, Status> {
+        unimplemented("snapshots")
+    }
+    async fn delete_snapshot(
+        &self,
+        _: Request<DeleteSnapshotRequest>,
+    ) -> Result<Response<DeleteSnapshotResponse>, Status> {
+        unimplemented("snapshots")
+    }
+    async fn list_snapshots(
+        &self,
+        _: Request<ListSnapshotsRequest>,
+    ) -> Result<Response<ListSnapshotsResponse>, Status> {
+        unimplemented("snapshots")
+    }
+    async fn get_snapshot(
+        &self,
+        _: Request<GetSnapshotRequest>,
+    ) -> Result<Response<GetSnapshotResponse>, Status> {
+        unimplemented("snapshots")
+    }
+    async fn controller_get_volume(
+        &self,
+        _: Request<ControllerGetVolumeRequest>,
+    ) -> Result<Response<ControllerGetVolumeResponse>, Status> {
+        unimplemented("ControllerGetVolume")
+    }
+    async fn controller_modify_volume(
+        &self,
+        _: Request<ControllerModifyVolumeRequest>,
+    ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
+        unimplemented("ControllerModifyVolume")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{AttachmentTicket, VolumeAttachmentSpec};
+
+    #[test]
+    fn a_volume_is_still_wanted_on_a_node_while_a_ticket_asks_for_it() {
+        let va = |tickets: &[(&str, &str)]| {
+            let mut spec = VolumeAttachmentSpec::default();
+            for (id, node) in tickets {
+                spec.attachment_tickets.insert(
+                    id.to_string(),
+                    AttachmentTicket::new(*id, AttacherType::Manual, *node),
+                );
+            }
+            VolumeAttachment::new("v", spec)
+        };
+        let ours = vec!["csi-a".to_string()];
+        for (tickets, wanted) in [
+            (&[][..], false),
+            (&[("manual-1", "node-b")][..], false),
+            (&[("manual-1", "node-a")][..], true),
+            // Our ticket back (a publish after the unpublish).
+            (&[("csi-a", "node-b")][..], true),
+        ] {
+            assert_eq!(
+                still_wanted(Some(&va(tickets)), "node-a", &ours),
+                wanted,
+                "{tickets:?}"
+            );
+        }
+        assert!(!still_wanted(None, "node-a", &ours));
+    }
+}

@@ -1,0 +1,360 @@
+//! What the Controller service reads out of a request, with no I/O: the Volume name
+//! of a CSI name, the access mode of a capability, the size of a capacity range, the
+//! StorageClass parameters, and the CSI view of a Volume.
+
+use std::collections::HashMap;
+
+use kube::ResourceExt;
+use sha2::{Digest, Sha256};
+
+use super::Error;
+use crate::api::{self, AccessMode, BackendScope, Volume};
+use crate::csi::proto::volume_capability::{AccessType, access_mode};
+use crate::csi::proto::{self, CapacityRange, CreateVolumeRequest, Topology, VolumeCapability};
+use crate::csi::{TOPOLOGY_NODE_KEY, shown};
+
+/// Default size when a request names none.
+pub const DEFAULT_SIZE: u64 = 1 << 30;
+
+/// The Volume object name for a CSI volume name: the name itself when it is a valid
+/// object name, else `vol-` and a hash of it (csi-sanity uses spaces and capitals).
+pub fn volume_name(csi_name: &str) -> String {
+    let valid = !csi_name.is_empty()
+        && csi_name.len() <= 253
+        && csi_name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    if valid {
+        csi_name.to_string()
+    } else {
+        format!(
+            "vol-{}",
+            &hex::encode(Sha256::digest(csi_name.as_bytes()))[..40]
+        )
+    }
+}
+
+/// The Volume access mode a CSI capability asks for.
+pub fn access_mode_of(cap: &VolumeCapability) -> Result<AccessMode, Error> {
+    if let Some(AccessType::Block(_)) = cap.access_type {
+        return Err(Error::Block);
+    }
+    let mode = cap.access_mode.as_ref().map(|m| m.mode).unwrap_or(0);
+    match access_mode::Mode::try_from(mode) {
+        Ok(access_mode::Mode::SingleNodeWriter) | Ok(access_mode::Mode::SingleNodeMultiWriter) => {
+            Ok(AccessMode::ReadWriteOnce)
+        }
+        Ok(access_mode::Mode::SingleNodeSingleWriter) => Ok(AccessMode::ReadWriteOncePod),
+        Ok(access_mode::Mode::SingleNodeReaderOnly) => Ok(AccessMode::ReadWriteOnce),
+        Ok(access_mode::Mode::MultiNodeReaderOnly) => Ok(AccessMode::ReadOnlyMany),
+        Ok(access_mode::Mode::MultiNodeMultiWriter) => Ok(AccessMode::ReadWriteMany),
+        Ok(access_mode::Mode::MultiNodeSingleWriter) => Err(Error::MultiNodeSingleWriter),
+        _ => Err(Error::NoAccessMode),
+    }
+}
+
+/// The access mode a volume needs to serve every capability of a CreateVolume: the
+/// first one's, widened to a multi-node mode, and to ReadWriteMany, when a later one
+/// asks for it.
+pub fn access_mode_for(caps: &[VolumeCapability]) -> Result<AccessMode, Error> {
+    let (first, rest) = caps
+        .split_first()
+        .ok_or(crate::csi::Missing("volume_capabilities"))?;
+    let mut mode = access_mode_of(first)?;
+    for cap in rest {
+        let m = access_mode_of(cap)?;
+        if m.is_multi_node() && !mode.is_multi_node() || m == AccessMode::ReadWriteMany {
+            mode = m;
+        }
+    }
+    Ok(mode)
+}
+
+/// Whether a volume of `mode` can serve capability `cap`.
+pub fn compatible(mode: AccessMode, cap: &VolumeCapability) -> Result<(), Error> {
+    let want = access_mode_of(cap)?;
+    let ok = match mode {
+        AccessMode::ReadWriteMany => true,
+        AccessMode::ReadOnlyMany => want == AccessMode::ReadOnlyMany,
+        AccessMode::ReadWriteOnce => matches!(
+            want,
+            AccessMode::ReadWriteOnce | AccessMode::ReadWriteOncePod
+        ),
+        AccessMode::ReadWriteOncePod => want == AccessMode::ReadWriteOncePod,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Incompatible { have: mode, want })
+    }
+}
+
+/// The size a capacity range asks for: its required bytes, else the default within
+/// its limit.
+pub fn size_for(range: Option<&CapacityRange>) -> Result<u64, Error> {
+    let (required, limit) = range
+        .map(|r| (r.required_bytes, r.limit_bytes))
+        .unwrap_or((0, 0));
+    if required < 0 || limit < 0 {
+        return Err(Error::NegativeCapacity);
+    }
+    let (required, limit) = (required as u64, limit as u64);
+    if limit > 0 && required > limit {
+        return Err(Error::CapacityAboveLimit { required, limit });
+    }
+    Ok(match (required, limit) {
+        (0, 0) => DEFAULT_SIZE,
+        (0, l) => DEFAULT_SIZE.min(l),
+        (r, _) => r,
+    })
+}
+
+/// Whether an existing volume of `bytes` serves a capacity range.
+pub fn size_fits(bytes: u64, range: Option<&CapacityRange>) -> bool {
+    let (required, limit) = range
+        .map(|r| (r.required_bytes as u64, r.limit_bytes as u64))
+        .unwrap_or((0, 0));
+    bytes >= required && (limit == 0 || bytes <= limit)
+}
+
+/// The StorageClass parameters of a CreateVolume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parameters {
+    /// `backendRoot`: where the volume's directory goes (default: the service's).
+    pub backend_root: String,
+    /// `scope`: `Shared` (default) or `NodeLocal`.
+    pub scope: BackendScope,
+}
+
+impl Parameters {
+    /// Read `params`; `csi.storage.k8s.io/*` (the sidecars' own) are ignored, any
+    /// other unknown key is refused.
+    pub fn parse(params: &HashMap<String, String>, default_root: &str) -> Result<Self, Error> {
+        let mut out = Parameters {
+            backend_root: default_root.to_string(),
+            scope: BackendScope::Shared,
+        };
+        for (k, v) in params {
+            match k.as_str() {
+                "backendRoot" => out.backend_root = v.clone(),
+                "scope" => {
+                    out.scope = match v.as_str() {
+                        "Shared" => BackendScope::Shared,
+                        "NodeLocal" => BackendScope::NodeLocal,
+                        other => return Err(Error::Scope(shown(other))),
+                    }
+                }
+                k if k.starts_with("csi.storage.k8s.io/") => {}
+                other => return Err(Error::UnknownParameter(shown(other))),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The mount flags of every mount capability, in order.
+pub fn mount_options(caps: &[VolumeCapability]) -> Vec<String> {
+    caps.iter()
+        .filter_map(|c| match &c.access_type {
+            Some(AccessType::Mount(m)) => Some(m.mount_flags.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// The node a node-local volume is created on: the first topology naming one,
+/// preferred before requisite.
+pub fn topology_node(req: &CreateVolumeRequest) -> Option<String> {
+    let reqs = req.accessibility_requirements.as_ref()?;
+    reqs.preferred
+        .iter()
+        .chain(reqs.requisite.iter())
+        .find_map(|t| t.segments.get(TOPOLOGY_NODE_KEY).cloned())
+}
+
+/// The size of a Volume in bytes.
+pub fn volume_bytes(v: &Volume) -> Result<u64, Error> {
+    api::quantity_bytes(&v.spec.size.0).map_err(|source| Error::Size {
+        volume: v.name_any(),
+        source,
+    })
+}
+
+/// A Volume as CSI describes it.
+pub fn csi_volume(v: &Volume) -> Result<proto::Volume, Error> {
+    let bytes = volume_bytes(v)?;
+    let mut ctx = HashMap::new();
+    ctx.insert("backendRoot".to_string(), v.spec.backend.root.clone());
+    let topology = match (&v.spec.backend.scope, &v.spec.backend.node) {
+        (BackendScope::NodeLocal, Some(node)) => {
+            vec![Topology {
+                segments: [(TOPOLOGY_NODE_KEY.to_string(), node.clone())].into(),
+            }]
+        }
+        _ => vec![],
+    };
+    Ok(proto::Volume {
+        capacity_bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
+        volume_id: v.name_any(),
+        volume_context: ctx,
+        content_source: None,
+        accessible_topology: topology,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::csi::proto::volume_capability;
+    use tonic::Code;
+
+    fn cap(m: access_mode::Mode) -> VolumeCapability {
+        VolumeCapability {
+            access_mode: Some(volume_capability::AccessMode { mode: m as i32 }),
+            access_type: Some(AccessType::Mount(volume_capability::MountVolume::default())),
+        }
+    }
+
+    fn code(e: Error) -> Code {
+        tonic::Status::from(e).code()
+    }
+
+    #[test]
+    fn volume_names_from_csi_names() {
+        assert_eq!(volume_name("pvc-1234"), "pvc-1234");
+        let hashed = volume_name("sanity-Node Service-ABC");
+        assert!(hashed.starts_with("vol-") && hashed.len() == 44, "{hashed}");
+        assert_eq!(hashed, volume_name("sanity-Node Service-ABC"), "stable");
+        assert_ne!(volume_name("-bad"), "-bad");
+    }
+
+    #[test]
+    fn sizes_from_capacity_ranges() {
+        let r = |req, lim| CapacityRange {
+            required_bytes: req,
+            limit_bytes: lim,
+        };
+        assert_eq!(size_for(None).unwrap(), DEFAULT_SIZE);
+        assert_eq!(size_for(Some(&r(10, 0))).unwrap(), 10);
+        assert_eq!(size_for(Some(&r(0, 100))).unwrap(), 100);
+        assert_eq!(size_for(Some(&r(0, 2 << 30))).unwrap(), DEFAULT_SIZE);
+        assert_eq!(
+            code(size_for(Some(&r(200, 100))).unwrap_err()),
+            Code::OutOfRange
+        );
+        assert_eq!(
+            code(size_for(Some(&r(-1, 0))).unwrap_err()),
+            Code::InvalidArgument
+        );
+        assert!(size_fits(10, Some(&r(10, 0))));
+        assert!(size_fits(10, None));
+        assert!(!size_fits(9, Some(&r(10, 0))));
+        assert!(!size_fits(101, Some(&r(0, 100))));
+    }
+
+    #[test]
+    fn capabilities_map_to_access_modes() {
+        use access_mode::Mode::*;
+        for (mode, want) in [
+            (SingleNodeWriter, Some(AccessMode::ReadWriteOnce)),
+            (SingleNodeMultiWriter, Some(AccessMode::ReadWriteOnce)),
+            (SingleNodeReaderOnly, Some(AccessMode::ReadWriteOnce)),
+            (SingleNodeSingleWriter, Some(AccessMode::ReadWriteOncePod)),
+            (MultiNodeReaderOnly, Some(AccessMode::ReadOnlyMany)),
+            (MultiNodeMultiWriter, Some(AccessMode::ReadWriteMany)),
+            (MultiNodeSingleWriter, None),
+            (Unknown, None),
+        ] {
+            assert_eq!(access_mode_of(&cap(mode)).ok(), want, "{mode:?}");
+        }
+        let block = VolumeCapability {
+            access_type: Some(AccessType::Block(volume_capability::BlockVolume {})),
+            ..cap(SingleNodeWriter)
+        };
+        assert_eq!(
+            code(access_mode_of(&block).unwrap_err()),
+            Code::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn a_create_takes_the_widest_mode_asked() {
+        use access_mode::Mode::*;
+        for (caps, want) in [
+            (vec![SingleNodeWriter], AccessMode::ReadWriteOnce),
+            (
+                vec![SingleNodeWriter, MultiNodeReaderOnly],
+                AccessMode::ReadOnlyMany,
+            ),
+            (
+                vec![MultiNodeReaderOnly, MultiNodeMultiWriter],
+                AccessMode::ReadWriteMany,
+            ),
+            (
+                vec![MultiNodeMultiWriter, SingleNodeWriter],
+                AccessMode::ReadWriteMany,
+            ),
+        ] {
+            let caps: Vec<_> = caps.into_iter().map(cap).collect();
+            assert_eq!(access_mode_for(&caps).unwrap(), want, "{caps:?}");
+        }
+        assert!(matches!(access_mode_for(&[]), Err(Error::Missing(_))));
+    }
+
+    #[test]
+    fn compatibility_of_modes() {
+        use access_mode::Mode::*;
+        for (have, asked, ok) in [
+            (AccessMode::ReadWriteOnce, MultiNodeMultiWriter, false),
+            (AccessMode::ReadWriteOnce, SingleNodeSingleWriter, true),
+            (AccessMode::ReadWriteMany, SingleNodeWriter, true),
+            (AccessMode::ReadOnlyMany, MultiNodeReaderOnly, true),
+            (AccessMode::ReadOnlyMany, MultiNodeMultiWriter, false),
+            (AccessMode::ReadWriteOncePod, SingleNodeWriter, false),
+        ] {
+            assert_eq!(
+                compatible(have, &cap(asked)).is_ok(),
+                ok,
+                "{have} {asked:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn storage_class_parameters() {
+        let p = |kv: &[(&str, &str)]| {
+            let m: HashMap<String, String> = kv
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Parameters::parse(&m, "/default")
+        };
+        assert_eq!(
+            p(&[]).unwrap(),
+            Parameters {
+                backend_root: "/default".into(),
+                scope: BackendScope::Shared
+            }
+        );
+        let local = p(&[("backendRoot", "/data"), ("scope", "NodeLocal")]).unwrap();
+        assert_eq!(local.backend_root, "/data");
+        assert_eq!(local.scope, BackendScope::NodeLocal);
+        assert!(p(&[("csi.storage.k8s.io/pvc/name", "x")]).is_ok());
+        assert!(matches!(
+            p(&[("scope", "Everywhere")]),
+            Err(Error::Scope(_))
+        ));
+        let long = "k".repeat(1000);
+        match p(&[(long.as_str(), "v")]) {
+            Err(Error::UnknownParameter(k)) => assert!(k.chars().count() <= 129, "{k}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

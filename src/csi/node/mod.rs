@@ -1,0 +1,498 @@
+//! The CSI Node service, served by `tessera node`: binds this node's FUSE mount of a
+//! volume (its MountPod's mount point) into kubelet's staging and target paths, and
+//! records each target as a reference on the MountPod, so the agent can re-bind it
+//! after repairing a broken mount and refuses to unmount while it is in use.
+//!
+//! ```text
+//!  NodeStage:   MountPod Ready? ──▶ bind <mount point> ─▶ <staging path>
+//!  NodePublish: bind <staging path> ─▶ <target path> (ro if asked) ──▶ reference added
+//!  NodeUnpublish: unmount + remove target ──▶ reference removed
+//!  NodeUnstage: unmount staging
+//! ```
+//!
+//! Every path in a request is checked by [`paths::under_without_symlinks`]: absolute,
+//! no `..`, under the kubelet directory, no symlinks. References are written with a
+//! merge patch that carries the MountPod's resourceVersion, so two concurrent
+//! publishes of one volume cannot lose each other's reference (a conflict is retried).
+//! Every RPC fails with an [`Error`], mapped to its gRPC code in [`error`].
+
+pub mod error;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tonic::{Request, Response, Status};
+use tracing::{info, instrument, warn};
+
+use super::proto::node_server::Node;
+use super::proto::node_service_capability::{self, rpc};
+use super::proto::volume_capability::AccessType;
+use super::proto::*;
+use super::{InFlight, TOPOLOGY_NODE_KEY, required, shown};
+use crate::api::{self, MountPod, MountReference, Volume};
+use crate::host::mounts::{Mounts, Probe};
+use crate::host::paths;
+use crate::runtime::{KubeContext, error_chain};
+pub use error::Error;
+
+/// Field manager of the references the Node service writes.
+pub const FIELD_MANAGER: &str = "tessera-csi-node";
+
+/// The Node service of one node.
+#[derive(Clone)]
+pub struct NodeService {
+    client: Client,
+    node_name: String,
+    kubelet_dir: PathBuf,
+    mounts: Arc<dyn Mounts>,
+    inflight: InFlight,
+}
+
+/// One RPC's outcome as tonic wants it.
+fn reply<T>(res: Result<T, Error>) -> Result<Response<T>, Status> {
+    res.map(Response::new).map_err(Status::from)
+}
+
+fn shown_path(p: &Path) -> String {
+    shown(&p.display().to_string())
+}
+
+impl NodeService {
+    /// The Node service of `node_name`, accepting paths under `kubelet_dir`.
+    pub fn new(
+        client: Client,
+        node_name: String,
+        kubelet_dir: PathBuf,
+        mounts: Arc<dyn Mounts>,
+    ) -> Self {
+        NodeService {
+            client,
+            node_name,
+            kubelet_dir,
+            mounts,
+            inflight: InFlight::default(),
+        }
+    }
+
+    /// The request field `field` as a path the driver may mount on or remove.
+    fn path(&self, field: &'static str, p: &str) -> Result<PathBuf, Error> {
+        paths::under_without_symlinks(p, &self.kubelet_dir)
+            .map_err(|source| Error::Path { field, source })
+    }
+
+    /// The request field `field` as a path a volume may be at: any other is not found.
+    fn volume_path(&self, field: &'static str, p: &str) -> Result<PathBuf, Error> {
+        paths::under_without_symlinks(p, &self.kubelet_dir)
+            .map_err(|source| Error::UnknownPath { field, source })
+    }
+
+    async fn volume(&self, volume_id: &str) -> Result<Volume, Error> {
+        Api::<Volume>::all(self.client.clone())
+            .get_opt(volume_id)
+            .await
+            .context(|| format!("reading Volume {}", shown(volume_id)))?
+            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))
+    }
+
+    async fn mountpod(&self, volume_id: &str) -> Result<Option<MountPod>, Error> {
+        let name = api::mountpod_name(volume_id, &self.node_name);
+        Ok(Api::<MountPod>::all(self.client.clone())
+            .get_opt(&name)
+            .await
+            .context(|| format!("reading MountPod {}", shown(&name)))?)
+    }
+
+    /// Whether `target` has a mount whose device is the same as `of` (a bind of it).
+    fn bound(&self, target: &Path, of: &Path) -> Result<Option<bool>, Error> {
+        let table = self.mounts.table()?;
+        let source_dev = table
+            .iter()
+            .rev()
+            .find(|m| m.mount_point == of)
+            .map(|m| m.dev.clone());
+        let at = table.iter().rev().find(|m| m.mount_point == target);
+        Ok(match (at, source_dev) {
+            (Some(m), Some(dev)) => Some(m.dev == dev),
+            (Some(_), None) => Some(false),
+            (None, _) => None,
+        })
+    }
+
+    /// Add or remove the reference of `target` on the volume's MountPod.
+    async fn set_reference(
+        &self,
+        volume_id: &str,
+        target: &Path,
+        add: Option<(String, bool)>,
+    ) -> Result<(), Error> {
+        let api: Api<MountPod> = Api::all(self.client.clone());
+        let name = api::mountpod_name(volume_id, &self.node_name);
+        let target = target.display().to_string();
+        for _ in 0..5 {
+            let Some(mp) = api
+                .get_opt(&name)
+                .await
+                .context(|| format!("reading MountPod {}", shown(&name)))?
+            else {
+                return match add {
+                    Some(_) => Err(Error::MountPodGone(shown(&name))),
+                    None => Ok(()),
+                };
+            };
+            let mut refs = mp.spec.references.clone();
+            refs.retain(|r| r.target_path != target);
+            if let Some((owner, read_only)) = &add {
+                refs.push(MountReference {
+                    target_path: target.clone(),
+                    owner: owner.clone(),
+                    read_only: *read_only,
+                });
+            }
+            if refs == mp.spec.references {
+                return Ok(());
+            }
+            let patch = json!({
+                "metadata": {"resourceVersion": mp.resource_version()},
+                "spec": {"references": refs},
+            });
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            match api.patch(&name, &params, &Patch::Merge(&patch)).await {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => Err(e).context(|| format!("updating references of {}", shown(&name)))?,
+            }
+        }
+        Err(Error::KeptChanging(shown(&name)))
+    }
+
+    fn unmount_and_remove(&self, target: &Path, remove_dir: bool) -> Result<(), Error> {
+        // Unmount every layer stacked on the target, then remove the directory.
+        self.mounts.unmount_all_lazy(target, 16)?;
+        if remove_dir {
+            match std::fs::remove_dir(target) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(Error::Dir {
+                        action: "removing",
+                        path: shown_path(target),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn stage(&self, req: NodeStageVolumeRequest) -> Result<NodeStageVolumeResponse, Error> {
+        let volume_id = required("volume_id", &req.volume_id)?;
+        let staging = required("staging_target_path", &req.staging_target_path)?;
+        check_capability(req.volume_capability.as_ref())?;
+        let staging = self.path("staging_target_path", staging)?;
+        let _guard = self.inflight.start(volume_id)?;
+        self.volume(volume_id).await?;
+        let mp = self
+            .mountpod(volume_id)
+            .await?
+            .ok_or_else(|| Error::NotAttached {
+                volume: shown(volume_id),
+                node: self.node_name.clone(),
+            })?;
+        if !mp.is_ready() {
+            let status = mp.status.clone().unwrap_or_default();
+            return Err(Error::NotReady {
+                volume: shown(volume_id),
+                node: self.node_name.clone(),
+                phase: format!("{:?}", status.phase),
+                last_error: status
+                    .last_error
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default(),
+            });
+        }
+        let mount_point = PathBuf::from(
+            mp.status
+                .as_ref()
+                .and_then(|s| s.mount_point.clone())
+                .ok_or(Error::NoMountPoint)?,
+        );
+        match self.bound(&staging, &mount_point)? {
+            Some(true) => return Ok(NodeStageVolumeResponse {}),
+            Some(false) => {
+                return Err(Error::StagedOtherwise {
+                    staging: shown_path(&staging),
+                    volume: shown(volume_id),
+                });
+            }
+            None => {}
+        }
+        mkdir(&staging)?;
+        self.mounts.bind(&mount_point, &staging, false)?;
+        info!(staging = %staging.display(), "staged");
+        Ok(NodeStageVolumeResponse {})
+    }
+
+    async fn unstage(
+        &self,
+        req: NodeUnstageVolumeRequest,
+    ) -> Result<NodeUnstageVolumeResponse, Error> {
+        let volume_id = required("volume_id", &req.volume_id)?;
+        let staging = required("staging_target_path", &req.staging_target_path)?;
+        let staging = self.path("staging_target_path", staging)?;
+        let _guard = self.inflight.start(volume_id)?;
+        self.unmount_and_remove(&staging, false)?;
+        Ok(NodeUnstageVolumeResponse {})
+    }
+
+    async fn publish(
+        &self,
+        req: NodePublishVolumeRequest,
+    ) -> Result<NodePublishVolumeResponse, Error> {
+        let volume_id = required("volume_id", &req.volume_id)?;
+        let target = required("target_path", &req.target_path)?;
+        check_capability(req.volume_capability.as_ref())?;
+        // The driver stages volumes (STAGE_UNSTAGE_VOLUME): publish binds the staging path.
+        let staging = required("staging_target_path", &req.staging_target_path)?;
+        let target = self.path("target_path", target)?;
+        let staging = self.path("staging_target_path", staging)?;
+        let _guard = self.inflight.start(volume_id)?;
+        self.volume(volume_id).await?;
+        if !matches!(
+            self.mounts.probe(&staging, Duration::from_secs(5)),
+            Probe::Answers { .. }
+        ) {
+            return Err(Error::NotStaged {
+                volume: shown(volume_id),
+                staging: shown_path(&staging),
+            });
+        }
+        let owner = req
+            .volume_context
+            .get("csi.storage.k8s.io/pod.uid")
+            .map(|uid| format!("pod/{uid}"))
+            .unwrap_or_else(|| format!("csi/{volume_id}"));
+        match self.bound(&target, &staging)? {
+            Some(true) => {}
+            Some(false) => return Err(Error::TargetTaken(shown_path(&target))),
+            None => {
+                mkdir(&target)?;
+                self.mounts.bind(&staging, &target, req.readonly)?;
+            }
+        }
+        if let Err(e) = self
+            .set_reference(volume_id, &target, Some((owner, req.readonly)))
+            .await
+        {
+            // Without its reference the mount could be torn down under the pod: undo.
+            warn!(error = %error_chain(&e), "recording the reference failed; unpublishing");
+            if let Err(undo) = self.unmount_and_remove(&target, true) {
+                warn!(error = %error_chain(&undo), "undoing the publish");
+            }
+            return Err(e);
+        }
+        info!(target = %target.display(), read_only = req.readonly, "published");
+        Ok(NodePublishVolumeResponse {})
+    }
+
+    async fn unpublish(
+        &self,
+        req: NodeUnpublishVolumeRequest,
+    ) -> Result<NodeUnpublishVolumeResponse, Error> {
+        let volume_id = required("volume_id", &req.volume_id)?;
+        let target = required("target_path", &req.target_path)?;
+        let target = self.path("target_path", target)?;
+        let _guard = self.inflight.start(volume_id)?;
+        self.unmount_and_remove(&target, true)?;
+        self.set_reference(volume_id, &target, None).await?;
+        info!(target = %target.display(), "unpublished");
+        Ok(NodeUnpublishVolumeResponse {})
+    }
+
+    async fn stats(
+        &self,
+        req: NodeGetVolumeStatsRequest,
+    ) -> Result<NodeGetVolumeStatsResponse, Error> {
+        let volume_id = required("volume_id", &req.volume_id)?;
+        let path = required("volume_path", &req.volume_path)?;
+        self.volume(volume_id).await?;
+        // Only paths under the kubelet directory are looked at; any other is no path of
+        // this volume.
+        let path = self.volume_path("volume_path", path)?;
+        // A probe tells a missing path from a broken mount (both fail a plain stat).
+        if matches!(
+            self.mounts.probe(&path, Duration::from_secs(2)),
+            Probe::Missing
+        ) {
+            return Err(Error::PathMissing(shown_path(&path)));
+        }
+        let probe_path = path.clone();
+        let stats = tokio::task::spawn_blocking(move || nix::sys::statvfs::statvfs(&probe_path))
+            .await
+            .map_err(Error::Statfs)?;
+        let (usage, condition) = match stats {
+            Ok(s) => {
+                let frag = s.fragment_size();
+                let total = s.blocks() * frag;
+                let available = s.blocks_available() * frag;
+                let used = total.saturating_sub(s.blocks_free() * frag);
+                let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+                (
+                    vec![
+                        VolumeUsage {
+                            available: i(available),
+                            total: i(total),
+                            used: i(used),
+                            unit: volume_usage::Unit::Bytes as i32,
+                        },
+                        VolumeUsage {
+                            available: i(s.files_available()),
+                            total: i(s.files()),
+                            used: i(s.files().saturating_sub(s.files_free())),
+                            unit: volume_usage::Unit::Inodes as i32,
+                        },
+                    ],
+                    VolumeCondition {
+                        abnormal: false,
+                        message: "mount answers".into(),
+                    },
+                )
+            }
+            Err(errno) => (
+                vec![],
+                VolumeCondition {
+                    abnormal: true,
+                    message: format!("the FUSE mount does not answer: {errno}"),
+                },
+            ),
+        };
+        Ok(NodeGetVolumeStatsResponse {
+            usage,
+            volume_condition: Some(condition),
+        })
+    }
+
+    async fn expand(
+        &self,
+        req: NodeExpandVolumeRequest,
+    ) -> Result<NodeExpandVolumeResponse, Error> {
+        let volume_id = required("volume_id", &req.volume_id)?;
+        let path = required("volume_path", &req.volume_path)?;
+        let volume = self.volume(volume_id).await?;
+        self.volume_path("volume_path", path)?;
+        // The quota grows online when the controller raises spec.size: nothing to do here.
+        let bytes = api::quantity_bytes(&volume.spec.size.0).map_err(|source| Error::Size {
+            volume: volume.name_any(),
+            source,
+        })?;
+        Ok(NodeExpandVolumeResponse {
+            capacity_bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
+        })
+    }
+}
+
+fn check_capability(cap: Option<&VolumeCapability>) -> Result<(), Error> {
+    let cap = required("volume_capability", cap)?;
+    if let Some(AccessType::Block(_)) = cap.access_type {
+        return Err(Error::Block);
+    }
+    required("volume_capability.access_mode", cap.access_mode.as_ref())?;
+    Ok(())
+}
+
+fn mkdir(p: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(p).map_err(|source| Error::Dir {
+        action: "creating",
+        path: shown_path(p),
+        source,
+    })
+}
+
+#[tonic::async_trait]
+impl Node for NodeService {
+    #[instrument(skip_all, fields(volume = %req.get_ref().volume_id))]
+    async fn node_stage_volume(
+        &self,
+        req: Request<NodeStageVolumeRequest>,
+    ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+        reply(self.stage(req.into_inner()).await)
+    }
+
+    #[instrument(skip_all, fields(volume = %req.get_ref().volume_id))]
+    async fn node_unstage_volume(
+        &self,
+        req: Request<NodeUnstageVolumeRequest>,
+    ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+        reply(self.unstage(req.into_inner()).await)
+    }
+
+    #[instrument(skip_all, fields(volume = %req.get_ref().volume_id))]
+    async fn node_publish_volume(
+        &self,
+        req: Request<NodePublishVolumeRequest>,
+    ) -> Result<Response<NodePublishVolumeResponse>, Status> {
+        reply(self.publish(req.into_inner()).await)
+    }
+
+    #[instrument(skip_all, fields(volume = %req.get_ref().volume_id))]
+    async fn node_unpublish_volume(
+        &self,
+        req: Request<NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
+        reply(self.unpublish(req.into_inner()).await)
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        req: Request<NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
+        reply(self.stats(req.into_inner()).await)
+    }
+
+    async fn node_expand_volume(
+        &self,
+        req: Request<NodeExpandVolumeRequest>,
+    ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
+        reply(self.expand(req.into_inner()).await)
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
+        let capabilities = [
+            rpc::Type::StageUnstageVolume,
+            rpc::Type::GetVolumeStats,
+            rpc::Type::VolumeCondition,
+            rpc::Type::ExpandVolume,
+        ]
+        .into_iter()
+        .map(|t| NodeServiceCapability {
+            r#type: Some(node_service_capability::Type::Rpc(
+                node_service_capability::Rpc { r#type: t as i32 },
+            )),
+        })
+        .collect();
+        Ok(Response::new(NodeGetCapabilitiesResponse { capabilities }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<NodeGetInfoRequest>,
+    ) -> Result<Response<NodeGetInfoResponse>, Status> {
+        let segments: HashMap<String, String> =
+            [(TOPOLOGY_NODE_KEY.to_string(), self.node_name.clone())].into();
+        Ok(Response::new(NodeGetInfoResponse {
+            node_id: self.node_name.clone(),
+            max_volumes_per_node: 0,
+            accessible_topology: Some(Topology { segments }),
+        }))
+    }
+}

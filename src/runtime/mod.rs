@@ -1,0 +1,279 @@
+//! What every long-running role shares, so that `controller` and `node` each only
+//! wire their own parts:
+//!
+//! ```text
+//!  init_tracing()                     logs on stderr (RUST_LOG, TESSERA_LOG_FORMAT=json)
+//!  connect()          ─▶ Client       the in-cluster or KUBECONFIG client
+//!  start_metrics(addr) ─▶ Arc<Metrics> /metrics, /healthz, /readyz served
+//!  Shutdown::listen() ─▶ Shutdown      SIGINT or SIGTERM, cloned by every part that stops
+//!  csi::spawn(endpoint, services, routes, shutdown)   a CSI socket served until shutdown
+//! ```
+//!
+//! and how errors are written down: [`error_chain`] prints one with its causes,
+//! [`KubeError`] (built with [`KubeContext::context`]) names the API call that
+//! failed, [`truncated`] bounds what an error echoes of a request.
+//!
+//! This module imports nothing of ours but [`crate::metrics`]: every other module may
+//! use it.
+
+pub mod csi;
+
+use std::borrow::Cow;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::info;
+
+use crate::metrics::Metrics;
+
+/// An error and its sources, `outer: inner: innermost`, for one log line: printed
+/// once, where the error is handled.
+///
+/// A source that its error's message already ends with is not repeated, and a
+/// `kube::Error::Api` link is left out: it prints its status twice, once with
+/// `Debug`, and its source, the status itself, follows anyway.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        cur = c.source();
+        if matches!(c.downcast_ref::<kube::Error>(), Some(kube::Error::Api(_))) && cur.is_some() {
+            continue;
+        }
+        let text = c.to_string();
+        // Some errors already print their source in their own message: say it once.
+        if !s.ends_with(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+    }
+    s
+}
+
+/// `s` cut to at most `max` characters (an ellipsis marks the cut), for error messages
+/// that echo what a caller sent.
+pub fn truncated(s: &str, max: usize) -> Cow<'_, str> {
+    match s.char_indices().nth(max) {
+        None => Cow::Borrowed(s),
+        Some((end, _)) => Cow::Owned(format!("{}…", &s[..end])),
+    }
+}
+
+/// A call to the API server that failed, and what it was for.
+#[derive(Debug, thiserror::Error)]
+#[error("{action}")]
+pub struct KubeError {
+    /// What was being done (`reading Volume pvc-1`).
+    pub action: String,
+    /// The cause.
+    #[source]
+    pub source: kube::Error,
+}
+
+/// Attach a description of the action to a kube error.
+pub trait KubeContext<T> {
+    /// `Err(e)` becomes a [`KubeError`] saying what was being done.
+    fn context(self, action: impl FnOnce() -> String) -> Result<T, KubeError>;
+}
+
+impl<T> KubeContext<T> for Result<T, kube::Error> {
+    fn context(self, action: impl FnOnce() -> String) -> Result<T, KubeError> {
+        self.map_err(|source| KubeError {
+            action: action(),
+            source,
+        })
+    }
+}
+
+/// Errors of starting a role's shared parts.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No client configuration.
+    #[error("connecting to Kubernetes")]
+    Connect(#[source] kube::Error),
+    /// The metrics endpoint could not start.
+    #[error("serving metrics on {addr}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// SIGINT or SIGTERM could not be listened for.
+    #[error("listening for signals")]
+    Signals(#[source] std::io::Error),
+    /// The CSI socket could not be served.
+    #[error(transparent)]
+    Csi(#[from] csi::ServeError),
+}
+
+/// Structured logs on stderr; `RUST_LOG` filters (default `info`), `TESSERA_LOG_FORMAT=json`
+/// switches to JSON lines.
+pub fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if std::env::var("TESSERA_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// The API client: in-cluster configuration, or `KUBECONFIG`.
+pub async fn connect() -> Result<kube::Client, Error> {
+    kube::Client::try_default().await.map_err(Error::Connect)
+}
+
+/// New metrics, served on `addr` (`/metrics`, `/healthz`, `/readyz`; not ready until
+/// the role says so with [`Metrics::set_ready`]).
+pub async fn start_metrics(addr: SocketAddr) -> Result<Arc<Metrics>, Error> {
+    let metrics = Arc::new(Metrics::new());
+    let bound = crate::metrics::serve(addr, metrics.clone())
+        .await
+        .map_err(|source| Error::Metrics { addr, source })?;
+    info!(addr = %bound, "metrics endpoint listening");
+    Ok(metrics)
+}
+
+/// A signal that stops a role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGINT (Ctrl-C).
+    Interrupt,
+    /// SIGTERM (what Kubernetes sends a container to stop it).
+    Terminate,
+}
+
+impl std::fmt::Display for Signal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Signal::Interrupt => "SIGINT",
+            Signal::Terminate => "SIGTERM",
+        })
+    }
+}
+
+/// The request to stop: the first SIGINT or SIGTERM. Clones share it, so every part
+/// of a role (the CSI server, the main loop) sees the same signal.
+#[derive(Clone, Debug)]
+pub struct Shutdown(tokio::sync::watch::Receiver<Option<Signal>>);
+
+impl Shutdown {
+    /// Listen for SIGINT and SIGTERM from now on (inside the tokio runtime). From
+    /// here, neither signal ends the process by itself: the role stops when it sees
+    /// [`Shutdown::requested`].
+    pub fn listen() -> Result<Shutdown, Error> {
+        let mut interrupt = signal(SignalKind::interrupt()).map_err(Error::Signals)?;
+        let mut terminate = signal(SignalKind::terminate()).map_err(Error::Signals)?;
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        tokio::spawn(async move {
+            let got = tokio::select! {
+                _ = interrupt.recv() => Signal::Interrupt,
+                _ = terminate.recv() => Signal::Terminate,
+            };
+            let _ = tx.send(Some(got));
+        });
+        Ok(Shutdown(rx))
+    }
+
+    /// Wait for the signal.
+    pub async fn requested(mut self) -> Signal {
+        let got = self.0.wait_for(Option::is_some).await.map(|s| *s);
+        match got {
+            Ok(signal) => signal.expect("waited for Some"),
+            // The listener is gone without a signal: none will come.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Run `work` until it ends (`Ok`) or a signal asks to stop (`Err` with the
+    /// signal; `work` is dropped).
+    pub async fn run_until<T>(&self, work: impl Future<Output = T>) -> Result<T, Signal> {
+        tokio::select! {
+            done = work => Ok(done),
+            signal = self.clone().requested() => Err(signal),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading {0}")]
+    struct Outer(&'static str, #[source] std::io::Error);
+
+    #[test]
+    fn chain_names_every_cause_once() {
+        let e = Outer("x", std::io::Error::other("denied"));
+        assert_eq!(error_chain(&e), "reading x: denied");
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("request failed: {0}")]
+    struct Repeats(#[source] std::io::Error);
+
+    #[test]
+    fn a_source_already_in_the_message_is_not_repeated() {
+        let e = Outer(
+            "x",
+            std::io::Error::other(Repeats(std::io::Error::other("denied"))),
+        );
+        assert_eq!(error_chain(&e), "reading x: request failed: denied");
+    }
+
+    #[test]
+    fn truncation_keeps_short_strings_and_cuts_at_a_character() {
+        for (s, max, want) in [
+            ("pvc-1", 128, "pvc-1"),
+            ("abcdef", 6, "abcdef"),
+            ("abcdef", 3, "abc…"),
+            ("ééé", 2, "éé…"),
+            ("", 0, ""),
+        ] {
+            assert_eq!(truncated(s, max), want, "{s:?} at {max}");
+        }
+    }
+
+    #[test]
+    fn an_api_error_is_shown_once_by_its_status() {
+        let status =
+            kube::core::Status::failure("volumes \"v\" not found", "NotFound").with_code(404);
+        let res: Result<(), _> = Err(kube::Error::Api(Box::new(status)));
+        let e = res.context(|| "reading Volume v".into()).unwrap_err();
+        assert_eq!(
+            error_chain(&e),
+            "reading Volume v: volumes \"v\" not found: NotFound"
+        );
+        // On its own, the API error is still printed.
+        assert!(error_chain(&e.source).contains("not found"));
+    }
+
+    #[test]
+    fn a_kube_error_names_its_action_then_its_cause() {
+        let res: Result<(), kube::Error> = Err(kube::Error::LinesCodecMaxLineLengthExceeded);
+        let e = res.context(|| "reading Volume v".into()).unwrap_err();
+        assert!(
+            error_chain(&e).starts_with("reading Volume v: "),
+            "{}",
+            error_chain(&e)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_signal_stops_the_work_and_is_named() {
+        let shutdown = Shutdown::listen().unwrap();
+        assert_eq!(shutdown.run_until(async { 7 }).await, Ok(7));
+        nix::sys::signal::raise(nix::sys::signal::Signal::SIGTERM).unwrap();
+        let res = shutdown.run_until(std::future::pending::<()>()).await;
+        assert_eq!(res, Err(Signal::Terminate));
+        // Every clone sees it, also after the fact.
+        assert_eq!(shutdown.clone().requested().await, Signal::Terminate);
+    }
+}
