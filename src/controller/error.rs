@@ -1,29 +1,22 @@
 //! The controllers' errors, and how a failed reconcile is logged.
 //!
 //! A kube call that fails becomes [`Error::Kube`] with the action it was doing
-//! ([`KubeContext::context`]); where the error is handled (the controllers' run loops,
+//! ([`crate::runtime::KubeContext::context`]); where the error is handled (the controllers' run loops,
 //! `error_policy`, the reaper) its whole chain is printed once with
 //! [`crate::runtime::error_chain`].
-
-use std::net::SocketAddr;
 
 use tracing::{debug, warn};
 
 use super::leader;
-use crate::runtime::error_chain;
+pub(crate) use crate::runtime::KubeContext;
+use crate::runtime::{KubeError, error_chain};
 
 /// Errors of the controllers.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A call to the API server failed.
-    #[error("{action}")]
-    Kube {
-        /// What was being done.
-        action: String,
-        /// The cause.
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Kube(#[from] KubeError),
     /// The Volume's spec cannot be served (for example its size does not parse).
     #[error("volume {volume}: {message}")]
     InvalidVolume {
@@ -35,35 +28,9 @@ pub enum Error {
     /// Leader election failed.
     #[error(transparent)]
     Leader(#[from] leader::Error),
-    /// The metrics endpoint could not start.
-    #[error("serving metrics on {addr}")]
-    Metrics {
-        /// The address.
-        addr: SocketAddr,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The CSI socket could not be served.
+    /// The role's shared parts (client, metrics, signals, CSI socket) could not start.
     #[error(transparent)]
-    Csi(#[from] crate::csi::ServeError),
-    /// No client configuration.
-    #[error("connecting to Kubernetes")]
-    Connect(#[source] kube::Error),
-}
-
-/// Attach a description of the action to a kube error.
-pub(crate) trait KubeContext<T> {
-    fn context(self, action: impl FnOnce() -> String) -> Result<T, Error>;
-}
-
-impl<T> KubeContext<T> for Result<T, kube::Error> {
-    fn context(self, action: impl FnOnce() -> String) -> Result<T, Error> {
-        self.map_err(|source| Error::Kube {
-            action: action(),
-            source,
-        })
-    }
+    Runtime(#[from] crate::runtime::Error),
 }
 
 /// Whether a controller's error is expected in normal operation: a reconcile that a
@@ -131,10 +98,10 @@ mod tests {
     #[test]
     fn a_failed_reconcile_names_its_action_and_cause_once() {
         let failed: RunError<Error, std::io::Error> = RunError::ReconcilerFailed(
-            Error::Metrics {
+            Error::Runtime(crate::runtime::Error::Metrics {
                 addr: "127.0.0.1:1".parse().unwrap(),
                 source: std::io::Error::other("address in use"),
-            },
+            }),
             Box::new(ObjectRef::<Volume>::new("v").erase()),
         );
         let msg = run_error_message(&failed);

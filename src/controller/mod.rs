@@ -33,10 +33,8 @@ pub mod volume;
 mod watch;
 mod wiring;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use kube::Client;
 use tracing::{error, info};
 
 pub use self::args::ControllerArgs;
@@ -45,7 +43,7 @@ pub use self::error::Error;
 pub(crate) use self::error::KubeContext;
 pub use self::watch::CachesReady;
 pub use crate::labels::Labels;
-use crate::metrics::Metrics;
+use crate::runtime;
 
 /// The field manager of every write the controller makes.
 pub const FIELD_MANAGER: &str = "tessera-controller";
@@ -57,19 +55,10 @@ pub const ANNOTATION_RECLAIM: &str = "tessera.io/reclaim-policy";
 
 /// Run the controller role until a signal or a lost election.
 pub async fn run(args: ControllerArgs) -> Result<(), Error> {
-    let client = Client::try_default().await.map_err(Error::Connect)?;
-    let metrics = Arc::new(Metrics::new());
-    let addr = crate::metrics::serve(args.metrics_addr, metrics.clone())
-        .await
-        .map_err(|source| Error::Metrics {
-            addr: args.metrics_addr,
-            source,
-        })?;
-    info!(%addr, "metrics endpoint listening");
-
+    let client = runtime::connect().await?;
+    let metrics = runtime::start_metrics(args.metrics_addr).await?;
+    let shutdown = runtime::Shutdown::listen()?;
     if let Some(endpoint) = &args.csi_endpoint {
-        let path = crate::csi::endpoint_path(endpoint);
-        let listener = crate::csi::bind_unix(&path)?;
         let service = crate::csi::controller::ControllerService::new(
             client.clone(),
             crate::csi::controller::Settings {
@@ -80,21 +69,13 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
                 labels: args.watch_selector.clone().unwrap_or_default(),
             },
         );
-        info!(socket = %path.display(), "serving CSI identity and controller");
-        tokio::spawn(async move {
-            let res = tonic::transport::Server::builder()
-                .add_service(crate::csi::proto::identity_server::IdentityServer::new(
-                    crate::csi::identity::IdentityService { controller: true },
-                ))
-                .add_service(crate::csi::proto::controller_server::ControllerServer::new(
-                    service,
-                ))
-                .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener))
-                .await;
-            if let Err(e) = res {
-                error!(error = %e, "CSI server stopped");
-            }
-        });
+        runtime::csi::spawn(
+            endpoint,
+            "identity and controller",
+            crate::csi::controller_services(service),
+            shutdown.clone(),
+        )
+        .map_err(runtime::Error::from)?;
     }
 
     let identity = args.identity.clone().unwrap_or_else(|| {
@@ -130,6 +111,6 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
             error!(error = %err, "stepping down");
             Err(err.into())
         }
-        _ = tokio::signal::ctrl_c() => { info!("interrupted"); Ok(()) }
+        signal = shutdown.clone().requested() => { info!(%signal, "stopping"); Ok(()) }
     }
 }

@@ -124,7 +124,7 @@ async fn remove_ticket(
         Ok(_) => {}
         // 422: the test failed (the ticket changed or is gone already): leave it.
         Err(kube::Error::Api(s)) if s.code == 422 || s.code == 404 => return Ok(()),
-        Err(e) => return Err(e).context(|| format!("removing ticket {} from {name}", ticket.id)),
+        Err(e) => Err(e).context(|| format!("removing ticket {} from {name}", ticket.id))?,
     }
     ctx.metrics.write("VolumeAttachment", "patch");
     ctx.metrics.tickets_reaped.inc();

@@ -98,7 +98,7 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
                         Some(Arc::new(written)),
                     ),
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(e) => return Err(e).context(|| format!("removing the finalizer of {name}")),
+                    Err(e) => Err(e).context(|| format!("removing the finalizer of {name}"))?,
                 }
                 ctx.metrics.write("Volume", "patch");
                 Ok(Action::await_change())

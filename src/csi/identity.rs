@@ -19,13 +19,7 @@ use crate::api::CSI_DRIVER_NAME;
 /// CONTROLLER_SERVICE: the driver as a whole has one (the external-provisioner and
 /// external-attacher ask the controller's socket, csi-sanity asks the node's).
 #[derive(Clone, Debug, Default)]
-pub struct IdentityService {
-    /// Ignored: the capabilities do not depend on the services served alongside
-    /// (see above). Kept only until `controller::run` builds its services with
-    /// [`super::controller_services`]; then it goes.
-    #[doc(hidden)]
-    pub controller: bool,
-}
+pub struct IdentityService;
 
 #[tonic::async_trait]
 impl Identity for IdentityService {
@@ -76,7 +70,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_instance_reports_the_controller_service() {
-        let caps = IdentityService::default()
+        let caps = IdentityService
             .get_plugin_capabilities(Request::new(GetPluginCapabilitiesRequest {}))
             .await
             .unwrap()

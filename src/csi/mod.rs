@@ -113,19 +113,15 @@ pub fn required<F: Field>(name: &'static str, field: F) -> Result<F::Value, Miss
 
 /// Identity and Controller: the services of the socket `tessera controller` serves.
 pub fn controller_services(service: controller::ControllerService) -> Routes {
-    Routes::new(IdentityServer::new(identity::IdentityService::default()))
+    Routes::new(IdentityServer::new(identity::IdentityService))
         .add_service(ControllerServer::new(service))
 }
 
 /// Identity and Node: the services of the socket `tessera node` serves.
 pub fn node_services(service: node::NodeService) -> Routes {
-    Routes::new(IdentityServer::new(identity::IdentityService::default()))
+    Routes::new(IdentityServer::new(identity::IdentityService))
         .add_service(NodeServer::new(service))
 }
-
-// Until `controller::run` serves through `runtime::csi::spawn` (the lead switches it).
-#[doc(hidden)]
-pub use crate::runtime::csi::{ServeError, bind_unix, endpoint_path};
 
 /// A per-volume in-flight guard: a second concurrent call on the same volume gets
 /// [`Pending`], which each service answers with `ABORTED`, as the CSI spec asks

@@ -135,10 +135,10 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         tokio::join!(attachment, volume_status)
     };
     match attachment {
-        Err(Error::Kube {
+        Err(Error::Kube(crate::runtime::KubeError {
             source: kube::Error::Api(s),
             ..
-        }) if s.code == 409 => {
+        })) if s.code == 409 => {
             debug!(volume = %name, "tickets changed since they were read; deciding again");
             return Ok(Action::requeue(Duration::from_millis(100)));
         }

@@ -56,7 +56,7 @@ pub(super) async fn sync_mountpods(
             let after = match api.delete(&mp_name, &DeleteParams::default()).await {
                 Ok(either) => either.left().map(Arc::new),
                 Err(kube::Error::Api(s)) if s.code == 404 => None,
-                Err(e) => return Err(e).context(|| format!("deleting MountPod {mp_name}")),
+                Err(e) => Err(e).context(|| format!("deleting MountPod {mp_name}"))?,
             };
             ctx.metrics.write("MountPod", "delete");
             ctx.written_mountpods
