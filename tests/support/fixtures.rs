@@ -211,11 +211,17 @@ where
     }
 }
 
-/// The ticket statuses of a volume: id → (satisfied, reason, message).
-pub async fn ticket_states(
-    client: &Client,
-    volume: &str,
-) -> BTreeMap<String, (bool, String, String)> {
+/// What a ticket's status says: whether it is satisfied, and the reason and message
+/// of its first condition (empty while it has none).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TicketState {
+    pub satisfied: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The ticket statuses of a volume, by ticket id.
+pub async fn ticket_states(client: &Client, volume: &str) -> BTreeMap<String, TicketState> {
     let api: Api<VolumeAttachment> = Api::all(client.clone());
     let Some(va) = api.get_opt(volume).await.unwrap() else {
         return BTreeMap::new();
@@ -228,11 +234,11 @@ pub async fn ticket_states(
             let c = s.conditions.first().cloned();
             (
                 id,
-                (
-                    s.satisfied,
-                    c.as_ref().map(|c| c.reason.clone()).unwrap_or_default(),
-                    c.map(|c| c.message).unwrap_or_default(),
-                ),
+                TicketState {
+                    satisfied: s.satisfied,
+                    reason: c.as_ref().map(|c| c.reason.clone()).unwrap_or_default(),
+                    message: c.map(|c| c.message).unwrap_or_default(),
+                },
             )
         })
         .collect()
@@ -247,7 +253,7 @@ pub async fn wait_satisfied(client: &Client, volume: &str, id: &str) {
             ticket_states(client, volume)
                 .await
                 .get(id)
-                .filter(|s| s.0)
+                .filter(|s| s.satisfied)
                 .map(|_| ())
         },
     )
@@ -269,6 +275,38 @@ pub async fn mountpods_of(client: &Client, volume: &str) -> BTreeMap<String, boo
             )
         })
         .collect()
+}
+
+/// Record, from a watch, the largest number of MountPods of `volume` that existed at
+/// once; the watch runs until the handle is aborted.
+pub fn watch_max_mountpods(
+    client: Client,
+    volume: &str,
+) -> (
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    let max = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let m = max.clone();
+    let api: Api<MountPod> = Api::all(client);
+    let wc = watcher::Config::default().labels(&format!("tessera.io/volume={volume}"));
+    let task = tokio::spawn(async move {
+        let mut live = std::collections::BTreeSet::new();
+        let mut stream = watcher(api, wc).default_backoff().boxed();
+        while let Some(Ok(ev)) = stream.next().await {
+            match ev {
+                watcher::Event::Apply(mp) | watcher::Event::InitApply(mp) => {
+                    live.insert(mp.name_any());
+                }
+                watcher::Event::Delete(mp) => {
+                    live.remove(&mp.name_any());
+                }
+                _ => {}
+            }
+            m.fetch_max(live.len(), std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    (max, task)
 }
 
 /// A stand-in for the node agent, for controller tests: every MountPod of the test is

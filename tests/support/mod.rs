@@ -7,7 +7,9 @@
 //! kubeconfig, `target/cluster/kubeconfig`, is used. [`ensure_crds`] installs `crds/`
 //! once per test process and waits until the CRDs are Established. Every test makes its
 //! own object names with [`unique_name`], so tests run in parallel and leave nothing
-//! behind that another test could trip over.
+//! behind that another test could trip over. [`env::Env`] is that set-up for one test,
+//! with the steps the ticket-driven tests repeat; [`fixtures`] starts Tessera's
+//! processes and stand-ins for them.
 
 #![allow(dead_code)] // each test binary uses a different part of the fixture
 
@@ -185,6 +187,7 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files.sort();
     files
 }
+pub mod env;
 pub mod fixtures;
 
 /// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `VmHWM`, ...), in KiB; 0 if the
