@@ -81,6 +81,18 @@ pub fn kubectl() -> Command {
     cmd
 }
 
+/// Run kubectl with `args` and check that it succeeds; what it printed.
+pub fn kubectl_output(args: &[&str]) -> String {
+    let out = kubectl().args(args).output().expect("running kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("kubectl prints UTF-8")
+}
+
 /// A name no other test (or earlier run) uses: `<prefix>-<pid>-<n>-<nanos>`.
 pub fn unique_name(prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
