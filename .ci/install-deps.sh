@@ -8,7 +8,7 @@ command -v flock >/dev/null || need_apt+=(util-linux)
 command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 command -v fio >/dev/null || need_apt+=(fio)
 command -v bindfs >/dev/null || need_apt+=(bindfs)
-# tests/fuse_backend_quota.rs and `make bench-fuse` make XFS filesystems.
+# tests/fuse/backend_quota.rs and `make bench-fuse` make XFS filesystems.
 command -v mkfs.xfs >/dev/null || need_apt+=(xfsprogs)
 # Where the kernel has no XFS quota support, tests/run.sh runs the project-quota tests
 # in a QEMU VM on Debian's 6.12 kernel (tests/vm/xfs-quota.sh).

@@ -214,16 +214,7 @@ async fn status_writes_do_not_touch_spec_and_kubectl_shows_the_columns() {
     assert!(status.attachment_ticket_statuses["manual-a"].satisfied);
     assert_eq!(status.satisfied_count, 1);
 
-    let out = support::kubectl()
-        .args(["get", "volumeattachments.tessera.io", &name])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl get failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = support::kubectl_output(&["get", "volumeattachments.tessera.io", &name]);
     let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
@@ -268,16 +259,7 @@ async fn status_writes_do_not_touch_spec_and_kubectl_shows_the_columns() {
             &["NAME", "VOLUME", "NODE", "PHASE", "REFS", "RESTARTS", "AGE"][..],
         ),
     ] {
-        let out = support::kubectl()
-            .args(["get", kind, &name])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "kubectl get {kind}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8(out.stdout).unwrap();
+        let text = support::kubectl_output(&["get", kind, &name]);
         let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
         assert_eq!(header, want, "{kind}: {text}");
         assert!(
@@ -321,20 +303,11 @@ async fn status_writes_do_not_touch_spec_and_kubectl_shows_the_columns() {
 #[tokio::test]
 async fn config_renders_with_kustomize_and_passes_server_side_dry_run() {
     let client = setup().await;
-    let out = support::kubectl()
-        .args([
-            "kustomize",
-            support::repo_root().join("config").to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl kustomize config/: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let objects: Vec<DynamicObject> =
-        support::parse_documents(&String::from_utf8(out.stdout).unwrap());
+    let out = support::kubectl_output(&[
+        "kustomize",
+        support::repo_root().join("config").to_str().unwrap(),
+    ]);
+    let objects: Vec<DynamicObject> = support::parse_documents(&out);
     let kinds: Vec<String> = objects
         .iter()
         .filter_map(|o| o.types.as_ref().map(|t| t.kind.clone()))

@@ -6,78 +6,21 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVA;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
 use serde_json::json;
+use support::env::Env;
 use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL, eventually};
 use tessera::api::{MountPod, Volume, VolumeAttachment, VolumeState};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-struct Env {
-    client: Client,
-    id: String,
-    nodes: Vec<String>,
-}
-
+/// The test's share of the cluster: `nodes` Node objects, waits bounded by [`WAIT`].
 async fn env(prefix: &str, nodes: usize) -> Env {
-    let client = support::client().await;
-    support::ensure_crds(&client).await;
-    let id = support::unique_name(prefix);
-    let nodes: Vec<String> = (0..nodes).map(|i| format!("{id}-n{i}")).collect();
-    fixtures::create_nodes(&client, &nodes).await;
-    Env { client, id, nodes }
-}
-
-impl Env {
-    async fn volume(&self, suffix: &str, mode: &str) -> String {
-        let name = format!("{}-{suffix}", self.id);
-        let vol = fixtures::volume(&name, &self.id, mode);
-        fixtures::create_volume(&self.client, &vol, WAIT).await
-    }
-
-    async fn cleanup(&self, volumes: &[String]) {
-        fixtures::delete_volumes(&self.client, volumes).await;
-        fixtures::delete_nodes(&self.client, &self.nodes).await;
-    }
-}
-
-/// Record the largest number of nodes holding a MountPod of `volume` at once.
-fn watch_max_mountpods(
-    client: Client,
-    volume: String,
-) -> (
-    Arc<std::sync::atomic::AtomicUsize>,
-    tokio::task::JoinHandle<()>,
-) {
-    let max = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let m = max.clone();
-    let api: Api<MountPod> = Api::all(client);
-    let wc = watcher::Config::default().labels(&format!("tessera.io/volume={volume}"));
-    let task = tokio::spawn(async move {
-        let mut live: BTreeMap<String, String> = BTreeMap::new();
-        let mut stream = watcher(api, wc).default_backoff().boxed();
-        while let Some(Ok(ev)) = stream.next().await {
-            match ev {
-                watcher::Event::Apply(mp) | watcher::Event::InitApply(mp) => {
-                    live.insert(mp.name_any(), mp.spec.node_name.clone());
-                }
-                watcher::Event::Delete(mp) => {
-                    live.remove(&mp.name_any());
-                }
-                _ => {}
-            }
-            m.fetch_max(live.len(), std::sync::atomic::Ordering::SeqCst);
-        }
-    });
-    (max, task)
+    Env::new(prefix, nodes, WAIT).await
 }
 
 #[tokio::test]
@@ -87,16 +30,7 @@ async fn single_rwo_attach() {
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
 
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "manual-a",
-        "manual",
-        &e.nodes[0],
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    e.attach(&vol, "manual-a", "manual", &e.nodes[0]).await;
     assert_eq!(
         fixtures::mountpods_of(&e.client, &vol).await,
         BTreeMap::from([(e.nodes[0].clone(), false)])
@@ -145,18 +79,10 @@ async fn rwo_second_node_waits_for_the_holder_then_moves() {
     let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
-    let (max_nodes, watch) = watch_max_mountpods(e.client.clone(), vol.clone());
+    let (max_nodes, watch) = fixtures::watch_max_mountpods(e.client.clone(), &vol);
 
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "csi-first",
-        "csi-attacher",
-        &e.nodes[0],
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "csi-first").await;
+    e.attach(&vol, "csi-first", "csi-attacher", &e.nodes[0])
+        .await;
     fixtures::put_ticket(
         &e.client,
         &vol,
@@ -166,15 +92,10 @@ async fn rwo_second_node_waits_for_the_holder_then_moves() {
         json!({}),
     )
     .await;
-    let (_, reason, message) = eventually(WAIT, "second ticket blocked with a reason", || async {
-        fixtures::ticket_states(&e.client, &vol)
-            .await
-            .get("csi-second")
-            .cloned()
-            .filter(|s| !s.1.is_empty())
-    })
-    .await;
-    assert_eq!(reason, "HeldByOtherNode", "{message}");
+    let message = e
+        .blocked(&vol, "csi-second", "HeldByOtherNode")
+        .await
+        .message;
     assert!(
         message.contains("csi-first") && message.contains(&e.nodes[0]),
         "message must name the holder: {message}"
@@ -213,16 +134,7 @@ async fn a_higher_priority_ticket_does_not_preempt_a_workload() {
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
 
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "csi-app",
-        "csi-attacher",
-        &e.nodes[0],
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "csi-app").await;
+    e.attach(&vol, "csi-app", "csi-attacher", &e.nodes[0]).await;
     fixtures::put_ticket(
         &e.client,
         &vol,
@@ -232,20 +144,15 @@ async fn a_higher_priority_ticket_does_not_preempt_a_workload() {
         json!({}),
     )
     .await;
-    let (_, reason, message) = eventually(WAIT, "manual ticket blocked", || async {
-        fixtures::ticket_states(&e.client, &vol)
-            .await
-            .get("manual-ops")
-            .cloned()
-            .filter(|s| !s.1.is_empty())
-    })
-    .await;
-    assert_eq!(reason, "HeldByOtherNode", "{message}");
+    e.blocked(&vol, "manual-ops", "HeldByOtherNode").await;
     // Give the controller time to (wrongly) act, then check nothing moved.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let states = fixtures::ticket_states(&e.client, &vol).await;
-    assert!(states["csi-app"].0, "the workload ticket stays satisfied");
-    assert!(!states["manual-ops"].0);
+    assert!(
+        states["csi-app"].satisfied,
+        "the workload ticket stays satisfied"
+    );
+    assert!(!states["manual-ops"].satisfied);
     assert_eq!(
         fixtures::mountpods_of(&e.client, &vol).await,
         BTreeMap::from([(e.nodes[0].clone(), false)])
@@ -296,27 +203,10 @@ async fn a_background_ticket_yields_to_a_workload_on_another_node() {
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
 
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "backup-nightly",
-        "backup",
-        &e.nodes[0],
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "backup-nightly").await;
+    e.attach(&vol, "backup-nightly", "backup", &e.nodes[0])
+        .await;
     let log = fixtures::ReasonLog::start(e.client.clone(), &vol, "backup-nightly");
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "csi-app",
-        "csi-attacher",
-        &e.nodes[1],
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "csi-app").await;
+    e.attach(&vol, "csi-app", "csi-attacher", &e.nodes[1]).await;
     // The backup was interrupted (naming the workload that took the volume), and now
     // waits behind it; it is not satisfied.
     let history = eventually(WAIT, "backup ticket seen Interrupted", || async {
@@ -326,7 +216,7 @@ async fn a_background_ticket_yields_to_a_workload_on_another_node() {
     .await;
     let (_, message) = history.iter().find(|(r, _)| r == "Interrupted").unwrap();
     assert!(message.contains("csi-app"), "names the workload: {message}");
-    assert!(!fixtures::ticket_states(&e.client, &vol).await["backup-nightly"].0);
+    assert!(!fixtures::ticket_states(&e.client, &vol).await["backup-nightly"].satisfied);
     assert_eq!(
         fixtures::mountpods_of(&e.client, &vol).await,
         BTreeMap::from([(e.nodes[1].clone(), false)])
@@ -515,7 +405,7 @@ async fn gitops_tickets_merge_per_key_and_tessera_owns_none_of_them() {
         (mps == BTreeMap::from([(e.nodes[1].clone(), false)])).then_some(())
     })
     .await;
-    assert!(fixtures::ticket_states(&e.client, &vol).await["manual-flux"].0);
+    assert!(fixtures::ticket_states(&e.client, &vol).await["manual-flux"].satisfied);
     e.cleanup(&[vol]).await;
 }
 
@@ -525,16 +415,7 @@ async fn nothing_is_written_when_nothing_changed() {
     let ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "manual-a",
-        "manual",
-        &e.nodes[0],
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    e.attach(&vol, "manual-a", "manual", &e.nodes[0]).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let writes_before = ctrl.metric_sum("tessera_api_writes_total");
     let reconciles_before = ctrl.metric_sum("tessera_reconciles_total");
@@ -606,10 +487,10 @@ async fn killed_mid_reconcile_and_restarted_the_controller_converges() {
         eventually(WAIT, &format!("{vol} converged"), || async {
             let states = fixtures::ticket_states(&e.client, vol).await;
             let mps = fixtures::mountpods_of(&e.client, vol).await;
-            let ok = states.get("csi-a").is_some_and(|a| a.0)
+            let ok = states.get("csi-a").is_some_and(|a| a.satisfied)
                 && states
                     .get("csi-b")
-                    .is_some_and(|b| b.0 == want_b && !b.1.is_empty())
+                    .is_some_and(|b| b.satisfied == want_b && !b.reason.is_empty())
                 && mps == BTreeMap::from([(holder.clone(), false)]);
             ok.then_some(())
         })
@@ -636,16 +517,7 @@ async fn two_replicas_elect_one_leader() {
     .await;
     let vol = e.volume("v", "ReadWriteOnce").await;
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "manual-a",
-        "manual",
-        &e.nodes[0],
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    e.attach(&vol, "manual-a", "manual", &e.nodes[0]).await;
     let (leader, follower) = if holder == "replica-a" {
         (&a, &b)
     } else {
@@ -686,16 +558,7 @@ async fn two_replicas_elect_one_leader() {
     )
     .await;
     fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "manual-b",
-        "manual",
-        &e.nodes[0],
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "manual-b").await;
+    e.attach(&vol, "manual-b", "manual", &e.nodes[0]).await;
     let _ = leases.delete(&lease, &DeleteParams::default()).await;
     e.cleanup(&[vol]).await;
 }
@@ -706,16 +569,7 @@ async fn deleting_a_volume_removes_its_data_through_a_cleanup_ticket() {
     let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
     let agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "manual-a",
-        "manual",
-        &e.nodes[0],
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    e.attach(&vol, "manual-a", "manual", &e.nodes[0]).await;
     fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
 
     // The agent "takes its time" removing the data: the Volume must wait for it.

@@ -41,6 +41,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, P
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use support::env::Env;
 use support::fixtures::{self, AgentProcess, ControllerProcess, TEST_LABEL, eventually};
 use tessera::api::{CSI_DRIVER_NAME, Volume};
 use tessera::csi::csi_ticket_id;
@@ -433,31 +434,22 @@ impl<'a> Kubelet<'a> {
     }
 
     async fn try_unmount(&self, m: &Mounted) -> Result<(), String> {
+        let failed = |call: &str, e: tonic::Status| {
+            format!("{call} of {} on {}: {e}", m.volume_id, self.node())
+        };
         let mut node = self.connect().await;
         node.node_unpublish_volume(NodeUnpublishVolumeRequest {
             volume_id: m.volume_id.clone(),
             target_path: m.target.display().to_string(),
         })
         .await
-        .map_err(|e| {
-            format!(
-                "NodeUnpublishVolume of {} on {}: {e}",
-                m.volume_id,
-                self.node()
-            )
-        })?;
+        .map_err(|e| failed("NodeUnpublishVolume", e))?;
         node.node_unstage_volume(NodeUnstageVolumeRequest {
             volume_id: m.volume_id.clone(),
             staging_target_path: m.staging.display().to_string(),
         })
         .await
-        .map_err(|e| {
-            format!(
-                "NodeUnstageVolume of {} on {}: {e}",
-                m.volume_id,
-                self.node()
-            )
-        })?;
+        .map_err(|e| failed("NodeUnstageVolume", e))?;
         self.mounted
             .lock()
             .unwrap()
@@ -645,15 +637,7 @@ impl Chain {
             .get(&pv_name)
             .await
             .unwrap();
-        let handle = pv
-            .spec
-            .as_ref()
-            .unwrap()
-            .csi
-            .as_ref()
-            .unwrap()
-            .volume_handle
-            .clone();
+        let handle = handle_of(&pv);
         let volume = Api::<Volume>::all(self.client.clone())
             .get(&handle)
             .await
@@ -901,46 +885,12 @@ fn handle_of(pv: &PersistentVolume) -> String {
         .clone()
 }
 
-/// The largest number of MountPods of `volume` that existed at once, from a watch.
-fn watch_max_mountpods(
-    client: Client,
-    volume: &str,
-) -> (
-    std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    tokio::task::JoinHandle<()>,
-) {
-    use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, watcher};
-    let max = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let m = max.clone();
-    let api: Api<tessera::api::MountPod> = Api::all(client);
-    let wc = watcher::Config::default().labels(&format!("tessera.io/volume={volume}"));
-    let task = tokio::spawn(async move {
-        let mut live = BTreeSet::new();
-        let mut stream = watcher(api, wc).default_backoff().boxed();
-        while let Some(Ok(ev)) = stream.next().await {
-            match ev {
-                watcher::Event::Apply(mp) | watcher::Event::InitApply(mp) => {
-                    live.insert(mp.name_any());
-                }
-                watcher::Event::Delete(mp) => {
-                    live.remove(&mp.name_any());
-                }
-                _ => {}
-            }
-            m.fetch_max(live.len(), std::sync::atomic::Ordering::SeqCst);
-        }
-    });
-    (max, task)
-}
-
 // ---------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
-    let client = support::client().await;
-    support::ensure_crds(&client).await;
-    let id = support::unique_name("chain");
+    let env = Env::new("chain", 0, WAIT).await;
+    let (client, id) = (env.client.clone(), env.id.clone());
     let lock = ChainLock::acquire(&client, &id).await;
     let chain = Chain {
         client: client.clone(),
@@ -1014,7 +964,7 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
             "PVC data bound to {} (Volume {handle})",
             pv.name_any()
         ));
-        let (max_mountpods, watch) = watch_max_mountpods(client.clone(), &handle);
+        let (max_mountpods, watch) = fixtures::watch_max_mountpods(client.clone(), &handle);
 
         let pod = chain.run_pod("app", "data", kubelet_a.node()).await;
         chain.wait_attached(&handle, kubelet_a.node()).await;

@@ -20,39 +20,42 @@ use tessera::api::{MountPhase, MountPod, Volume};
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// The shared set-up ([`support::env::Env`], waits bounded by [`WAIT`]) with a backend root
+/// for the test's volumes and the test's controller.
 struct Env {
-    client: Client,
-    id: String,
-    nodes: Vec<String>,
+    base: support::env::Env,
     backend: tempfile::TempDir,
     _ctrl: ControllerProcess,
+}
+
+impl std::ops::Deref for Env {
+    type Target = support::env::Env;
+
+    fn deref(&self) -> &support::env::Env {
+        &self.base
+    }
 }
 
 /// Nodes are named `<prefix>-<test id>-n<i>`: `prefix` lets a test sort its nodes
 /// first among CSINodes (the controller picks the first one for data cleanup).
 async fn env(prefix: &str, nodes: usize) -> Env {
-    let client = support::client().await;
-    support::ensure_crds(&client).await;
-    let id = support::unique_name(prefix);
-    let nodes: Vec<String> = (0..nodes).map(|i| format!("{id}-n{i}")).collect();
-    fixtures::create_nodes(&client, &nodes).await;
+    let base = support::env::Env::new(prefix, nodes, WAIT).await;
     let backend = tempfile::Builder::new()
         .prefix("tessera-backend-")
         .tempdir()
         .unwrap();
-    let ctrl = ControllerProcess::start(&id, &["--no-leader-election"]);
+    let ctrl = ControllerProcess::start(&base.id, &["--no-leader-election"]);
     Env {
-        client,
-        id,
-        nodes,
+        base,
         backend,
         _ctrl: ctrl,
     }
 }
 
 impl Env {
-    async fn volume(&self, suffix: &str, retain: bool) -> String {
-        let name = format!("{}-{suffix}", self.id);
+    /// Create the ReadWriteOnce Volume `<id>-<suffix>` under the backend root.
+    async fn volume_at(&self, suffix: &str, retain: bool) -> String {
+        let name = self.volume_name(suffix);
         let vol = fixtures::volume_at(
             &name,
             &self.id,
@@ -60,59 +63,11 @@ impl Env {
             self.backend.path(),
             retain,
         );
-        fixtures::create_volume(&self.client, &vol, WAIT).await
+        self.create_volume(&vol).await
     }
 
     fn source(&self, volume: &str) -> PathBuf {
         self.backend.path().join(volume)
-    }
-
-    /// Wait until the MountPod of `volume` on `node` is ready for its current
-    /// generation and satisfies `f`.
-    async fn ready_mountpod(
-        &self,
-        volume: &str,
-        node: &str,
-        what: &str,
-        f: impl Fn(&MountPod) -> bool,
-    ) -> MountPod {
-        eventually(
-            WAIT,
-            &format!("MountPod of {volume} on {node}: {what}"),
-            || async {
-                fixtures::mountpod_on(&self.client, volume, node)
-                    .await
-                    .filter(|mp| mp.is_ready() && f(mp))
-            },
-        )
-        .await
-    }
-
-    async fn mountpod_gone(&self, volume: &str, node: &str) {
-        eventually(
-            WAIT,
-            &format!("MountPod of {volume} on {node} gone"),
-            || async {
-                fixtures::mountpod_on(&self.client, volume, node)
-                    .await
-                    .is_none()
-                    .then_some(())
-            },
-        )
-        .await;
-    }
-
-    /// Delete the volumes and wait until they are gone, then the nodes.
-    async fn cleanup(&self, volumes: &[String]) {
-        fixtures::delete_volumes(&self.client, volumes).await;
-        let api: Api<Volume> = Api::all(self.client.clone());
-        for v in volumes {
-            eventually(WAIT, &format!("Volume {v} gone"), || async {
-                api.get_opt(v).await.unwrap().is_none().then_some(())
-            })
-            .await;
-        }
-        fixtures::delete_nodes(&self.client, &self.nodes).await;
     }
 }
 
@@ -235,17 +190,8 @@ fn pid_alive(pid: i64) -> bool {
 async fn ticket_to_fuse_mount_to_data() {
     let e = env("nmount", 1).await;
     let agent = AgentProcess::start(&e.id, &e.nodes[0]);
-    let vol = e.volume("v", true).await;
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "manual-a",
-        "manual",
-        &e.nodes[0],
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    let vol = e.volume_at("v", true).await;
+    e.attach(&vol, "manual-a", "manual", &e.nodes[0]).await;
 
     let mp = e.ready_mountpod(&vol, &e.nodes[0], "Ready", |_| true).await;
     let st = status(&mp);
@@ -283,8 +229,7 @@ async fn ticket_to_fuse_mount_to_data() {
     );
 
     // Detach: the agent unmounts, stops the daemon and lets the MountPod go.
-    fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
-    e.mountpod_gone(&vol, &e.nodes[0]).await;
+    e.detach(&vol, "manual-a", &e.nodes[0]).await;
     assert!(!is_mounted(&mountpoint));
     assert!(!mountpoint.exists(), "mount point removed");
     eventually(Duration::from_secs(10), "daemon gone", || async {
@@ -295,7 +240,7 @@ async fn ticket_to_fuse_mount_to_data() {
         std::fs::read(e.source(&vol).join("hello.txt")).unwrap(),
         b"written through FUSE"
     );
-    e.cleanup(&[vol]).await;
+    e.cleanup_waiting(&[vol]).await;
 }
 
 /// 2. RWO handover between two agents on this machine sharing the backend root.
@@ -304,10 +249,9 @@ async fn rwo_handover_between_two_agents() {
     let e = env("nhand", 2).await;
     let a = AgentProcess::start(&e.id, &e.nodes[0]);
     let b = AgentProcess::start(&e.id, &e.nodes[1]);
-    let vol = e.volume("v", true).await;
+    let vol = e.volume_at("v", true).await;
 
-    fixtures::put_ticket(&e.client, &vol, "manual-a", "manual", &a.node, json!({})).await;
-    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    e.attach(&vol, "manual-a", "manual", &a.node).await;
     e.ready_mountpod(&vol, &a.node, "Ready on A", |_| true)
         .await;
     let data: Vec<u8> = (0..(1 << 20))
@@ -320,8 +264,7 @@ async fn rwo_handover_between_two_agents() {
     }
 
     fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
-    fixtures::put_ticket(&e.client, &vol, "manual-b", "manual", &b.node, json!({})).await;
-    fixtures::wait_satisfied(&e.client, &vol, "manual-b").await;
+    e.attach(&vol, "manual-b", "manual", &b.node).await;
     e.ready_mountpod(&vol, &b.node, "Ready on B", |_| true)
         .await;
     assert!(
@@ -337,9 +280,8 @@ async fn rwo_handover_between_two_agents() {
         "data intact on B"
     );
 
-    fixtures::remove_ticket(&e.client, &vol, "manual-b").await;
-    e.mountpod_gone(&vol, &b.node).await;
-    e.cleanup(&[vol]).await;
+    e.detach(&vol, "manual-b", &b.node).await;
+    e.cleanup_waiting(&[vol]).await;
 }
 
 /// 3. kill -9 of the FUSE daemon: the agent lazily unmounts the dead mount, starts a
@@ -348,17 +290,8 @@ async fn rwo_handover_between_two_agents() {
 async fn killed_fuse_daemon_is_repaired_and_rebound() {
     let e = env("nrepair", 1).await;
     let agent = AgentProcess::start(&e.id, &e.nodes[0]);
-    let vol = e.volume("v", true).await;
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "manual-a",
-        "manual",
-        &agent.node,
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    let vol = e.volume_at("v", true).await;
+    e.attach(&vol, "manual-a", "manual", &agent.node).await;
     e.ready_mountpod(&vol, &agent.node, "Ready", |_| true).await;
 
     let targets = add_references(
@@ -440,9 +373,8 @@ async fn killed_fuse_daemon_is_repaired_and_rebound() {
     );
 
     remove_references(&e.client, &agent, &vol, &targets).await;
-    fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
-    e.mountpod_gone(&vol, &agent.node).await;
-    e.cleanup(&[vol]).await;
+    e.detach(&vol, "manual-a", &agent.node).await;
+    e.cleanup_waiting(&[vol]).await;
 }
 
 /// 4. kill -9 of the agent: the restarted agent adopts the running daemon (same pid,
@@ -452,17 +384,8 @@ async fn killed_fuse_daemon_is_repaired_and_rebound() {
 async fn restarted_agent_adopts_running_mounts() {
     let e = env("nadopt", 1).await;
     let mut agent = AgentProcess::start(&e.id, &e.nodes[0]);
-    let vol = e.volume("v", true).await;
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "manual-a",
-        "manual",
-        &agent.node,
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    let vol = e.volume_at("v", true).await;
+    e.attach(&vol, "manual-a", "manual", &agent.node).await;
     let mp = e.ready_mountpod(&vol, &agent.node, "Ready", |_| true).await;
     let pid = status(&mp).pid.unwrap();
     let mountpoint = agent.mountpoint(&vol);
@@ -541,9 +464,8 @@ async fn restarted_agent_adopts_running_mounts() {
         "reads went on: {reads_while_down} → {total_reads}"
     );
 
-    fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
-    e.mountpod_gone(&vol, &agent.node).await;
-    e.cleanup(&[vol]).await;
+    e.detach(&vol, "manual-a", &agent.node).await;
+    e.cleanup_waiting(&[vol]).await;
 }
 
 /// 5. A MountPod is not unmounted while references remain; it goes once they are.
@@ -551,17 +473,8 @@ async fn restarted_agent_adopts_running_mounts() {
 async fn deletion_waits_for_references() {
     let e = env("ndel", 1).await;
     let agent = AgentProcess::start(&e.id, &e.nodes[0]);
-    let vol = e.volume("v", true).await;
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "manual-a",
-        "manual",
-        &agent.node,
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    let vol = e.volume_at("v", true).await;
+    e.attach(&vol, "manual-a", "manual", &agent.node).await;
     e.ready_mountpod(&vol, &agent.node, "Ready", |_| true).await;
     let targets = add_references(&e.client, &agent, &vol, &[("reader", true)]).await;
     let target = &targets[0];
@@ -616,7 +529,7 @@ async fn deletion_waits_for_references() {
         (!pid_alive(pid)).then_some(())
     })
     .await;
-    e.cleanup(&[vol]).await;
+    e.cleanup_waiting(&[vol]).await;
 }
 
 /// 6. Deleting a Volume removes its data through a cleanup ticket: the agent runs the
@@ -628,17 +541,8 @@ async fn deleted_volume_data_is_removed_by_the_agent() {
     fixtures::create_csinodes(&e.client, &e.id, &e.nodes).await;
     let _nodes = NodesGuard(e.nodes.clone());
     let agent = AgentProcess::start(&e.id, &e.nodes[0]);
-    let vol = e.volume("v", false).await;
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "manual-a",
-        "manual",
-        &agent.node,
-        json!({}),
-    )
-    .await;
-    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    let vol = e.volume_at("v", false).await;
+    e.attach(&vol, "manual-a", "manual", &agent.node).await;
     e.ready_mountpod(&vol, &agent.node, "Ready", |_| true).await;
     std::fs::create_dir_all(agent.mountpoint(&vol).join("dir/sub")).unwrap();
     std::fs::write(agent.mountpoint(&vol).join("dir/sub/file"), b"data").unwrap();
@@ -646,8 +550,7 @@ async fn deleted_volume_data_is_removed_by_the_agent() {
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("precious"), b"keep me").unwrap();
     std::os::unix::fs::symlink(outside.path(), e.source(&vol).join("link")).unwrap();
-    fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
-    e.mountpod_gone(&vol, &agent.node).await;
+    e.detach(&vol, "manual-a", &agent.node).await;
     assert!(e.source(&vol).join("dir/sub/file").exists());
 
     Api::<Volume>::all(e.client.clone())
@@ -669,5 +572,5 @@ async fn deleted_volume_data_is_removed_by_the_agent() {
     // let it go.
     e.mountpod_gone(&vol, &agent.node).await;
 
-    e.cleanup(&[]).await;
+    e.cleanup_waiting(&[]).await;
 }

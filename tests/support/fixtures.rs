@@ -35,8 +35,7 @@ impl ControllerProcess {
             std::env::temp_dir().join(format!("tessera-controller-{test_id}-{metrics_port}.log")),
         )
         .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-            .arg("controller")
+        let child = tessera_command("controller", log)
             .arg(format!("--watch-selector={TEST_LABEL}={test_id}"))
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             .arg("--reap-interval-seconds=1")
@@ -47,13 +46,6 @@ impl ControllerProcess {
                     .then_some("--reap-grace-seconds=3600"),
             )
             .args(extra)
-            .env("KUBECONFIG", super::kubeconfig_path())
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(log)
             .spawn()
             .expect("starting tessera controller");
         ControllerProcess {
@@ -97,6 +89,21 @@ impl Drop for ControllerProcess {
     }
 }
 
+/// `tessera <role>` against the cluster under test, logging to `log` (at `RUST_LOG`,
+/// `info,kube=warn` if unset).
+fn tessera_command(role: &str, log: std::fs::File) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    cmd.arg(role)
+        .env("KUBECONFIG", super::kubeconfig_path())
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .stdout(Stdio::null())
+        .stderr(log);
+    cmd
+}
+
 /// A free loopback TCP port.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -117,11 +124,19 @@ pub async fn create_nodes(client: &Client, names: &[String]) {
                           "labels": {"kubernetes.io/hostname": name}},
         }))
         .unwrap();
-        match api.create(&PostParams::default(), &node).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("creating node {name}: {e}"),
-        }
+        create_if_absent(&api, &node, &format!("node {name}")).await;
+    }
+}
+
+/// Create `obj`; an object of its name that exists already is left as it is.
+async fn create_if_absent<K>(api: &Api<K>, obj: &K, what: &str)
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating {what}: {e}"),
     }
 }
 
@@ -211,11 +226,17 @@ where
     }
 }
 
-/// The ticket statuses of a volume: id → (satisfied, reason, message).
-pub async fn ticket_states(
-    client: &Client,
-    volume: &str,
-) -> BTreeMap<String, (bool, String, String)> {
+/// What a ticket's status says: whether it is satisfied, and the reason and message
+/// of its first condition (empty while it has none).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TicketState {
+    pub satisfied: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The ticket statuses of a volume, by ticket id.
+pub async fn ticket_states(client: &Client, volume: &str) -> BTreeMap<String, TicketState> {
     let api: Api<VolumeAttachment> = Api::all(client.clone());
     let Some(va) = api.get_opt(volume).await.unwrap() else {
         return BTreeMap::new();
@@ -228,11 +249,11 @@ pub async fn ticket_states(
             let c = s.conditions.first().cloned();
             (
                 id,
-                (
-                    s.satisfied,
-                    c.as_ref().map(|c| c.reason.clone()).unwrap_or_default(),
-                    c.map(|c| c.message).unwrap_or_default(),
-                ),
+                TicketState {
+                    satisfied: s.satisfied,
+                    reason: c.as_ref().map(|c| c.reason.clone()).unwrap_or_default(),
+                    message: c.map(|c| c.message).unwrap_or_default(),
+                },
             )
         })
         .collect()
@@ -247,7 +268,7 @@ pub async fn wait_satisfied(client: &Client, volume: &str, id: &str) {
             ticket_states(client, volume)
                 .await
                 .get(id)
-                .filter(|s| s.0)
+                .filter(|s| s.satisfied)
                 .map(|_| ())
         },
     )
@@ -269,6 +290,38 @@ pub async fn mountpods_of(client: &Client, volume: &str) -> BTreeMap<String, boo
             )
         })
         .collect()
+}
+
+/// Record, from a watch, the largest number of MountPods of `volume` that existed at
+/// once; the watch runs until the handle is aborted.
+pub fn watch_max_mountpods(
+    client: Client,
+    volume: &str,
+) -> (
+    Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    let max = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let m = max.clone();
+    let api: Api<MountPod> = Api::all(client);
+    let wc = watcher::Config::default().labels(&format!("tessera.io/volume={volume}"));
+    let task = tokio::spawn(async move {
+        let mut live = std::collections::BTreeSet::new();
+        let mut stream = watcher(api, wc).default_backoff().boxed();
+        while let Some(Ok(ev)) = stream.next().await {
+            match ev {
+                watcher::Event::Apply(mp) | watcher::Event::InitApply(mp) => {
+                    live.insert(mp.name_any());
+                }
+                watcher::Event::Delete(mp) => {
+                    live.remove(&mp.name_any());
+                }
+                _ => {}
+            }
+            m.fetch_max(live.len(), std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    (max, task)
 }
 
 /// A stand-in for the node agent, for controller tests: every MountPod of the test is
@@ -453,8 +506,7 @@ impl AgentProcess {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
-            .arg("node")
+        let child = tessera_command("node", log)
             .arg(format!("--node-name={}", self.node))
             .arg(format!("--mount-root={}", self.mount_root().display()))
             .arg(format!("--state-dir={}", self.state_dir().display()))
@@ -465,13 +517,6 @@ impl AgentProcess {
                 "--csi-endpoint=unix://{}",
                 self.csi_socket().display()
             ))
-            .env("KUBECONFIG", super::kubeconfig_path())
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(log)
             .spawn()
             .expect("starting tessera node");
         self.child = Some(child);
@@ -654,11 +699,7 @@ pub async fn create_csinodes(client: &Client, test_id: &str, names: &[String]) {
             "spec": {"drivers": [{"name": tessera::api::CSI_DRIVER_NAME, "nodeID": name}]},
         }))
         .unwrap();
-        match api.create(&PostParams::default(), &csinode).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("creating CSINode {name}: {e}"),
-        }
+        create_if_absent(&api, &csinode, &format!("CSINode {name}")).await;
     }
 }
 

@@ -7,7 +7,9 @@
 //! kubeconfig, `target/cluster/kubeconfig`, is used. [`ensure_crds`] installs `crds/`
 //! once per test process and waits until the CRDs are Established. Every test makes its
 //! own object names with [`unique_name`], so tests run in parallel and leave nothing
-//! behind that another test could trip over.
+//! behind that another test could trip over. [`env::Env`] is that set-up for one test,
+//! with the steps the ticket-driven tests repeat; [`fixtures`] starts Tessera's
+//! processes and stand-ins for them.
 
 #![allow(dead_code)] // each test binary uses a different part of the fixture
 
@@ -77,6 +79,18 @@ pub fn kubectl() -> Command {
     };
     cmd.arg("--kubeconfig").arg(kubeconfig_path());
     cmd
+}
+
+/// Run kubectl with `args` and check that it succeeds; what it printed.
+pub fn kubectl_output(args: &[&str]) -> String {
+    let out = kubectl().args(args).output().expect("running kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("kubectl prints UTF-8")
 }
 
 /// A name no other test (or earlier run) uses: `<prefix>-<pid>-<n>-<nanos>`.
@@ -185,6 +199,7 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files.sort();
     files
 }
+pub mod env;
 pub mod fixtures;
 
 /// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `VmHWM`, ...), in KiB; 0 if the

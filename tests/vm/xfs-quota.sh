@@ -2,7 +2,7 @@
 # Run test binaries inside a throwaway QEMU VM booted from Debian's 6.12 cloud kernel
 # (bookworm-backports), which has XFS project quotas (CONFIG_XFS_QUOTA) and FUSE
 # passthrough. For hosts whose kernel lacks XFS quota support: tests/run.sh runs the
-# project-quota tests of tests/fuse_backend_quota.rs through this script there.
+# project-quota tests of tests/fuse/backend_quota.rs through this script there.
 #
 #   tests/vm/xfs-quota.sh TEST_BINARY...     (TEST_ARGS: arguments for each binary)
 #

@@ -2,13 +2,11 @@
 //! kernel from the backing file, so no read reaches the daemon; writes still do (that
 //! is how the quota sees them). The daemon's counters, logged when it unmounts, tell.
 
-mod fuse_support;
-
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 
-use fuse_support::{FNV_OFFSET, Mount, Pattern, checksum_file, counters, fnv1a};
+use crate::support::{FNV_OFFSET, Mount, Pattern, checksum_file, counters, fnv1a};
 
 fn write_file(path: &std::path::Path, len: usize) -> u64 {
     let mut buf = vec![0u8; len];

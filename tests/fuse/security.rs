@@ -3,13 +3,11 @@
 //! directory the kernel still caches is swapped for a symlink behind its back), not a
 //! rename or link.
 
-mod fuse_support;
-
 use std::fs;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
-use fuse_support::{Mount, errno_of, rename2};
+use crate::support::{Mount, errno_of, rename2};
 
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<_> = fs::read_dir(dir)

@@ -8,10 +8,8 @@
 //! and a kernel with XFS quota support (`CONFIG_XFS_QUOTA`) and FUSE passthrough
 //! (Linux 6.9+); where any of that is missing they fail and say what is missing.
 //! The tests that need project quotas are `#[ignore]`d, and `tests/run.sh` runs them
-//! (`--ignored`) when the kernel has XFS quota support (`/proc/fs/xfs/xqmstat`) and
-//! otherwise says in its closing line that they did not run.
-
-mod fuse_support;
+//! (`--ignored backend_quota::`) where the kernel has XFS quota support
+//! (`/proc/fs/xfs/xqmstat`), otherwise in a QEMU VM (`tests/vm/xfs-quota.sh`).
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -20,7 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fuse_support::{FNV_OFFSET, Mount, Pattern, checksum_file, counters, errno, fnv1a, statvfs};
+use crate::support::{
+    self, FNV_OFFSET, Mount, Pattern, checksum_file, counters, errno, fnv1a, statvfs,
+};
 use nix::sys::signal::Signal;
 
 /// statfs `f_type` of XFS.
@@ -99,7 +99,7 @@ impl Xfs {
             );
         }
         assert_eq!(
-            fuse_support::statfs_type(&xfs.mnt).unwrap(),
+            support::statfs_type(&xfs.mnt).unwrap(),
             XFS_SUPER_MAGIC,
             "the loop mount is not XFS"
         );
@@ -117,7 +117,7 @@ impl Xfs {
 impl Drop for Xfs {
     fn drop(&mut self) {
         // Never panic here: this also runs while a failed test unwinds.
-        if fuse_support::statfs_type(&self.mnt).ok() == Some(XFS_SUPER_MAGIC) {
+        if support::statfs_type(&self.mnt).ok() == Some(XFS_SUPER_MAGIC) {
             let umount = Command::new("umount").arg(&self.mnt).status();
             if !umount.is_ok_and(|s| s.success()) {
                 let _ = nix::mount::umount2(&self.mnt, nix::mount::MntFlags::MNT_DETACH);
@@ -425,10 +425,7 @@ fn a_read_only_mount_sets_no_project_up() {
 fn the_daemon_enforces_where_the_backend_cannot() {
     // Not XFS at all (the temporary directory's filesystem).
     let plain = tempfile::tempdir().unwrap();
-    assert_ne!(
-        fuse_support::statfs_type(plain.path()).unwrap(),
-        XFS_SUPER_MAGIC
-    );
+    assert_ne!(support::statfs_type(plain.path()).unwrap(), XFS_SUPER_MAGIC);
     let mut m = Mount::builder()
         .quota("auto")
         .source(plain.path())
@@ -481,7 +478,7 @@ fn the_daemon_enforces_where_the_backend_cannot() {
     );
     assert!(stderr.contains("XFS project quota"), "{stderr}");
     assert_ne!(
-        fuse_support::statfs_type(mnt.path()).ok(),
+        support::statfs_type(mnt.path()).ok(),
         Some(0x6573_5546),
         "mounted anyway"
     );
@@ -498,7 +495,7 @@ fn mode_after_unprivileged_write(m: &Mount, open: &str) -> u32 {
     assert_eq!(fs::metadata(&f).unwrap().mode() & 0o7777, 0o6775);
     // `>>` opens write-only, `1<>` read-write.
     let redirect = if open == "rw" { "1<>" } else { ">>" };
-    let out = fuse_support::sh_as(4321, 8765, &format!("echo x {redirect} {}", f.display()));
+    let out = support::sh_as(4321, 8765, &format!("echo x {redirect} {}", f.display()));
     assert!(out.status.success(), "{out:?}");
     fs::metadata(m.backing(&format!("suid-{open}")))
         .unwrap()

@@ -14,8 +14,8 @@
 //! change meaning with the filesystem `/tmp` is on. With `TESSERA_TEST_BACKEND_ROOT`
 //! set to a directory on an XFS filesystem mounted with `prjquota`, volumes are made
 //! there instead and daemons run with `--quota=backend`: that runs the mode-agnostic
-//! suites (`fuse_posix`, `fuse_security`, `fuse_readonly`) over a backend-enforced
-//! quota, with passthrough for writable opens.
+//! suites (`posix`, `security`, `readonly`) over a backend-enforced quota, with
+//! passthrough for writable opens.
 
 #![allow(dead_code)]
 
@@ -31,7 +31,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 /// statfs `f_type` of a FUSE mount.
-const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+pub const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
 /// Fills the volume directory before the mount.
 type Prepare = Box<dyn FnOnce(&Path)>;

@@ -2,13 +2,11 @@
 //! intact, space given back by deletes, usage counted at start, and a capacity that
 //! grows on SIGHUP.
 
-mod fuse_support;
-
 use std::fs;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use fuse_support::{FNV_OFFSET, Mount, Pattern, checksum_file, errno, fnv1a, statvfs};
+use crate::support::{FNV_OFFSET, Mount, Pattern, checksum_file, errno, fnv1a, statvfs};
 use nix::sys::signal::Signal;
 
 const MIB: u64 = 1 << 20;

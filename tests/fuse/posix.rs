@@ -1,14 +1,12 @@
 //! POSIX behaviour through a real `tessera mount`, checked against the volume's
 //! backing directory: what is written through the mount is what lands in the source.
 
-mod fuse_support;
-
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-use fuse_support::{
+use crate::support::{
     FNV_OFFSET, Mount, Pattern, checksum_file, errno_of, fnv1a, getxattr, listxattr, removexattr,
     rename2, setxattr, sh_as, statvfs,
 };

@@ -1,16 +1,12 @@
 //! `tessera mount`'s life cycle: a stop signal ends the daemon promptly, whatever
 //! still refers to the mount.
 
-mod fuse_support;
-
 use std::fs;
 use std::time::{Duration, Instant};
 
-use fuse_support::{Mount, statfs_type};
+use crate::support::{FUSE_SUPER_MAGIC, Mount, statfs_type};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sys::signal::Signal;
-
-const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
 /// A mount that was propagated elsewhere (here: bound to a second place, as a
 /// kubelet's bind of a staged volume or a shared mount root would) keeps the FUSE

@@ -1,11 +1,9 @@
 //! `tessera mount --read-only`: everything reads, every change fails with EROFS.
 
-mod fuse_support;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use fuse_support::{Mount, errno_of, rename2, setxattr};
+use crate::support::{Mount, errno_of, rename2, setxattr};
 
 #[test]
 fn read_only_mount_reads_and_refuses_every_change() {

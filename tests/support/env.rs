@@ -1,0 +1,153 @@
+//! One test's share of the cluster, for the tests that drive Tessera through tickets
+//! (controller, node agent, CSI chain): a client with the CRDs installed, the test's id
+//! (every object of the test carries it in its `tessera.io/test` label, and the
+//! processes started for the test watch only those), Node objects named `<id>-n<i>`,
+//! and the steps these tests repeat: create a Volume, attach through a ticket and wait
+//! until it is satisfied, wait until a ticket is blocked and check why, detach, wait
+//! until a MountPod is ready or gone, clean up. Every wait is bounded by [`Env::wait`].
+
+use std::time::Duration;
+
+use kube::Client;
+use kube::api::Api;
+use serde_json::json;
+use tessera::api::{MountPod, Volume};
+
+use super::fixtures::{self, TicketState, eventually};
+
+/// One test's client, id and nodes.
+pub struct Env {
+    pub client: Client,
+    /// The test id: the `tessera.io/test` label of the test's objects, and the prefix
+    /// of their names.
+    pub id: String,
+    /// The names of the test's Node objects.
+    pub nodes: Vec<String>,
+    /// The bound of every wait of the helpers below (tickets: [`fixtures::wait_satisfied`]'s).
+    pub wait: Duration,
+}
+
+impl Env {
+    /// A client (the CRDs installed), a fresh test id `<prefix>-…`, and `nodes` Node
+    /// objects named `<id>-n<i>` (so `prefix` also sorts a test's nodes among others').
+    pub async fn new(prefix: &str, nodes: usize, wait: Duration) -> Env {
+        let client = super::client().await;
+        super::ensure_crds(&client).await;
+        let id = super::unique_name(prefix);
+        let nodes: Vec<String> = (0..nodes).map(|i| format!("{id}-n{i}")).collect();
+        fixtures::create_nodes(&client, &nodes).await;
+        Env {
+            client,
+            id,
+            nodes,
+            wait,
+        }
+    }
+
+    /// The name of the test's volume `suffix`: `<id>-<suffix>`.
+    pub fn volume_name(&self, suffix: &str) -> String {
+        format!("{}-{suffix}", self.id)
+    }
+
+    /// Create `volume` and wait until the controller has given it its
+    /// VolumeAttachment; its name.
+    pub async fn create_volume(&self, volume: &Volume) -> String {
+        fixtures::create_volume(&self.client, volume, self.wait).await
+    }
+
+    /// Create the Volume `<id>-<suffix>` of access mode `mode` (backend root
+    /// `/var/lib/tessera/test`, for a stand-in agent that mounts nothing).
+    pub async fn volume(&self, suffix: &str, mode: &str) -> String {
+        let name = self.volume_name(suffix);
+        let vol = fixtures::volume(&name, &self.id, mode);
+        self.create_volume(&vol).await
+    }
+
+    /// Add ticket `id` of type `type_` for `node` to `volume` and wait until it is
+    /// satisfied.
+    pub async fn attach(&self, volume: &str, id: &str, type_: &str, node: &str) {
+        fixtures::put_ticket(&self.client, volume, id, type_, node, json!({})).await;
+        fixtures::wait_satisfied(&self.client, volume, id).await;
+    }
+
+    /// Remove ticket `id` of `volume` and wait until its MountPod on `node` is gone.
+    pub async fn detach(&self, volume: &str, id: &str, node: &str) {
+        fixtures::remove_ticket(&self.client, volume, id).await;
+        self.mountpod_gone(volume, node).await;
+    }
+
+    /// Wait until ticket `id` of `volume` reports a reason, and check that the reason
+    /// is `reason`; its state.
+    pub async fn blocked(&self, volume: &str, id: &str, reason: &str) -> TicketState {
+        let state = eventually(
+            self.wait,
+            &format!("ticket {id} of {volume} blocked with a reason"),
+            || async {
+                fixtures::ticket_states(&self.client, volume)
+                    .await
+                    .get(id)
+                    .cloned()
+                    .filter(|s| !s.reason.is_empty())
+            },
+        )
+        .await;
+        assert_eq!(state.reason, reason, "{}", state.message);
+        state
+    }
+
+    /// Wait until the MountPod of `volume` on `node` is ready for its current
+    /// generation and satisfies `f`.
+    pub async fn ready_mountpod(
+        &self,
+        volume: &str,
+        node: &str,
+        what: &str,
+        f: impl Fn(&MountPod) -> bool,
+    ) -> MountPod {
+        eventually(
+            self.wait,
+            &format!("MountPod of {volume} on {node}: {what}"),
+            || async {
+                fixtures::mountpod_on(&self.client, volume, node)
+                    .await
+                    .filter(|mp| mp.is_ready() && f(mp))
+            },
+        )
+        .await
+    }
+
+    /// Wait until there is no MountPod of `volume` on `node`.
+    pub async fn mountpod_gone(&self, volume: &str, node: &str) {
+        eventually(
+            self.wait,
+            &format!("MountPod of {volume} on {node} gone"),
+            || async {
+                fixtures::mountpod_on(&self.client, volume, node)
+                    .await
+                    .is_none()
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Delete the volumes (their finalizers are served by the controller if it runs),
+    /// then the nodes.
+    pub async fn cleanup(&self, volumes: &[String]) {
+        fixtures::delete_volumes(&self.client, volumes).await;
+        fixtures::delete_nodes(&self.client, &self.nodes).await;
+    }
+
+    /// Delete the volumes and wait until they are gone, then the nodes.
+    pub async fn cleanup_waiting(&self, volumes: &[String]) {
+        fixtures::delete_volumes(&self.client, volumes).await;
+        let api: Api<Volume> = Api::all(self.client.clone());
+        for v in volumes {
+            eventually(self.wait, &format!("Volume {v} gone"), || async {
+                api.get_opt(v).await.unwrap().is_none().then_some(())
+            })
+            .await;
+        }
+        fixtures::delete_nodes(&self.client, &self.nodes).await;
+    }
+}
