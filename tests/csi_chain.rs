@@ -46,10 +46,11 @@ use support::fixtures::{self, AgentProcess, ControllerProcess, TEST_LABEL, event
 use tessera::api::{CSI_DRIVER_NAME, Volume};
 use tessera::csi::csi_ticket_id;
 use tessera::csi::proto::node_client::NodeClient;
+use tessera::csi::proto::node_service_capability;
 use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use tessera::csi::proto::{
-    NodeGetInfoRequest, NodePublishVolumeRequest, NodeStageVolumeRequest,
-    NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
+    NodeGetCapabilitiesRequest, NodeGetInfoRequest, NodePublishVolumeRequest,
+    NodeStageVolumeRequest, NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
 };
 use tonic::transport::{Channel, Endpoint};
 
@@ -250,6 +251,8 @@ struct Mounted {
     volume_id: String,
     staging: PathBuf,
     target: PathBuf,
+    /// Whether NodeStage was called (the driver offers STAGE_UNSTAGE_VOLUME).
+    staged: bool,
 }
 
 /// Plays kubelet for one node: Node CSI calls over the agent's socket, with kubelet's
@@ -372,21 +375,27 @@ impl<'a> Kubelet<'a> {
 
         self.set_in_use(&handle, true).await;
         let mut node = self.connect().await;
-        let stage = NodeStageVolumeRequest {
-            volume_id: handle.clone(),
-            publish_context: publish_context.clone(),
-            staging_target_path: staging.display().to_string(),
-            volume_capability: Some(capability.clone()),
-            secrets: Default::default(),
-            volume_context: volume_attributes.clone(),
-        };
-        node.node_stage_volume(stage)
-            .await
-            .unwrap_or_else(|e| panic!("NodeStageVolume of {handle} on {}: {e}", self.node()));
+        // As kubelet does: stage only a driver that offers STAGE_UNSTAGE_VOLUME, and
+        // then pass the staging path to publish; otherwise an empty one.
+        let stages = stages(&mut node).await;
+        if stages {
+            let stage = NodeStageVolumeRequest {
+                volume_id: handle.clone(),
+                publish_context: publish_context.clone(),
+                staging_target_path: staging.display().to_string(),
+                volume_capability: Some(capability.clone()),
+                secrets: Default::default(),
+                volume_context: volume_attributes.clone(),
+            };
+            node.node_stage_volume(stage)
+                .await
+                .unwrap_or_else(|e| panic!("NodeStageVolume of {handle} on {}: {e}", self.node()));
+        }
         let mounted = Mounted {
             volume_id: handle.clone(),
             staging: staging.clone(),
             target: target.clone(),
+            staged: stages,
         };
         self.mounted.lock().unwrap().push(mounted.clone());
 
@@ -407,7 +416,11 @@ impl<'a> Kubelet<'a> {
         let publish = NodePublishVolumeRequest {
             volume_id: handle.clone(),
             publish_context,
-            staging_target_path: staging.display().to_string(),
+            staging_target_path: if stages {
+                staging.display().to_string()
+            } else {
+                String::new()
+            },
             target_path: target.display().to_string(),
             volume_capability: Some(capability),
             readonly: false,
@@ -444,12 +457,14 @@ impl<'a> Kubelet<'a> {
         })
         .await
         .map_err(|e| failed("NodeUnpublishVolume", e))?;
-        node.node_unstage_volume(NodeUnstageVolumeRequest {
-            volume_id: m.volume_id.clone(),
-            staging_target_path: m.staging.display().to_string(),
-        })
-        .await
-        .map_err(|e| failed("NodeUnstageVolume", e))?;
+        if m.staged {
+            node.node_unstage_volume(NodeUnstageVolumeRequest {
+                volume_id: m.volume_id.clone(),
+                staging_target_path: m.staging.display().to_string(),
+            })
+            .await
+            .map_err(|e| failed("NodeUnstageVolume", e))?;
+        }
         self.mounted
             .lock()
             .unwrap()
@@ -468,6 +483,22 @@ impl<'a> Kubelet<'a> {
             }
         }
     }
+}
+
+/// Whether the node plugin offers STAGE_UNSTAGE_VOLUME (kubelet asks the same).
+async fn stages(node: &mut NodeClient<Channel>) -> bool {
+    let caps = node
+        .node_get_capabilities(NodeGetCapabilitiesRequest {})
+        .await
+        .expect("NodeGetCapabilities")
+        .into_inner();
+    caps.capabilities.iter().any(|c| {
+        matches!(
+            &c.r#type,
+            Some(node_service_capability::Type::Rpc(r))
+                if r.r#type == node_service_capability::rpc::Type::StageUnstageVolume as i32
+        )
+    })
 }
 
 // ---------------------------------------------------------------------------------

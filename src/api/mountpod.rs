@@ -193,6 +193,17 @@ pub enum MountPhase {
 }
 
 impl MountPod {
+    /// Whether a mount is up and may take one more bind: Ready and not being deleted,
+    /// whether or not the agent has observed the latest spec yet (a new reference
+    /// changes the spec, and a second NodePublish must not wait for that).
+    pub fn is_serving(&self) -> bool {
+        self.metadata.deletion_timestamp.is_none()
+            && self
+                .status
+                .as_ref()
+                .is_some_and(|s| s.phase == Some(MountPhase::Ready) && s.mount_point.is_some())
+    }
+
     /// Whether the node agent reports this MountPod ready for its current spec.
     pub fn is_ready(&self) -> bool {
         let Some(status) = &self.status else {

@@ -79,25 +79,9 @@ pub enum Error {
     /// The MountPod is Ready without a mount point (the agent writes both at once).
     #[error("MountPod has no mount point yet")]
     NoMountPoint,
-    /// Something else is mounted on the staging path.
-    #[error("{staging} is mounted, but not from volume {volume}")]
-    StagedOtherwise {
-        /// The staging path.
-        staging: String,
-        /// The volume.
-        volume: String,
-    },
     /// Something else is mounted on the target path.
     #[error("{0} is mounted from something else")]
     TargetTaken(String),
-    /// NodePublish before NodeStage.
-    #[error("volume {volume} is not staged at {staging}")]
-    NotStaged {
-        /// The volume.
-        volume: String,
-        /// The staging path.
-        staging: String,
-    },
     /// A directory could not be created or removed.
     #[error("{action} {path}")]
     Dir {
@@ -139,10 +123,8 @@ impl Error {
             Kube(_) | NoMountPoint => Code::Unavailable,
             Mount(_) | Dir { .. } | Statfs(_) | Size { .. } => Code::Internal,
             UnknownPath { .. } | PathMissing(_) | VolumeNotFound(_) => Code::NotFound,
-            NotAttached { .. } | NotReady { .. } | NotStaged { .. } | MountPodGone(_) => {
-                Code::FailedPrecondition
-            }
-            StagedOtherwise { .. } | TargetTaken(_) => Code::AlreadyExists,
+            NotAttached { .. } | NotReady { .. } | MountPodGone(_) => Code::FailedPrecondition,
+            TargetTaken(_) => Code::AlreadyExists,
         }
     }
 }

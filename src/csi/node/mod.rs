@@ -1,14 +1,15 @@
 //! The CSI Node service, served by `tessera node`: binds this node's FUSE mount of a
-//! volume (its MountPod's mount point) into kubelet's staging and target paths, and
-//! records each target as a reference on the MountPod, so the agent can re-bind it
-//! after repairing a broken mount and refuses to unmount while it is in use.
+//! volume (its MountPod's mount point) into kubelet's target paths, and records each
+//! target as a reference on the MountPod, so the agent can re-bind it after repairing
+//! a broken mount and refuses to unmount while it is in use.
 //!
 //! ```text
-//!  NodeStage:   MountPod Ready? ──▶ bind <mount point> ─▶ <staging path>
-//!  NodePublish: bind <staging path> ─▶ <target path> (ro if asked) ──▶ reference added
+//!  NodePublish:   MountPod Ready, mount answers? ──▶ bind <mount point> ─▶ <target path>
+//!                 (ro if asked) ──▶ reference added
 //!  NodeUnpublish: unmount + remove target ──▶ reference removed
-//!  NodeUnstage: unmount staging
 //! ```
+//!
+//! No staging (STAGE_UNSTAGE_VOLUME is not offered): see [`NodeService::publish`].
 //!
 //! Every path in a request is checked by [`paths::under_without_symlinks`]: absolute,
 //! no `..`, under the kubelet directory, no symlinks. References are written with a
@@ -192,13 +193,55 @@ impl NodeService {
         Ok(())
     }
 
-    async fn stage(&self, req: NodeStageVolumeRequest) -> Result<NodeStageVolumeResponse, Error> {
+    /// Binds the volume's FUSE mount on this node straight into the target path.
+    ///
+    /// There is no staging step (no STAGE_UNSTAGE_VOLUME): a staging bind of the mount
+    /// root would share device and root with the FUSE mount itself, and the kubelet
+    /// counts every such mount as another user of the staged volume
+    /// (`GetDeviceMountRefs`), so it never calls NodeUnstageVolume and the volume never
+    /// detaches once the kubelet can see Tessera's mounts, as it does in production.
+    async fn publish(
+        &self,
+        req: NodePublishVolumeRequest,
+    ) -> Result<NodePublishVolumeResponse, Error> {
         let volume_id = required("volume_id", &req.volume_id)?;
-        let staging = required("staging_target_path", &req.staging_target_path)?;
+        let target = required("target_path", &req.target_path)?;
         check_capability(req.volume_capability.as_ref())?;
-        let staging = self.path("staging_target_path", staging)?;
+        let target = self.path("target_path", target)?;
         let _guard = self.inflight.start(volume_id)?;
         self.volume(volume_id).await?;
+        let mount_point = self.ready_mount_point(volume_id).await?;
+        let owner = req
+            .volume_context
+            .get("csi.storage.k8s.io/pod.uid")
+            .map(|uid| format!("pod/{uid}"))
+            .unwrap_or_else(|| format!("csi/{volume_id}"));
+        match self.bound(&target, &mount_point)? {
+            Some(true) => {}
+            Some(false) => return Err(Error::TargetTaken(shown_path(&target))),
+            None => {
+                mkdir(&target)?;
+                self.mounts.bind(&mount_point, &target, req.readonly)?;
+            }
+        }
+        if let Err(e) = self
+            .set_reference(volume_id, &target, Some((owner, req.readonly)))
+            .await
+        {
+            // Without its reference the mount could be torn down under the pod: undo.
+            warn!(error = %error_chain(&e), "recording the reference failed; unpublishing");
+            if let Err(undo) = self.unmount_and_remove(&target, true) {
+                warn!(error = %error_chain(&undo), "undoing the publish");
+            }
+            return Err(e);
+        }
+        info!(target = %target.display(), read_only = req.readonly, "published");
+        Ok(NodePublishVolumeResponse {})
+    }
+
+    /// The mount point of the volume's MountPod on this node, once it is Ready. (A mount
+    /// that breaks later is repaired by the agent, which re-binds every reference.)
+    async fn ready_mount_point(&self, volume_id: &str) -> Result<PathBuf, Error> {
         let mp = self
             .mountpod(volume_id)
             .await?
@@ -206,7 +249,7 @@ impl NodeService {
                 volume: shown(volume_id),
                 node: self.node_name.clone(),
             })?;
-        if !mp.is_ready() {
+        if !mp.is_serving() {
             let status = mp.status.clone().unwrap_or_default();
             return Err(Error::NotReady {
                 volume: shown(volume_id),
@@ -224,82 +267,7 @@ impl NodeService {
                 .and_then(|s| s.mount_point.clone())
                 .ok_or(Error::NoMountPoint)?,
         );
-        match self.bound(&staging, &mount_point)? {
-            Some(true) => return Ok(NodeStageVolumeResponse {}),
-            Some(false) => {
-                return Err(Error::StagedOtherwise {
-                    staging: shown_path(&staging),
-                    volume: shown(volume_id),
-                });
-            }
-            None => {}
-        }
-        mkdir(&staging)?;
-        self.mounts.bind(&mount_point, &staging, false)?;
-        info!(staging = %staging.display(), "staged");
-        Ok(NodeStageVolumeResponse {})
-    }
-
-    async fn unstage(
-        &self,
-        req: NodeUnstageVolumeRequest,
-    ) -> Result<NodeUnstageVolumeResponse, Error> {
-        let volume_id = required("volume_id", &req.volume_id)?;
-        let staging = required("staging_target_path", &req.staging_target_path)?;
-        let staging = self.path("staging_target_path", staging)?;
-        let _guard = self.inflight.start(volume_id)?;
-        self.unmount_and_remove(&staging, false)?;
-        Ok(NodeUnstageVolumeResponse {})
-    }
-
-    async fn publish(
-        &self,
-        req: NodePublishVolumeRequest,
-    ) -> Result<NodePublishVolumeResponse, Error> {
-        let volume_id = required("volume_id", &req.volume_id)?;
-        let target = required("target_path", &req.target_path)?;
-        check_capability(req.volume_capability.as_ref())?;
-        // The driver stages volumes (STAGE_UNSTAGE_VOLUME): publish binds the staging path.
-        let staging = required("staging_target_path", &req.staging_target_path)?;
-        let target = self.path("target_path", target)?;
-        let staging = self.path("staging_target_path", staging)?;
-        let _guard = self.inflight.start(volume_id)?;
-        self.volume(volume_id).await?;
-        if !matches!(
-            self.mounts.probe(&staging, Duration::from_secs(5)),
-            Probe::Answers { .. }
-        ) {
-            return Err(Error::NotStaged {
-                volume: shown(volume_id),
-                staging: shown_path(&staging),
-            });
-        }
-        let owner = req
-            .volume_context
-            .get("csi.storage.k8s.io/pod.uid")
-            .map(|uid| format!("pod/{uid}"))
-            .unwrap_or_else(|| format!("csi/{volume_id}"));
-        match self.bound(&target, &staging)? {
-            Some(true) => {}
-            Some(false) => return Err(Error::TargetTaken(shown_path(&target))),
-            None => {
-                mkdir(&target)?;
-                self.mounts.bind(&staging, &target, req.readonly)?;
-            }
-        }
-        if let Err(e) = self
-            .set_reference(volume_id, &target, Some((owner, req.readonly)))
-            .await
-        {
-            // Without its reference the mount could be torn down under the pod: undo.
-            warn!(error = %error_chain(&e), "recording the reference failed; unpublishing");
-            if let Err(undo) = self.unmount_and_remove(&target, true) {
-                warn!(error = %error_chain(&undo), "undoing the publish");
-            }
-            return Err(e);
-        }
-        info!(target = %target.display(), read_only = req.readonly, "published");
-        Ok(NodePublishVolumeResponse {})
+        Ok(mount_point)
     }
 
     async fn unpublish(
@@ -422,7 +390,10 @@ impl Node for NodeService {
         &self,
         req: Request<NodeStageVolumeRequest>,
     ) -> Result<Response<NodeStageVolumeResponse>, Status> {
-        reply(self.stage(req.into_inner()).await)
+        let _ = req;
+        Err(Status::unimplemented(
+            "NodeStageVolume: the driver does not stage volumes (no STAGE_UNSTAGE_VOLUME)",
+        ))
     }
 
     #[instrument(skip_all, fields(volume = %req.get_ref().volume_id))]
@@ -430,7 +401,10 @@ impl Node for NodeService {
         &self,
         req: Request<NodeUnstageVolumeRequest>,
     ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
-        reply(self.unstage(req.into_inner()).await)
+        let _ = req;
+        Err(Status::unimplemented(
+            "NodeUnstageVolume: the driver does not stage volumes (no STAGE_UNSTAGE_VOLUME)",
+        ))
     }
 
     #[instrument(skip_all, fields(volume = %req.get_ref().volume_id))]
@@ -468,7 +442,6 @@ impl Node for NodeService {
         _: Request<NodeGetCapabilitiesRequest>,
     ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
         let capabilities = [
-            rpc::Type::StageUnstageVolume,
             rpc::Type::GetVolumeStats,
             rpc::Type::VolumeCondition,
             rpc::Type::ExpandVolume,
