@@ -15,8 +15,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::api::{BackendScope, MountPhase, MountPod, Volume, VolumeAttachment};
 use crate::tickets::{Input, MountState, MountView, TicketInput};
 
-/// The arbitration input for a volume, from its objects. A ticket the controller has
-/// not seen before is requested `now`.
+/// The arbitration input for a volume, from its objects, decided at `now`. A ticket the
+/// controller has not seen before is requested `now`.
 pub fn gather(
     volume: &Volume,
     va: &VolumeAttachment,
@@ -51,6 +51,7 @@ pub fn gather(
         },
         tickets,
         mounts,
+        now: now.clone(),
     }
 }
 

@@ -145,8 +145,14 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         res => res?,
     }
     volume_status?;
-    // A safety net: level-triggered reconciles also run without events.
-    Ok(Action::requeue(Duration::from_secs(300)))
+    // A safety net: level-triggered reconciles also run without events. A ticket that
+    // expires changes the decision with no event at all: decide again just after.
+    let safety_net = Duration::from_secs(300);
+    let wake = tickets::next_expiry(&input).map_or(safety_net, |at| {
+        let until = now.0.duration_until(at.0).unsigned_abs();
+        until.min(safety_net) + Duration::from_millis(50)
+    });
+    Ok(Action::requeue(wake))
 }
 
 /// Whether `decision` is to be re-checked with the API server before its statuses are
