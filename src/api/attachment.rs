@@ -207,7 +207,8 @@ pub struct AttachmentTicketStatus {
     pub requested_at: Option<Time>,
     /// The `Satisfied` condition. Reason: Attached, Attaching, HeldByOtherNode,
     /// WaitingForDetach, LowerPriority, Interrupted, NodeLocalElsewhere,
-    /// GenerationPending, MountFailed, VolumeDeleting, InvalidParameters or Expired; the message
+    /// GenerationPending, MountFailed, VolumeDeleting, InvalidParameters, Expired or
+    /// NodeNotFound; the message
     /// names what blocks the ticket.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -243,6 +244,8 @@ pub enum TicketReason {
     InvalidParameters,
     /// The ticket is past its `expiresAt`: it is no longer honoured.
     Expired,
+    /// The ticket's node does not exist (never did, or no longer does).
+    NodeNotFound,
 }
 
 impl TicketReason {
@@ -261,6 +264,7 @@ impl TicketReason {
             TicketReason::VolumeDeleting => "VolumeDeleting",
             TicketReason::InvalidParameters => "InvalidParameters",
             TicketReason::Expired => "Expired",
+            TicketReason::NodeNotFound => "NodeNotFound",
         }
     }
 }
@@ -289,6 +293,7 @@ impl std::str::FromStr for TicketReason {
             VolumeDeleting,
             InvalidParameters,
             Expired,
+            NodeNotFound,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
@@ -395,6 +400,7 @@ mod tests {
             TicketReason::VolumeDeleting,
             TicketReason::InvalidParameters,
             TicketReason::Expired,
+            TicketReason::NodeNotFound,
         ] {
             assert_eq!(r.as_str().parse::<TicketReason>(), Ok(r));
             // The serde name is the same string (conditions written by older builds).

@@ -4,10 +4,12 @@
 //!  Volume ──▶ volume::reconcile ──▶ creates the VolumeAttachment (owned, same name);
 //!                                   on delete: adds a cleanup ticket, waits, lets go
 //!  VolumeAttachment ─┐
-//!  Volume ───────────┼─▶ attachment::reconcile ──▶ tickets::decide (pure)
-//!  MountPod ─────────┘        │ MountPods created/deleted per the decision
+//!  Volume ───────────┤
+//!  MountPod ─────────┼─▶ attachment::reconcile ──▶ tickets::decide (pure)
+//!  Node (names) ─────┘        │ MountPods created/deleted per the decision
 //!                             │ ticket statuses + Volume status written (SSA, status only)
-//!  Node, storage VA, clock ─▶ reaper ──▶ removes tickets nothing stands behind (+ Event)
+//!  Node, storage VA, clock ─▶ reaper ──▶ removes Tessera's own tickets nothing stands
+//!                                        behind (+ Event); never another manager's
 //! ```
 //!
 //! Everything is level-triggered: a reconcile reads the current objects, decides, and

@@ -22,7 +22,8 @@
 //! - **Order.** Tickets are ordered by [`priority`] (descending), then `requested_at`
 //!   (earliest first, unknown last), then id. The input order never matters.
 //! - **Eligibility.** A ticket is never chosen if it is past its `expiresAt` (Expired,
-//!   from the first decision, even on a node that holds the volume for it), if its `readOnly` parameter is not
+//!   from the first decision, even on a node that holds the volume for it), if its node
+//!   does not exist (NodeNotFound), if its `readOnly` parameter is not
 //!   `"true"`/`"false"` (InvalidParameters), if the volume is pinned to another node
 //!   (NodeLocalElsewhere), or if the volume is being deleted (VolumeDeleting) — except
 //!   `cleanup` tickets, and workload tickets on a node that already holds the volume,
@@ -72,6 +73,9 @@ pub struct Input {
     pub mounts: BTreeMap<String, MountView>,
     /// The time of the decision: a ticket whose `expiresAt` is not after it is expired.
     pub now: Time,
+    /// Nodes that tickets name but that do not exist (no Node object): their tickets
+    /// are not honoured.
+    pub missing_nodes: BTreeSet<String>,
 }
 
 /// One ticket, with when the controller first saw it.
@@ -291,6 +295,16 @@ fn ineligible(
             format!(
                 "ticket expired at {}; it is no longer honoured (remove it, or move its expiresAt)",
                 expires.0
+            ),
+        ));
+    }
+    if input.missing_nodes.contains(&ticket.node_id) {
+        // Whether it never existed or is gone, the cache cannot tell: say neither.
+        return Some((
+            TicketReason::NodeNotFound,
+            format!(
+                "node {} does not exist; the ticket is not honoured while it does not",
+                ticket.node_id
             ),
         ));
     }

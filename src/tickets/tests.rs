@@ -91,6 +91,7 @@ fn input(
             .map(|(n, m)| (n.to_string(), m.clone()))
             .collect(),
         now: time(0),
+        missing_nodes: Default::default(),
     }
 }
 
@@ -828,21 +829,26 @@ fn arb_input() -> impl Strategy<Value = Input> {
         proptest::option::weighted(0.2, select(NODES.to_vec())),
         arb_tickets(),
         arb_mounts(),
+        proptest::option::weighted(0.2, select(NODES.to_vec())),
     )
-        .prop_map(|(access_mode, deleting, pinned, tickets, mounts)| Input {
-            access_mode,
-            deleting,
-            pinned_node: pinned.map(str::to_string),
-            tickets,
-            mounts,
-            now: time(NOW),
-        })
+        .prop_map(
+            |(access_mode, deleting, pinned, tickets, mounts, missing)| Input {
+                access_mode,
+                deleting,
+                pinned_node: pinned.map(str::to_string),
+                tickets,
+                mounts,
+                now: time(NOW),
+                missing_nodes: missing.map(str::to_string).into_iter().collect(),
+            },
+        )
 }
 
 /// The spec of eligibility, restated independently of the implementation.
 fn eligible(i: &Input, t: &TicketInput) -> bool {
     let ticket = &t.ticket;
-    let current = ticket.expires_at.as_ref().is_none_or(|e| e.0 > i.now.0);
+    let current = ticket.expires_at.as_ref().is_none_or(|e| e.0 > i.now.0)
+        && !i.missing_nodes.contains(&ticket.node_id);
     let valid = matches!(
         ticket.parameters.get("readOnly").map(String::as_str),
         None | Some("true" | "false")
@@ -902,7 +908,11 @@ fn check_decision(i: &Input, d: &Decision) -> Result<(), TestCaseError> {
             prop_assert!(
                 matches!(
                     o.reason,
-                    R::Expired | R::InvalidParameters | R::NodeLocalElsewhere | R::VolumeDeleting
+                    R::Expired
+                        | R::NodeNotFound
+                        | R::InvalidParameters
+                        | R::NodeLocalElsewhere
+                        | R::VolumeDeleting
                 ),
                 "{:?}",
                 o
@@ -1183,6 +1193,35 @@ fn an_expired_ticket_is_never_honoured() {
     let d = decide(&deleting);
     assert!(d.nodes.is_empty(), "{d:#?}");
     assert_reason(&d, "manual-old", R::Expired, &[]);
+}
+
+/// A ticket whose node does not exist is never honoured, whoever wrote it, and the
+/// message does not claim the node ever existed.
+#[test]
+fn a_ticket_for_a_missing_node_is_not_honoured() {
+    let mut i = input(
+        RWO,
+        vec![
+            tk("manual-ghost", T::Manual, "ghost"),
+            tk("csi-b", T::CsiAttacher, "n2"),
+        ],
+        &[("ghost", ready())],
+    );
+    i.missing_nodes = ["ghost".to_string()].into();
+    let d = decide(&i);
+    assert_reason(
+        &d,
+        "manual-ghost",
+        R::NodeNotFound,
+        &["node ghost does not exist"],
+    );
+    assert!(!outcome(&d, "manual-ghost").message.contains("no longer"));
+    // It held the volume: the mount there is dropped, the other ticket waits for it.
+    assert!(d.nodes.is_empty(), "{d:#?}");
+    assert_reason(&d, "csi-b", R::WaitingForDetach, &["ghost"]);
+    i.mounts.clear();
+    let d = decide(&i);
+    assert_eq!(nodes(&d), [("n2", false)]);
 }
 
 #[test]

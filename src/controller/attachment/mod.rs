@@ -80,7 +80,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     let mountpods = mountpods_of(&ctx, &name);
     let now = Time(jiff::Timestamp::now());
 
-    let input = gather(&volume, &va, &mountpods, &now);
+    let input = gather(&volume, &va, &mountpods, &now, |n| ctx.node_exists(n));
     let decision = tickets::decide(&input);
 
     // A node-local volume without a node is pinned to the first node chosen for it.
@@ -99,7 +99,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     // Not after a detach: the statuses must say which ticket was interrupted and why.
     let (mountpods, input, decision) = if synced.created && !synced.deleted {
         let mountpods = mountpods_of(&ctx, &name);
-        let input = gather(&volume, &va, &mountpods, &now);
+        let input = gather(&volume, &va, &mountpods, &now, |n| ctx.node_exists(n));
         let decision = tickets::decide(&input);
         (mountpods, input, decision)
     } else {
@@ -206,7 +206,7 @@ async fn recheck_mountpods(
         .filter(|mp| mp.spec.volume == name)
         .map(Arc::new)
         .collect();
-    let input = gather(volume, va, &fresh_mps, now);
+    let input = gather(volume, va, &fresh_mps, now, |n| ctx.node_exists(n));
     let decision = tickets::decide(&input);
     Ok((input, decision))
 }

@@ -144,6 +144,7 @@ fn only_a_newly_satisfied_single_node_ticket_is_rechecked() {
             tickets: vec![],
             mounts: Default::default(),
             now: t(0),
+            missing_nodes: Default::default(),
         },
         &t(1),
     ));
