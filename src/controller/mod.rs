@@ -21,7 +21,9 @@
 //!
 //! The controllers are [`volume`], [`attachment`] and [`reaper`]; `wiring` runs them on
 //! the shared watches of `watch` with one [`Context`]; [`own_writes`] keeps the
-//! controller's writes until the caches show them; [`events`] publishes Events.
+//! controller's writes until the caches show them; [`events`] publishes Events;
+//! [`protection`] keeps a VolumeAttachment in use from being deleted and rebuilds one
+//! that was.
 
 mod args;
 pub mod attachment;
@@ -30,6 +32,7 @@ mod error;
 pub mod events;
 pub mod leader;
 pub mod own_writes;
+pub mod protection;
 pub mod reaper;
 pub mod volume;
 mod watch;
