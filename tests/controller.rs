@@ -242,19 +242,23 @@ async fn the_reaper_removes_tickets_nothing_stands_behind() {
     }))
     .unwrap();
     svas.create(&PostParams::default(), &sva).await.unwrap();
-    fixtures::put_ticket(
+    put_ticket_as(
         &e.client,
         &vol,
+        CSI_MANAGER,
         &sva_name,
         "csi-attacher",
         &e.nodes[0],
         json!({}),
     )
     .await;
-    // A manual ticket on a node that will be deleted, and one that expires.
-    fixtures::put_ticket(
+    // Tickets Tessera wrote (the reaper removes only those; tests/controller_owners.rs
+    // has the ones another field manager owns): on a node that will be deleted, and
+    // one that expires.
+    put_ticket_as(
         &e.client,
         &vol,
+        CONTROLLER_MANAGER,
         "manual-doomed-node",
         "manual",
         &e.nodes[1],
@@ -262,9 +266,10 @@ async fn the_reaper_removes_tickets_nothing_stands_behind() {
     )
     .await;
     let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(4);
-    fixtures::put_ticket(
+    put_ticket_as(
         &e.client,
         &vol,
+        CONTROLLER_MANAGER,
         "manual-expiring",
         "manual",
         &e.nodes[2],
@@ -324,7 +329,7 @@ async fn the_reaper_removes_tickets_nothing_stands_behind() {
         "{all}"
     );
     assert!(
-        all.contains("manual-doomed-node") && all.contains("no longer exists"),
+        all.contains("manual-doomed-node") && all.contains("does not exist"),
         "{all}"
     );
     assert!(
@@ -630,6 +635,38 @@ async fn deleting_a_volume_removes_its_data_through_a_cleanup_ticket() {
     )
     .await;
     fixtures::delete_nodes(&e.client, &e.nodes).await;
+}
+
+const CSI_MANAGER: &str = "tessera-csi-controller";
+const CONTROLLER_MANAGER: &str = "tessera-controller";
+
+/// [`fixtures::put_ticket`] as field manager `manager` (the reaper removes only the
+/// tickets Tessera's own managers wrote).
+async fn put_ticket_as(
+    client: &Client,
+    volume: &str,
+    manager: &str,
+    id: &str,
+    type_: &str,
+    node: &str,
+    extra: serde_json::Value,
+) {
+    let mut ticket = json!({"id": id, "type": type_, "nodeID": node});
+    if let (Some(t), Some(e)) = (ticket.as_object_mut(), extra.as_object()) {
+        t.extend(e.clone());
+    }
+    let params = PatchParams {
+        field_manager: Some(manager.into()),
+        ..Default::default()
+    };
+    Api::<VolumeAttachment>::all(client.clone())
+        .patch(
+            volume,
+            &params,
+            &Patch::Merge(json!({"spec": {"attachmentTickets": {id: ticket}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("adding ticket {id} to {volume} as {manager}: {e}"));
 }
 
 #[allow(dead_code)]

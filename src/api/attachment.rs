@@ -88,7 +88,9 @@ pub struct AttachmentTicket {
     #[schemars(range(min = 0))]
     pub generation: i64,
 
-    /// For manual tickets: when the reaper may remove the ticket (RFC 3339).
+    /// When the ticket stops being honoured (RFC 3339): from then on it is not
+    /// satisfied (reason Expired) and its node is detached unless another ticket wants
+    /// it. Tessera removes its own expired tickets, never one another field manager owns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<Time>,
 }
@@ -205,7 +207,8 @@ pub struct AttachmentTicketStatus {
     pub requested_at: Option<Time>,
     /// The `Satisfied` condition. Reason: Attached, Attaching, HeldByOtherNode,
     /// WaitingForDetach, LowerPriority, Interrupted, NodeLocalElsewhere,
-    /// GenerationPending, MountFailed, VolumeDeleting or InvalidParameters; the message
+    /// GenerationPending, MountFailed, VolumeDeleting, InvalidParameters, Expired or
+    /// NodeNotFound; the message
     /// names what blocks the ticket.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -239,6 +242,10 @@ pub enum TicketReason {
     VolumeDeleting,
     /// The parameters conflict with the access mode or with other tickets on the node.
     InvalidParameters,
+    /// The ticket is past its `expiresAt`: it is no longer honoured.
+    Expired,
+    /// The ticket's node does not exist (never did, or no longer does).
+    NodeNotFound,
 }
 
 impl TicketReason {
@@ -256,6 +263,8 @@ impl TicketReason {
             TicketReason::MountFailed => "MountFailed",
             TicketReason::VolumeDeleting => "VolumeDeleting",
             TicketReason::InvalidParameters => "InvalidParameters",
+            TicketReason::Expired => "Expired",
+            TicketReason::NodeNotFound => "NodeNotFound",
         }
     }
 }
@@ -283,6 +292,8 @@ impl std::str::FromStr for TicketReason {
             MountFailed,
             VolumeDeleting,
             InvalidParameters,
+            Expired,
+            NodeNotFound,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
@@ -388,6 +399,8 @@ mod tests {
             TicketReason::MountFailed,
             TicketReason::VolumeDeleting,
             TicketReason::InvalidParameters,
+            TicketReason::Expired,
+            TicketReason::NodeNotFound,
         ] {
             assert_eq!(r.as_str().parse::<TicketReason>(), Ok(r));
             // The serde name is the same string (conditions written by older builds).

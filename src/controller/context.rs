@@ -6,9 +6,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Node;
 use kube::Client;
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::own_writes::OwnWrites;
 use super::watch::CachesReady;
@@ -30,6 +32,8 @@ pub struct Context {
     pub attachments: Store<VolumeAttachment>,
     /// Cache of MountPods.
     pub mountpods: Store<MountPod>,
+    /// Cache of Node names (metadata only): tickets for other nodes are not honoured.
+    pub nodes: Store<PartialObjectMeta<Node>>,
     /// Labels copied onto created objects (the watch selector).
     pub labels: Labels,
     /// Reaper settings.
@@ -51,6 +55,11 @@ impl Context {
     /// waiter, and each controller already waits on its own store.)
     pub(crate) async fn caches_ready(&self) -> bool {
         self.caches_ready.all()
+    }
+
+    /// Whether Node `name` exists (as the cache shows it).
+    pub(crate) fn node_exists(&self, name: &str) -> bool {
+        self.nodes.get(&ObjectRef::new(name)).is_some()
     }
 }
 

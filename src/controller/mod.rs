@@ -4,10 +4,12 @@
 //!  Volume ──▶ volume::reconcile ──▶ creates the VolumeAttachment (owned, same name);
 //!                                   on delete: adds a cleanup ticket, waits, lets go
 //!  VolumeAttachment ─┐
-//!  Volume ───────────┼─▶ attachment::reconcile ──▶ tickets::decide (pure)
-//!  MountPod ─────────┘        │ MountPods created/deleted per the decision
+//!  Volume ───────────┤
+//!  MountPod ─────────┼─▶ attachment::reconcile ──▶ tickets::decide (pure)
+//!  Node (names) ─────┘        │ MountPods created/deleted per the decision
 //!                             │ ticket statuses + Volume status written (SSA, status only)
-//!  Node, storage VA, clock ─▶ reaper ──▶ removes tickets nothing stands behind (+ Event)
+//!  Node, storage VA, clock ─▶ reaper ──▶ removes Tessera's own tickets nothing stands
+//!                                        behind (+ Event); never another manager's
 //! ```
 //!
 //! Everything is level-triggered: a reconcile reads the current objects, decides, and
@@ -19,7 +21,9 @@
 //!
 //! The controllers are [`volume`], [`attachment`] and [`reaper`]; `wiring` runs them on
 //! the shared watches of `watch` with one [`Context`]; [`own_writes`] keeps the
-//! controller's writes until the caches show them; [`events`] publishes Events.
+//! controller's writes until the caches show them; [`events`] publishes Events;
+//! [`protection`] keeps a VolumeAttachment in use from being deleted and rebuilds one
+//! that was.
 
 mod args;
 pub mod attachment;
@@ -28,6 +32,7 @@ mod error;
 pub mod events;
 pub mod leader;
 pub mod own_writes;
+pub mod protection;
 pub mod reaper;
 pub mod volume;
 mod watch;

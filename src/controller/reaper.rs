@@ -1,9 +1,14 @@
-//! The reaper: removes tickets that nothing stands behind any more, each removal
-//! recorded as an Event on the Volume that names the ticket and why.
+//! The reaper: removes the tickets Tessera wrote that nothing stands behind any more,
+//! each removal recorded as an Event on the Volume that names the ticket and why.
 //!
 //! - a `csi-attacher` ticket whose storage.k8s.io VolumeAttachment (same name) is gone;
-//! - any ticket whose Node is gone;
+//! - a ticket whose Node does not exist;
 //! - a ticket past its `expiresAt`.
+//!
+//! Only tickets whose fields only Tessera's field managers own ([`written_by_tessera`],
+//! from `managedFields`) are removed. A ticket another manager owns (a GitOps tool, a
+//! person) is never removed: a re-apply would bring it back, forever. Arbitration stops
+//! honouring it instead (Expired, NodeNotFound) and its status says why.
 //!
 //! Missing-owner removals wait `reap_grace` after the ticket was first seen, so watch
 //! lag or a CSI call racing its own VolumeAttachment cannot remove a live ticket. A
@@ -14,8 +19,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVolumeAttachment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch};
 use kube::runtime::events::EventType;
@@ -24,9 +29,13 @@ use tracing::{info, warn};
 
 use super::context::{measured, merge_params};
 use super::events::publish_action;
-use super::{Context, Error, KubeContext};
+use super::{Context, Error, FIELD_MANAGER, KubeContext};
 use crate::api::{AttacherType, AttachmentTicket, VolumeAttachment};
 use crate::runtime::error_chain;
+
+/// The field managers of Tessera's own ticket writes: the controller (cleanup tickets)
+/// and the CSI controller service (csi-attacher tickets).
+pub const TESSERA_MANAGERS: [&str; 2] = [FIELD_MANAGER, crate::csi::controller::FIELD_MANAGER];
 
 /// Run the reaper every `interval`, forever.
 pub async fn run(ctx: Arc<Context>, interval: Duration) {
@@ -42,47 +51,75 @@ pub async fn run(ctx: Arc<Context>, interval: Duration) {
     }
 }
 
+/// The field managers that own ticket `id` of a VolumeAttachment: those whose
+/// `managedFields` entry (not a subresource's) holds `f:spec.f:attachmentTickets.f:<id>`.
+pub fn ticket_managers<'a>(managed: &'a [ManagedFieldsEntry], id: &str) -> BTreeSet<&'a str> {
+    let key = format!("f:{id}");
+    managed
+        .iter()
+        .filter(|e| e.subresource.as_deref().unwrap_or_default().is_empty())
+        .filter(|e| {
+            e.fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:spec")?.get("f:attachmentTickets")?.get(&key))
+                .is_some()
+        })
+        .map(|e| e.manager.as_deref().unwrap_or_default())
+        .collect()
+}
+
+/// Whether Tessera wrote ticket `id` and nobody else owns any of it: only then may the
+/// reaper remove it. A ticket no entry claims (managed fields stripped) is not ours.
+pub fn written_by_tessera(managed: &[ManagedFieldsEntry], id: &str) -> bool {
+    let managers = ticket_managers(managed, id);
+    !managers.is_empty() && managers.iter().all(|m| TESSERA_MANAGERS.contains(m))
+}
+
+/// What the reaper knows of one ticket.
+pub struct Seen {
+    /// Tessera wrote it ([`written_by_tessera`]).
+    pub ours: bool,
+    /// How long ago the controller first saw it (`None`: not yet).
+    pub age: Option<Duration>,
+    /// Its node exists.
+    pub node_exists: bool,
+    /// The storage.k8s.io VolumeAttachment of its id exists.
+    pub storage_attachment_exists: bool,
+}
+
 /// Why a ticket should go, if it should.
 pub fn reap_reason(
     ticket: &AttachmentTicket,
-    age: Option<Duration>,
+    seen: &Seen,
     grace: Duration,
-    nodes: &BTreeSet<String>,
-    storage_attachments: &BTreeSet<String>,
     now: jiff::Timestamp,
 ) -> Option<String> {
+    if !seen.ours {
+        return None;
+    }
     if let Some(expires) = &ticket.expires_at
         && expires.0 <= now
     {
         return Some(format!("it expired at {}", expires.0));
     }
-    let old_enough = age.is_some_and(|a| a >= grace);
+    let old_enough = seen.age.is_some_and(|a| a >= grace);
     if !old_enough {
         return None;
     }
-    if ticket.type_ == AttacherType::CsiAttacher && !storage_attachments.contains(&ticket.id) {
+    if ticket.type_ == AttacherType::CsiAttacher && !seen.storage_attachment_exists {
         return Some(format!(
-            "its storage.k8s.io VolumeAttachment {} no longer exists",
+            "its storage.k8s.io VolumeAttachment {} does not exist",
             ticket.id
         ));
     }
-    if !nodes.contains(&ticket.node_id) {
-        return Some(format!("node {} no longer exists", ticket.node_id));
+    if !seen.node_exists {
+        return Some(format!("node {} does not exist", ticket.node_id));
     }
     None
 }
 
 async fn reap_once(ctx: &Context) -> Result<(), Error> {
-    ctx.metrics.read("Node", "list");
     ctx.metrics.read("VolumeAttachment.storage.k8s.io", "list");
-    let nodes: BTreeSet<String> = Api::<Node>::all(ctx.client.clone())
-        .list_metadata(&ListParams::default())
-        .await
-        .context(|| "listing Nodes".to_string())?
-        .items
-        .into_iter()
-        .map(|n| n.name_any())
-        .collect();
     let storage: BTreeSet<String> = Api::<StorageVolumeAttachment>::all(ctx.client.clone())
         .list_metadata(&ListParams::default())
         .await
@@ -93,15 +130,22 @@ async fn reap_once(ctx: &Context) -> Result<(), Error> {
         .collect();
     let now = jiff::Timestamp::now();
     for va in ctx.attachments.state() {
+        let managed = va.metadata.managed_fields.as_deref().unwrap_or_default();
         for ticket in va.spec.attachment_tickets.values() {
-            let seen = va
+            let first_seen = va
                 .status
                 .as_ref()
                 .and_then(|s| s.attachment_ticket_statuses.get(&ticket.id))
                 .and_then(|s| s.requested_at.as_ref());
-            let age = seen
-                .map(|t| Duration::from_secs_f64(now.duration_since(t.0).as_secs_f64().max(0.0)));
-            if let Some(why) = reap_reason(ticket, age, ctx.reap_grace, &nodes, &storage, now) {
+            let seen = Seen {
+                ours: written_by_tessera(managed, &ticket.id),
+                age: first_seen.map(|t| {
+                    Duration::from_secs_f64(now.duration_since(t.0).as_secs_f64().max(0.0))
+                }),
+                node_exists: ctx.node_exists(&ticket.node_id),
+                storage_attachment_exists: storage.contains(&ticket.id),
+            };
+            if let Some(why) = reap_reason(ticket, &seen, ctx.reap_grace, now) {
                 remove_ticket(ctx, &va, ticket, &why).await?;
             }
         }
@@ -151,64 +195,176 @@ async fn remove_ticket(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, Time};
+    use serde_json::json;
 
     fn ticket(id: &str, t: AttacherType, node: &str) -> AttachmentTicket {
-        AttachmentTicket {
-            id: id.into(),
-            type_: t,
-            node_id: node.into(),
-            parameters: Default::default(),
-            generation: 0,
-            expires_at: None,
+        AttachmentTicket::new(id, t, node)
+    }
+
+    fn entry(
+        manager: &str,
+        subresource: Option<&str>,
+        fields: serde_json::Value,
+    ) -> ManagedFieldsEntry {
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            subresource: subresource.map(Into::into),
+            fields_v1: Some(FieldsV1(fields)),
+            ..Default::default()
         }
+    }
+
+    fn owns(ids: &[&str]) -> serde_json::Value {
+        let tickets: serde_json::Map<String, serde_json::Value> = ids
+            .iter()
+            .map(|id| {
+                (
+                    format!("f:{id}"),
+                    json!({".": {}, "f:id": {}, "f:nodeID": {}}),
+                )
+            })
+            .collect();
+        json!({"f:spec": {"f:attachmentTickets": tickets}})
+    }
+
+    #[test]
+    fn ownership_comes_from_the_managers_of_the_ticket_fields() {
+        let csi = crate::csi::controller::FIELD_MANAGER;
+        let managed = vec![
+            // The controller's apply of the object: no ticket.
+            entry(
+                FIELD_MANAGER,
+                None,
+                json!({"f:metadata": {"f:ownerReferences": {}}, "f:spec": {"f:volume": {}}}),
+            ),
+            // Its status writes name ticket ids too, under f:status: not ownership.
+            entry(
+                FIELD_MANAGER,
+                Some("status"),
+                json!({"f:status": {"f:attachmentTicketStatuses": {"f:manual-argo": {}}}}),
+            ),
+            entry(csi, None, owns(&["csi-1"])),
+            entry(FIELD_MANAGER, None, owns(&["cleanup-data"])),
+            entry("argocd", None, owns(&["manual-argo", "shared"])),
+            entry(csi, None, owns(&["shared"])),
+        ];
+        let cases = [
+            ("csi-1", vec![csi], true),
+            ("cleanup-data", vec![FIELD_MANAGER], true),
+            ("manual-argo", vec!["argocd"], false),
+            ("shared", vec!["argocd", csi], false),
+            ("unclaimed", vec![], false),
+        ];
+        for (id, managers, ours) in cases {
+            let mut want: Vec<&str> = managers.clone();
+            want.sort();
+            assert_eq!(
+                ticket_managers(&managed, id)
+                    .into_iter()
+                    .collect::<Vec<_>>(),
+                want,
+                "{id}"
+            );
+            assert_eq!(written_by_tessera(&managed, id), ours, "{id}");
+        }
+        assert!(
+            !written_by_tessera(&[], "csi-1"),
+            "no managed fields: not ours"
+        );
+        let anonymous = vec![ManagedFieldsEntry {
+            fields_v1: Some(FieldsV1(owns(&["x"]))),
+            ..Default::default()
+        }];
+        assert!(!written_by_tessera(&anonymous, "x"));
     }
 
     #[test]
     fn reap_reasons() {
         let now = jiff::Timestamp::now();
         let grace = Duration::from_secs(30);
-        let nodes: BTreeSet<String> = ["n1".to_string()].into();
-        let sva: BTreeSet<String> = ["csi-live".to_string()].into();
         let old = Some(Duration::from_secs(60));
         let young = Some(Duration::from_secs(1));
-        let csi_live = ticket("csi-live", AttacherType::CsiAttacher, "n1");
-        let csi_dead = ticket("csi-dead", AttacherType::CsiAttacher, "n1");
-        let manual_gone_node = ticket("manual-a", AttacherType::Manual, "n2");
+        let seen = |ours, age, node_exists, storage_attachment_exists| Seen {
+            ours,
+            age,
+            node_exists,
+            storage_attachment_exists,
+        };
+        let csi = ticket("csi-x", AttacherType::CsiAttacher, "n1");
+        let manual = ticket("manual-a", AttacherType::Manual, "n2");
         let mut expired = ticket("manual-b", AttacherType::Manual, "n1");
         expired.expires_at = Some(Time(now - jiff::SignedDuration::from_secs(1)));
         let mut not_expired = expired.clone();
         not_expired.expires_at = Some(Time(now + jiff::SignedDuration::from_secs(60)));
 
-        assert_eq!(reap_reason(&csi_live, old, grace, &nodes, &sva, now), None);
-        assert!(
-            reap_reason(&csi_dead, old, grace, &nodes, &sva, now)
-                .unwrap()
-                .contains("no longer exists")
-        );
-        assert_eq!(
-            reap_reason(&csi_dead, young, grace, &nodes, &sva, now),
-            None,
-            "grace period"
-        );
-        assert_eq!(
-            reap_reason(&csi_dead, None, grace, &nodes, &sva, now),
-            None,
-            "never seen"
-        );
-        assert!(
-            reap_reason(&manual_gone_node, old, grace, &nodes, &sva, now)
-                .unwrap()
-                .contains("node n2")
-        );
-        assert!(
-            reap_reason(&expired, young, grace, &nodes, &sva, now)
-                .unwrap()
-                .contains("expired")
-        );
-        assert_eq!(
-            reap_reason(&not_expired, old, grace, &nodes, &sva, now),
-            None
-        );
+        let cases: Vec<(&str, &AttachmentTicket, Seen, Option<&str>)> = vec![
+            ("ours, backed", &csi, seen(true, old, true, true), None),
+            (
+                "ours, storage VA gone",
+                &csi,
+                seen(true, old, true, false),
+                Some("storage.k8s.io VolumeAttachment csi-x does not exist"),
+            ),
+            (
+                "ours, storage VA gone, grace",
+                &csi,
+                seen(true, young, true, false),
+                None,
+            ),
+            (
+                "ours, storage VA gone, never seen",
+                &csi,
+                seen(true, None, true, false),
+                None,
+            ),
+            (
+                "ours, node gone",
+                &manual,
+                seen(true, old, false, true),
+                Some("node n2 does not exist"),
+            ),
+            (
+                "ours, expired: at once",
+                &expired,
+                seen(true, young, true, true),
+                Some("expired"),
+            ),
+            (
+                "ours, not expired",
+                &not_expired,
+                seen(true, old, true, true),
+                None,
+            ),
+            (
+                "theirs, storage VA gone",
+                &csi,
+                seen(false, old, true, false),
+                None,
+            ),
+            (
+                "theirs, node gone",
+                &manual,
+                seen(false, old, false, true),
+                None,
+            ),
+            (
+                "theirs, expired",
+                &expired,
+                seen(false, old, true, true),
+                None,
+            ),
+        ];
+        for (what, t, s, want) in cases {
+            let got = reap_reason(t, &s, grace, now);
+            match want {
+                None => assert_eq!(got, None, "{what}"),
+                Some(needle) => {
+                    let got = got.unwrap_or_else(|| panic!("{what}: not reaped"));
+                    assert!(got.contains(needle), "{what}: {got}");
+                    assert!(!got.contains("no longer"), "{what}: {got}");
+                }
+            }
+        }
     }
 }

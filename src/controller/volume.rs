@@ -14,23 +14,27 @@
 //! exists), else the first node whose CSINode lists the Tessera driver
 //! (a node where the agent runs), those carrying the controller's `--watch-selector`
 //! labels first. `tessera.io/reclaim-policy: Retain` keeps the data.
+//!
+//! The VolumeAttachment carries the finalizer of [`super::protection`]; one that was
+//! deleted is recreated with its CSI tickets rebuilt from the storage.k8s.io ones.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::storage::v1::CSINode;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment as StorageVolumeAttachment};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
-use tracing::{debug, info, instrument};
+use tracing::{debug, info, instrument, warn};
 
 use super::attachment::owner_reference;
 use super::context::{measured, merge_params};
 use super::events::publish;
+use super::protection::{ATTACHMENT_FINALIZER, csi_tickets_from_storage, has_finalizer};
 use super::{ANNOTATION_RECLAIM, Context, Error, FIELD_MANAGER, KubeContext, VOLUME_FINALIZER};
 use crate::api::{
     AttacherType, AttachmentTicket, BackendScope, CSI_DRIVER_NAME, Volume, VolumeAttachment,
@@ -141,8 +145,16 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
     let existing = ctx
         .written_attachments
         .view(&name, ctx.attachments.get(&ObjectRef::new(&name)));
+    if existing
+        .as_ref()
+        .is_some_and(|va| va.metadata.deletion_timestamp.is_some())
+    {
+        // Being deleted (it waits for its workloads, see `protection`): recreated once gone.
+        return Ok(true);
+    }
     let owned = existing.as_ref().is_some_and(|va| {
-        va.owner_references().iter().any(|o| o.uid == uid)
+        has_finalizer(va)
+            && va.owner_references().iter().any(|o| o.uid == uid)
             && ctx
                 .labels
                 .0
@@ -157,7 +169,8 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
     let body = json!({
         "apiVersion": "tessera.io/v1alpha1",
         "kind": "VolumeAttachment",
-        "metadata": {"name": name, "labels": ctx.labels.0, "ownerReferences": [owner_reference(volume)]},
+        "metadata": {"name": name, "labels": ctx.labels.0, "ownerReferences": [owner_reference(volume)],
+                     "finalizers": [ATTACHMENT_FINALIZER]},
         "spec": {"volume": name},
     });
     let written = Api::<VolumeAttachment>::all(ctx.client.clone())
@@ -177,8 +190,73 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
     );
     if existing.is_none() {
         info!(volume = %name, "created VolumeAttachment");
+        // A Volume with a status had a VolumeAttachment before: it was deleted. Its CSI
+        // tickets come back now, not when the external-attacher next calls.
+        if volume.status.is_some() {
+            rebuild_csi_tickets(volume, ctx).await?;
+        }
     }
     Ok(true)
+}
+
+/// Write the csi-attacher tickets that the storage.k8s.io VolumeAttachments of `volume`
+/// stand for into its (recreated) VolumeAttachment, with a Warning.
+async fn rebuild_csi_tickets(volume: &Volume, ctx: &Context) -> Result<(), Error> {
+    let name = volume.name_any();
+    ctx.metrics.read("VolumeAttachment.storage.k8s.io", "list");
+    ctx.metrics.read("PersistentVolume", "list");
+    let (storage, pvs) = futures::future::try_join(
+        async {
+            Api::<StorageVolumeAttachment>::all(ctx.client.clone())
+                .list(&ListParams::default())
+                .await
+                .context(|| "listing storage.k8s.io VolumeAttachments".to_string())
+        },
+        async {
+            Api::<PersistentVolume>::all(ctx.client.clone())
+                .list(&ListParams::default())
+                .await
+                .context(|| "listing PersistentVolumes".to_string())
+        },
+    )
+    .await?;
+    let tickets = csi_tickets_from_storage(&name, &storage.items, &pvs.items);
+    if !tickets.is_empty() {
+        let map: serde_json::Map<String, serde_json::Value> = tickets
+            .iter()
+            .map(|t| {
+                (
+                    t.id.clone(),
+                    serde_json::to_value(t).expect("a ticket serializes"),
+                )
+            })
+            .collect();
+        Api::<VolumeAttachment>::all(ctx.client.clone())
+            .patch(
+                &name,
+                &merge_params(),
+                &Patch::Merge(json!({"spec": {"attachmentTickets": map}})),
+            )
+            .await
+            .context(|| format!("rebuilding the CSI tickets of {name}"))?;
+        ctx.metrics.write("VolumeAttachment", "patch");
+    }
+    let ids: Vec<&str> = tickets.iter().map(|t| t.id.as_str()).collect();
+    warn!(volume = %name, tickets = %ids.join(", "), "VolumeAttachment was deleted; recreated");
+    publish(
+        ctx,
+        volume,
+        EventType::Warning,
+        "VolumeAttachmentRecreated",
+        &format!(
+            "VolumeAttachment {name} was deleted and is recreated; {} CSI ticket(s) rebuilt from storage.k8s.io VolumeAttachments{}{}. Manual tickets must be applied again; to detach, remove tickets instead of deleting the VolumeAttachment",
+            ids.len(),
+            if ids.is_empty() { "" } else { ": " },
+            ids.join(", ")
+        ),
+    )
+    .await;
+    Ok(())
 }
 
 /// The Volume is being deleted: remove its data via a cleanup ticket, then let go.

@@ -26,14 +26,21 @@ pub struct CachesReady {
     pub attachments: Arc<AtomicBool>,
     /// The MountPod cache.
     pub mountpods: Arc<AtomicBool>,
+    /// The Node (metadata) cache.
+    pub nodes: Arc<AtomicBool>,
 }
 
 impl CachesReady {
     /// Whether every cache has had its first full list.
     pub fn all(&self) -> bool {
-        [&self.volumes, &self.attachments, &self.mountpods]
-            .iter()
-            .all(|r| r.load(Ordering::Acquire))
+        [
+            &self.volumes,
+            &self.attachments,
+            &self.mountpods,
+            &self.nodes,
+        ]
+        .iter()
+        .all(|r| r.load(Ordering::Acquire))
     }
 }
 
@@ -103,11 +110,11 @@ mod tests {
     fn caches_are_ready_only_when_every_one_is() {
         let ready = CachesReady::default();
         assert!(!ready.all());
-        for flag in [&ready.volumes, &ready.attachments] {
+        for flag in [&ready.volumes, &ready.attachments, &ready.mountpods] {
             flag.store(true, Ordering::Release);
             assert!(!ready.all());
         }
-        ready.mountpods.store(true, Ordering::Release);
+        ready.nodes.store(true, Ordering::Release);
         assert!(ready.all());
     }
 }

@@ -4,7 +4,8 @@
 //! ```text
 //!  watch Volume ───────────┬─▶ volume controller ◀── watch VolumeAttachment (same name)
 //!                          └─▶ attachment controller ◀─┬─ watch VolumeAttachment
-//!                                                      └─ watch MountPod (spec.volume)
+//!                                                      ├─ watch MountPod (spec.volume)
+//!                                                      └─ watch Node metadata (tickets on it)
 //!  reaper: every reap interval, over the VolumeAttachment cache
 //! ```
 
@@ -12,6 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, reflector, watcher};
@@ -58,6 +61,16 @@ pub(super) async fn run_controllers(
     );
     let (mp_store, mp_writer) = reflector::store();
     let (mp_watch, mut mp_streams) = fan_out(mountpods, wc, mp_writer, ready.mountpods.clone(), 1);
+    // Node names, of every node (the watch selector scopes Tessera's own kinds only):
+    // a ticket for a node that does not exist is not honoured.
+    let (node_store, node_writer) = reflector::store();
+    let (node_watch, mut node_streams) = fan_out(
+        Api::<PartialObjectMeta<Node>>::all(client.clone()),
+        watcher::Config::default(),
+        node_writer,
+        ready.nodes.clone(),
+        1,
+    );
 
     // A VolumeAttachment has its Volume's name; a MountPod names its volume.
     let volume_ctrl = Controller::for_stream(volume_streams.remove(0), volume_store.clone())
@@ -70,6 +83,24 @@ pub(super) async fn run_controllers(
         })
         .watches_stream(volume_streams.remove(0), |v: Volume| {
             v.metadata.name.map(|n| ObjectRef::new(&n))
+        })
+        .watches_stream(node_streams.remove(0), {
+            // A Node that comes or goes: every VolumeAttachment with a ticket for it.
+            let va_store = va_store.clone();
+            move |node: PartialObjectMeta<Node>| {
+                let name = node.metadata.name.unwrap_or_default();
+                va_store
+                    .state()
+                    .into_iter()
+                    .filter(|va| {
+                        va.spec
+                            .attachment_tickets
+                            .values()
+                            .any(|t| t.node_id == name)
+                    })
+                    .map(|va| ObjectRef::from_obj(va.as_ref()))
+                    .collect::<Vec<_>>()
+            }
         });
 
     let ctx = Arc::new(Context {
@@ -85,6 +116,7 @@ pub(super) async fn run_controllers(
         volumes: volume_store,
         attachments: va_store,
         mountpods: mp_store,
+        nodes: node_store,
         labels,
         reap_grace: Duration::from_secs(args.reap_grace_seconds),
         caches_ready: ready,
@@ -113,6 +145,7 @@ pub(super) async fn run_controllers(
         volume_watch,
         va_watch,
         mp_watch,
+        node_watch,
         volume_run,
         attachment_run,
         reaper_run

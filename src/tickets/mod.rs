@@ -1,5 +1,5 @@
 //! Ticket arbitration: tickets in, decision out. Pure — no kube client, no I/O, no
-//! clock. The VolumeAttachment controller gathers an [`Input`] from the API objects,
+//! clock (the time is part of the input). The VolumeAttachment controller gathers an [`Input`] from the API objects,
 //! calls [`decide`], and turns the [`Decision`] into MountPods and ticket statuses.
 //!
 //! # Data flow
@@ -21,7 +21,9 @@
 //!
 //! - **Order.** Tickets are ordered by [`priority`] (descending), then `requested_at`
 //!   (earliest first, unknown last), then id. The input order never matters.
-//! - **Eligibility.** A ticket is never chosen if its `readOnly` parameter is not
+//! - **Eligibility.** A ticket is never chosen if it is past its `expiresAt` (Expired,
+//!   from the first decision, even on a node that holds the volume for it), if its node
+//!   does not exist (NodeNotFound), if its `readOnly` parameter is not
 //!   `"true"`/`"false"` (InvalidParameters), if the volume is pinned to another node
 //!   (NodeLocalElsewhere), or if the volume is being deleted (VolumeDeleting) — except
 //!   `cleanup` tickets, and workload tickets on a node that already holds the volume,
@@ -69,6 +71,11 @@ pub struct Input {
     pub tickets: Vec<TicketInput>,
     /// The mounts (MountPods) that exist now, by node.
     pub mounts: BTreeMap<String, MountView>,
+    /// The time of the decision: a ticket whose `expiresAt` is not after it is expired.
+    pub now: Time,
+    /// Nodes that tickets name but that do not exist (no Node object): their tickets
+    /// are not honoured.
+    pub missing_nodes: BTreeSet<String>,
 }
 
 /// One ticket, with when the controller first saw it.
@@ -211,6 +218,17 @@ pub fn decide(input: &Input) -> Decision {
     }
 }
 
+/// The earliest `expiresAt` after the decision's time: when the decision changes
+/// without any object changing, so the caller decides again then.
+pub fn next_expiry(input: &Input) -> Option<&Time> {
+    input
+        .tickets
+        .iter()
+        .filter_map(|t| t.ticket.expires_at.as_ref())
+        .filter(|e| e.0 > input.now.0)
+        .min_by_key(|e| e.0)
+}
+
 /// An eligible ticket.
 #[derive(Clone, Copy)]
 struct Candidate<'a> {
@@ -269,6 +287,27 @@ fn ineligible(
     holders: &BTreeSet<&str>,
 ) -> Option<(TicketReason, String)> {
     let ticket = &t.ticket;
+    if let Some(expires) = &ticket.expires_at
+        && expires.0 <= input.now.0
+    {
+        return Some((
+            TicketReason::Expired,
+            format!(
+                "ticket expired at {}; it is no longer honoured (remove it, or move its expiresAt)",
+                expires.0
+            ),
+        ));
+    }
+    if input.missing_nodes.contains(&ticket.node_id) {
+        // Whether it never existed or is gone, the cache cannot tell: say neither.
+        return Some((
+            TicketReason::NodeNotFound,
+            format!(
+                "node {} does not exist; the ticket is not honoured while it does not",
+                ticket.node_id
+            ),
+        ));
+    }
     if ticket_read_only(ticket).is_none() {
         let value = ticket
             .parameters

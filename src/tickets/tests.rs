@@ -90,6 +90,8 @@ fn input(
             .iter()
             .map(|(n, m)| (n.to_string(), m.clone()))
             .collect(),
+        now: time(0),
+        missing_nodes: Default::default(),
     }
 }
 
@@ -751,6 +753,8 @@ fn decide_is_deterministic() {
 
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 const CASES: u32 = 4096;
+/// The time of every random decision (seconds after [`time`]'s epoch).
+const NOW: i64 = 2;
 
 fn arb_state() -> impl Strategy<Value = MountState> {
     prop_oneof![
@@ -780,10 +784,13 @@ fn arb_ticket() -> impl Strategy<Value = TicketInput> {
         proptest::option::of(0i64..4),
         arb_read_only_param(),
         0i64..3,
+        // Expiry before, at and after the decision's time, mostly none.
+        proptest::option::weighted(0.3, NOW - 2..NOW + 3),
     )
-        .prop_map(|(id, type_, node, at, ro, generation)| {
+        .prop_map(|(id, type_, node, at, ro, generation, expires)| {
             let mut t = tk(&format!("{}-{id}", type_.as_str()), type_, node).generation(generation);
             t.requested_at = at.map(time);
+            t.ticket.expires_at = expires.map(time);
             match ro {
                 Some(v) => t.param("readOnly", v),
                 None => t,
@@ -822,19 +829,26 @@ fn arb_input() -> impl Strategy<Value = Input> {
         proptest::option::weighted(0.2, select(NODES.to_vec())),
         arb_tickets(),
         arb_mounts(),
+        proptest::option::weighted(0.2, select(NODES.to_vec())),
     )
-        .prop_map(|(access_mode, deleting, pinned, tickets, mounts)| Input {
-            access_mode,
-            deleting,
-            pinned_node: pinned.map(str::to_string),
-            tickets,
-            mounts,
-        })
+        .prop_map(
+            |(access_mode, deleting, pinned, tickets, mounts, missing)| Input {
+                access_mode,
+                deleting,
+                pinned_node: pinned.map(str::to_string),
+                tickets,
+                mounts,
+                now: time(NOW),
+                missing_nodes: missing.map(str::to_string).into_iter().collect(),
+            },
+        )
 }
 
 /// The spec of eligibility, restated independently of the implementation.
 fn eligible(i: &Input, t: &TicketInput) -> bool {
     let ticket = &t.ticket;
+    let current = ticket.expires_at.as_ref().is_none_or(|e| e.0 > i.now.0)
+        && !i.missing_nodes.contains(&ticket.node_id);
     let valid = matches!(
         ticket.parameters.get("readOnly").map(String::as_str),
         None | Some("true" | "false")
@@ -843,7 +857,7 @@ fn eligible(i: &Input, t: &TicketInput) -> bool {
     let not_deleting = !i.deleting
         || ticket.type_ == T::Cleanup
         || (!is_background(ticket.type_) && holders(i).contains(ticket.node_id.as_str()));
-    valid && on_pinned && not_deleting
+    current && valid && on_pinned && not_deleting
 }
 
 /// The order of the rules, restated independently of [`ticket_order`]: priority
@@ -894,7 +908,11 @@ fn check_decision(i: &Input, d: &Decision) -> Result<(), TestCaseError> {
             prop_assert!(
                 matches!(
                     o.reason,
-                    R::InvalidParameters | R::NodeLocalElsewhere | R::VolumeDeleting
+                    R::Expired
+                        | R::NodeNotFound
+                        | R::InvalidParameters
+                        | R::NodeLocalElsewhere
+                        | R::VolumeDeleting
                 ),
                 "{:?}",
                 o
@@ -1124,5 +1142,111 @@ proptest! {
             world.mounts = next;
             prop_assert!(holders(&world).len() <= 1, "{:?}", world.mounts);
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Issue 13: expired tickets
+// ---------------------------------------------------------------------------------
+
+/// A ticket past its `expiresAt` is never honoured, from the first decision: not
+/// chosen on a free volume, and not kept on a node that holds the volume for it.
+#[test]
+fn an_expired_ticket_is_never_honoured() {
+    let mut expired = tk("manual-old", T::Manual, "n1");
+    expired.ticket.expires_at = Some(time(-1));
+    let free = input(RWO, vec![expired.clone()], &[]);
+    let d = decide(&free);
+    assert!(d.nodes.is_empty(), "an expired ticket attached: {d:#?}");
+    assert_reason(
+        &d,
+        "manual-old",
+        R::Expired,
+        &["expired at", "no longer honoured"],
+    );
+
+    // Expiring exactly now is expired; a second later is not.
+    let mut at_now = tk("manual-now", T::Manual, "n1");
+    at_now.ticket.expires_at = Some(time(0));
+    let mut later = tk("manual-later", T::Manual, "n2");
+    later.ticket.expires_at = Some(time(1));
+    let d = decide(&input(RWX, vec![at_now, later], &[("n2", ready())]));
+    assert_reason(&d, "manual-now", R::Expired, &[]);
+    assert_reason(&d, "manual-later", R::Attached, &[]);
+    assert_eq!(nodes(&d), [("n2", false)]);
+
+    // On the node that holds the volume for it: dropped, and a waiting ticket elsewhere
+    // follows once the mount is gone. Even a workload ticket of a volume being deleted
+    // does not keep its node once expired.
+    let waiting = tk("csi-b", T::CsiAttacher, "n2");
+    let held = input(
+        RWO,
+        vec![expired.clone(), waiting.clone()],
+        &[("n1", ready())],
+    );
+    let d = decide(&held);
+    assert!(d.nodes.is_empty(), "{d:#?}");
+    assert_reason(&d, "manual-old", R::Expired, &[]);
+    assert_reason(&d, "csi-b", R::WaitingForDetach, &["n1"]);
+    let mut deleting = input(RWO, vec![expired], &[("n1", ready())]);
+    deleting.deleting = true;
+    let d = decide(&deleting);
+    assert!(d.nodes.is_empty(), "{d:#?}");
+    assert_reason(&d, "manual-old", R::Expired, &[]);
+}
+
+/// A ticket whose node does not exist is never honoured, whoever wrote it, and the
+/// message does not claim the node ever existed.
+#[test]
+fn a_ticket_for_a_missing_node_is_not_honoured() {
+    let mut i = input(
+        RWO,
+        vec![
+            tk("manual-ghost", T::Manual, "ghost"),
+            tk("csi-b", T::CsiAttacher, "n2"),
+        ],
+        &[("ghost", ready())],
+    );
+    i.missing_nodes = ["ghost".to_string()].into();
+    let d = decide(&i);
+    assert_reason(
+        &d,
+        "manual-ghost",
+        R::NodeNotFound,
+        &["node ghost does not exist"],
+    );
+    assert!(!outcome(&d, "manual-ghost").message.contains("no longer"));
+    // It held the volume: the mount there is dropped, the other ticket waits for it.
+    assert!(d.nodes.is_empty(), "{d:#?}");
+    assert_reason(&d, "csi-b", R::WaitingForDetach, &["ghost"]);
+    i.mounts.clear();
+    let d = decide(&i);
+    assert_eq!(nodes(&d), [("n2", false)]);
+}
+
+#[test]
+fn the_next_expiry_is_the_earliest_one_still_ahead() {
+    let with = |offsets: &[Option<i64>]| {
+        let tickets = offsets
+            .iter()
+            .enumerate()
+            .map(|(k, o)| {
+                let mut t = tk(&format!("t{k}"), T::Manual, "n1");
+                t.ticket.expires_at = o.map(time);
+                t
+            })
+            .collect();
+        input(RWX, tickets, &[])
+    };
+    let cases: [(&[Option<i64>], Option<i64>); 5] = [
+        (&[], None),
+        (&[None], None),
+        (&[Some(-5), Some(0)], None),
+        (&[Some(9), None, Some(-1), Some(3)], Some(3)),
+        (&[Some(0), Some(1)], Some(1)),
+    ];
+    for (offsets, want) in cases {
+        let i = with(offsets);
+        assert_eq!(next_expiry(&i), want.map(time).as_ref(), "{offsets:?}");
     }
 }

@@ -4,7 +4,8 @@
 //! ```text
 //!  Volume (access mode, deletion, pin) ─┐
 //!  VolumeAttachment (tickets, requestedAt) ─┼─▶ gather ─▶ tickets::Input
-//!  MountPods ─▶ mount_view (one per node) ──┘
+//!  MountPods ─▶ mount_view (one per node) ──┤
+//!  Node names (which exist), time ──────────┘
 //! ```
 
 use std::collections::BTreeMap;
@@ -15,13 +16,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use crate::api::{BackendScope, MountPhase, MountPod, Volume, VolumeAttachment};
 use crate::tickets::{Input, MountState, MountView, TicketInput};
 
-/// The arbitration input for a volume, from its objects. A ticket the controller has
-/// not seen before is requested `now`.
+/// The arbitration input for a volume, from its objects, decided at `now`; `node_exists`
+/// tells which of the tickets' nodes exist. A ticket the controller has not seen before
+/// is requested `now`.
 pub fn gather(
     volume: &Volume,
     va: &VolumeAttachment,
     mountpods: &[Arc<MountPod>],
     now: &Time,
+    node_exists: impl Fn(&str) -> bool,
 ) -> Input {
     let statuses = va.status.as_ref().map(|s| &s.attachment_ticket_statuses);
     let tickets = va
@@ -51,6 +54,15 @@ pub fn gather(
         },
         tickets,
         mounts,
+        now: now.clone(),
+        missing_nodes: va
+            .spec
+            .attachment_tickets
+            .values()
+            .map(|t| &t.node_id)
+            .filter(|n| !node_exists(n))
+            .cloned()
+            .collect(),
     }
 }
 

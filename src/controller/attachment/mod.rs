@@ -33,13 +33,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
-use tracing::{debug, info, instrument};
+use tracing::{debug, info, instrument, warn};
 
 pub use self::input::{gather, mount_view};
 pub use self::mountpods::{desired_spec, owner_reference};
 use super::context::{measured, merge_params};
+use super::events::publish_action;
+use super::protection;
 use super::{Context, Error, FIELD_MANAGER, KubeContext};
 use crate::api::{self, BackendScope, MountPod, Volume, VolumeAttachment};
 use crate::runtime::error_chain;
@@ -74,13 +77,17 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         .written_volumes
         .view(&name, ctx.volumes.get(&ObjectRef::new(&name)))
     else {
+        // Its Volume is gone: nothing left to protect from deletion.
+        if va.metadata.deletion_timestamp.is_some() && protection::has_finalizer(&va) {
+            release_finalizer(&ctx, &va).await?;
+        }
         // Tickets applied before their Volume: wait for it (its watch triggers us).
         return Ok(Action::await_change());
     };
     let mountpods = mountpods_of(&ctx, &name);
     let now = Time(jiff::Timestamp::now());
 
-    let input = gather(&volume, &va, &mountpods, &now);
+    let input = gather(&volume, &va, &mountpods, &now, |n| ctx.node_exists(n));
     let decision = tickets::decide(&input);
 
     // A node-local volume without a node is pinned to the first node chosen for it.
@@ -99,7 +106,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     // Not after a detach: the statuses must say which ticket was interrupted and why.
     let (mountpods, input, decision) = if synced.created && !synced.deleted {
         let mountpods = mountpods_of(&ctx, &name);
-        let input = gather(&volume, &va, &mountpods, &now);
+        let input = gather(&volume, &va, &mountpods, &now, |n| ctx.node_exists(n));
         let decision = tickets::decide(&input);
         (mountpods, input, decision)
     } else {
@@ -145,8 +152,32 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         res => res?,
     }
     volume_status?;
-    // A safety net: level-triggered reconciles also run without events.
-    Ok(Action::requeue(Duration::from_secs(300)))
+    if va.metadata.deletion_timestamp.is_some() && protection::has_finalizer(&va) {
+        let holders = protection::satisfied_workloads(&va, &decision);
+        if holders.is_empty() {
+            release_finalizer(&ctx, &va).await?;
+        } else {
+            let note = protection::blocked_note(&name, &holders);
+            warn!(volume = %name, holders = %holders.join(", "), "deletion of a VolumeAttachment in use waits");
+            publish_action(
+                &ctx,
+                &volume,
+                EventType::Warning,
+                "DeletionBlocked",
+                "DeleteVolumeAttachment",
+                &note,
+            )
+            .await;
+        }
+    }
+    // A safety net: level-triggered reconciles also run without events. A ticket that
+    // expires changes the decision with no event at all: decide again just after.
+    let safety_net = Duration::from_secs(300);
+    let wake = tickets::next_expiry(&input).map_or(safety_net, |at| {
+        let until = now.0.duration_until(at.0).unsigned_abs();
+        until.min(safety_net) + Duration::from_millis(50)
+    });
+    Ok(Action::requeue(wake))
 }
 
 /// Whether `decision` is to be re-checked with the API server before its statuses are
@@ -200,9 +231,41 @@ async fn recheck_mountpods(
         .filter(|mp| mp.spec.volume == name)
         .map(Arc::new)
         .collect();
-    let input = gather(volume, va, &fresh_mps, now);
+    let input = gather(volume, va, &fresh_mps, now, |n| ctx.node_exists(n));
     let decision = tickets::decide(&input);
     Ok((input, decision))
+}
+
+/// Let a VolumeAttachment being deleted go: remove the protection finalizer (a JSON
+/// patch that first tests it is still at that index).
+async fn release_finalizer(ctx: &Context, va: &VolumeAttachment) -> Result<(), Error> {
+    let name = va.name_any();
+    let Some(idx) = va
+        .finalizers()
+        .iter()
+        .position(|f| f == protection::ATTACHMENT_FINALIZER)
+    else {
+        return Ok(());
+    };
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "test", "path": format!("/metadata/finalizers/{idx}"), "value": protection::ATTACHMENT_FINALIZER},
+        {"op": "remove", "path": format!("/metadata/finalizers/{idx}")},
+    ]))
+    .expect("well-formed JSON patch");
+    match Api::<VolumeAttachment>::all(ctx.client.clone())
+        .patch(&name, &merge_params(), &Patch::<()>::Json(patch))
+        .await
+    {
+        Ok(_) => {}
+        // Gone already, or the finalizers changed: the next reconcile sees.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => return Ok(()),
+        Err(e) => {
+            return Err(e).context(|| format!("removing the finalizer of VolumeAttachment {name}"));
+        }
+    }
+    ctx.metrics.write("VolumeAttachment", "patch");
+    info!(volume = %name, "no workload ticket is satisfied: the VolumeAttachment may go");
+    Ok(())
 }
 
 async fn pin_volume(ctx: &Context, volume: &Volume, node: &str) -> Result<(), Error> {

@@ -112,7 +112,9 @@ fn gather_keeps_first_sightings_and_maps_mounts_by_node() {
         Arc::new(mountpod("n1", Some(MountPhase::Ready))),
         Arc::new(deleting(mountpod("n3", Some(MountPhase::Ready)))),
     ];
-    let input = gather(&volume(AccessMode::ReadWriteOnce), &va, &mps, &now);
+    let input = gather(&volume(AccessMode::ReadWriteOnce), &va, &mps, &now, |_| {
+        true
+    });
     let requested: Vec<(&str, Option<Time>)> = input
         .tickets
         .iter()
@@ -136,6 +138,27 @@ fn gather_keeps_first_sightings_and_maps_mounts_by_node() {
     assert_eq!(input.access_mode, AccessMode::ReadWriteOnce);
     assert!(!input.deleting);
     assert_eq!(input.pinned_node, None);
+    assert_eq!(input.now, now);
+    assert!(input.missing_nodes.is_empty());
+}
+
+#[test]
+fn gather_names_the_ticket_nodes_that_do_not_exist() {
+    let va = va(&[
+        ticket("a", AttacherType::Manual, "n1"),
+        ticket("b", AttacherType::CsiAttacher, "gone"),
+        ticket("c", AttacherType::CsiAttacher, "gone"),
+        ticket("d", AttacherType::Cleanup, "never"),
+    ]);
+    // A MountPod on a node no ticket names is not the tickets' business.
+    let mps = vec![Arc::new(mountpod("elsewhere", Some(MountPhase::Ready)))];
+    let input = gather(&volume(AccessMode::ReadWriteMany), &va, &mps, &t(1), |n| {
+        n == "n1"
+    });
+    assert_eq!(
+        input.missing_nodes.iter().collect::<Vec<_>>(),
+        ["gone", "never"]
+    );
 }
 
 #[test]
@@ -181,7 +204,7 @@ fn gather_reads_deletion_and_the_pin_from_the_volume() {
         ),
     ];
     for (what, v, deleting, pinned) in cases {
-        let input = gather(&v, &va, &[], &now);
+        let input = gather(&v, &va, &[], &now, |_| true);
         assert_eq!(
             (input.deleting, input.pinned_node.as_deref()),
             (deleting, pinned),

@@ -143,6 +143,8 @@ fn only_a_newly_satisfied_single_node_ticket_is_rechecked() {
             pinned_node: None,
             tickets: vec![],
             mounts: Default::default(),
+            now: t(0),
+            missing_nodes: Default::default(),
         },
         &t(1),
     ));

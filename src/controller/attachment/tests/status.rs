@@ -15,6 +15,8 @@ fn input_requested(tickets: &[(&str, i64)]) -> Input {
             })
             .collect(),
         mounts: Default::default(),
+        now: t(0),
+        missing_nodes: Default::default(),
     }
 }
 
