@@ -177,6 +177,7 @@ fail_start() {
       tail -n 25 "$LOGS/$c.log" >&2
     fi
   done
+  [[ ! -d "$CL/nodes" ]] || bash "$HARNESS_DIR/nodes.sh" down 9>&- || true
   stop_all
   exit 1
 }
@@ -219,8 +220,11 @@ cmd_up() {
   local bind=127.0.0.1 host_ip
   host_ip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -n1)
   # With nodes, real workloads: Deployments, DaemonSets, Pods of deleted Nodes.
-  local NODE_CONTROLLERS=""
+  # ServiceAccount admission mounts the token real Pods need; without nodes it stays
+  # off (a Pod created right after its namespace would race the serviceaccount controller).
+  local NODE_CONTROLLERS="" disable_admission=ServiceAccount
   if ((nodes > 0)); then
+    disable_admission=
     [[ -n "$host_ip" ]] || die "nodes need a non-loopback address (no default route)"
     bind=0.0.0.0
     NODE_CONTROLLERS=deployment-controller,replicaset-controller,daemonset-controller,pod-garbage-collector-controller
@@ -249,7 +253,7 @@ cmd_up() {
     --service-cluster-ip-range=10.0.0.0/24 \
     --authorization-mode=RBAC \
     --allow-privileged=true \
-    --disable-admission-plugins=ServiceAccount \
+    ${disable_admission:+--disable-admission-plugins=$disable_admission} \
     --enable-priority-and-fairness=false \
     --endpoint-reconciler-type=none \
     --profiling="${HARNESS_PROFILING:-false}" \

@@ -30,7 +30,7 @@ build_base() {
   mkdir -p "$IMAGES"
   [[ -x /bin/busybox ]] && /bin/busybox --list >/dev/null 2>&1 ||
     die "/bin/busybox (Debian's busybox-static) missing: run .ci/install-deps.sh"
-  ldd /bin/busybox 2>&1 | grep -q 'not a dynamic' || die "/bin/busybox is not static (install busybox-static)"
+  [[ "$(ldd /bin/busybox 2>&1 || true)" == *"not a dynamic"* ]] || die "/bin/busybox is not static (install busybox-static)"
   img --name "$REG/pause:3.10" --out "$IMAGES/pause.tar" --file "$BIN/pause:/pause" --entrypoint /pause --user 65535:65535
   img --name "$REG/busybox:1.35" --out "$IMAGES/busybox.tar" --file /bin/busybox:/bin/busybox \
     --busybox-applets /bin/busybox:/bin --dir /tmp:1777 --dir /root:700 --dir /etc --cmd sh
@@ -39,7 +39,7 @@ build_base() {
 # --file arguments for BINARY's shared libraries and loader (none for a static binary).
 lib_args() {
   local line lib
-  ldd "$1" 2>/dev/null | while read -r line; do
+  { ldd "$1" 2>/dev/null || true; } | while read -r line; do
     case "$line" in
       *"=> /"*) lib=${line#*=> }; lib=${lib%% (*} ;;
       /*) lib=${line%% (*} ;;
@@ -89,8 +89,10 @@ load() {
   for n in "${nodes[@]}"; do
     t=$(date +%s%3N)
     for f in "$IMAGES"/*.tar; do
-      "$BIN/ctr" --address "$CL/nodes/$n/run/containerd/containerd.sock" -n k8s.io images import "$f" >/dev/null ||
-        die "import of $f into $n failed"
+      # (ctr relays containerd's cgroup-v1 deprecation warning on every call: keep it
+      # out of the way unless the import fails)
+      "$BIN/ctr" --address "$CL/nodes/$n/run/containerd/containerd.sock" -n k8s.io images import "$f" \
+        >/dev/null 2>"$IMAGES/.ctr.err" || { cat "$IMAGES/.ctr.err" >&2; die "import of $f into $n failed"; }
     done
     log "loaded $(ls "$IMAGES"/*.tar | wc -l) images into $n in $(( $(date +%s%3N) - t ))ms"
   done

@@ -247,8 +247,8 @@ node_init() { # node_init NODE IP (as `nodes.sh _init`)
   [[ -S /run/containerd/containerd.sock ]] || die "containerd socket did not appear"
   # The pinned sandbox image and the test image, before the kubelet takes Pods.
   for f in "$IMAGES"/pause.tar "$IMAGES"/busybox.tar; do
-    "$BIN/ctr" --address /run/containerd/containerd.sock -n k8s.io images import "$f" >/dev/null ||
-      die "cannot import $f"
+    "$BIN/ctr" --address /run/containerd/containerd.sock -n k8s.io images import "$f" >/dev/null 2>"$d/logs/ctr.err" ||
+      { cat "$d/logs/ctr.err" >&2; die "cannot import $f"; }
   done
   setsid "$BIN/kubelet" --config="$d/kubelet.yaml" --kubeconfig="$CL/pki/admin.kubeconfig" \
     --hostname-override="$n" --node-ip="$ip" --root-dir=/var/lib/kubelet \
