@@ -19,6 +19,7 @@
 #                    to be Ready and for every node's kubelet to list csi.tessera.io
 #   deploy.sh down   delete what `up` applied (refuses while Tessera volumes exist,
 #                    unless FORCE=1)
+#   deploy.sh render print the manifests `up` applies
 set -euo pipefail
 
 HARNESS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -133,5 +134,6 @@ cmd_down() {
 case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
-  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+  render) write_overlay; k kustomize "$OVERLAY" ;;
+  *) echo "usage: $0 up|down|render" >&2; exit 2 ;;
 esac

@@ -83,18 +83,23 @@ running_nodes() {
 }
 
 load() {
-  local nodes=("$@") n f t
+  local nodes=("$@") n f t sock have want loaded
   ((${#nodes[@]})) || mapfile -t nodes < <(running_nodes)
   ((${#nodes[@]})) || { log "no running node to load into"; return 0; }
   for n in "${nodes[@]}"; do
-    t=$(date +%s%3N)
+    t=$(date +%s%3N); loaded=0
+    sock="$CL/nodes/$n/run/containerd/containerd.sock"
+    # (ctr relays containerd's cgroup-v1 deprecation warning on every call: keep it
+    # out of the way unless something fails)
+    have=$("$BIN/ctr" --address "$sock" -n k8s.io images ls 2>/dev/null | awk 'NR > 1 { print $3 }')
     for f in "$IMAGES"/*.tar; do
-      # (ctr relays containerd's cgroup-v1 deprecation warning on every call: keep it
-      # out of the way unless the import fails)
-      "$BIN/ctr" --address "$CL/nodes/$n/run/containerd/containerd.sock" -n k8s.io images import "$f" \
-        >/dev/null 2>"$IMAGES/.ctr.err" || { cat "$IMAGES/.ctr.err" >&2; die "import of $f into $n failed"; }
+      want=$(tar -xOf "$f" index.json | sed -n 's/.*"digest":"\(sha256:[0-9a-f]*\)".*/\1/p')
+      if [[ -n "$want" ]] && grep -qx "$want" <<<"$have"; then continue; fi
+      "$BIN/ctr" --address "$sock" -n k8s.io images import "$f" >/dev/null 2>"$IMAGES/.ctr.err" ||
+        { cat "$IMAGES/.ctr.err" >&2; die "import of $f into $n failed"; }
+      loaded=$((loaded + 1))
     done
-    log "loaded $(ls "$IMAGES"/*.tar | wc -l) images into $n in $(( $(date +%s%3N) - t ))ms"
+    log "$n: imported $loaded of $(ls "$IMAGES"/*.tar | wc -l) images (others already there) in $(( $(date +%s%3N) - t ))ms"
   done
 }
 

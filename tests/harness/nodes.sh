@@ -300,13 +300,14 @@ stop_node() { # stop_node NODE: kubelet first (TERM), then every process of the 
   rm -f "$d/pids/"*.pid 2>/dev/null || true
 }
 
-wait_ready() { # wait_ready NODE... : Node objects Ready (kubelet registered, runtime+network ready)
+wait_ready() { # wait_ready NODE... : Node objects Ready (kubelet registered, runtime+network
+  # ready) and schedulable (the node-lifecycle controller lifted the not-ready taint)
   local deadline=$(( $(date +%s) + ${HARNESS_NODE_READY_TIMEOUT:-120} )) n st
   for n in "$@"; do
     while :; do
       st=$("$BIN/kubectl" --kubeconfig "$CL/kubeconfig" get node "$n" \
-        -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
-      [[ "$st" == True ]] && break
+        -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}' 2>/dev/null || true)
+      [[ "$st" == "True " ]] && break
       node_alive "$n" || { tail -n 20 "$NODES_DIR/$n/logs/kubelet.log" "$NODES_DIR/$n/logs/containerd.log" >&2; die "$n exited"; }
       if (( $(date +%s) > deadline )); then
         tail -n 20 "$NODES_DIR/$n/logs/kubelet.log" >&2
