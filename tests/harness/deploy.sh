@@ -33,7 +33,8 @@ DRIVER=csi.tessera.io
 
 log() { printf '[deploy] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
-k() { "$BIN/kubectl" --kubeconfig "$CL/kubeconfig" "$@"; }
+# (--cache-dir: kubectl would write its discovery cache to ~/.kube/cache)
+k() { "$BIN/kubectl" --kubeconfig "$CL/kubeconfig" --cache-dir "$CL/kubectl-cache" "$@"; }
 
 [[ -f "$CL/cluster.env" ]] || die "no cluster: make cluster-up first"
 # shellcheck disable=SC1091

@@ -32,6 +32,8 @@ SANDBOX_IMAGE=harness.tessera.io/pause:3.10
 IMAGES="$ROOT/target/images"
 
 log() { printf '[nodes] %s\n' "$*" >&2; }
+# (--cache-dir: kubectl would write its discovery cache to ~/.kube/cache)
+kc() { "$BIN/kubectl" --kubeconfig "$CL/kubeconfig" --cache-dir "$CL/kubectl-cache" "$@"; }
 die() { log "error: $*"; exit 1; }
 now_ms() { date +%s%3N; }
 
@@ -305,7 +307,7 @@ wait_ready() { # wait_ready NODE... : Node objects Ready (kubelet registered, ru
   local deadline=$(( $(date +%s) + ${HARNESS_NODE_READY_TIMEOUT:-120} )) n st
   for n in "$@"; do
     while :; do
-      st=$("$BIN/kubectl" --kubeconfig "$CL/kubeconfig" get node "$n" \
+      st=$(kc get node "$n" \
         -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}' 2>/dev/null || true)
       [[ "$st" == "True " ]] && break
       node_alive "$n" || { tail -n 20 "$NODES_DIR/$n/logs/kubelet.log" "$NODES_DIR/$n/logs/containerd.log" >&2; die "$n exited"; }
@@ -361,7 +363,7 @@ cmd_down() {
   local n
   for n in $(ls "$NODES_DIR" 2>/dev/null); do
     stop_node "$n"
-    "$BIN/kubectl" --kubeconfig "$CL/kubeconfig" delete node "$n" --wait=false >/dev/null 2>&1 || true
+    kc delete node "$n" --wait=false >/dev/null 2>&1 || true
   done
   [[ ! -d "$SHARED" ]] || unmount_under "$SHARED"
   rm -f "$CL/nodes.env"
@@ -375,7 +377,7 @@ cmd_status() {
   local n rc=0 st
   for n in $(ls "$NODES_DIR" 2>/dev/null); do
     if node_alive "$n"; then
-      st=$("$BIN/kubectl" --kubeconfig "$CL/kubeconfig" get node "$n" \
+      st=$(kc get node "$n" \
         -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || echo "?")
       printf '%-24s running  kubelet pid %s  Ready=%s\n' "$n" "$(kubelet_pid "$n")" "$st"
       [[ "$st" == True ]] || rc=1
