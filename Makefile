@@ -5,7 +5,7 @@ CARGO ?= cargo
 
 include tests/harness/harness.mk
 
-.PHONY: all build test lint crds demo image bench-fuse bench-controller bench-attach
+.PHONY: all build test lint crds demo image-containerfile bench-fuse bench-controller bench-attach
 
 all: build
 
@@ -31,11 +31,13 @@ test: lint harness
 demo: harness
 	ONCE=$(ONCE) bash tests/demo.sh
 
-## image: the container image config/ runs (tessera:0.1.0); needs docker or podman
+## image-containerfile: the container image config/ runs (tessera:0.1.0) for a real
+## registry; needs docker or podman (`make image`, in tests/harness/harness.mk, builds
+## the harness nodes' images offline)
 CONTAINER ?= $(shell command -v podman || command -v docker)
 IMAGE ?= tessera:0.1.0
-image:
-	@test -n "$(CONTAINER)" || { echo "make image: needs docker or podman (CONTAINER=...)"; exit 1; }
+image-containerfile:
+	@test -n "$(CONTAINER)" || { echo "make image-containerfile: needs docker or podman (CONTAINER=...)"; exit 1; }
 	$(CONTAINER) build -t $(IMAGE) -f Containerfile .
 
 ## bench-fuse: fio + metadata benchmark: native vs tessera mount vs bindfs, on the

@@ -18,6 +18,14 @@ if [[ ! -e /proc/fs/xfs/xqmstat ]]; then
   dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
   command -v xz >/dev/null || need_apt+=(xz-utils)
 fi
+# The harness nodes (tests/harness/nodes.sh, images.sh): runc is built with seccomp
+# (cgo, libseccomp-dev), the test image is Debian's static busybox, and the nodes use
+# unshare/findmnt/mountpoint (util-linux), ip (iproute2) and a C compiler for cgo.
+dpkg -s libseccomp-dev >/dev/null 2>&1 || need_apt+=(libseccomp-dev)
+dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
+command -v ip >/dev/null || need_apt+=(iproute2)
+command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
+command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 if ((${#need_apt[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

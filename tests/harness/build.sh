@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Builds Tessera's test control plane into target/harness/bin/ (relative to
-# the repository root):
+# Builds Tessera's test control plane and nodes into target/harness/bin/ (relative
+# to the repository root):
 #
 #   k8s-harness      pki | etcd | kube-apiserver | kube-controller-manager |
 #                    kube-scheduler | freeports | wait-ready | readyz
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 #                    symlinks to k8s-harness (dispatch on argv[0])
-#   kubectl, csi-attacher, csi-provisioner, csi-resizer, csi-sanity, kwok
+#   kubectl, csi-attacher, csi-provisioner, csi-resizer, csi-sanity, kwok,
+#   kubelet, csi-node-driver-registrar (tools of this module)
+#   oci-image, pause (cmd/: image builder and sandbox binary of the nodes)
+#   containerd, containerd-shim-runc-v2, ctr, runc, cni/{ptp,host-local,loopback}
+#                    (module nodes/: the node runtime)
 #
-# A no-op when every binary exists and the stamp files are newer than every
-# harness source (*.go, go.mod, go.sum, this script); editing only *.go files
-# relinks only k8s-harness. Uses the default
-# GOMODCACHE/GOCACHE so repeated builds are incremental.
+# A no-op when every binary exists and the stamp files are newer than the sources
+# of its part (see the *_SRC patterns below); editing only top-level *.go files
+# relinks only k8s-harness. Uses the default GOMODCACHE/GOCACHE so repeated builds
+# are incremental.
 #
 # Environment:
 #   HARNESS_FORCE=1     rebuild even if up to date
 #   HARNESS_GO_P=N      go build -p (default 2)
 #   HARNESS_BIN=DIR     output dir (default <repo>/target/harness/bin)
+#   HARNESS_NO_NODES=1  skip the node runtime (containerd, runc, CNI plugins)
 set -euo pipefail
 
 HARNESS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,36 +43,70 @@ TOOLS=(
   github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer
   github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity
   sigs.k8s.io/kwok/cmd/kwok
+  k8s.io/kubernetes/cmd/kubelet
+  github.com/kubernetes-csi/node-driver-registrar/cmd/csi-node-driver-registrar
+)
+# cmd/: small binaries of this module (stdlib only), built in seconds.
+SMALL=(oci-image pause)
+# nodes/go.mod (a module of its own: containerd and runc do not resolve in this
+# module's graph). runc needs cgo and libseccomp-dev (.ci/install-deps.sh).
+CONTAINERD_VERSION=v2.4.2
+NODE_TOOLS=(
+  github.com/containerd/containerd/v2/cmd/containerd
+  github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+  github.com/containerd/containerd/v2/cmd/ctr
+)
+CNI_PLUGINS=(
+  github.com/containernetworking/plugins/plugins/main/ptp
+  github.com/containernetworking/plugins/plugins/ipam/host-local
+  github.com/containernetworking/plugins/plugins/main/loopback
 )
 
 log() { printf '[harness-build] %s\n' "$*" >&2; }
 
-# Two parts, each with its own stamp (recording when its build *started*, so a
+# Four parts, each with its own stamp (recording when its build *started*, so a
 # source edited during a build triggers the next one):
-#   harness: k8s-harness, rebuilt when any *.go, go.mod, go.sum or build.sh changes
-#   tools:   kubectl + sidecars, rebuilt only when go.mod, go.sum or build.sh change
-newer_than() { # newer_than STAMP NAME-PATTERN...: prints a source newer than STAMP
-  local stamp=$1; shift
+#   harness: k8s-harness, rebuilt when a top-level *.go, go.mod, go.sum or build.sh changes
+#   tools:   kubectl, kubelet + sidecars, rebuilt only when go.mod, go.sum or build.sh change
+#   small:   cmd/*, rebuilt when cmd/**/*.go, go.mod or build.sh change
+#   nodes:   containerd, runc, CNI plugins, rebuilt when nodes/go.{mod,sum} or build.sh change
+newer_than() { # newer_than STAMP DIR DEPTH NAME-PATTERN...: prints a source newer than STAMP
+  local stamp=$1 dir=$2 depth=$3; shift 3
   local expr=() n
   for n in "$@"; do expr+=(${expr[0]+-o} -name "$n"); done
-  find "$HARNESS_DIR" -maxdepth 2 \( "${expr[@]}" \) -newer "$stamp" -print -quit
+  find "$dir" -maxdepth "$depth" \( "${expr[@]}" \) -newer "$stamp" -print -quit
+}
+
+fresh() { # fresh PART BINARY...: stamp exists and every binary is executable
+  local part=$1 b; shift
+  [[ -z "${HARNESS_FORCE:-}" && -f "$STAMP.$part" ]] || return 1
+  for b in "$@"; do [[ -x "$BIN/$b" ]] || return 1; done
 }
 
 harness_up_to_date() {
-  [[ -z "${HARNESS_FORCE:-}" && -f "$STAMP.harness" ]] || return 1
-  local b
-  for b in "${HARNESS_BINS[@]}" "${LINKS[@]}"; do [[ -x "$BIN/$b" ]] || return 1; done
-  [[ -z "$(newer_than "$STAMP.harness" '*.go' go.mod go.sum build.sh)" ]]
+  fresh harness "${HARNESS_BINS[@]}" "${LINKS[@]}" &&
+    [[ -z "$(newer_than "$STAMP.harness" "$HARNESS_DIR" 1 '*.go' go.mod go.sum build.sh)" ]]
 }
 
 tools_up_to_date() {
-  [[ -z "${HARNESS_FORCE:-}" && -f "$STAMP.tools" ]] || return 1
-  local b
-  for b in "${TOOLS[@]}"; do [[ -x "$BIN/${b##*/}" ]] || return 1; done
-  [[ -z "$(newer_than "$STAMP.tools" go.mod go.sum build.sh)" ]]
+  fresh tools "${TOOLS[@]##*/}" &&
+    [[ -z "$(newer_than "$STAMP.tools" "$HARNESS_DIR" 1 go.mod go.sum build.sh)" ]]
 }
 
-up_to_date() { harness_up_to_date && tools_up_to_date; }
+small_up_to_date() {
+  fresh small "${SMALL[@]}" &&
+    [[ -z "$(newer_than "$STAMP.small" "$HARNESS_DIR" 1 go.mod build.sh)" ]] &&
+    [[ -z "$(newer_than "$STAMP.small" "$HARNESS_DIR/cmd" 3 '*.go')" ]]
+}
+
+nodes_up_to_date() {
+  [[ -n "${HARNESS_NO_NODES:-}" ]] && return 0
+  fresh nodes "${NODE_TOOLS[@]##*/}" runc "${CNI_PLUGINS[@]/#*\//cni/}" &&
+    [[ -z "$(newer_than "$STAMP.nodes" "$HARNESS_DIR" 1 build.sh)" ]] &&
+    [[ -z "$(newer_than "$STAMP.nodes" "$HARNESS_DIR/nodes" 1 go.mod go.sum)" ]]
+}
+
+up_to_date() { harness_up_to_date && tools_up_to_date && small_up_to_date && nodes_up_to_date; }
 
 if up_to_date; then
   log "up to date ($BIN)"
@@ -111,6 +150,34 @@ if ! tools_up_to_date; then
   for t in "${TOOLS[@]}"; do mv -f "$tmp/${t##*/}" "$BIN/${t##*/}"; done
   rm -rf "$tmp"
   mv -f "$STAMP.tools.new" "$STAMP.tools"
+  log "tools done after $(( $(date +%s) - start ))s"
+fi
+
+if ! small_up_to_date; then
+  touch "$STAMP.small.new"
+  log "building ${SMALL[*]} ..."
+  go build -p "$GO_P" -trimpath -ldflags "-s -w" -o "$BIN/" "${SMALL[@]/#/./cmd/}"
+  mv -f "$STAMP.small.new" "$STAMP.small"
+fi
+
+if ! nodes_up_to_date; then
+  touch "$STAMP.nodes.new"
+  log "building the node runtime: ${NODE_TOOLS[*]##*/} runc ${CNI_PLUGINS[*]##*/} ..."
+  tmp="$BIN/.nodes.new"
+  rm -rf "$tmp"; mkdir -p "$tmp/cni" "$BIN/cni"
+  (
+    cd "$HARNESS_DIR/nodes"
+    CGO_ENABLED=0 go build -p "$GO_P" -trimpath -tags no_btrfs,no_devmapper,no_zfs \
+      -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+      -o "$tmp/" "${NODE_TOOLS[@]}"
+    CGO_ENABLED=0 go build -p "$GO_P" -trimpath -ldflags "-s -w" -o "$tmp/cni/" "${CNI_PLUGINS[@]}"
+    # seccomp: containerd's default sandbox profile needs it (libseccomp-dev).
+    CGO_ENABLED=1 go build -p "$GO_P" -trimpath -tags seccomp -ldflags "-s -w" -o "$tmp/" github.com/opencontainers/runc
+  )
+  for t in "${NODE_TOOLS[@]##*/}" runc; do mv -f "$tmp/$t" "$BIN/$t"; done
+  for t in "${CNI_PLUGINS[@]##*/}"; do mv -f "$tmp/cni/$t" "$BIN/cni/$t"; done
+  rm -rf "$tmp"
+  mv -f "$STAMP.nodes.new" "$STAMP.nodes"
 fi
 
 log "built in $(( $(date +%s) - start ))s into $BIN"

@@ -3,8 +3,9 @@
 # + kube-scheduler on loopback, each a detached process (own session/process
 # group), built by tests/harness/build.sh.
 #
-#   cluster.sh up       start (or reuse) the cluster; safe to call concurrently
-#   cluster.sh down     stop every process started by `up`
+#   cluster.sh up       start (or reuse) the cluster; safe to call concurrently;
+#                       with HARNESS_NODES=N also N real nodes (nodes.sh)
+#   cluster.sh down     stop every process started by `up`, nodes included
 #   cluster.sh status   print what runs; exit 0 iff the cluster is up and ready
 #
 # Layout (relative to the repository root):
@@ -25,6 +26,11 @@
 #   HARNESS_KCM_CONTROLLERS  override kube-controller-manager --controllers
 #   HARNESS_NO_SCHEDULER=1 do not start kube-scheduler
 #   HARNESS_PROFILING=true serve /debug/pprof on kube-apiserver (admin only)
+#   HARNESS_NODES=N        also start (or keep) N nodes tessera-node-a, -b, ... (default
+#                          0: control plane only; `make cluster-up` passes NODES=2). A
+#                          cluster started with N > 0 serves the API on every address
+#                          (its Pods reach it at the host's address); one started with
+#                          0 serves on loopback only and cannot take nodes later.
 set -euo pipefail
 
 HARNESS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -171,6 +177,7 @@ fail_start() {
       tail -n 25 "$LOGS/$c.log" >&2
     fi
   done
+  [[ ! -d "$CL/nodes" ]] || bash "$HARNESS_DIR/nodes.sh" down 9>&- || true
   stop_all
   exit 1
 }
@@ -178,8 +185,16 @@ fail_start() {
 cmd_up() {
   take_lock
 
+  local nodes=${HARNESS_NODES:-0}
+  [[ "$nodes" =~ ^[0-9]+$ ]] || die "HARNESS_NODES=$nodes: want a number"
   if all_alive; then
     if "$BIN/k8s-harness" wait-ready --kubeconfig "$CL/kubeconfig" --timeout 30s; then
+      if ((nodes > 0)); then
+        grep -q '^TESSERA_APISERVER_BIND=0.0.0.0$' "$CL/cluster.env" ||
+          die "this control plane serves on loopback only (started without nodes): run cluster.sh down first"
+        bash "$HARNESS_DIR/build.sh" 9>&-
+        bash "$HARNESS_DIR/nodes.sh" up "$nodes" 9>&-
+      fi
       log "reusing running cluster ($(elapsed)); KUBECONFIG=$CL/kubeconfig"
       echo "$CL/kubeconfig"
       return 0
@@ -188,17 +203,34 @@ cmd_up() {
   fi
 
   # Stale or partial cluster: clean up before starting fresh.
+  [[ ! -d "$CL/nodes" ]] || bash "$HARNESS_DIR/nodes.sh" down 9>&-
   stop_all
   bash "$HARNESS_DIR/build.sh" 9>&-
   local tb=$(now_ms)
 
+  # Never wipe through a mount (a node's FUSE mount reaches backend data).
+  if grep -qF " $CL/" /proc/self/mountinfo; then die "mounts left under $CL; run cluster.sh down"; fi
   rm -rf "${CL:?}"/*
   mkdir -p "$PKI" "$LOGS" "$PIDS" "$CL/etcd"
   local ports API EC EP
   ports=$("$BIN/k8s-harness" freeports 3)
   API=$(sed -n 1p <<<"$ports"); EC=$(sed -n 2p <<<"$ports"); EP=$(sed -n 3p <<<"$ports")
 
-  "$BIN/k8s-harness" pki --port "$API" "$PKI"
+  # With nodes, their Pods reach the apiserver at the host's address (no kube-proxy).
+  local bind=127.0.0.1 host_ip
+  host_ip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -n1)
+  # With nodes, real workloads: Deployments, DaemonSets, Pods of deleted Nodes, and
+  # the not-ready taint the kubelet registers a Node with, lifted once it is Ready.
+  # ServiceAccount admission mounts the token real Pods need; without nodes it stays
+  # off (a Pod created right after its namespace would race the serviceaccount controller).
+  local NODE_CONTROLLERS="" disable_admission=ServiceAccount
+  if ((nodes > 0)); then
+    disable_admission=
+    [[ -n "$host_ip" ]] || die "nodes need a non-loopback address (no default route)"
+    bind=0.0.0.0
+    NODE_CONTROLLERS=deployment-controller,replicaset-controller,daemonset-controller,pod-garbage-collector-controller,node-lifecycle-controller
+  fi
+  "$BIN/k8s-harness" pki --port "$API" ${host_ip:+--ip "$host_ip"} "$PKI"
   expected_components >"$CL/components"
 
   start_component etcd --data-dir "$CL/etcd" --client-port "$EC" --peer-port "$EP" --log-level=error
@@ -206,20 +238,23 @@ cmd_up() {
 
   start_component kube-apiserver \
     --etcd-servers="http://127.0.0.1:$EC" \
-    --bind-address=127.0.0.1 \
+    --bind-address="$bind" \
     --advertise-address=127.0.0.1 \
     --secure-port="$API" \
     --cert-dir="$PKI" \
     --tls-cert-file="$PKI/serving.crt" \
     --tls-private-key-file="$PKI/serving.key" \
     --client-ca-file="$PKI/ca.crt" \
+    --kubelet-client-certificate="$PKI/admin.crt" \
+    --kubelet-client-key="$PKI/admin.key" \
+    --kubelet-preferred-address-types=InternalIP \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$PKI/sa.pub" \
     --service-account-signing-key-file="$PKI/sa.key" \
     --service-cluster-ip-range=10.0.0.0/24 \
     --authorization-mode=RBAC \
     --allow-privileged=true \
-    --disable-admission-plugins=ServiceAccount \
+    ${disable_admission:+--disable-admission-plugins=$disable_admission} \
     --enable-priority-and-fairness=false \
     --endpoint-reconciler-type=none \
     --profiling="${HARNESS_PROFILING:-false}" \
@@ -235,7 +270,7 @@ cmd_up() {
     --kubeconfig="$PKI/admin.kubeconfig" \
     --leader-elect=false \
     --secure-port=0 \
-    --controllers="$KCM_CONTROLLERS" \
+    --controllers="$KCM_CONTROLLERS${NODE_CONTROLLERS:+,$NODE_CONTROLLERS}" \
     --service-account-private-key-file="$PKI/sa.key" \
     --root-ca-file="$PKI/ca.crt" \
     --cluster-name=tessera \
@@ -265,14 +300,20 @@ TESSERA_APISERVER_PORT=$API
 TESSERA_ETCD_CLIENT_PORT=$EC
 TESSERA_ETCD_PEER_PORT=$EP
 TESSERA_HARNESS_BIN=$BIN
+TESSERA_APISERVER_BIND=$bind
+TESSERA_HOST_IP=$host_ip
 EOF
   local ts=$(( $(now_ms) - tb ))
   log "cluster up in $(elapsed) (control plane start $((ts / 1000)).$(printf '%03d' $((ts % 1000)))s, rest was build/lock); KUBECONFIG=$CL/kubeconfig"
+  if ((nodes > 0)); then
+    bash "$HARNESS_DIR/nodes.sh" up "$nodes" 9>&- || fail_start "nodes did not start"
+  fi
   echo "$CL/kubeconfig"
 }
 
 cmd_down() {
   take_lock
+  [[ ! -d "$CL/nodes" ]] || bash "$HARNESS_DIR/nodes.sh" down 9>&-
   stop_all
   rm -rf "$CL/etcd" "$CL/kubeconfig" "$CL/cluster.env" "$CL/components"
   local left
@@ -298,6 +339,7 @@ cmd_status() {
   else
     echo "readyz: not ready"; rc=1
   fi
+  if [[ -d "$CL/nodes" ]]; then bash "$HARNESS_DIR/nodes.sh" status || rc=1; fi
   local orphans
   orphans=$(our_processes | tr '\n' ' ')
   echo "processes running from $BIN: ${orphans:-none}"

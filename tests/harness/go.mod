@@ -80,6 +80,8 @@ require (
 	k8s.io/kubernetes v1.36.3
 )
 
+require github.com/Microsoft/hnslib v0.1.2 // indirect
+
 require (
 	cel.dev/expr v0.25.2 // indirect
 	cyphar.com/go-pathrs v0.2.4 // indirect
@@ -170,6 +172,7 @@ require (
 	github.com/kubernetes-csi/external-provisioner/v6 v6.3.0 // indirect
 	github.com/kubernetes-csi/external-resizer/v2 v2.2.0 // indirect
 	github.com/kubernetes-csi/external-snapshotter/client/v8 v8.4.0 // indirect
+	github.com/kubernetes-csi/node-driver-registrar v0.0.0-00010101000000-000000000000 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/liggitt/tabwriter v0.0.0-20181228230101-89fcab3d43de // indirect
 	github.com/lithammer/dedent v1.1.0 // indirect
@@ -307,6 +310,10 @@ tool (
 	github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
 	github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
 	github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer
+	github.com/kubernetes-csi/node-driver-registrar/cmd/csi-node-driver-registrar
 	k8s.io/kubernetes/cmd/kubectl
+	k8s.io/kubernetes/cmd/kubelet
 	sigs.k8s.io/kwok/cmd/kwok
 )
+
+replace github.com/kubernetes-csi/node-driver-registrar => ./third_party/node-driver-registrar

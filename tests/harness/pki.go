@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,6 +26,7 @@ import (
 //	ca.crt ca.key                 ECDSA P-256 CA (also the client CA)
 //	serving.crt serving.key       apiserver serving cert, SANs 127.0.0.1 localhost
 //	                              kubernetes[.default[.svc[.cluster.local]]] 10.0.0.1
+//	                              and every --ip (the nodes' Pods reach the apiserver there)
 //	admin.crt admin.key           client cert CN=admin O=system:masters
 //	sa.key sa.pub                 service-account signing key pair
 //	admin.kubeconfig              https://127.0.0.1:PORT, CA only in certificate-authority-data
@@ -32,6 +34,7 @@ func runPKI(args []string) int {
 	fs := flag.NewFlagSet("pki", flag.ContinueOnError)
 	port := fs.Int("port", 6443, "kube-apiserver secure port written into admin.kubeconfig")
 	kubeconfigOnly := fs.Bool("kubeconfig-only", false, "reuse the existing CA/admin cert and only rewrite admin.kubeconfig")
+	extraIPs := fs.String("ip", "", "comma-separated extra IP SANs of the serving certificate")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -52,7 +55,19 @@ func runPKI(args []string) int {
 	if *kubeconfigOnly {
 		err = writeKubeconfigFromDir(dir, *port)
 	} else {
-		err = generatePKI(dir, *port)
+		var ips []net.IP
+		for _, s := range strings.Split(*extraIPs, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			ip := net.ParseIP(s)
+			if ip == nil {
+				fmt.Fprintf(os.Stderr, "pki: bad --ip %q\n", s)
+				return 2
+			}
+			ips = append(ips, ip)
+		}
+		err = generatePKI(dir, *port, ips)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "pki: %v\n", err)
@@ -61,7 +76,7 @@ func runPKI(args []string) int {
 	return 0
 }
 
-func generatePKI(dir string, port int) error {
+func generatePKI(dir string, port int, extraIPs []net.IP) error {
 	notBefore := time.Now().Add(-1 * time.Hour)
 	notAfter := notBefore.Add(10 * 365 * 24 * time.Hour)
 
@@ -106,7 +121,7 @@ func generatePKI(dir string, port int) error {
 			"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local",
 		},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
+		IPAddresses: append([]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")}, extraIPs...),
 	}
 	servDER, err := x509.CreateCertificate(rand.Reader, servTmpl, caCert, servKey.Public(), caKey)
 	if err != nil {

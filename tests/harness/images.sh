@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Container images for the harness nodes, with no registry and no container engine:
+# one-layer OCI archives written by `oci-image` (tests/harness/cmd/oci-image) from
+# binaries on this machine, imported into each node's containerd with `ctr`.
+#
+#   images.sh build-base     pause + busybox archives (node start-up loads them)
+#   images.sh build          + tessera (release binary and the libraries ldd names)
+#                            + the CSI sidecars config/ runs, built by build.sh
+#   images.sh load [NODE...] import every archive into the nodes (default: all running)
+#
+# Archives: target/images/<name>.tar. Image names: harness.tessera.io/<name>:<tag>
+# (the deploy overlay maps config/'s names onto them).
+set -euo pipefail
+
+HARNESS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HARNESS_DIR/../.." && pwd)"
+BIN="${HARNESS_BIN:-$ROOT/target/harness/bin}"
+CL="${HARNESS_CLUSTER_DIR:-$ROOT/target/cluster}"
+IMAGES="$ROOT/target/images"
+REG=harness.tessera.io
+# name:tag of each sidecar image; binaries of the same names are in $BIN.
+SIDECARS=(csi-provisioner:v6.3.0 csi-attacher:v4.12.0 csi-resizer:v2.2.0 csi-node-driver-registrar:v2.17.0)
+
+log() { printf '[images] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+img() { "$BIN/oci-image" "$@"; }
+
+build_base() {
+  mkdir -p "$IMAGES"
+  [[ -x /bin/busybox ]] && /bin/busybox --list >/dev/null 2>&1 ||
+    die "/bin/busybox (Debian's busybox-static) missing: run .ci/install-deps.sh"
+  [[ "$(ldd /bin/busybox 2>&1 || true)" == *"not a dynamic"* ]] || die "/bin/busybox is not static (install busybox-static)"
+  img --name "$REG/pause:3.10" --out "$IMAGES/pause.tar" --file "$BIN/pause:/pause" --entrypoint /pause --user 65535:65535
+  img --name "$REG/busybox:1.35" --out "$IMAGES/busybox.tar" --file /bin/busybox:/bin/busybox \
+    --busybox-applets /bin/busybox:/bin --dir /tmp:1777 --dir /root:700 --dir /etc --cmd sh
+}
+
+# --file arguments for BINARY's shared libraries and loader (none for a static binary).
+lib_args() {
+  local line lib
+  { ldd "$1" 2>/dev/null || true; } | while read -r line; do
+    case "$line" in
+      *"=> /"*) lib=${line#*=> }; lib=${lib%% (*} ;;
+      /*) lib=${line%% (*} ;;
+      *) continue ;;
+    esac
+    echo "--file"
+    echo "$(readlink -f "$lib"):$lib"
+  done
+}
+
+build_tessera() {
+  local target="${CARGO_TARGET_DIR:-$ROOT/target}" bin
+  log "cargo build --release --bin tessera"
+  (cd "$ROOT" && ${CARGO:-cargo} build --release --locked --bin tessera)
+  bin="$target/release/tessera"
+  [[ -x "$bin" ]] || die "$bin missing"
+  local libs=()
+  mapfile -t libs < <(lib_args "$bin")
+  # /proc/self/exe re-executes the binary for `tessera mount`; /tmp for the
+  # readOnlyRootFilesystem controller is not needed (it writes nothing).
+  img --name "$REG/tessera:0.1.0" --out "$IMAGES/tessera.tar" --file "$bin:/usr/bin/tessera:755" \
+    "${libs[@]}" --entrypoint /usr/bin/tessera --dir /tmp:1777
+  log "tessera image: $(( $(stat -c %s "$IMAGES/tessera.tar") / 1048576 )) MiB, libraries: $((${#libs[@]} / 2))"
+}
+
+build_sidecars() {
+  local s name
+  for s in "${SIDECARS[@]}"; do
+    name=${s%%:*}
+    [[ -x "$BIN/$name" ]] || die "$BIN/$name missing (build.sh builds it)"
+    img --name "$REG/$s" --out "$IMAGES/$name.tar" --file "$BIN/$name:/$name" --entrypoint "/$name"
+  done
+}
+
+running_nodes() {
+  local n
+  for n in $(ls "$CL/nodes" 2>/dev/null); do
+    [[ -S "$CL/nodes/$n/run/containerd/containerd.sock" ]] && echo "$n"
+  done
+  return 0
+}
+
+load() {
+  local nodes=("$@") n f t sock have want loaded
+  ((${#nodes[@]})) || mapfile -t nodes < <(running_nodes)
+  ((${#nodes[@]})) || { log "no running node to load into"; return 0; }
+  for n in "${nodes[@]}"; do
+    t=$(date +%s%3N); loaded=0
+    sock="$CL/nodes/$n/run/containerd/containerd.sock"
+    # (ctr relays containerd's cgroup-v1 deprecation warning on every call: keep it
+    # out of the way unless something fails)
+    have=$("$BIN/ctr" --address "$sock" -n k8s.io images ls 2>/dev/null | awk 'NR > 1 { print $3 }')
+    for f in "$IMAGES"/*.tar; do
+      want=$(tar -xOf "$f" index.json | sed -n 's/.*"digest":"\(sha256:[0-9a-f]*\)".*/\1/p')
+      if [[ -n "$want" ]] && grep -qx "$want" <<<"$have"; then continue; fi
+      "$BIN/ctr" --address "$sock" -n k8s.io images import "$f" >/dev/null 2>"$IMAGES/.ctr.err" ||
+        { cat "$IMAGES/.ctr.err" >&2; die "import of $f into $n failed"; }
+      loaded=$((loaded + 1))
+    done
+    log "$n: imported $loaded of $(ls "$IMAGES"/*.tar | wc -l) images (others already there) in $(( $(date +%s%3N) - t ))ms"
+  done
+}
+
+case "${1:-}" in
+  build-base) build_base ;;
+  build) build_base; build_tessera; build_sidecars ;;
+  load) shift; load "$@" ;;
+  *) echo "usage: $0 build-base|build|load [NODE...]" >&2; exit 2 ;;
+esac
