@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Runs every test. Without KUBECONFIG the local control plane from tests/harness is
-# started first and stopped at the end, and the end-to-end demo (`make demo ONCE=1`:
-# real external-provisioner and external-attacher, two node agents, FUSE mounts) runs
-# on a control plane of its own; with KUBECONFIG the cargo tests run against that
-# cluster and nothing is started or stopped.
+# started first and stopped at the end; then two real nodes (kubelet, containerd, runc)
+# with a control plane of their own (target/nodes-cluster) run the demo (`make demo
+# ONCE=1`: Tessera deployed from config/, a Pod moved between nodes) and the real-Pod
+# tests (tests/pods.rs, #[ignore]d elsewhere), and are stopped. With KUBECONFIG the
+# cargo tests run against that cluster and nothing is started or stopped.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
 started=0
 if [[ -z "${KUBECONFIG:-}" ]]; then
-  ONCE=1 bash tests/demo.sh
   if ! bash tests/harness/cluster.sh status >/dev/null 2>&1; then
     started=1
   fi
@@ -36,12 +36,24 @@ else
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
   where=" (the XFS project-quota tests ran in a QEMU VM: this kernel has no CONFIG_XFS_QUOTA)"
 fi
-set -e
 if [[ $started == 1 ]]; then
   bash tests/harness/cluster.sh down || true
 fi
+nodes=" (no real nodes: KUBECONFIG names a cluster)"
+if [[ -z "${KUBECONFIG:-}" ]]; then
+  # Real nodes: the demo deploys Tessera on them and leaves them up for the Pod tests.
+  nodes_cluster="$ROOT/target/nodes-cluster"
+  ONCE=1 KEEP_CLUSTER=1 HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/demo.sh 2>&1 | tee -a "$log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+  HARNESS_CLUSTER_DIR="$nodes_cluster" KUBECONFIG="$nodes_cluster/kubeconfig" \
+    cargo test --test pods -- --ignored --test-threads=1 --nocapture 2>&1 | tee -a "$log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+  HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/cluster.sh down || true
+  nodes="; the real-Pod tests ran on two real nodes"
+fi
+set -e
 # One closing line for the whole run.
-awk -v where="$where" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-     END { printf "tessera: %d passed, %d failed%s\n", p, f, where }' "$log"
+awk -v where="$where" -v nodes="$nodes" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tessera: %d passed, %d failed%s%s\n", p, f, where, nodes }' "$log"
 rm -f "$log"
 exit "$rc"

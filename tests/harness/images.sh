@@ -4,7 +4,8 @@
 # binaries on this machine, imported into each node's containerd with `ctr`.
 #
 #   images.sh build-base     pause + busybox archives (node start-up loads them)
-#   images.sh build          + tessera (release binary and the libraries ldd names)
+#   images.sh build          + tessera (release binary and the libraries ldd names;
+#                            TESSERA_IMAGE_BIN=PATH takes that binary instead)
 #                            + the CSI sidecars config/ runs, built by build.sh
 #   images.sh load [NODE...] import every archive into the nodes (default: all running)
 #
@@ -52,9 +53,17 @@ lib_args() {
 
 build_tessera() {
   local target="${CARGO_TARGET_DIR:-$ROOT/target}" bin
-  log "cargo build --release --bin tessera"
-  (cd "$ROOT" && ${CARGO:-cargo} build --release --locked --bin tessera)
-  bin="$target/release/tessera"
+  if [[ -n "${TESSERA_IMAGE_BIN:-}" ]]; then
+    # A binary built already (tests/run.sh: the debug build the tests use, which
+    # saves a release build); its debug info stripped into a copy.
+    [[ -x "$TESSERA_IMAGE_BIN" ]] || die "TESSERA_IMAGE_BIN=$TESSERA_IMAGE_BIN is not an executable"
+    bin="$IMAGES/tessera.bin"
+    objcopy --strip-debug "$TESSERA_IMAGE_BIN" "$bin"
+  else
+    log "cargo build --release --bin tessera"
+    (cd "$ROOT" && ${CARGO:-cargo} build --release --locked --bin tessera)
+    bin="$target/release/tessera"
+  fi
   [[ -x "$bin" ]] || die "$bin missing"
   local libs=()
   mapfile -t libs < <(lib_args "$bin")

@@ -9,6 +9,8 @@
 #   nodes.sh down     stop every node, unmount, remove its cgroups
 #   nodes.sh status   one line per node; exit 0 iff every started node is Ready
 #   nodes.sh enter NODE CMD...   run CMD in NODE's mount namespace
+#   nodes.sh restart-kubelet NODE   stop NODE's kubelet and start it again (its Pods,
+#                    mounts and containerd untouched), wait until the Node is Ready
 #
 # Layout: $CL/nodes/<node>/{kubelet,tessera,containerd,run,log,cni,sysctl}/, config
 # files, logs/ and pids; $CL/shared/ is /mnt/shared on every node (the backend root of
@@ -252,11 +254,33 @@ node_init() { # node_init NODE IP (as `nodes.sh _init`)
     "$BIN/ctr" --address /run/containerd/containerd.sock -n k8s.io images import "$f" >/dev/null 2>"$d/logs/ctr.err" ||
       { cat "$d/logs/ctr.err" >&2; die "cannot import $f"; }
   done
+  start_kubelet "$n" "$ip"
+}
+
+start_kubelet() { # start_kubelet NODE IP, in the node's mount namespace and cgroup
+  local n=$1 ip=$2 d="$NODES_DIR/$1"
+  export PATH="$BIN:$PATH"
   setsid "$BIN/kubelet" --config="$d/kubelet.yaml" --kubeconfig="$CL/pki/admin.kubeconfig" \
     --hostname-override="$n" --node-ip="$ip" --root-dir=/var/lib/kubelet \
     --cert-dir=/var/lib/kubelet/pki --v="${HARNESS_KUBELET_V:-1}" \
-    </dev/null >"$d/logs/kubelet.log" 2>&1 &
+    </dev/null >>"$d/logs/kubelet.log" 2>&1 &
   echo $! >"$d/pids/kubelet.pid"
+}
+
+restart_kubelet() { # restart_kubelet NODE: stop the kubelet (TERM), start it again with
+  # its node's containers, mounts and state untouched (what an upgrade or a crash of
+  # the kubelet alone does); waits until the Node is Ready again
+  local n=$1 d="$NODES_DIR/$1" pid i cpid t=$(now_ms)
+  pid=$(kubelet_pid "$n") || die "$n: no kubelet runs"
+  kill -TERM "$pid"
+  for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && die "$n: the kubelet did not stop"
+  cpid=$(<"$d/pids/containerd.pid")
+  nsenter -m -t "$cpid" -- bash -c '
+    for c in "${@:3}"; do echo $$ >"'"$CG_ROOT"'/$c/'"$CG_BASE"'/$1/cgroup.procs"; done
+    exec bash "'"$HARNESS_DIR/nodes.sh"'" _kubelet "$1" "$2"' _ "$n" "$(host_ip)" $(cg_controllers) 9>&-
+  wait_ready "$n"
+  log "restarted the kubelet of $n in $(( $(now_ms) - t ))ms"
 }
 
 start_node() { # start_node INDEX
@@ -394,5 +418,7 @@ case "${1:-}" in
   status) cmd_status ;;
   enter) n=$2; shift 2; exec nsenter -m -t "$(kubelet_pid "$n")" -- "$@" ;;
   _init) node_init "$2" "$3" ;;
-  *) echo "usage: $0 up N|down|status|enter NODE CMD..." >&2; exit 2 ;;
+  _kubelet) start_kubelet "$2" "$3" ;;
+  restart-kubelet) restart_kubelet "$2" ;;
+  *) echo "usage: $0 up N|down|status|enter NODE CMD...|restart-kubelet NODE" >&2; exit 2 ;;
 esac
