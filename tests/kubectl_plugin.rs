@@ -54,6 +54,18 @@ async fn apply_ticket(e: &Env, volume: &str, id: &str, node: &str, manager: &str
         .unwrap_or_else(|err| panic!("applying ticket {id}: {err}"));
 }
 
+/// Delete the test's Volume, keeping its data (no agent here could remove it), wait
+/// until it is gone (the controller still runs), then delete the nodes.
+async fn cleanup(e: &Env, vol: String) {
+    let retain =
+        json!({"metadata": {"annotations": {tessera::controller::ANNOTATION_RECLAIM: "Retain"}}});
+    Api::<tessera::api::Volume>::all(e.client.clone())
+        .patch(&vol, &PatchParams::default(), &Patch::Merge(&retain))
+        .await
+        .unwrap();
+    e.cleanup_waiting(&[vol]).await;
+}
+
 /// A line of `text` that contains every one of `words`.
 fn line_with<'a>(text: &'a str, words: &[&str]) -> &'a str {
     text.lines()
@@ -235,13 +247,25 @@ async fn tickets_and_status_name_reasons_and_owners() {
         String::from_utf8_lossy(&bad.stderr).contains("not found"),
         "{bad:?}"
     );
+    // --context picks a context of the kubeconfig: an unknown one is refused.
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
+        .arg("--kubeconfig")
+        .arg(support::kubeconfig_path())
+        .args(["--context=no-such-context", "tickets", &vol])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("no-such-context"),
+        "{bad:?}"
+    );
 
     let _ = svas.delete(&sva_name, &DeleteParams::default()).await;
     let _ = pvcs.delete(&e.id, &DeleteParams::default()).await;
     let _ = Api::<PersistentVolume>::all(e.client.clone())
         .delete(&pv_name, &DeleteParams::default())
         .await;
-    e.cleanup(&[vol]).await;
+    cleanup(&e, vol).await;
 }
 
 #[tokio::test]
@@ -369,5 +393,5 @@ async fn doctor_finds_missing_agents_and_waiting_tickets() {
         )
         .await;
     fixtures::delete_csinodes(&e.client, std::slice::from_ref(&n0)).await;
-    e.cleanup(&[vol]).await;
+    cleanup(&e, vol).await;
 }
