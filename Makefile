@@ -9,7 +9,7 @@ include tests/harness/harness.mk
 
 all: build
 
-## build: the tessera binary (release)
+## build: the tessera and kubectl-tessera binaries (release)
 build:
 	$(CARGO) build --release
 

@@ -36,5 +36,6 @@ pub mod host;
 pub mod labels;
 pub mod metrics;
 pub mod node;
+pub mod plugin;
 pub mod runtime;
 pub mod tickets;

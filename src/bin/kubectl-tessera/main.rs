@@ -1,0 +1,293 @@
+//! `kubectl tessera`: status, doctor and tickets for Tessera volumes (kubectl finds
+//! this binary as `kubectl-tessera` on PATH).
+//!
+//! This file is the command line and the output; `read` does the API reads and fills
+//! the plain structures of `tessera::plugin`, whose pure functions render and judge.
+
+mod read;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tessera::plugin::{doctor, status, tickets};
+
+/// kubectl tessera: what a Tessera volume waits for, and whether the install is healthy.
+#[derive(Parser, Debug)]
+#[command(name = "kubectl tessera", version)]
+struct Cli {
+    /// Path of the kubeconfig (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, global = true)]
+    kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true)]
+    context: Option<String>,
+    /// Namespace Tessera is installed in (its controller Lease and Pods).
+    #[arg(
+        long,
+        global = true,
+        env = "TESSERA_NAMESPACE",
+        default_value = "tessera-system"
+    )]
+    tessera_namespace: String,
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Text)]
+    output: Output,
+    /// Cut lines to this many columns (default: $COLUMNS, else the terminal's width;
+    /// 0: never cut).
+    #[arg(long, global = true)]
+    width: Option<usize>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// PVC → PV → VolumeAttachments → tickets → MountPods → agents → agent log.
+    Status {
+        /// `pvc/NAME`, `pv/NAME`, `volume/NAME` or a Volume's name.
+        target: String,
+        /// Namespace of a PVC.
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+        /// Lines of each agent's log to search for the volume.
+        #[arg(long, default_value_t = 500)]
+        log_lines: i64,
+        /// Lines of log to show per node.
+        #[arg(long, default_value_t = 10)]
+        show_lines: usize,
+    },
+    /// Check the install; exits 1 when a problem is found.
+    Doctor {
+        /// A ticket waiting longer than this is a problem (`90s`, `5m`, `1h`).
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
+        waiting_threshold: i64,
+        /// An object deleted longer ago and still held by finalizers is stuck.
+        #[arg(long, default_value = "10m", value_parser = parse_duration)]
+        stuck_threshold: i64,
+        /// Name of the controller's leader-election Lease.
+        #[arg(long, default_value = "tessera-controller")]
+        lease: String,
+        /// Only look at Tessera objects (Volumes, VolumeAttachments, MountPods) with
+        /// these labels (`k=v,…`).
+        #[arg(short = 'l', long)]
+        selector: Option<String>,
+        /// Only check the Nodes with these labels for an agent (where the DaemonSet runs).
+        #[arg(long)]
+        node_selector: Option<String>,
+    },
+    /// The tickets of a volume: owner (field manager) and how long each waits.
+    Tickets {
+        /// The Volume (`volume/NAME` or NAME).
+        volume: String,
+    },
+}
+
+/// `90s`, `5m`, `1h`, `2d` or plain seconds, in seconds.
+fn parse_duration(s: &str) -> Result<i64, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: i64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 90s, 5m or 1h"))?;
+    let mult = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{s:?}: unit must be s, m, h or d")),
+    };
+    Ok(n * mult)
+}
+
+/// Where kubectl would send us.
+async fn client(cli: &Cli) -> Result<kube::Client, read::Error> {
+    let config = if cli.kubeconfig.is_none() && cli.context.is_none() {
+        kube::Config::infer()
+            .await
+            .map_err(|e| read::Error::Config(e.to_string()))?
+    } else {
+        let kc = match &cli.kubeconfig {
+            Some(p) => Kubeconfig::read_from(p),
+            None => Kubeconfig::read(),
+        }
+        .map_err(|e| read::Error::Config(e.to_string()))?;
+        let opts = KubeConfigOptions {
+            context: cli.context.clone(),
+            ..Default::default()
+        };
+        kube::Config::from_custom_kubeconfig(kc, &opts)
+            .await
+            .map_err(|e| read::Error::Config(e.to_string()))?
+    };
+    kube::Client::try_from(config).map_err(|e| read::Error::Config(e.to_string()))
+}
+
+/// The width to cut lines to: the flag, `$COLUMNS`, or the terminal's; none when
+/// stdout is not a terminal (a pipe gets whole lines).
+fn width(flag: Option<usize>) -> Option<usize> {
+    if let Some(w) = flag {
+        return (w > 0).then_some(w);
+    }
+    if let Some(w) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse::<usize>().ok())
+    {
+        return (w > 0).then_some(w);
+    }
+    terminal_width()
+}
+
+fn terminal_width() -> Option<usize> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        return None;
+    }
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one `winsize` into the struct we own.
+    let rc = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
+    (rc == 0 && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    let mut s = serde_json::to_string_pretty(v).expect("plain data serializes");
+    s.push('\n');
+    s
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, read::Error> {
+    let client = client(&cli).await?;
+    let now = jiff::Timestamp::now();
+    let width = width(cli.width);
+    match &cli.command {
+        Command::Status {
+            target,
+            namespace,
+            log_lines,
+            show_lines,
+        } => {
+            let target = read::Target::parse(target, namespace)?;
+            let report = read::status(
+                &client,
+                &target,
+                &cli.tessera_namespace,
+                read::LogLimits {
+                    search: *log_lines,
+                    show: *show_lines,
+                },
+            )
+            .await?;
+            match cli.output {
+                Output::Json => print!("{}", json(&report)),
+                Output::Text => print!("{}", status::render(&report, now, width)),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tickets { volume } => {
+            let name = volume.strip_prefix("volume/").unwrap_or(volume);
+            let rows = read::ticket_rows(&client, name).await?;
+            match cli.output {
+                Output::Json => print!("{}", json(&rows)),
+                Output::Text => print!("{}", tickets::render(&rows, now, width)),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Doctor {
+            waiting_threshold,
+            stuck_threshold,
+            lease,
+            selector,
+            node_selector,
+        } => {
+            let selectors = read::Selectors {
+                objects: selector.as_deref(),
+                nodes: node_selector.as_deref(),
+            };
+            let inv = read::inventory(&client, &cli.tessera_namespace, lease, selectors).await?;
+            let th = doctor::Thresholds {
+                waiting_secs: *waiting_threshold,
+                stuck_secs: *stuck_threshold,
+            };
+            let findings = doctor::diagnose(&inv, now, th);
+            match cli.output {
+                Output::Json => print!(
+                    "{}",
+                    json(&serde_json::json!({"inventory": inv, "findings": findings}))
+                ),
+                Output::Text => print!("{}", doctor::render(&findings, width)),
+            }
+            let problem = findings
+                .iter()
+                .any(|f| f.severity == doctor::Severity::Problem);
+            Ok(if problem {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("kubectl tessera: {}", tessera::runtime::error_chain(&e));
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        for (s, want) in [
+            ("90", Ok(90)),
+            ("90s", Ok(90)),
+            ("5m", Ok(300)),
+            ("1h", Ok(3600)),
+            ("2d", Ok(172_800)),
+        ] {
+            assert_eq!(parse_duration(s), want, "{s}");
+        }
+        for bad in ["", "m", "5x", "1.5h", "-3s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_parses() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "kubectl-tessera",
+            "status",
+            "pvc/data",
+            "-n",
+            "apps",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(cli.output, Output::Json);
+        assert!(
+            matches!(cli.command, Command::Status { ref target, ref namespace, .. } if target == "pvc/data" && namespace == "apps")
+        );
+    }
+}

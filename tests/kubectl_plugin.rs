@@ -1,0 +1,397 @@
+//! `kubectl tessera` against the real control plane: the built `kubectl-tessera` binary
+//! run on objects the test creates, with a `tessera controller` scoped to the test and
+//! a stand-in agent reporting MountPods Ready. Checks that `tickets` and `status` name
+//! the tickets, their reasons and their owners (field managers), that `status` follows
+//! a PVC through its PV, and that `doctor` finds a node without an agent or a CSINode
+//! registration and a waiting ticket, and stops reporting what was fixed.
+
+mod support;
+
+use std::process::Output;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVA;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use support::env::Env;
+use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL};
+use tessera::api::VolumeAttachment;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Run `kubectl-tessera` with `args` against the cluster under test.
+fn plugin(args: &[&str]) -> Output {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
+        .arg("--kubeconfig")
+        .arg(support::kubeconfig_path())
+        .arg("--width=0")
+        .args(args)
+        .output()
+        .expect("running kubectl-tessera");
+    assert!(
+        out.status.code().is_some_and(|c| c < 2),
+        "kubectl-tessera {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("UTF-8 output")
+}
+
+/// Add ticket `id` with a server-side apply by field manager `manager` (as a GitOps tool).
+async fn apply_ticket(e: &Env, volume: &str, id: &str, node: &str, manager: &str) {
+    let body = json!({
+        "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
+        "metadata": {"name": volume},
+        "spec": {"volume": volume, "attachmentTickets": {id: {"id": id, "type": "manual", "nodeID": node}}},
+    });
+    Api::<VolumeAttachment>::all(e.client.clone())
+        .patch(volume, &PatchParams::apply(manager), &Patch::Apply(&body))
+        .await
+        .unwrap_or_else(|err| panic!("applying ticket {id}: {err}"));
+}
+
+/// Delete the test's Volume, keeping its data (no agent here could remove it), wait
+/// until it is gone (the controller still runs), then delete the nodes.
+async fn cleanup(e: &Env, vol: String) {
+    let retain =
+        json!({"metadata": {"annotations": {tessera::controller::ANNOTATION_RECLAIM: "Retain"}}});
+    Api::<tessera::api::Volume>::all(e.client.clone())
+        .patch(&vol, &PatchParams::default(), &Patch::Merge(&retain))
+        .await
+        .unwrap();
+    e.cleanup_waiting(&[vol]).await;
+}
+
+/// A line of `text` that contains every one of `words`.
+fn line_with<'a>(text: &'a str, words: &[&str]) -> &'a str {
+    text.lines()
+        .find(|l| words.iter().all(|w| l.contains(w)))
+        .unwrap_or_else(|| panic!("no line with {words:?} in:\n{text}"))
+}
+
+#[tokio::test]
+async fn tickets_and_status_name_reasons_and_owners() {
+    let e = Env::new("kplug", 2, WAIT).await;
+    let (n0, n1) = (e.nodes[0].clone(), e.nodes[1].clone());
+    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _agent = FakeAgent::start(e.client.clone(), &e.id);
+    let vol = e.volume("v", "ReadWriteOnce").await;
+
+    apply_ticket(&e, &vol, "gitops-a", &n0, "argocd-test").await;
+    fixtures::wait_satisfied(&e.client, &vol, "gitops-a").await;
+    apply_ticket(&e, &vol, "person-b", &n1, "kubectl-person").await;
+    e.blocked(&vol, "person-b", "HeldByOtherNode").await;
+
+    // tickets: one row each, with owner, reason and wait.
+    let out = stdout(&plugin(&["tickets", &vol]));
+    let a = line_with(
+        &out,
+        &["gitops-a", "manual", &n0, "true", "Attached", "argocd-test"],
+    );
+    let b = line_with(
+        &out,
+        &[
+            "person-b",
+            "manual",
+            &n1,
+            "false",
+            "HeldByOtherNode",
+            "kubectl-person",
+        ],
+    );
+    assert!(
+        !a.contains("kubectl-person") && !b.contains("argocd-test"),
+        "{out}"
+    );
+    assert!(b.contains("gitops-a"), "the message names the holder: {b}");
+    let waiting = b.split_whitespace().nth(6).unwrap();
+    assert!(
+        waiting.ends_with('s') || waiting.ends_with('m'),
+        "WAITING is an age: {b}"
+    );
+
+    let rows: Value = serde_json::from_slice(
+        &plugin(&["tickets", &format!("volume/{vol}"), "-o", "json"]).stdout,
+    )
+    .unwrap();
+    let owners: Vec<(String, Value, Value)> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap().to_string(),
+                r["owners"].clone(),
+                r["reason"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        owners,
+        vec![
+            ("gitops-a".into(), json!(["argocd-test"]), json!("Attached")),
+            (
+                "person-b".into(),
+                json!(["kubectl-person"]),
+                json!("HeldByOtherNode")
+            ),
+        ]
+    );
+
+    // A PV and a bound PVC for the Volume, and a storage.k8s.io VolumeAttachment of it.
+    let pv_name = format!("{}-pv", e.id);
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": pv_name, "labels": {TEST_LABEL: e.id}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                 "csi": {"driver": "csi.tessera.io", "volumeHandle": vol}},
+    }))
+    .unwrap();
+    Api::<PersistentVolume>::all(e.client.clone())
+        .create(&PostParams::default(), &pv)
+        .await
+        .unwrap();
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": e.id, "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv_name,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .unwrap();
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(e.client.clone(), "default");
+    pvcs.create(&PostParams::default(), &pvc).await.unwrap();
+    let sva_name = format!("{}-sva", e.id);
+    let sva: StorageVA = serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": sva_name},
+        "spec": {"attacher": "csi.tessera.io", "nodeName": n0, "source": {"persistentVolumeName": pv_name}},
+    }))
+    .unwrap();
+    let svas: Api<StorageVA> = Api::all(e.client.clone());
+    svas.create(&PostParams::default(), &sva).await.unwrap();
+
+    // status from the claim: the whole chain on one screen.
+    let out = stdout(&plugin(&[
+        "status",
+        &format!("pvc/{}", e.id),
+        "-n",
+        "default",
+    ]));
+    println!("{out}"); // the screen, with --nocapture
+    line_with(&out, &["PVC", &format!("default/{}", e.id), &pv_name]);
+    line_with(&out, &["PV", &pv_name, "csi.tessera.io", &vol]);
+    line_with(&out, &["Volume", &vol, "ReadWriteOnce"]);
+    line_with(&out, &[&sva_name, &format!("node {n0}")]);
+    line_with(&out, &["gitops-a", "Attached", "argocd-test"]);
+    line_with(&out, &["person-b", "HeldByOtherNode", "kubectl-person"]);
+    line_with(
+        &out,
+        &[
+            &tessera::api::mountpod_name(&vol, &n0),
+            &format!("node {n0}"),
+            "Ready",
+            "pid 4242",
+        ],
+    );
+    // No agent Pod and no CSINode in this cluster: said for both nodes, with hints.
+    line_with(
+        &out,
+        &[&n0, "no tessera-node Pod", "CSINode not registered"],
+    );
+    line_with(
+        &out,
+        &[&n1, "no tessera-node Pod", "CSINode not registered"],
+    );
+    line_with(&out, &["ticket person-b on", &n1, "waits: HeldByOtherNode"]);
+    line_with(
+        &out,
+        &["Daemon log: on the node", &format!("logs/{vol}.log")],
+    );
+
+    // The same through the PV and as JSON.
+    let out = stdout(&plugin(&["status", &format!("pv/{pv_name}")]));
+    line_with(&out, &["PVC", &format!("default/{}", e.id)]);
+    let report: Value =
+        serde_json::from_slice(&plugin(&["status", &vol, "-o", "json"]).stdout).unwrap();
+    assert_eq!(report["volumeName"], json!(vol));
+    assert_eq!(report["pv"]["name"], json!(pv_name));
+    assert_eq!(report["mounts"][0]["pid"], json!(4242));
+    assert_eq!(report["mounts"][0]["node"], json!(n0));
+    let agents: Vec<(Value, Value)> = report["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["node"].clone(), a["csiRegistered"].clone()))
+        .collect();
+    assert_eq!(
+        agents,
+        vec![(json!(n0), json!(false)), (json!(n1), json!(false))]
+    );
+
+    // A Volume that does not exist: said, not an error.
+    let out = stdout(&plugin(&["status", &format!("volume/{}-missing", e.id)]));
+    line_with(&out, &["does not exist"]);
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
+        .arg("--kubeconfig")
+        .arg(support::kubeconfig_path())
+        .args(["tickets", &format!("{}-missing", e.id)])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("not found"),
+        "{bad:?}"
+    );
+    // --context picks a context of the kubeconfig: an unknown one is refused.
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
+        .arg("--kubeconfig")
+        .arg(support::kubeconfig_path())
+        .args(["--context=no-such-context", "tickets", &vol])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("no-such-context"),
+        "{bad:?}"
+    );
+
+    let _ = svas.delete(&sva_name, &DeleteParams::default()).await;
+    let _ = pvcs.delete(&e.id, &DeleteParams::default()).await;
+    let _ = Api::<PersistentVolume>::all(e.client.clone())
+        .delete(&pv_name, &DeleteParams::default())
+        .await;
+    cleanup(&e, vol).await;
+}
+
+#[tokio::test]
+async fn doctor_finds_missing_agents_and_waiting_tickets() {
+    let e = Env::new("kdoc", 2, WAIT).await;
+    let (n0, n1) = (e.nodes[0].clone(), e.nodes[1].clone());
+    let nodes: Api<Node> = Api::all(e.client.clone());
+    for n in &e.nodes {
+        let patch = json!({"metadata": {"labels": {TEST_LABEL: e.id}}});
+        nodes
+            .patch(n, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+    let lease = format!("{}-lease", e.id);
+    let _ctrl = ControllerProcess::start(
+        &e.id,
+        &[&format!("--lease-name={lease}"), "--namespace=default"],
+    );
+    let _agent = FakeAgent::start(e.client.clone(), &e.id);
+    let vol = e.volume("v", "ReadWriteOnce").await;
+    e.attach(&vol, "manual-a", "manual", &n0).await;
+    fixtures::put_ticket(&e.client, &vol, "manual-b", "manual", &n1, json!({})).await;
+    e.blocked(&vol, "manual-b", "HeldByOtherNode").await;
+
+    let selector = format!("{TEST_LABEL}={}", e.id);
+    let doctor = |threshold: &str, extra: &[&str]| {
+        let mut args = vec![
+            "doctor".to_string(),
+            "--tessera-namespace=default".into(),
+            format!("--lease={lease}"),
+            format!("--selector={selector}"),
+            format!("--node-selector={selector}"),
+            format!("--waiting-threshold={threshold}"),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        plugin(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let out = doctor("0s", &[]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "problems: exit 1\n{text}");
+    line_with(&text, &["✓ [leader]", &lease, "held by"]);
+    line_with(
+        &text,
+        &["✓ [crds] CRD volumeattachments.tessera.io serves v1alpha1"],
+    );
+    for n in [&n0, &n1] {
+        line_with(
+            &text,
+            &["✗ [agents]", &format!("node {n} has no Tessera agent")],
+        );
+        line_with(
+            &text,
+            &[
+                "✗ [agents]",
+                &format!("node {n}: its CSINode does not list csi.tessera.io"),
+            ],
+        );
+    }
+    line_with(
+        &text,
+        &[
+            "✗ [tickets]",
+            &format!("ticket manual-b of {vol} (node {n1}) waits for"),
+            "HeldByOtherNode",
+        ],
+    );
+    assert!(
+        !text.contains(&format!("ticket manual-a of {vol}")),
+        "a satisfied ticket does not wait:\n{text}"
+    );
+    assert!(text.contains("→ "), "each problem says what to do:\n{text}");
+
+    // Below the threshold the ticket is no problem.
+    let text = stdout(&doctor("1h", &[]));
+    assert!(!text.contains("[tickets]"), "{text}");
+
+    // Node 0 gets its registration and a Ready agent Pod: only node 1 is left.
+    fixtures::create_csinodes(&e.client, &e.id, std::slice::from_ref(&n0)).await;
+    let pods: Api<Pod> = Api::namespaced(e.client.clone(), "default");
+    let pod_name = format!("{}-agent", e.id);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod_name, "labels": {"app.kubernetes.io/name": "tessera", "app.kubernetes.io/component": "node"}},
+        "spec": {"nodeName": n0, "containers": [{"name": "tessera", "image": "tessera:0.1.0"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    pods.patch_status(&pod_name, &PatchParams::default(), &Patch::Merge(&ready))
+        .await
+        .unwrap();
+    let out = doctor("1h", &[]);
+    let text = stdout(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "node 1 still lacks an agent\n{text}"
+    );
+    assert!(
+        !text.contains(&format!("node {n0} has no"))
+            && !text.contains(&format!("node {n0}: its CSINode")),
+        "{text}"
+    );
+    line_with(&text, &[&format!("node {n1} has no Tessera agent")]);
+    line_with(&text, &["1 of 2 nodes have a Ready agent"]);
+    line_with(&text, &["every Tessera Pod runs 0.1.0"]);
+
+    let json_out: Value = serde_json::from_slice(&doctor("1h", &["-o", "json"]).stdout).unwrap();
+    assert!(
+        json_out["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["severity"] == "Problem" && f["check"] == "agents")
+    );
+
+    let _ = pods
+        .delete(
+            &pod_name,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await;
+    fixtures::delete_csinodes(&e.client, std::slice::from_ref(&n0)).await;
+    cleanup(&e, vol).await;
+}
