@@ -81,7 +81,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 pub async fn node(args: crate::node::NodeArgs) -> Result<(), crate::node::Error> {
     let host = Arc::new(crate::node::host_for(&args)?);
     let client = runtime::connect().await?;
-    let metrics = runtime::start_metrics(args.metrics_addr).await?;
+    let metrics =
+        runtime::start_metrics(args.metrics_addr, crate::metrics::Metrics::agent()).await?;
     let shutdown = Shutdown::listen()?;
     if let Some(endpoint) = &args.csi_endpoint {
         let service = crate::csi::node::NodeService::new(

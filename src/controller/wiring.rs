@@ -8,6 +8,7 @@
 //!                                                      ├─ watch Node metadata (tickets on it)
 //!                                                      └─ watch CSINode (agent registered?)
 //!  reaper: every reap interval, over the VolumeAttachment cache
+//!  state gauges: every 5 s, counted from the caches
 //! ```
 
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use kube::{Api, Client};
 
 use super::error::log_run_error;
 use super::watch::{CachesReady, fan_out};
-use super::{Context, ControllerArgs, FIELD_MANAGER, attachment, reaper, volume};
+use super::{Context, ControllerArgs, FIELD_MANAGER, attachment, reaper, state_metrics, volume};
 use crate::api::{MountPod, Volume, VolumeAttachment};
 use crate::metrics::Metrics;
 
@@ -148,6 +149,8 @@ pub(super) async fn run_controllers(
         written_mountpods: Default::default(),
     });
     metrics.set_ready(true);
+    // The controllers run only once this replica leads (or runs without an election).
+    metrics.leader.set(1);
 
     let volume_run = volume_ctrl
         .run(volume::reconcile, volume::error_policy, ctx.clone())
@@ -164,6 +167,7 @@ pub(super) async fn run_controllers(
             }
         });
     let reaper_run = reaper::run(ctx.clone(), Duration::from_secs(args.reap_interval_seconds));
+    let states_run = state_metrics::run(ctx.clone(), Duration::from_secs(5));
     tokio::join!(
         volume_watch,
         va_watch,
@@ -172,6 +176,7 @@ pub(super) async fn run_controllers(
         csinode_watch,
         volume_run,
         attachment_run,
-        reaper_run
+        reaper_run,
+        states_run
     );
 }

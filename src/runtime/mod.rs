@@ -4,7 +4,7 @@
 //! ```text
 //!  init_tracing(&LogArgs)             logs on stderr (--log-level, --log-format; RUST_LOG wins)
 //!  connect()          ─▶ Client       the in-cluster or KUBECONFIG client
-//!  start_metrics(addr) ─▶ Arc<Metrics> /metrics, /healthz, /readyz served
+//!  start_metrics(addr, Metrics) ─▶ Arc<Metrics>  /metrics, /healthz, /readyz served
 //!  Shutdown::listen() ─▶ Shutdown      SIGINT or SIGTERM, cloned by every part that stops
 //!  csi::spawn(endpoint, services, routes, shutdown)   a CSI socket served until shutdown
 //! ```
@@ -203,8 +203,8 @@ pub async fn connect() -> Result<kube::Client, Error> {
 
 /// New metrics, served on `addr` (`/metrics`, `/healthz`, `/readyz`; not ready until
 /// the role says so with [`Metrics::set_ready`]).
-pub async fn start_metrics(addr: SocketAddr) -> Result<Arc<Metrics>, Error> {
-    let metrics = Arc::new(Metrics::new());
+pub async fn start_metrics(addr: SocketAddr, metrics: Metrics) -> Result<Arc<Metrics>, Error> {
+    let metrics = Arc::new(metrics);
     let bound = crate::metrics::serve(addr, metrics.clone())
         .await
         .map_err(|source| Error::Metrics { addr, source })?;
