@@ -32,6 +32,9 @@ pub struct Args {
     /// The role to run.
     #[command(subcommand)]
     pub command: Command,
+    /// Logging, for every role.
+    #[command(flatten)]
+    pub log: runtime::LogArgs,
 }
 
 /// The roles.
@@ -55,16 +58,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             std::io::stdout().lock().write_all(yaml.as_bytes())?;
             Ok(())
         }
-        Command::Mount(args) => Ok(crate::fuse::run(args)?),
-        Command::Controller(args) => {
-            runtime::init_tracing();
-            let rt = tokio::runtime::Runtime::new()?;
-            Ok(rt.block_on(crate::controller::run(args))?)
+        Command::Mount(mount) => {
+            runtime::init_tracing(&args.log);
+            Ok(crate::fuse::run(mount)?)
         }
-        Command::Node(args) => {
-            runtime::init_tracing();
+        Command::Controller(args_) => {
+            runtime::init_tracing(&args.log);
             let rt = tokio::runtime::Runtime::new()?;
-            Ok(rt.block_on(node(args))?)
+            Ok(rt.block_on(crate::controller::run(args_))?)
+        }
+        Command::Node(node_args) => {
+            runtime::init_tracing(&args.log);
+            let rt = tokio::runtime::Runtime::new()?;
+            Ok(rt.block_on(node(node_args))?)
         }
     }
 }
@@ -75,7 +81,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 pub async fn node(args: crate::node::NodeArgs) -> Result<(), crate::node::Error> {
     let host = Arc::new(crate::node::host_for(&args)?);
     let client = runtime::connect().await?;
-    let metrics = runtime::start_metrics(args.metrics_addr).await?;
+    let metrics =
+        runtime::start_metrics(args.metrics_addr, crate::metrics::Metrics::agent()).await?;
     let shutdown = Shutdown::listen()?;
     if let Some(endpoint) = &args.csi_endpoint {
         let service = crate::csi::node::NodeService::new(

@@ -7,8 +7,10 @@ fn main() -> std::process::ExitCode {
     match tessera::cli::run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            // Print the whole chain once, where it is handled.
-            eprintln!("tessera: {err:#}");
+            // Print the whole chain once, where it is handled (a cause that its
+            // error's message already contains is not repeated).
+            let err: &(dyn std::error::Error + 'static) = err.as_ref();
+            eprintln!("tessera: {}", tessera::runtime::error_chain(err));
             std::process::ExitCode::FAILURE
         }
     }

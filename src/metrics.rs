@@ -1,8 +1,12 @@
 //! Prometheus metrics and the small HTTP endpoint that serves them (`/metrics`,
 //! `/healthz`, `/readyz`), shared by the controller and the node agent.
 //!
-//! Metric names carry the `tessera_` prefix. The endpoint speaks just enough HTTP/1.1
-//! for Prometheus and kubelet probes; it is not a general web server.
+//! Each role has its own registry: [`Metrics::controller`] exports the reconcile,
+//! ticket, leader and state families, [`Metrics::agent`] only what the agent does
+//! (its API requests); both export `tessera_build_info`. Every family is described in
+//! `docs/metrics.md`. Metric names carry the `tessera_` prefix. The endpoint speaks
+//! just enough HTTP/1.1 for Prometheus and kubelet probes; it is not a general web
+//! server.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,6 +16,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,9 +38,69 @@ pub struct RequestLabels {
     pub verb: String,
 }
 
+/// Labels of a reconcile result.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `volume`, `attachment`, …
+    pub controller: String,
+    /// `success` or `error`.
+    pub result: String,
+}
+
+/// Labels of `tessera_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The crate version.
+    pub version: String,
+}
+
+/// One label, `state`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabels {
+    /// A Volume state (`Attached`, …), or `Unknown` before the first status.
+    pub state: String,
+}
+
+/// One label, `reason`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// A ticket reason (`HeldByOtherNode`, …).
+    pub reason: String,
+}
+
+/// Labels of the MountPod gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// A MountPod phase (`Ready`, …), or `Unknown` before the agent reports one.
+    pub phase: String,
+    /// The node.
+    pub node: String,
+}
+
+/// What the controller's caches hold, counted (the state gauges).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StateCounts {
+    /// Volumes by state.
+    pub volumes: std::collections::BTreeMap<String, i64>,
+    /// Tickets not satisfied, by reason.
+    pub tickets_waiting: std::collections::BTreeMap<String, i64>,
+    /// MountPods by (phase, node).
+    pub mountpods: std::collections::BTreeMap<(String, String), i64>,
+}
+
 /// The metrics of the controller and the node agent.
 pub struct Metrics {
     registry: Registry,
+    /// Reconciles by controller and result (`success`, `error`).
+    pub reconcile_results: Family<ResultLabels, Counter>,
+    /// 1 while this replica leads (controller).
+    pub leader: Gauge,
+    /// Volumes by state (controller, from its cache).
+    pub volumes: Family<StateLabels, Gauge>,
+    /// Tickets not satisfied, by reason (controller, from its cache).
+    pub tickets_waiting: Family<ReasonLabels, Gauge>,
+    /// MountPods by phase and node (controller, from its cache).
+    pub mountpods: Family<PhaseLabels, Gauge>,
     /// Reconciles run, per controller.
     pub reconciles: Family<ControllerLabels, Counter>,
     /// Reconciles that failed, per controller.
@@ -55,13 +120,29 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self::new()
+        Self::controller()
     }
 }
 
+/// Which role's families a registry exports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Controller,
+    Agent,
+}
+
 impl Metrics {
-    /// A fresh registry with every metric registered.
-    pub fn new() -> Self {
+    /// The controller's metrics (every family but the agent's).
+    pub fn controller() -> Self {
+        Self::for_role(Role::Controller)
+    }
+
+    /// The node agent's metrics: build info and its API requests, no controller family.
+    pub fn agent() -> Self {
+        Self::for_role(Role::Agent)
+    }
+
+    fn for_role(role: Role) -> Self {
         let mut registry = Registry::with_prefix("tessera");
         let reconciles = Family::<ControllerLabels, Counter>::default();
         let reconcile_errors = Family::<ControllerLabels, Counter>::default();
@@ -72,6 +153,93 @@ impl Metrics {
         let api_reads = Family::<RequestLabels, Counter>::default();
         let ticket_satisfied_seconds = Histogram::new(exponential_buckets(0.01, 2.0, 14));
         let tickets_reaped = Counter::default();
+        let reconcile_results = Family::<ResultLabels, Counter>::default();
+        let leader = Gauge::default();
+        let volumes = Family::<StateLabels, Gauge>::default();
+        let tickets_waiting = Family::<ReasonLabels, Gauge>::default();
+        let mountpods = Family::<PhaseLabels, Gauge>::default();
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").into(),
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "Always 1; the version of the running binary",
+            build_info,
+        );
+        registry.register(
+            "api_writes",
+            "Writes sent to the API server",
+            api_writes.clone(),
+        );
+        registry.register(
+            "api_reads",
+            "Reads sent to the API server outside the watches",
+            api_reads.clone(),
+        );
+        if role == Role::Controller {
+            Self::register_controller(
+                &mut registry,
+                &reconciles,
+                &reconcile_errors,
+                &reconcile_duration,
+                &ticket_satisfied_seconds,
+                &tickets_reaped,
+            );
+            registry.register(
+                "reconcile_results",
+                "Reconciles by controller and result (success or error)",
+                reconcile_results.clone(),
+            );
+            registry.register(
+                "leader",
+                "1 while this controller replica holds the leader Lease",
+                leader.clone(),
+            );
+            registry.register(
+                "volumes",
+                "Volumes by state, as the controller's cache shows them",
+                volumes.clone(),
+            );
+            registry.register(
+                "tickets_waiting",
+                "Tickets not satisfied, by the reason of their Satisfied condition",
+                tickets_waiting.clone(),
+            );
+            registry.register(
+                "mountpods",
+                "MountPods by phase and node, as the controller's cache shows them",
+                mountpods.clone(),
+            );
+        }
+        Metrics {
+            registry,
+            reconcile_results,
+            leader,
+            volumes,
+            tickets_waiting,
+            mountpods,
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            api_writes,
+            api_reads,
+            ticket_satisfied_seconds,
+            tickets_reaped,
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    fn register_controller(
+        registry: &mut Registry,
+        reconciles: &Family<ControllerLabels, Counter>,
+        reconcile_errors: &Family<ControllerLabels, Counter>,
+        reconcile_duration: &Family<ControllerLabels, Histogram, fn() -> Histogram>,
+        ticket_satisfied_seconds: &Histogram,
+        tickets_reaped: &Counter,
+    ) {
         registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -84,16 +252,6 @@ impl Metrics {
             reconcile_duration.clone(),
         );
         registry.register(
-            "api_writes",
-            "Writes sent to the API server",
-            api_writes.clone(),
-        );
-        registry.register(
-            "api_reads",
-            "Reads sent to the API server outside the watches",
-            api_reads.clone(),
-        );
-        registry.register(
             "ticket_satisfied_seconds",
             "Seconds from a ticket's first sighting to its first satisfied status",
             ticket_satisfied_seconds.clone(),
@@ -103,16 +261,35 @@ impl Metrics {
             "Tickets removed by the reaper",
             tickets_reaped.clone(),
         );
-        Metrics {
-            registry,
-            reconciles,
-            reconcile_errors,
-            reconcile_duration,
-            api_writes,
-            api_reads,
-            ticket_satisfied_seconds,
-            tickets_reaped,
-            ready: AtomicBool::new(false),
+    }
+
+    /// Set the state gauges to `counts` (families emptied first, so a state that
+    /// no object is in any more is gone).
+    pub fn set_states(&self, counts: &StateCounts) {
+        self.volumes.clear();
+        for (state, n) in &counts.volumes {
+            self.volumes
+                .get_or_create(&StateLabels {
+                    state: state.clone(),
+                })
+                .set(*n);
+        }
+        self.tickets_waiting.clear();
+        for (reason, n) in &counts.tickets_waiting {
+            self.tickets_waiting
+                .get_or_create(&ReasonLabels {
+                    reason: reason.clone(),
+                })
+                .set(*n);
+        }
+        self.mountpods.clear();
+        for ((phase, node), n) in &counts.mountpods {
+            self.mountpods
+                .get_or_create(&PhaseLabels {
+                    phase: phase.clone(),
+                    node: node.clone(),
+                })
+                .set(*n);
         }
     }
 
@@ -148,6 +325,12 @@ impl Metrics {
         if failed {
             self.reconcile_errors.get_or_create(&labels).inc();
         }
+        self.reconcile_results
+            .get_or_create(&ResultLabels {
+                controller: controller.into(),
+                result: if failed { "error" } else { "success" }.into(),
+            })
+            .inc();
     }
 
     /// Mark the process ready (`/readyz` answers 200).
@@ -211,4 +394,93 @@ pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<S
         }
     });
     Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The family names in an encoded registry, after every family got a sample.
+    fn families(m: &Metrics) -> Vec<String> {
+        m.write("MountPod", "status");
+        m.read("MountPod", "get");
+        m.reconciled("attachment", Duration::from_millis(1), false);
+        m.ticket_satisfied_seconds.observe(0.1);
+        m.tickets_reaped.inc();
+        m.leader.set(1);
+        let mut counts = StateCounts::default();
+        counts.volumes.insert("Attached".into(), 1);
+        counts.tickets_waiting.insert("Attaching".into(), 1);
+        counts.mountpods.insert(("Ready".into(), "n1".into()), 1);
+        m.set_states(&counts);
+        m.encode()
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| l.split_whitespace().next().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_agent_exports_no_controller_family() {
+        let controller = families(&Metrics::controller());
+        let agent = families(&Metrics::agent());
+        for f in [
+            "tessera_build_info",
+            "tessera_api_writes",
+            "tessera_api_reads",
+        ] {
+            assert!(agent.contains(&f.to_string()), "{f} in {agent:?}");
+            assert!(controller.contains(&f.to_string()), "{f} in {controller:?}");
+        }
+        for f in [
+            "tessera_reconciles",
+            "tessera_reconcile_results",
+            "tessera_leader",
+            "tessera_volumes",
+            "tessera_tickets_waiting",
+            "tessera_mountpods",
+            "tessera_ticket_satisfied_seconds",
+            "tessera_tickets_reaped",
+        ] {
+            assert!(controller.contains(&f.to_string()), "{f} in {controller:?}");
+            assert!(
+                !agent.contains(&f.to_string()),
+                "{f} in the agent's {agent:?}"
+            );
+        }
+        let text = Metrics::agent().encode();
+        assert!(
+            text.contains(&format!(
+                "tessera_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn reconcile_results_and_state_gauges() {
+        let m = Metrics::controller();
+        m.reconciled("volume", Duration::from_millis(1), false);
+        m.reconciled("volume", Duration::from_millis(1), true);
+        m.reconciled("volume", Duration::from_millis(1), false);
+        let mut counts = StateCounts::default();
+        counts.volumes.insert("Attached".into(), 2);
+        counts.tickets_waiting.insert("HeldByOtherNode".into(), 1);
+        counts.mountpods.insert(("Ready".into(), "n1".into()), 3);
+        m.set_states(&counts);
+        let text = m.encode();
+        for line in [
+            "tessera_reconcile_results_total{controller=\"volume\",result=\"success\"} 2",
+            "tessera_reconcile_results_total{controller=\"volume\",result=\"error\"} 1",
+            "tessera_volumes{state=\"Attached\"} 2",
+            "tessera_tickets_waiting{reason=\"HeldByOtherNode\"} 1",
+            "tessera_mountpods{phase=\"Ready\",node=\"n1\"} 3",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        // A state nothing is in any more is gone.
+        m.set_states(&StateCounts::default());
+        assert!(!m.encode().contains("tessera_volumes{"));
+    }
 }

@@ -198,7 +198,10 @@ async fn status_writes_do_not_touch_spec_and_kubectl_shows_the_columns() {
         "spec": {"attachmentTickets": {"manual-a": {"nodeID": "worker-9"}}},
         "status": {
             "attachmentTicketStatuses": {"manual-a": {"id": "manual-a", "satisfied": true, "generation": 0}},
-            "ticketCount": 1, "satisfiedCount": 1, "nodes": ["worker-1"],
+            "ticketCount": 1, "satisfiedCount": 1, "nodes": ["worker-1", "worker-2"],
+            "nodeList": "worker-1,worker-2",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "TicketsSatisfied",
+                "message": "all 1 tickets satisfied", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
         }
     });
     attachments
@@ -220,17 +223,22 @@ async fn status_writes_do_not_touch_spec_and_kubectl_shows_the_columns() {
         header,
         [
             "NAME",
-            "VOLUME",
             "TICKETS",
             "SATISFIED",
+            "READY",
             "NODES",
             "WAITING",
             "AGE"
         ],
         "{text}"
     );
-    let row = text.lines().nth(1).unwrap();
-    assert!(row.contains(&name) && row.contains("worker-1"), "{text}");
+    // No column repeats the name; the nodes are a plain list, not JSON.
+    let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        row[..5],
+        [name.as_str(), "1", "1", "True", "worker-1,worker-2"],
+        "{text}"
+    );
 
     // The other two kinds, each with one object so kubectl prints a table.
     let volumes: Api<Volume> = Api::all(client.clone());
@@ -252,7 +260,7 @@ async fn status_writes_do_not_touch_spec_and_kubectl_shows_the_columns() {
     for (kind, want) in [
         (
             "volumes.tessera.io",
-            &["NAME", "SIZE", "ACCESS", "STATE", "NODES", "AGE"][..],
+            &["NAME", "SIZE", "ACCESS", "STATE", "READY", "NODES", "AGE"][..],
         ),
         (
             "mountpods.tessera.io",

@@ -317,7 +317,10 @@ async fn the_reaper_removes_tickets_nothing_stands_behind() {
             .into_iter()
             .filter(|ev| {
                 ev.reason.as_deref() == Some("TicketReaped")
-                    && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(vol.as_str())
+                    && ev.regarding.as_ref().is_some_and(|r| {
+                        r.name.as_deref() == Some(vol.as_str())
+                            && r.kind.as_deref() == Some("Volume")
+                    })
             })
             .filter_map(|ev| ev.note)
             .collect();
@@ -673,4 +676,154 @@ async fn put_ticket_as(
 #[allow(dead_code)]
 fn _labels(id: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(TEST_LABEL.to_string(), id.to_string())])
+}
+
+/// The `Ready` condition of a Tessera object's status, as (status, reason, message).
+fn ready_condition(status: &serde_json::Value) -> Option<(String, String, String)> {
+    let c = status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?;
+    let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((s("status"), s("reason"), s("message")))
+}
+
+#[tokio::test]
+async fn ready_conditions_and_one_event_series_per_node() {
+    let e = env("ready", 2).await;
+    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let vas: Api<VolumeAttachment> = Api::all(e.client.clone());
+    let volumes: Api<Volume> = Api::all(e.client.clone());
+    let va_ready = |name: String| {
+        let vas = vas.clone();
+        async move {
+            let va = vas.get(&name).await.unwrap();
+            ready_condition(&serde_json::to_value(va.status?).unwrap())
+        }
+    };
+
+    // A VolumeAttachment whose Volume does not exist says so.
+    let ghost = e.volume_name("ghost");
+    vas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
+            "metadata": {"name": ghost, "labels": {TEST_LABEL: e.id}},
+            "spec": {"volume": ghost, "attachmentTickets": {
+                "manual-a": {"id": "manual-a", "type": "manual", "nodeID": e.nodes[0]}}},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let (status, reason, message) = eventually(WAIT, "VolumeNotFound", || async {
+        va_ready(ghost.clone()).await.filter(|r| r.0 == "False")
+    })
+    .await;
+    assert_eq!(reason, "VolumeNotFound");
+    assert_eq!(message, format!("Volume {ghost} does not exist"));
+    assert_eq!(status, "False");
+    vas.delete(&ghost, &DeleteParams::default()).await.unwrap();
+
+    // No agent yet (and no CSINode lists the driver on the test's nodes): a ticket
+    // waiting for its mount says the node has no agent.
+    let vol = e.volume("v", "ReadWriteMany").await;
+    fixtures::put_ticket(
+        &e.client,
+        &vol,
+        "manual-a",
+        "manual",
+        &e.nodes[0],
+        json!({}),
+    )
+    .await;
+    let (_, _, message) = eventually(WAIT, "NoAgent", || async {
+        va_ready(vol.clone()).await.filter(|r| r.1 == "NoAgent")
+    })
+    .await;
+    assert!(
+        message.contains(&format!("node {} has no Tessera agent", e.nodes[0])),
+        "{message}"
+    );
+
+    // Attached on two nodes: Ready on both objects, one Event series per node.
+    let _agent = FakeAgent::start(e.client.clone(), &e.id);
+    fixtures::wait_satisfied(&e.client, &vol, "manual-a").await;
+    e.attach(&vol, "manual-b", "manual", &e.nodes[1]).await;
+    eventually(WAIT, "VolumeAttachment Ready", || async {
+        va_ready(vol.clone()).await.filter(|r| r.0 == "True")
+    })
+    .await;
+    let volume_ready = eventually(WAIT, "Volume Ready", || async {
+        let v = volumes.get(&vol).await.unwrap();
+        ready_condition(&serde_json::to_value(v.status?).unwrap()).filter(|r| r.0 == "True")
+    })
+    .await;
+    assert_eq!(volume_ready.1, "Attached");
+    let v = volumes.get(&vol).await.unwrap();
+    let s = v.status.unwrap();
+    assert_eq!(s.attached_node_list, e.nodes.join(","));
+
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(e.client.clone(), "default");
+    let notes_of = |kind: &'static str, reason: &'static str| {
+        let events = events.clone();
+        let vol = vol.clone();
+        async move {
+            let mut notes: Vec<(String, i32)> = events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|ev| {
+                    ev.reason.as_deref() == Some(reason)
+                        && ev.regarding.as_ref().is_some_and(|r| {
+                            r.name.as_deref() == Some(vol.as_str())
+                                && r.kind.as_deref() == Some(kind)
+                        })
+                })
+                .map(|ev| {
+                    let count = ev.series.map_or(1, |s| s.count);
+                    (ev.note.unwrap_or_default(), count)
+                })
+                .collect();
+            notes.sort();
+            notes
+        }
+    };
+    for kind in ["Volume", "VolumeAttachment"] {
+        for (reason, what) in [("Attaching", "attaching to"), ("Attached", "attached to")] {
+            let notes = eventually(WAIT, &format!("{reason} Events on the {kind}"), || async {
+                let notes = notes_of(kind, reason).await;
+                (notes.len() >= 2).then_some(notes)
+            })
+            .await;
+            assert_eq!(notes.len(), 2, "{kind} {reason}: {notes:?}");
+            for (note, node) in notes.iter().zip(&e.nodes) {
+                assert!(
+                    note.0.starts_with(&format!("{what} node {node}")),
+                    "{kind} {reason}: {notes:?}"
+                );
+                assert_eq!(note.1, 1, "{kind} {reason}: not a repeat: {notes:?}");
+            }
+        }
+    }
+
+    // Detached from both: one Detached Event per node.
+    e.detach(&vol, "manual-a", &e.nodes[0]).await;
+    e.detach(&vol, "manual-b", &e.nodes[1]).await;
+    let notes = eventually(WAIT, "Detached Events", || async {
+        let notes = notes_of("Volume", "Detached").await;
+        (notes.len() >= 2).then_some(notes)
+    })
+    .await;
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    for (note, node) in notes.iter().zip(&e.nodes) {
+        assert!(
+            note.0.starts_with(&format!("detached from node {node}")),
+            "{notes:?}"
+        );
+    }
+    e.cleanup(&[vol]).await;
 }

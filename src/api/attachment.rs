@@ -27,10 +27,10 @@ use serde::{Deserialize, Serialize};
     category = "tessera",
     status = "VolumeAttachmentStatus",
     validation = Rule::new("self.metadata.name == self.spec.volume").message("a VolumeAttachment must have the same name as its Volume (spec.volume)"),
-    printcolumn(name = "Volume", type_ = "string", json_path = ".spec.volume"),
     printcolumn(name = "Tickets", type_ = "integer", json_path = ".status.ticketCount"),
     printcolumn(name = "Satisfied", type_ = "integer", json_path = ".status.satisfiedCount"),
-    printcolumn(name = "Nodes", type_ = "string", json_path = ".status.nodes"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Nodes", type_ = "string", json_path = ".status.nodeList"),
     printcolumn(name = "Waiting", type_ = "string", json_path = ".status.waiting"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -183,12 +183,20 @@ pub struct VolumeAttachmentStatus {
     /// Nodes the volume is attached to, or being attached to, as arbitration decided.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<String>,
+    /// The same nodes, comma-separated (for `kubectl get`, which prints a list as JSON).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub node_list: String,
     /// The first blocked ticket and what it waits for (for `kubectl get`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// `Ready` (kstatus): True when every ticket is satisfied; False with the reason
+    /// and message of the first ticket that is not (or VolumeNotFound, NoAgent).
+    /// `kubectl wait --for=condition=Ready volumeattachment.tessera.io/NAME`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
 
 /// The status of one ticket.
@@ -207,8 +215,8 @@ pub struct AttachmentTicketStatus {
     pub requested_at: Option<Time>,
     /// The `Satisfied` condition. Reason: Attached, Attaching, HeldByOtherNode,
     /// WaitingForDetach, LowerPriority, Interrupted, NodeLocalElsewhere,
-    /// GenerationPending, MountFailed, VolumeDeleting, InvalidParameters, Expired or
-    /// NodeNotFound; the message
+    /// GenerationPending, MountFailed, VolumeDeleting, InvalidParameters, Expired,
+    /// NodeNotFound or VolumeNotFound; the message
     /// names what blocks the ticket.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -246,6 +254,8 @@ pub enum TicketReason {
     Expired,
     /// The ticket's node does not exist (never did, or no longer does).
     NodeNotFound,
+    /// The ticket's Volume does not exist (not yet, or no longer).
+    VolumeNotFound,
 }
 
 impl TicketReason {
@@ -265,6 +275,7 @@ impl TicketReason {
             TicketReason::InvalidParameters => "InvalidParameters",
             TicketReason::Expired => "Expired",
             TicketReason::NodeNotFound => "NodeNotFound",
+            TicketReason::VolumeNotFound => "VolumeNotFound",
         }
     }
 }
@@ -294,6 +305,7 @@ impl std::str::FromStr for TicketReason {
             InvalidParameters,
             Expired,
             NodeNotFound,
+            VolumeNotFound,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
@@ -401,6 +413,7 @@ mod tests {
             TicketReason::InvalidParameters,
             TicketReason::Expired,
             TicketReason::NodeNotFound,
+            TicketReason::VolumeNotFound,
         ] {
             assert_eq!(r.as_str().parse::<TicketReason>(), Ok(r));
             // The serde name is the same string (conditions written by older builds).

@@ -22,7 +22,16 @@ use super::AccessMode;
     printcolumn(name = "Size", type_ = "string", json_path = ".spec.size"),
     printcolumn(name = "Access", type_ = "string", json_path = ".spec.accessMode"),
     printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
-    printcolumn(name = "Nodes", type_ = "string", json_path = ".status.attachedNodes"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Nodes",
+        type_ = "string",
+        json_path = ".status.attachedNodeList"
+    ),
     printcolumn(
         name = "Backend",
         type_ = "string",
@@ -123,6 +132,13 @@ pub struct VolumeStatus {
     /// Nodes where the volume is mounted and ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attached_nodes: Vec<String>,
+    /// The same nodes, comma-separated (for `kubectl get`, which prints a list as JSON).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub attached_node_list: String,
+    /// Nodes with a mount of the volume in any phase (being started, ready, failed or
+    /// being torn down): a node leaving this list has finished detaching.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounted_nodes: Vec<String>,
     /// The node the volume was last attached to (kept after it detaches), where its
     /// data is removed when the Volume is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -130,7 +146,10 @@ pub struct VolumeStatus {
     /// Capacity in effect (the quota the mounts enforce).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<Quantity>,
-    /// Conditions (`Ready`, `Faulted`, …) with reasons and messages.
+    /// Conditions with reasons and messages: `Ready` (kstatus: True when the volume is
+    /// Attached or Detached as its tickets decided, False while it attaches, detaches,
+    /// is deleted or a mount failed; `kubectl wait --for=condition=Ready volume/NAME`),
+    /// `Attached`, and `Faulted` when a mount failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The `metadata.generation` this status describes.

@@ -41,9 +41,9 @@ pub struct ControllerArgs {
     /// the external-attacher's --timeout, 15 s by default).
     #[arg(long, default_value_t = 10)]
     pub publish_timeout_seconds: u64,
-    /// Capacity reported by GetCapacity, in bytes (default: free space of the default
-    /// backend root as the controller sees it).
-    #[arg(long)]
+    /// Capacity reported by GetCapacity: bytes or a Kubernetes quantity (`500Gi`, `1T`)
+    /// (default: free space of the default backend root as the controller sees it).
+    #[arg(long, value_parser = crate::api::quantity_bytes)]
     pub capacity_bytes: Option<u64>,
     /// How old a ticket must be before the reaper may remove it for a missing owner
     /// (storage.k8s.io VolumeAttachment or Node), in seconds: covers watch lag.

@@ -3,10 +3,13 @@
 //! and the two things every reconcile does with them: time itself ([`measured`]) and
 //! patch with the controller's field manager ([`merge_params`]).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::CSINode;
 use kube::Client;
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::Recorder;
@@ -15,7 +18,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use super::own_writes::OwnWrites;
 use super::watch::CachesReady;
 use super::{Error, FIELD_MANAGER, Labels};
-use crate::api::{MountPod, Volume, VolumeAttachment};
+use crate::api::{CSI_DRIVER_NAME, MountPod, Volume, VolumeAttachment};
 use crate::metrics::Metrics;
 
 /// What every reconcile needs.
@@ -34,6 +37,11 @@ pub struct Context {
     pub mountpods: Store<MountPod>,
     /// Cache of Node names (metadata only): tickets for other nodes are not honoured.
     pub nodes: Store<PartialObjectMeta<Node>>,
+    /// Cache of CSINodes: which nodes have a registered Tessera agent (for status
+    /// messages only; no decision depends on it).
+    pub csinodes: Store<CSINode>,
+    /// Whether the CSINode cache has had its first full list.
+    pub csinodes_ready: Arc<AtomicBool>,
     /// Labels copied onto created objects (the watch selector).
     pub labels: Labels,
     /// Reaper settings.
@@ -60,6 +68,27 @@ impl Context {
     /// Whether Node `name` exists (as the cache shows it).
     pub(crate) fn node_exists(&self, name: &str) -> bool {
         self.nodes.get(&ObjectRef::new(name)).is_some()
+    }
+
+    /// The nodes of `va`'s tickets that exist but have no Tessera agent: no CSINode of
+    /// theirs lists the driver. Empty until the CSINode cache is filled.
+    pub(crate) fn nodes_without_agent(&self, va: &VolumeAttachment) -> BTreeSet<String> {
+        if !self.csinodes_ready.load(Ordering::Acquire) {
+            return BTreeSet::new();
+        }
+        va.spec
+            .attachment_tickets
+            .values()
+            .map(|t| &t.node_id)
+            .filter(|n| self.node_exists(n))
+            .filter(|n| {
+                !self
+                    .csinodes
+                    .get(&ObjectRef::new(n))
+                    .is_some_and(|c| c.spec.drivers.iter().any(|d| d.name == CSI_DRIVER_NAME))
+            })
+            .cloned()
+            .collect()
     }
 }
 

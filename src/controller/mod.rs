@@ -34,6 +34,7 @@ pub mod leader;
 pub mod own_writes;
 pub mod protection;
 pub mod reaper;
+pub mod state_metrics;
 pub mod volume;
 mod watch;
 mod wiring;
@@ -61,7 +62,8 @@ pub const ANNOTATION_RECLAIM: &str = "tessera.io/reclaim-policy";
 /// Run the controller role until a signal or a lost election.
 pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     let client = runtime::connect().await?;
-    let metrics = runtime::start_metrics(args.metrics_addr).await?;
+    let metrics =
+        runtime::start_metrics(args.metrics_addr, crate::metrics::Metrics::controller()).await?;
     let shutdown = runtime::Shutdown::listen()?;
     if let Some(endpoint) = &args.csi_endpoint {
         let service = crate::csi::controller::ControllerService::new(

@@ -28,7 +28,7 @@ use kube::runtime::reflector::ObjectRef;
 use tracing::{info, warn};
 
 use super::context::{measured, merge_params};
-use super::events::publish_action;
+use super::events::publish_tickets;
 use super::{Context, Error, FIELD_MANAGER, KubeContext};
 use crate::api::{AttacherType, AttachmentTicket, VolumeAttachment};
 use crate::runtime::error_chain;
@@ -179,15 +179,15 @@ async fn remove_ticket(
     info!(volume = %name, ticket = %ticket.id, reason = %why, "reaped ticket");
     if let Some(volume) = ctx.volumes.get(&ObjectRef::new(&name)) {
         let action = format!("RemoveTicket {}", ticket.id);
-        publish_action(
+        publish_tickets(
             ctx,
             &volume,
+            Some(va),
             EventType::Warning,
             "TicketReaped",
             &action,
             &note,
-        )
-        .await;
+        );
     }
     Ok(())
 }

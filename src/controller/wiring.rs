@@ -5,8 +5,10 @@
 //!  watch Volume ───────────┬─▶ volume controller ◀── watch VolumeAttachment (same name)
 //!                          └─▶ attachment controller ◀─┬─ watch VolumeAttachment
 //!                                                      ├─ watch MountPod (spec.volume)
-//!                                                      └─ watch Node metadata (tickets on it)
+//!                                                      ├─ watch Node metadata (tickets on it)
+//!                                                      └─ watch CSINode (agent registered?)
 //!  reaper: every reap interval, over the VolumeAttachment cache
+//!  state gauges: every 5 s, counted from the caches
 //! ```
 
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::CSINode;
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
@@ -22,7 +25,7 @@ use kube::{Api, Client};
 
 use super::error::log_run_error;
 use super::watch::{CachesReady, fan_out};
-use super::{Context, ControllerArgs, FIELD_MANAGER, attachment, reaper, volume};
+use super::{Context, ControllerArgs, FIELD_MANAGER, attachment, reaper, state_metrics, volume};
 use crate::api::{MountPod, Volume, VolumeAttachment};
 use crate::metrics::Metrics;
 
@@ -72,6 +75,35 @@ pub(super) async fn run_controllers(
         1,
     );
 
+    // CSINodes, to say when a ticket's node has no agent (status messages only: no
+    // decision waits for this cache).
+    let csinodes_ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (csinode_store, csinode_writer) = reflector::store();
+    let (csinode_watch, mut csinode_streams) = fan_out(
+        Api::<CSINode>::all(client.clone()),
+        watcher::Config::default(),
+        csinode_writer,
+        csinodes_ready.clone(),
+        1,
+    );
+    // A Node (or its CSINode) that comes or goes: every VolumeAttachment with a ticket
+    // for it.
+    let tickets_on = |va_store: reflector::Store<VolumeAttachment>| {
+        move |name: String| {
+            va_store
+                .state()
+                .into_iter()
+                .filter(|va| {
+                    va.spec
+                        .attachment_tickets
+                        .values()
+                        .any(|t| t.node_id == name)
+                })
+                .map(|va| ObjectRef::from_obj(va.as_ref()))
+                .collect::<Vec<_>>()
+        }
+    };
+
     // A VolumeAttachment has its Volume's name; a MountPod names its volume.
     let volume_ctrl = Controller::for_stream(volume_streams.remove(0), volume_store.clone())
         .watches_stream(va_streams.remove(0), |va: VolumeAttachment| {
@@ -85,22 +117,12 @@ pub(super) async fn run_controllers(
             v.metadata.name.map(|n| ObjectRef::new(&n))
         })
         .watches_stream(node_streams.remove(0), {
-            // A Node that comes or goes: every VolumeAttachment with a ticket for it.
-            let va_store = va_store.clone();
-            move |node: PartialObjectMeta<Node>| {
-                let name = node.metadata.name.unwrap_or_default();
-                va_store
-                    .state()
-                    .into_iter()
-                    .filter(|va| {
-                        va.spec
-                            .attachment_tickets
-                            .values()
-                            .any(|t| t.node_id == name)
-                    })
-                    .map(|va| ObjectRef::from_obj(va.as_ref()))
-                    .collect::<Vec<_>>()
-            }
+            let on = tickets_on(va_store.clone());
+            move |node: PartialObjectMeta<Node>| on(node.metadata.name.unwrap_or_default())
+        })
+        .watches_stream(csinode_streams.remove(0), {
+            let on = tickets_on(va_store.clone());
+            move |node: CSINode| on(node.metadata.name.unwrap_or_default())
         });
 
     let ctx = Arc::new(Context {
@@ -117,6 +139,8 @@ pub(super) async fn run_controllers(
         attachments: va_store,
         mountpods: mp_store,
         nodes: node_store,
+        csinodes: csinode_store,
+        csinodes_ready,
         labels,
         reap_grace: Duration::from_secs(args.reap_grace_seconds),
         caches_ready: ready,
@@ -125,6 +149,8 @@ pub(super) async fn run_controllers(
         written_mountpods: Default::default(),
     });
     metrics.set_ready(true);
+    // The controllers run only once this replica leads (or runs without an election).
+    metrics.leader.set(1);
 
     let volume_run = volume_ctrl
         .run(volume::reconcile, volume::error_policy, ctx.clone())
@@ -141,13 +167,16 @@ pub(super) async fn run_controllers(
             }
         });
     let reaper_run = reaper::run(ctx.clone(), Duration::from_secs(args.reap_interval_seconds));
+    let states_run = state_metrics::run(ctx.clone(), Duration::from_secs(5));
     tokio::join!(
         volume_watch,
         va_watch,
         mp_watch,
         node_watch,
+        csinode_watch,
         volume_run,
         attachment_run,
-        reaper_run
+        reaper_run,
+        states_run
     );
 }

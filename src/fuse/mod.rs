@@ -74,8 +74,8 @@ pub struct MountArgs {
     /// Where to mount the filesystem.
     #[arg(long)]
     pub mountpoint: PathBuf,
-    /// Quota in bytes.
-    #[arg(long)]
+    /// Quota: bytes or a Kubernetes quantity (`10Gi`, `500M`).
+    #[arg(long, value_parser = crate::api::quantity_bytes)]
     pub capacity_bytes: u64,
     /// A file holding the quota in bytes (decimal); re-read on SIGHUP, so the quota can
     /// grow on a mounted volume.

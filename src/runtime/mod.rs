@@ -2,9 +2,9 @@
 //! wire their own parts:
 //!
 //! ```text
-//!  init_tracing()                     logs on stderr (RUST_LOG, TESSERA_LOG_FORMAT=json)
+//!  init_tracing(&LogArgs)             logs on stderr (--log-level, --log-format; RUST_LOG wins)
 //!  connect()          ─▶ Client       the in-cluster or KUBECONFIG client
-//!  start_metrics(addr) ─▶ Arc<Metrics> /metrics, /healthz, /readyz served
+//!  start_metrics(addr, Metrics) ─▶ Arc<Metrics>  /metrics, /healthz, /readyz served
 //!  Shutdown::listen() ─▶ Shutdown      SIGINT or SIGTERM, cloned by every part that stops
 //!  csi::spawn(endpoint, services, routes, shutdown)   a CSI socket served until shutdown
 //! ```
@@ -89,9 +89,21 @@ impl<T> KubeContext<T> for Result<T, kube::Error> {
 /// Errors of starting a role's shared parts.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// No client configuration.
+    /// No client configuration (neither in-cluster nor a kubeconfig).
+    #[error("finding the Kubernetes API server: {0}")]
+    Config(String),
+    /// The client could not be built.
     #[error("connecting to Kubernetes")]
     Connect(#[source] kube::Error),
+    /// The API server did not answer.
+    #[error("cannot reach the Kubernetes API server at {url}")]
+    Unreachable {
+        /// The server's URL.
+        url: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
     /// The metrics endpoint could not start.
     #[error("serving metrics on {addr}")]
     Metrics {
@@ -109,30 +121,90 @@ pub enum Error {
     Csi(#[from] csi::ServeError),
 }
 
-/// Structured logs on stderr; `RUST_LOG` filters (default `info`), `TESSERA_LOG_FORMAT=json`
-/// switches to JSON lines.
-pub fn init_tracing() {
+/// How logs are written: the flags every role takes.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct LogArgs {
+    /// Log level: error, warn, info, debug or trace, or a filter such as
+    /// `info,tessera::controller=debug`. `RUST_LOG`, when set, wins.
+    #[arg(long, global = true, env = "TESSERA_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Log format: `text` (colour only on a terminal) or `json` (one object a line).
+    #[arg(long, global = true, env = "TESSERA_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// The format of log lines.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// JSON lines.
+    Json,
+}
+
+/// The filter directives of [`LogArgs`]: `RUST_LOG` when set (and valid), else
+/// `--log-level` (or `info` if that is not valid). kube's client logs every failed
+/// request at ERROR before returning it, and we print the returned error once where it
+/// is handled: that line is left out unless the filter names kube itself.
+fn log_directives(args: &LogArgs, rust_log: Option<&str>) -> String {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if std::env::var("TESSERA_LOG_FORMAT").is_ok_and(|f| f == "json") {
-        builder.json().init();
+    if let Some(env) = rust_log.filter(|s| !s.trim().is_empty())
+        && EnvFilter::try_new(env).is_ok()
+    {
+        return env.to_string();
+    }
+    let level = if EnvFilter::try_new(&args.log_level).is_ok() {
+        args.log_level.as_str()
     } else {
-        builder.init();
+        "info"
+    };
+    if level.contains("kube") {
+        level.to_string()
+    } else {
+        format!("{level},kube_client::client::builder=off")
     }
 }
 
-/// The API client: in-cluster configuration, or `KUBECONFIG`.
+/// Structured logs on stderr as `args` say; colour only when stderr is a terminal.
+/// Does nothing if a subscriber is installed already.
+pub fn init_tracing(args: &LogArgs) {
+    use std::io::IsTerminal;
+    let directives = log_directives(args, std::env::var("RUST_LOG").ok().as_deref());
+    let filter = tracing_subscriber::EnvFilter::new(directives);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    let _ = match args.log_format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// The API client: in-cluster configuration, or `KUBECONFIG`. The API server is asked
+/// for its version once, so an unreachable one is one error naming its URL.
 pub async fn connect() -> Result<kube::Client, Error> {
-    kube::Client::try_default().await.map_err(Error::Connect)
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let url = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config).map_err(Error::Connect)?;
+    client
+        .apiserver_version()
+        .await
+        .map_err(|source| Error::Unreachable {
+            url: url.clone(),
+            source,
+        })?;
+    info!(api_server = %url, "connected");
+    Ok(client)
 }
 
 /// New metrics, served on `addr` (`/metrics`, `/healthz`, `/readyz`; not ready until
 /// the role says so with [`Metrics::set_ready`]).
-pub async fn start_metrics(addr: SocketAddr) -> Result<Arc<Metrics>, Error> {
-    let metrics = Arc::new(Metrics::new());
+pub async fn start_metrics(addr: SocketAddr, metrics: Metrics) -> Result<Arc<Metrics>, Error> {
+    let metrics = Arc::new(metrics);
     let bound = crate::metrics::serve(addr, metrics.clone())
         .await
         .map_err(|source| Error::Metrics { addr, source })?;
@@ -226,6 +298,33 @@ mod tests {
             std::io::Error::other(Repeats(std::io::Error::other("denied"))),
         );
         assert_eq!(error_chain(&e), "reading x: request failed: denied");
+    }
+
+    #[test]
+    fn the_log_filter_is_rust_log_then_the_flag_then_info_without_kubes_duplicate() {
+        let args = |level: &str| LogArgs {
+            log_level: level.into(),
+            log_format: LogFormat::Text,
+        };
+        let quiet = ",kube_client::client::builder=off";
+        for (level, rust_log, want) in [
+            ("debug", None, format!("debug{quiet}")),
+            ("debug", Some("warn"), "warn".into()),
+            ("debug", Some(""), format!("debug{quiet}")),
+            ("debug", Some("=bad=filter="), format!("debug{quiet}")),
+            (
+                "info,tessera=trace",
+                None,
+                format!("info,tessera=trace{quiet}"),
+            ),
+            ("debug,kube=trace", None, "debug,kube=trace".into()),
+        ] {
+            assert_eq!(
+                log_directives(&args(level), rust_log),
+                want,
+                "{level} {rust_log:?}"
+            );
+        }
     }
 
     #[test]

@@ -41,7 +41,7 @@ use tracing::{debug, info, instrument, warn};
 pub use self::input::{gather, mount_view};
 pub use self::mountpods::{desired_spec, owner_reference};
 use super::context::{measured, merge_params};
-use super::events::publish_action;
+use super::events::{publish_node, publish_tickets};
 use super::protection;
 use super::{Context, Error, FIELD_MANAGER, KubeContext};
 use crate::api::{self, BackendScope, MountPod, Volume, VolumeAttachment};
@@ -78,10 +78,17 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         .view(&name, ctx.volumes.get(&ObjectRef::new(&name)))
     else {
         // Its Volume is gone: nothing left to protect from deletion.
-        if va.metadata.deletion_timestamp.is_some() && protection::has_finalizer(&va) {
-            release_finalizer(&ctx, &va).await?;
+        if va.metadata.deletion_timestamp.is_some() {
+            if protection::has_finalizer(&va) {
+                release_finalizer(&ctx, &va).await?;
+            }
+            return Ok(Action::await_change());
         }
-        // Tickets applied before their Volume: wait for it (its watch triggers us).
+        // Tickets applied before their Volume: say so, and wait for it (its watch
+        // triggers us).
+        let now = Time(jiff::Timestamp::now());
+        let status = status::missing_volume_status(&va, &now);
+        write_status(&ctx, &va, va_base, None, status).await?;
         return Ok(Action::await_change());
     };
     let mountpods = mountpods_of(&ctx, &name);
@@ -124,9 +131,18 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     // VolumeAttachment this decision read, so the API server refuses it (409) if any
     // ticket changed since.
     let precondition = if recheck { va.resource_version() } else { None };
-    let attachment =
-        write_attachment_status(&ctx, &va, va_base, precondition, &decision, &input, &now);
-    let volume_status = write_volume_status(&ctx, &volume, &mountpods, &decision);
+    let without_agent = ctx.nodes_without_agent(&va);
+    let attachment = write_attachment_status(
+        &ctx,
+        &va,
+        va_base,
+        precondition,
+        &decision,
+        &input,
+        &without_agent,
+        &now,
+    );
+    let volume_status = write_volume_status(&ctx, &volume, &va, &mountpods, &decision);
     let (attachment, volume_status) = if recheck {
         // The Volume may only say Attached once the re-checked ticket status is in.
         let attachment = attachment.await;
@@ -159,15 +175,15 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         } else {
             let note = protection::blocked_note(&name, &holders);
             warn!(volume = %name, holders = %holders.join(", "), "deletion of a VolumeAttachment in use waits");
-            publish_action(
+            publish_tickets(
                 &ctx,
                 &volume,
+                Some(&va),
                 EventType::Warning,
                 "DeletionBlocked",
                 "DeleteVolumeAttachment",
                 &note,
-            )
-            .await;
+            );
         }
     }
     // A safety net: level-triggered reconciles also run without events. A ticket that
@@ -302,6 +318,7 @@ fn mountpods_of(ctx: &Context, name: &str) -> Vec<Arc<MountPod>> {
 /// Write the VolumeAttachment status `decision` leads to, if it differs; with
 /// `precondition`, only if the object is still at that resourceVersion (else 409).
 /// `base` is the resourceVersion the cache shows, which the write supersedes.
+#[allow(clippy::too_many_arguments)]
 async fn write_attachment_status(
     ctx: &Context,
     va: &VolumeAttachment,
@@ -309,14 +326,37 @@ async fn write_attachment_status(
     precondition: Option<String>,
     decision: &Decision,
     input: &Input,
+    without_agent: &BTreeSet<String>,
     now: &Time,
 ) -> Result<(), Error> {
     for secs in status::satisfaction_latencies(va.status.as_ref(), decision, input, now) {
         ctx.metrics.ticket_satisfied_seconds.observe(secs);
     }
-    let status = status::attachment_status(va, decision, input, now);
-    if va.status.as_ref() == Some(&status) {
+    let status = status::attachment_status(va, decision, input, without_agent, now);
+    if !write_status(ctx, va, base, precondition, status).await? {
         return Ok(());
+    }
+    let name = va.name_any();
+    for (id, o) in &decision.tickets {
+        let was = va.ticket_status(id).is_some_and(|s| s.satisfied);
+        if o.satisfied != was {
+            info!(volume = %name, ticket = %id, satisfied = o.satisfied, reason = %o.reason, "ticket status changed");
+        }
+    }
+    Ok(())
+}
+
+/// Write `status` on `va` if it differs (see [`write_attachment_status`] for `base`
+/// and `precondition`); whether it was written.
+async fn write_status(
+    ctx: &Context,
+    va: &VolumeAttachment,
+    base: Option<String>,
+    precondition: Option<String>,
+    status: api::VolumeAttachmentStatus,
+) -> Result<bool, Error> {
+    if va.status.as_ref() == Some(&status) {
+        return Ok(false);
     }
     let name = va.name_any();
     let mut body =
@@ -336,19 +376,15 @@ async fn write_attachment_status(
     ctx.metrics.write("VolumeAttachment", "status");
     ctx.written_attachments
         .record(&name, &name, base, Some(Arc::new(written)));
-    for (id, o) in &decision.tickets {
-        let was = va.ticket_status(id).is_some_and(|s| s.satisfied);
-        if o.satisfied != was {
-            info!(volume = %name, ticket = %id, satisfied = o.satisfied, reason = %o.reason, "ticket status changed");
-        }
-    }
-    Ok(())
+    Ok(true)
 }
 
-/// Write the Volume status `decision` leads to, if it differs.
+/// Write the Volume status `decision` leads to, if it differs; an Event for each node
+/// that finished attaching or detaching.
 async fn write_volume_status(
     ctx: &Context,
     volume: &Volume,
+    va: &VolumeAttachment,
     mountpods: &[Arc<MountPod>],
     decision: &Decision,
 ) -> Result<(), Error> {
@@ -374,5 +410,19 @@ async fn write_volume_status(
         volume.resource_version(),
         Some(Arc::new(written)),
     );
+    for change in status::node_changes(volume.status.as_ref(), &status) {
+        match change {
+            status::NodeChange::Attached(node) => {
+                info!(volume = %name, %node, "attached");
+                let note = format!("attached to node {node}: the mount is ready");
+                publish_node(ctx, volume, Some(va), "Attached", &node, &note);
+            }
+            status::NodeChange::Detached(node) => {
+                info!(volume = %name, %node, "detached");
+                let note = format!("detached from node {node}: the mount is gone");
+                publish_node(ctx, volume, Some(va), "Detached", &node, &note);
+            }
+        }
+    }
     Ok(())
 }

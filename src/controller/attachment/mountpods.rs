@@ -5,7 +5,8 @@
 //!  Decision.nodes ─┬─ MountPod on another node ─▶ delete (+ Event Detaching)
 //!                  └─ chosen node ─▶ desired_spec ─▶ same as now? skip
 //!                                                    other task? delete, re-create later
-//!                                                    else apply (+ Event Attaching)
+//!                                                    else apply (+ Event Attaching or
+//!                                                    RemovingData, per node)
 //! ```
 //!
 //! Every write is remembered in the Context's `written_mountpods` until the cache
@@ -15,7 +16,6 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::info;
@@ -24,7 +24,7 @@ use crate::api::{
     self, AttacherType, LABEL_NODE, LABEL_VOLUME, MountPod, MountPodSpec, MountTask, Volume,
     VolumeAttachment,
 };
-use crate::controller::events::publish;
+use crate::controller::events::publish_node;
 use crate::controller::{Context, Error, FIELD_MANAGER, KubeContext, Labels};
 use crate::tickets::Decision;
 
@@ -63,14 +63,14 @@ pub(super) async fn sync_mountpods(
                 .record(&name, &mp_name, mp.resource_version(), after);
             synced.deleted = true;
             info!(volume = %name, node = %mp.spec.node_name, "detaching");
-            publish(
+            publish_node(
                 ctx,
                 volume,
-                EventType::Normal,
+                Some(va),
                 "Detaching",
+                &mp.spec.node_name,
                 &format!("detaching from node {}", mp.spec.node_name),
-            )
-            .await;
+            );
         }
     }
     for (node, mount) in &decision.nodes {
@@ -115,11 +115,14 @@ pub(super) async fn sync_mountpods(
         synced.created = true;
         if existing.is_none() {
             info!(volume = %name, %node, ?task, "attaching");
-            let what = match task {
-                MountTask::Serve => format!("attaching to node {node}"),
-                MountTask::RemoveData => format!("removing the volume's data on node {node}"),
+            let (reason, what) = match task {
+                MountTask::Serve => ("Attaching", format!("attaching to node {node}")),
+                MountTask::RemoveData => (
+                    "RemovingData",
+                    format!("removing the volume's data on node {node}"),
+                ),
             };
-            publish(ctx, volume, EventType::Normal, "Attaching", &what).await;
+            publish_node(ctx, volume, Some(va), reason, node, &what);
         }
     }
     Ok(synced)

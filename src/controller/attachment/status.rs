@@ -6,11 +6,16 @@
 //!  old status ─┐
 //!  Decision ───┼─▶ attachment_status ─▶ one status per ticket, counts, nodes, waiting
 //!  Input ──────┘
+//!  nodes without an agent ────┘                     + Ready (first blocked ticket)
 //!  old status, Decision, MountPods ─▶ volume_status ─▶ state, attached nodes, conditions
+//!  VolumeAttachment without its Volume ─▶ missing_volume_status ─▶ VolumeNotFound
+//!  old status, new status ─▶ node_changes ─▶ Attached / Detached per node (Events)
 //! ```
 //!
-//! A condition keeps its lastTransitionTime while its status and reason stay, so an
-//! unchanged world yields an equal status and nothing is written.
+//! Both kinds carry a top-level `Ready` condition as kstatus reads it (with
+//! `observedGeneration`), so `kubectl wait --for=condition=Ready` and GitOps health
+//! checks work. A condition keeps its lastTransitionTime while its status and reason
+//! stay, so an unchanged world yields an equal status and nothing is written.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -21,6 +26,44 @@ use crate::api::{
     AttachmentTicketStatus, CONDITION_SATISFIED, MountPod, MountTask, TicketReason, Volume,
     VolumeAttachment, VolumeAttachmentStatus, VolumeState, VolumeStatus, condition_status,
 };
+
+/// The kstatus condition type on Volumes and VolumeAttachments.
+pub const CONDITION_READY: &str = "Ready";
+/// Ready reason of a VolumeAttachment whose tickets are all satisfied.
+pub const REASON_TICKETS_SATISFIED: &str = "TicketsSatisfied";
+/// Ready reason of a VolumeAttachment waiting for a mount on a node with no agent.
+pub const REASON_NO_AGENT: &str = "NoAgent";
+
+/// A condition of `type_` built on `old` (the object's conditions before): it keeps its
+/// lastTransitionTime while status and reason stay.
+fn condition(
+    old: &[Condition],
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let status = if ok {
+        condition_status::TRUE
+    } else {
+        condition_status::FALSE
+    };
+    let transition = old
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status && c.reason == reason)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: transition,
+        observed_generation: generation,
+    }
+}
 use crate::tickets::{Decision, Input};
 
 /// The tickets `decision` satisfies that `old` did not say were satisfied.
@@ -63,11 +106,14 @@ fn requested_at(input: &Input) -> BTreeMap<&str, &Time> {
         .collect()
 }
 
-/// The status of `va` that describes `decision`, taken on `input` at `now`.
+/// The status of `va` that describes `decision`, taken on `input` at `now`;
+/// `without_agent` are the tickets' nodes known to have no Tessera agent (no CSINode
+/// lists the driver), named by the Ready condition when a ticket waits for a mount there.
 pub fn attachment_status(
     va: &VolumeAttachment,
     decision: &Decision,
     input: &Input,
+    without_agent: &BTreeSet<String>,
     now: &Time,
 ) -> VolumeAttachmentStatus {
     let old = va.status.clone().unwrap_or_default();
@@ -106,20 +152,141 @@ pub fn attachment_status(
             },
         );
     }
-    let waiting = decision
-        .tickets
-        .iter()
-        .find(|(_, o)| !o.satisfied)
-        .map(|(id, o)| format!("{id}: {}", o.message));
+    let node_of = |id: &str| {
+        va.spec
+            .attachment_tickets
+            .get(id)
+            .map(|t| t.node_id.as_str())
+    };
+    // A ticket waiting for a mount on a node no agent serves says so: nothing else will.
+    let agentless = decision.tickets.iter().find_map(|(id, o)| {
+        let node = node_of(id)?;
+        (!o.satisfied && o.reason == TicketReason::Attaching && without_agent.contains(node))
+            .then(|| {
+                format!(
+                    "{id}: node {node} has no Tessera agent (no CSINode lists {}): nothing will mount the volume there",
+                    crate::api::CSI_DRIVER_NAME
+                )
+            })
+    });
+    let blocked = decision.tickets.iter().find(|(_, o)| !o.satisfied);
+    let waiting = agentless
+        .clone()
+        .or_else(|| blocked.map(|(id, o)| format!("{id}: {}", o.message)));
+    let ready = match (&agentless, blocked) {
+        (Some(message), _) => (false, REASON_NO_AGENT, message.clone()),
+        (None, Some((id, o))) => (false, o.reason.as_str(), format!("{id}: {}", o.message)),
+        (None, None) if decision.tickets.is_empty() => {
+            (true, REASON_TICKETS_SATISFIED, "no tickets".to_string())
+        }
+        (None, None) => (
+            true,
+            REASON_TICKETS_SATISFIED,
+            format!("all {} tickets satisfied", decision.tickets.len()),
+        ),
+    };
+    let nodes: Vec<String> = decision.nodes.keys().cloned().collect();
     VolumeAttachmentStatus {
         ticket_count: i32::try_from(decision.tickets.len()).unwrap_or(i32::MAX),
         satisfied_count: i32::try_from(decision.tickets.values().filter(|o| o.satisfied).count())
             .unwrap_or(i32::MAX),
-        nodes: decision.nodes.keys().cloned().collect(),
+        node_list: nodes.join(","),
+        nodes,
         waiting,
         attachment_ticket_statuses: statuses,
         observed_generation: va.metadata.generation,
+        conditions: vec![condition(
+            &old.conditions,
+            CONDITION_READY,
+            ready.0,
+            ready.1,
+            ready.2,
+            va.metadata.generation,
+            now,
+        )],
     }
+}
+
+/// The status of a VolumeAttachment whose Volume does not exist: every ticket waits
+/// (VolumeNotFound), and so does Ready.
+pub fn missing_volume_status(va: &VolumeAttachment, now: &Time) -> VolumeAttachmentStatus {
+    let old = va.status.clone().unwrap_or_default();
+    let message = format!("Volume {} does not exist", va.spec.volume);
+    let reason = TicketReason::VolumeNotFound.as_str();
+    let statuses: BTreeMap<String, AttachmentTicketStatus> = va
+        .spec
+        .attachment_tickets
+        .values()
+        .map(|t| {
+            let prev = old.attachment_ticket_statuses.get(&t.id);
+            let no_conditions = Vec::new();
+            let prev_conditions = prev.map_or(&no_conditions, |p| &p.conditions);
+            let status = AttachmentTicketStatus {
+                id: t.id.clone(),
+                satisfied: false,
+                generation: t.generation,
+                requested_at: prev.and_then(|p| p.requested_at.clone()),
+                conditions: vec![condition(
+                    prev_conditions,
+                    CONDITION_SATISFIED,
+                    false,
+                    reason,
+                    message.clone(),
+                    va.metadata.generation,
+                    now,
+                )],
+            };
+            (t.id.clone(), status)
+        })
+        .collect();
+    VolumeAttachmentStatus {
+        ticket_count: i32::try_from(statuses.len()).unwrap_or(i32::MAX),
+        satisfied_count: 0,
+        waiting: statuses.keys().next().map(|id| format!("{id}: {message}")),
+        attachment_ticket_statuses: statuses,
+        nodes: vec![],
+        node_list: String::new(),
+        observed_generation: va.metadata.generation,
+        conditions: vec![condition(
+            &old.conditions,
+            CONDITION_READY,
+            false,
+            reason,
+            message,
+            va.metadata.generation,
+            now,
+        )],
+    }
+}
+
+/// What happened on each node between two Volume statuses: a node newly among the
+/// attached nodes finished attaching; a node gone from the mounted nodes finished
+/// detaching. One Event each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeChange {
+    /// The mount on the node is ready and the volume is attached there.
+    Attached(String),
+    /// The node's mount is gone.
+    Detached(String),
+}
+
+/// The [`NodeChange`]s from `old` to `new`.
+pub fn node_changes(old: Option<&VolumeStatus>, new: &VolumeStatus) -> Vec<NodeChange> {
+    let empty = VolumeStatus::default();
+    let old = old.unwrap_or(&empty);
+    let mut changes: Vec<NodeChange> = new
+        .attached_nodes
+        .iter()
+        .filter(|n| !old.attached_nodes.contains(n))
+        .map(|n| NodeChange::Attached(n.clone()))
+        .collect();
+    changes.extend(
+        old.mounted_nodes
+            .iter()
+            .filter(|n| !new.mounted_nodes.contains(n))
+            .map(|n| NodeChange::Detached(n.clone())),
+    );
+    changes
 }
 
 /// The status of `volume` that describes `decision` and its `mountpods` at `now`.
@@ -162,26 +329,23 @@ pub fn volume_status(
     };
     let old = volume.status.clone().unwrap_or_default();
     let cond = |type_: &str, ok: bool, reason: &str, message: String| {
-        let status = if ok {
-            condition_status::TRUE
-        } else {
-            condition_status::FALSE
-        };
-        let transition = old
-            .conditions
-            .iter()
-            .find(|c| c.type_ == type_ && c.status == status && c.reason == reason)
-            .map(|c| c.last_transition_time.clone())
-            .unwrap_or_else(|| now.clone());
-        Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: reason.into(),
+        condition(
+            &old.conditions,
+            type_,
+            ok,
+            reason,
             message,
-            last_transition_time: transition,
-            observed_generation: volume.metadata.generation,
-        }
+            volume.metadata.generation,
+            now,
+        )
     };
+    let mounted_nodes: Vec<String> = mountpods
+        .iter()
+        .filter(|mp| mp.spec.task == MountTask::Serve)
+        .map(|mp| mp.spec.node_name.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let attached = state == VolumeState::Attached;
     let mut conditions = vec![cond(
         "Attached",
@@ -203,20 +367,68 @@ pub fn volume_status(
     if !failed.is_empty() {
         conditions.push(cond("Faulted", true, "MountFailed", failed.join("; ")));
     }
+    let (ok, reason, message) = volume_ready(state, &ready, decision, &mounted_nodes, &failed);
+    conditions.push(cond(CONDITION_READY, ok, reason, message));
     let last_attached_node = ready
         .iter()
         .find(|n| decision.nodes.contains_key(*n))
         .cloned()
         .or(old.last_attached_node.clone());
+    let attached_nodes: Vec<String> = ready
+        .into_iter()
+        .filter(|n| decision.nodes.contains_key(n))
+        .collect();
     VolumeStatus {
         last_attached_node,
         state: Some(state),
-        attached_nodes: ready
-            .into_iter()
-            .filter(|n| decision.nodes.contains_key(n))
-            .collect(),
+        attached_node_list: attached_nodes.join(","),
+        attached_nodes,
+        mounted_nodes,
         capacity: Some(volume.spec.size.clone()),
         conditions,
         observed_generation: volume.metadata.generation,
+    }
+}
+
+/// The Volume's Ready condition (status, reason, message) in `state`: True when the
+/// volume is where its tickets want it (Attached or Detached), False while it moves, is
+/// deleted or a mount failed.
+fn volume_ready(
+    state: VolumeState,
+    ready: &BTreeSet<String>,
+    decision: &Decision,
+    mounted: &[String],
+    failed: &[String],
+) -> (bool, &'static str, String) {
+    let list = |nodes: &mut dyn Iterator<Item = &String>| {
+        nodes.map(String::as_str).collect::<Vec<_>>().join(", ")
+    };
+    match state {
+        VolumeState::Attached => (
+            true,
+            "Attached",
+            format!("attached to {}", list(&mut ready.iter())),
+        ),
+        VolumeState::Detached => (true, "Detached", "no node holds the volume".into()),
+        VolumeState::Attaching => (
+            false,
+            "Attaching",
+            format!(
+                "waiting for the mount on {}",
+                list(&mut decision.nodes.keys().filter(|n| !ready.contains(*n)))
+            ),
+        ),
+        VolumeState::Detaching => {
+            let from = list(&mut mounted.iter().filter(|n| !decision.nodes.contains_key(*n)));
+            let message = if from.is_empty() {
+                "mounts are being torn down".to_string()
+            } else {
+                format!("detaching from {from}")
+            };
+            (false, "Detaching", message)
+        }
+        VolumeState::Deleting => (false, "Deleting", "the volume is being deleted".into()),
+        VolumeState::Faulted => (false, "MountFailed", failed.join("; ")),
+        VolumeState::Creating => (false, "Creating", "the volume is being created".into()),
     }
 }

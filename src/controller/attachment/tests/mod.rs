@@ -146,6 +146,7 @@ fn only_a_newly_satisfied_single_node_ticket_is_rechecked() {
             now: t(0),
             missing_nodes: Default::default(),
         },
+        &Default::default(),
         &t(1),
     ));
     let cases = [

@@ -37,7 +37,7 @@ fn one_status_per_ticket_with_counts_nodes_and_the_first_waiting() {
         ],
     );
     let input = input_requested(&[("a", 10), ("b", 20), ("c", 30)]);
-    let s = attachment_status(&va, &d, &input, &t(100));
+    let s = attachment_status(&va, &d, &input, &Default::default(), &t(100));
     assert_eq!((s.ticket_count, s.satisfied_count), (3, 1));
     assert_eq!(s.nodes, vec!["n1".to_string()]);
     assert_eq!(s.waiting.as_deref(), Some("b: held by a on n1"));
@@ -81,7 +81,13 @@ fn nothing_waits_when_every_ticket_is_satisfied() {
             ("b", outcome(true, TicketReason::Attached, "on n2")),
         ],
     );
-    let s = attachment_status(&va(&[]), &d, &input_requested(&[]), &t(1));
+    let s = attachment_status(
+        &va(&[]),
+        &d,
+        &input_requested(&[]),
+        &Default::default(),
+        &t(1),
+    );
     assert_eq!((s.ticket_count, s.satisfied_count), (2, 2));
     assert_eq!(s.waiting, None);
     assert_eq!(s.nodes, vec!["n1".to_string(), "n2".to_string()]);
@@ -89,13 +95,31 @@ fn nothing_waits_when_every_ticket_is_satisfied() {
         s.attachment_ticket_statuses["a"].requested_at, None,
         "not in the input: no sighting"
     );
-    let empty = attachment_status(&va(&[]), &Decision::default(), &input_requested(&[]), &t(1));
+    let empty = attachment_status(
+        &va(&[]),
+        &Decision::default(),
+        &input_requested(&[]),
+        &Default::default(),
+        &t(1),
+    );
     assert_eq!(
-        empty,
+        VolumeAttachmentStatus {
+            conditions: vec![],
+            ..empty.clone()
+        },
         VolumeAttachmentStatus {
             observed_generation: Some(7),
             ..Default::default()
         }
+    );
+    let ready = &empty.conditions[0];
+    assert_eq!(
+        (
+            ready.type_.as_str(),
+            ready.status.as_str(),
+            ready.reason.as_str()
+        ),
+        ("Ready", "True", "TicketsSatisfied")
     );
 }
 
@@ -110,7 +134,7 @@ fn a_condition_keeps_its_transition_time_until_status_or_reason_change() {
         )],
     );
     let mut va = va(&[]);
-    let s1 = attachment_status(&va, &attaching, &input, &t(100));
+    let s1 = attachment_status(&va, &attaching, &input, &Default::default(), &t(100));
     va.status = Some(s1.clone());
     let cases: Vec<(&str, TicketOutcome, Time)> = vec![
         (
@@ -136,14 +160,23 @@ fn a_condition_keeps_its_transition_time_until_status_or_reason_change() {
     ];
     for (what, o, transition) in cases {
         let d = decision(&["n1"], &[("a", o)]);
-        let s = attachment_status(&va, &d, &input, &t(200));
+        let s = attachment_status(&va, &d, &input, &Default::default(), &t(200));
         let c = satisfied_condition(&s.attachment_ticket_statuses["a"]);
         assert_eq!(c.last_transition_time, transition, "{what}");
     }
     // The same decision later is the same status: nothing to write.
-    assert_eq!(attachment_status(&va, &attaching, &input, &t(300)), s1);
+    assert_eq!(
+        attachment_status(&va, &attaching, &input, &Default::default(), &t(300)),
+        s1
+    );
     // A ticket gone from the decision is gone from the status.
-    let s = attachment_status(&va, &Decision::default(), &input, &t(300));
+    let s = attachment_status(
+        &va,
+        &Decision::default(),
+        &input,
+        &Default::default(),
+        &t(300),
+    );
     assert!(s.attachment_ticket_statuses.is_empty());
 }
 
@@ -391,7 +424,7 @@ fn a_failed_mount_adds_a_faulted_condition_naming_each_ticket() {
         ],
     );
     let s = volume_status(&volume(AccessMode::ReadWriteOnce), &[], &d, &t(1));
-    assert_eq!(s.conditions.len(), 2);
+    assert_eq!(s.conditions.len(), 3, "Attached, Faulted, Ready");
     let f = &s.conditions[1];
     assert_eq!(
         (
@@ -414,8 +447,11 @@ fn a_failed_mount_adds_a_faulted_condition_naming_each_ticket() {
         &t(1),
     );
     assert_eq!(
-        fine.conditions.len(),
-        1,
+        fine.conditions
+            .iter()
+            .map(|c| c.type_.as_str())
+            .collect::<Vec<_>>(),
+        ["Attached", "Ready"],
         "no Faulted condition without a failure"
     );
 }
@@ -457,4 +493,269 @@ fn the_last_attached_node_and_transition_times_outlive_a_detach() {
     let s = volume_status(&stale, &[], &decision(&[], &[]), &t(1));
     assert!(s.attached_nodes.is_empty());
     assert_eq!(s.capacity, Some(Quantity("1Gi".into())));
+}
+
+/// The Ready condition of a VolumeAttachment, as (status, reason, message).
+fn ready_of(s: &VolumeAttachmentStatus) -> (String, String, String) {
+    let c = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("a Ready condition");
+    assert_eq!(
+        c.observed_generation,
+        Some(7),
+        "kstatus reads observedGeneration"
+    );
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+#[test]
+fn the_attachment_is_ready_when_every_ticket_is_satisfied_else_says_what_blocks() {
+    let a = ticket("a", AttacherType::CsiAttacher, "n1");
+    let b = ticket("b", AttacherType::CsiAttacher, "n2");
+    let attached = || outcome(true, TicketReason::Attached, "attached to n1");
+    let attaching = |n: &str| outcome(false, TicketReason::Attaching, &format!("mounting on {n}"));
+    let none: &[&str] = &[];
+    type Case<'a> = (
+        &'a str,
+        Decision,
+        &'a [&'a str],
+        (&'a str, &'a str, &'a str),
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "all satisfied",
+            decision(&["n1"], &[("a", attached())]),
+            none,
+            ("True", "TicketsSatisfied", "all 1 tickets satisfied"),
+        ),
+        (
+            "the first blocked ticket's reason",
+            decision(
+                &["n1"],
+                &[
+                    ("a", attached()),
+                    (
+                        "b",
+                        outcome(false, TicketReason::HeldByOtherNode, "held by a on n1"),
+                    ),
+                ],
+            ),
+            none,
+            ("False", "HeldByOtherNode", "b: held by a on n1"),
+        ),
+        (
+            "attaching on a node with an agent",
+            decision(&["n2"], &[("b", attaching("n2"))]),
+            &["n1"],
+            ("False", "Attaching", "b: mounting on n2"),
+        ),
+        (
+            "attaching on a node without an agent",
+            decision(&["n2"], &[("a", attached()), ("b", attaching("n2"))]),
+            &["n2"],
+            (
+                "False",
+                "NoAgent",
+                "b: node n2 has no Tessera agent (no CSINode lists csi.tessera.io): nothing will mount the volume there",
+            ),
+        ),
+        (
+            "a satisfied ticket on an agentless node is not blamed",
+            decision(&["n1"], &[("a", attached())]),
+            &["n1"],
+            ("True", "TicketsSatisfied", "all 1 tickets satisfied"),
+        ),
+    ];
+    for (what, d, without, (status, reason, message)) in cases {
+        let without = without.iter().map(|n| n.to_string()).collect();
+        let s = attachment_status(
+            &va(&[a.clone(), b.clone()]),
+            &d,
+            &input_requested(&[]),
+            &without,
+            &t(5),
+        );
+        assert_eq!(
+            ready_of(&s),
+            (status.into(), reason.into(), message.into()),
+            "{what}"
+        );
+        if reason == "NoAgent" {
+            assert_eq!(
+                s.waiting.as_deref(),
+                Some(message),
+                "{what}: the WAITING column says it too"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_ready_condition_keeps_its_transition_time_while_it_holds() {
+    let mut v = va(&[ticket("a", AttacherType::CsiAttacher, "n1")]);
+    let attaching = decision(
+        &["n1"],
+        &[("a", outcome(false, TicketReason::Attaching, "mounting"))],
+    );
+    let attached = decision(
+        &["n1"],
+        &[("a", outcome(true, TicketReason::Attached, "attached"))],
+    );
+    let none = Default::default();
+    let s1 = attachment_status(&v, &attaching, &input_requested(&[]), &none, &t(10));
+    v.status = Some(s1.clone());
+    let s2 = attachment_status(&v, &attaching, &input_requested(&[]), &none, &t(20));
+    assert_eq!(s2, s1, "nothing changed: nothing to write");
+    let s3 = attachment_status(&v, &attached, &input_requested(&[]), &none, &t(30));
+    assert_eq!(s3.conditions[0].last_transition_time, t(30));
+    assert_eq!(s3.conditions[0].status, "True");
+}
+
+#[test]
+fn an_attachment_without_its_volume_says_so() {
+    let mut v = va(&[
+        ticket("a", AttacherType::Manual, "n1"),
+        ticket("b", AttacherType::CsiAttacher, "n2"),
+    ]);
+    let s = crate::controller::attachment::status::missing_volume_status(&v, &t(10));
+    let message = format!("Volume {} does not exist", v.spec.volume);
+    assert_eq!(
+        ready_of(&s),
+        ("False".into(), "VolumeNotFound".into(), message.clone())
+    );
+    assert_eq!((s.ticket_count, s.satisfied_count), (2, 0));
+    assert_eq!(s.waiting, Some(format!("a: {message}")));
+    for id in ["a", "b"] {
+        let c = satisfied_condition(&s.attachment_ticket_statuses[id]);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            ("False", "VolumeNotFound", message.as_str()),
+            "{id}"
+        );
+    }
+    // Written once: the same later is the same status.
+    v.status = Some(s.clone());
+    assert_eq!(
+        crate::controller::attachment::status::missing_volume_status(&v, &t(20)),
+        s
+    );
+}
+
+#[test]
+fn volume_ready_follows_the_state() {
+    let rwo = volume(AccessMode::ReadWriteOnce);
+    let failed = outcome(false, TicketReason::MountFailed, "boom");
+    let cases = vec![
+        (
+            "detached",
+            rwo.clone(),
+            vec![],
+            decision(&[], &[]),
+            ("True", "Detached", "no node holds the volume"),
+        ),
+        (
+            "attached",
+            rwo.clone(),
+            vec![ready_on("n1")],
+            decision(&["n1"], &[]),
+            ("True", "Attached", "attached to n1"),
+        ),
+        (
+            "attaching",
+            rwo.clone(),
+            vec![starting_on("n1")],
+            decision(&["n1"], &[]),
+            ("False", "Attaching", "waiting for the mount on n1"),
+        ),
+        (
+            "moving",
+            rwo.clone(),
+            vec![ready_on("n1")],
+            decision(&["n2"], &[]),
+            ("False", "Detaching", "detaching from n1"),
+        ),
+        (
+            "failed",
+            rwo.clone(),
+            vec![],
+            decision(&["n1"], &[("a", failed)]),
+            ("False", "MountFailed", "a: boom"),
+        ),
+        (
+            "deleting",
+            deleting(rwo.clone()),
+            vec![],
+            decision(&[], &[]),
+            ("False", "Deleting", "the volume is being deleted"),
+        ),
+    ];
+    for (what, v, mps, d, (status, reason, message)) in cases {
+        let s = volume_status(&v, &mps, &d, &t(100));
+        let c = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .expect(what);
+        assert_eq!(
+            (
+                c.status.as_str(),
+                c.reason.as_str(),
+                c.message.as_str(),
+                c.observed_generation
+            ),
+            (status, reason, message, Some(4)),
+            "{what}"
+        );
+        assert_eq!(s.attached_node_list, s.attached_nodes.join(","), "{what}");
+    }
+}
+
+#[test]
+fn a_node_event_for_each_finished_attach_and_detach() {
+    use crate::controller::attachment::status::{NodeChange, node_changes};
+    let status = |attached: &[&str], mounted: &[&str]| VolumeStatus {
+        attached_nodes: attached.iter().map(|n| n.to_string()).collect(),
+        mounted_nodes: mounted.iter().map(|n| n.to_string()).collect(),
+        ..Default::default()
+    };
+    let a = |n: &str| NodeChange::Attached(n.into());
+    let d = |n: &str| NodeChange::Detached(n.into());
+    let cases = vec![
+        (
+            "first attach",
+            None,
+            status(&["n1"], &["n1"]),
+            vec![a("n1")],
+        ),
+        ("mount starting", None, status(&[], &["n1"]), vec![]),
+        (
+            "still attached",
+            Some(status(&["n1"], &["n1"])),
+            status(&["n1"], &["n1"]),
+            vec![],
+        ),
+        (
+            "detach started",
+            Some(status(&["n1"], &["n1"])),
+            status(&[], &["n1"]),
+            vec![],
+        ),
+        (
+            "detach finished",
+            Some(status(&[], &["n1"])),
+            status(&[], &[]),
+            vec![d("n1")],
+        ),
+        (
+            "one node joins, another leaves",
+            Some(status(&["n1"], &["n1", "n2"])),
+            status(&["n2"], &["n2"]),
+            vec![a("n2"), d("n1")],
+        ),
+    ];
+    for (what, old, new, want) in cases {
+        assert_eq!(node_changes(old.as_ref(), &new), want, "{what}");
+    }
 }
