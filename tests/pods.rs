@@ -106,7 +106,7 @@ fn cluster_dir() -> PathBuf {
 fn statfs_type(path: &Path) -> Option<i64> {
     nix::sys::statfs::statfs(path)
         .ok()
-        .map(|s| s.filesystem_type().0 as i64)
+        .map(|s| s.filesystem_type().0)
 }
 
 /// A namespace of its own for one test, deleted at the end.
