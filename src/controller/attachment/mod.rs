@@ -99,7 +99,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
 
-    let synced = mountpods::sync_mountpods(&ctx, &volume, &va, &mountpods, &decision).await?;
+    let synced = mountpods::sync_mountpods(&ctx, &volume, &mountpods, &decision).await?;
     // After attaching, decide again on the world as this reconcile left it (the
     // MountPods it just created), so the statuses describe that and not the moment
     // before: otherwise the next reconcile writes them a second time only to say so.
@@ -260,7 +260,7 @@ async fn release_finalizer(ctx: &Context, va: &VolumeAttachment) -> Result<(), E
         // Gone already, or the finalizers changed: the next reconcile sees.
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => return Ok(()),
         Err(e) => {
-            return Err(e).context(|| format!("removing the finalizer of VolumeAttachment {name}"));
+            Err(e).context(|| format!("removing the finalizer of VolumeAttachment {name}"))?;
         }
     }
     ctx.metrics.write("VolumeAttachment", "patch");
