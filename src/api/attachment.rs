@@ -246,6 +246,8 @@ pub enum TicketReason {
     Expired,
     /// The ticket's node does not exist (never did, or no longer does).
     NodeNotFound,
+    /// A cleanup ticket waits: its node still serves the volume to other tickets.
+    InUse,
 }
 
 impl TicketReason {
@@ -265,6 +267,7 @@ impl TicketReason {
             TicketReason::InvalidParameters => "InvalidParameters",
             TicketReason::Expired => "Expired",
             TicketReason::NodeNotFound => "NodeNotFound",
+            TicketReason::InUse => "InUse",
         }
     }
 }
@@ -294,6 +297,7 @@ impl std::str::FromStr for TicketReason {
             InvalidParameters,
             Expired,
             NodeNotFound,
+            InUse,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
