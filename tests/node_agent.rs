@@ -660,7 +660,11 @@ async fn volume_deleted_while_attached_loses_its_data_once_detached() {
         json!({}),
     )
     .await;
-    e.blocked(&broken, "manual-a", "MountFailed").await;
+    eventually(WAIT, "the mount of the broken Volume fails", || async {
+        let states = fixtures::ticket_states(&e.client, &broken).await;
+        (states.get("manual-a")?.reason == "MountFailed").then_some(())
+    })
+    .await;
     api.delete(&broken, &DeleteParams::default()).await.unwrap();
     fixtures::remove_ticket(&e.client, &broken, "manual-a").await;
     eventually(WAIT, "Volume whose mount failed gone", || async {
