@@ -641,6 +641,82 @@ async fn deleting_a_volume_removes_its_data_through_a_cleanup_ticket() {
     fixtures::delete_nodes(&e.client, &e.nodes).await;
 }
 
+/// Issue 13, item 12: a node-local Volume whose node is gone cannot have its data
+/// removed. It waits, its status says so and names the annotation; its cleanup ticket
+/// is not reaped and re-added over and over; the annotation lets it go.
+#[tokio::test]
+async fn a_node_local_volume_whose_node_is_gone_waits_for_the_abandon_annotation() {
+    let e = env("abandon", 1).await;
+    let _ctrl =
+        ControllerProcess::start(&e.id, &["--no-leader-election", "--reap-grace-seconds=1"]);
+    let gone = format!("{}-gone", e.id);
+    let name = e.volume_name("v");
+    let mut v = fixtures::volume(&name, &e.id, "ReadWriteOnce");
+    v.spec.backend.scope = tessera::api::BackendScope::NodeLocal;
+    v.spec.backend.node = Some(gone.clone());
+    let vol = e.create_volume(&v).await;
+    let volumes: Api<Volume> = Api::all(e.client.clone());
+    volumes
+        .delete(&vol, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let condition = || async {
+        volumes
+            .get_opt(&vol)
+            .await
+            .unwrap()?
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "DataRemoved")
+    };
+    let c = eventually(WAIT, "the Volume says why it waits", condition).await;
+    assert_eq!(c.reason, "NodeNotFound", "{}", c.message);
+    assert!(c.message.contains(&gone), "{}", c.message);
+    assert!(
+        c.message.contains("tessera.io/abandon-data=true"),
+        "{}",
+        c.message
+    );
+    // Longer than the reaper's grace and interval: the ticket stays, nobody churns it.
+    let va: Api<VolumeAttachment> = Api::all(e.client.clone());
+    let first = va.get(&vol).await.unwrap().spec.attachment_tickets["cleanup-data"].clone();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = va.get(&vol).await.unwrap();
+    assert_eq!(
+        after.spec.attachment_tickets.get("cleanup-data"),
+        Some(&first)
+    );
+    let reaped = support::kubectl_output(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        &format!("involvedObject.name={vol},reason=TicketReaped"),
+        "-o",
+        "name",
+    ]);
+    assert_eq!(reaped.trim(), "", "the cleanup ticket is not reaped");
+    assert!(volumes.get_opt(&vol).await.unwrap().is_some());
+
+    volumes
+        .patch(
+            &vol,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"tessera.io/abandon-data": "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually(WAIT, "Volume gone once its data is abandoned", || async {
+        volumes.get_opt(&vol).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    fixtures::delete_nodes(&e.client, &e.nodes).await;
+}
+
 const CSI_MANAGER: &str = "tessera-csi-controller";
 const CONTROLLER_MANAGER: &str = "tessera-controller";
 

@@ -574,3 +574,104 @@ async fn deleted_volume_data_is_removed_by_the_agent() {
 
     e.cleanup_waiting(&[]).await;
 }
+
+/// The `DataRemoved` condition of Volume `name` (reason, message), if it has one.
+async fn data_removed_condition(client: &Client, name: &str) -> Option<(String, String)> {
+    let v = Api::<Volume>::all(client.clone())
+        .get_opt(name)
+        .await
+        .unwrap()?;
+    v.status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "DataRemoved")
+        .map(|c| (c.reason, c.message))
+}
+
+/// 7. (issue 13) A Volume deleted while it is attached keeps its data while the
+/// workload ticket holds it (its status says so), and loses it, on disk, once the
+/// ticket is removed; `DataRemoved` is only published then. A Volume whose mount failed
+/// (its backend root is missing) is deleted as well.
+#[tokio::test]
+async fn volume_deleted_while_attached_loses_its_data_once_detached() {
+    let e = env("0ndel", 1).await;
+    fixtures::create_csinodes(&e.client, &e.id, &e.nodes).await;
+    let _nodes = NodesGuard(e.nodes.clone());
+    let agent = AgentProcess::start(&e.id, &e.nodes[0]);
+    let api: Api<Volume> = Api::all(e.client.clone());
+    let vol = e.volume_at("v", false).await;
+    e.attach(&vol, "manual-a", "manual", &agent.node).await;
+    e.ready_mountpod(&vol, &agent.node, "Ready", |_| true).await;
+    std::fs::write(agent.mountpoint(&vol).join("file"), b"in use").unwrap();
+
+    api.delete(&vol, &DeleteParams::default()).await.unwrap();
+    let (reason, message) = eventually(WAIT, "Volume says why its data waits", || async {
+        data_removed_condition(&e.client, &vol).await
+    })
+    .await;
+    assert_eq!(reason, "InUse", "{message}");
+    assert!(message.contains("manual-a"), "{message}");
+    // Still there some time later: the Volume, its data, and the mount in use.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        api.get_opt(&vol).await.unwrap().is_some(),
+        "Volume kept while attached"
+    );
+    assert_eq!(
+        std::fs::read(agent.mountpoint(&vol).join("file")).unwrap(),
+        b"in use"
+    );
+    assert!(
+        e.source(&vol).join("file").exists(),
+        "data kept while attached"
+    );
+    let removed_events = || {
+        support::kubectl_output(&[
+            "get",
+            "events",
+            "-A",
+            "--field-selector",
+            &format!("involvedObject.name={vol},reason=DataRemoved"),
+            "-o",
+            "name",
+        ])
+    };
+    assert_eq!(removed_events().trim(), "", "no DataRemoved while attached");
+
+    fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
+    eventually(WAIT, "Volume gone after its data was removed", || async {
+        api.get_opt(&vol).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(!e.source(&vol).exists(), "data directory removed on disk");
+    assert!(!removed_events().trim().is_empty(), "DataRemoved published");
+
+    // A mount that failed: the backend root does not exist on the node.
+    let broken = e.volume_name("broken");
+    let missing = e.backend.path().join("missing");
+    let v = fixtures::volume_at(&broken, &e.id, "ReadWriteOnce", &missing, false);
+    e.create_volume(&v).await;
+    fixtures::put_ticket(
+        &e.client,
+        &broken,
+        "manual-a",
+        "manual",
+        &agent.node,
+        json!({}),
+    )
+    .await;
+    eventually(WAIT, "the mount of the broken Volume fails", || async {
+        let states = fixtures::ticket_states(&e.client, &broken).await;
+        (states.get("manual-a")?.reason == "MountFailed").then_some(())
+    })
+    .await;
+    api.delete(&broken, &DeleteParams::default()).await.unwrap();
+    fixtures::remove_ticket(&e.client, &broken, "manual-a").await;
+    eventually(WAIT, "Volume whose mount failed gone", || async {
+        api.get_opt(&broken).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(!missing.exists(), "nothing created for it");
+
+    e.cleanup_waiting(&[]).await;
+}

@@ -256,6 +256,8 @@ pub enum TicketReason {
     NodeNotFound,
     /// The ticket's Volume does not exist (not yet, or no longer).
     VolumeNotFound,
+    /// A cleanup ticket waits: its node still serves the volume to other tickets.
+    InUse,
 }
 
 impl TicketReason {
@@ -276,6 +278,7 @@ impl TicketReason {
             TicketReason::Expired => "Expired",
             TicketReason::NodeNotFound => "NodeNotFound",
             TicketReason::VolumeNotFound => "VolumeNotFound",
+            TicketReason::InUse => "InUse",
         }
     }
 }
@@ -306,6 +309,7 @@ impl std::str::FromStr for TicketReason {
             Expired,
             NodeNotFound,
             VolumeNotFound,
+            InUse,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)

@@ -33,6 +33,10 @@ pub const GROUP: &str = "tessera.io";
 pub const VERSION: &str = "v1alpha1";
 /// The CSI driver name (`CSIDriver` object, `storage.k8s.io` VolumeAttachment attacher).
 pub const CSI_DRIVER_NAME: &str = "csi.tessera.io";
+/// Annotation on a Volume: `"true"` lets a deleted Volume go without removing its data
+/// when that cannot be done (its node-local node is gone). The data, if any is left,
+/// stays where it was.
+pub const ANNOTATION_ABANDON_DATA: &str = "tessera.io/abandon-data";
 
 /// The CRDs of every Tessera kind, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {

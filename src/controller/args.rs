@@ -1,6 +1,7 @@
 //! The command line of `tessera controller`.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use crate::labels::{Labels, parse_labels};
 
@@ -22,6 +23,15 @@ pub struct ControllerArgs {
     /// Run without leader election (only one replica must run).
     #[arg(long)]
     pub no_leader_election: bool,
+    /// How long the Lease is valid without renewal: how long a killed leader (kill -9,
+    /// a lost node) keeps the others waiting (`15s`, `500ms`, or seconds). A leader
+    /// that stops gracefully releases the Lease at once.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// How often the leader renews the Lease, and how often a candidate looks again
+    /// (it also watches the Lease); well below `--lease-duration`.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub lease_renew_interval: Duration,
     /// Only handle Volumes, VolumeAttachments and MountPods carrying these labels
     /// (`key=value[,key=value]`), for sharding or for tests sharing a cluster. The
     /// labels are copied onto the objects the controller creates.
@@ -49,4 +59,41 @@ pub struct ControllerArgs {
     /// (storage.k8s.io VolumeAttachment or Node), in seconds: covers watch lag.
     #[arg(long, default_value_t = 30)]
     pub reap_grace_seconds: u64,
+}
+
+/// A duration: `500ms`, `15s`, or a number of seconds (`15`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (number, unit) = match s.strip_suffix("ms") {
+        Some(n) => (n, 1e-3),
+        None => (s.strip_suffix('s').unwrap_or(s), 1.0),
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as 500ms, 15s or 15"))?;
+    if !value.is_finite() || value <= 0.0 || value * unit > 3600.0 {
+        return Err(format!("{s:?} must be more than 0 and at most 1 hour"));
+    }
+    Ok(Duration::from_secs_f64(value * unit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let ok = [
+            ("15s", 15_000),
+            ("15", 15_000),
+            ("500ms", 500),
+            ("1.5s", 1_500),
+        ];
+        for (s, ms) in ok {
+            assert_eq!(parse_duration(s).map(|d| d.as_millis()), Ok(ms), "{s}");
+        }
+        for bad in ["", "s", "0", "-1s", "2h", "1e9", "abc", "NaN"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -2,18 +2,26 @@
 //! controller can run and exactly one of them acts.
 //!
 //! The holder renews the lease every `renew` interval; another candidate takes it over
-//! only after `duration` has passed without a renewal. Every write is a replace
-//! guarded by `resourceVersion`, so two candidates can never both believe they won the
-//! same term. A leader that fails to renew before its own lease runs out steps down
-//! (the caller exits), which keeps the "one decider" rule even across network splits.
+//! only after `duration` has passed without a renewal, or at once when the holder
+//! released it ([`Elector::release`], on a graceful stop: candidates watch the Lease).
+//! Every write is a replace guarded by `resourceVersion`, so two candidates can never
+//! both believe they won the same term. A leader that fails to renew before its own
+//! lease runs out steps down (the caller stops acting and becomes a candidate again),
+//! which keeps the "one decider" rule even across network splits and API server
+//! restarts.
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use tracing::{debug, info, warn};
+
+use super::ShortBackoff;
+use crate::runtime::error_chain;
 
 /// Settings of the election.
 #[derive(Clone, Debug)]
@@ -72,14 +80,59 @@ impl Elector {
         }
     }
 
-    /// Wait until this candidate holds the lease.
-    pub async fn acquire(&self) -> Result<(), Error> {
+    /// Wait until this candidate holds the lease: try again every `renew` interval, and
+    /// at once whenever the Lease changes (a release). Errors (an API server away) are
+    /// retried.
+    pub async fn acquire(&self) {
+        let mut changes = watcher::watch_object(self.api.clone(), &self.cfg.name)
+            .backoff(ShortBackoff::default())
+            .boxed();
         loop {
-            if self.try_acquire_or_renew().await? {
-                info!(lease = %self.cfg.name, identity = %self.cfg.identity, "became leader");
-                return Ok(());
+            match self.try_acquire_or_renew().await {
+                Ok(true) => {
+                    info!(lease = %self.cfg.name, identity = %self.cfg.identity, "became leader");
+                    return;
+                }
+                Ok(false) => {}
+                Err(e) => warn!(error = %error_chain(&e), "trying to acquire the lease failed"),
             }
-            tokio::time::sleep(self.cfg.renew).await;
+            tokio::select! {
+                _ = changes.next() => {}
+                () = tokio::time::sleep(self.cfg.renew) => {}
+            }
+        }
+    }
+
+    /// Give the lease up (a graceful stop), so that another candidate takes over now
+    /// rather than after `duration`: clear the holder, if it is still this one.
+    pub async fn release(&self) -> Result<(), Error> {
+        let Some(mut lease) = self
+            .api
+            .get_opt(&self.cfg.name)
+            .await
+            .map_err(|e| self.err(e))?
+        else {
+            return Ok(());
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(self.cfg.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+        match self
+            .api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => {
+                info!(lease = %self.cfg.name, "released the lease");
+                Ok(())
+            }
+            // Taken over meanwhile: nothing of ours to release.
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(self.err(e)),
         }
     }
 

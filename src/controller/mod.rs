@@ -41,13 +41,13 @@ mod wiring;
 
 use std::time::Duration;
 
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 pub use self::args::ControllerArgs;
 pub use self::context::Context;
 pub use self::error::Error;
 pub(crate) use self::error::KubeContext;
-pub use self::watch::CachesReady;
+pub use self::watch::{CachesReady, ShortBackoff};
 pub use crate::labels::Labels;
 use crate::runtime;
 
@@ -59,7 +59,8 @@ pub const VOLUME_FINALIZER: &str = "tessera.io/volume-data";
 /// Annotation on a Volume: `Retain` keeps the data when the Volume is deleted.
 pub const ANNOTATION_RECLAIM: &str = "tessera.io/reclaim-policy";
 
-/// Run the controller role until a signal or a lost election.
+/// Run the controller role until a signal: lead (or wait to), step down when the lease
+/// is lost, and release the lease on a graceful stop.
 pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     let client = runtime::connect().await?;
     let metrics =
@@ -96,28 +97,48 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
                 namespace: args.namespace.clone(),
                 name: args.lease_name.clone(),
                 identity: identity.clone(),
-                duration: Duration::from_secs(15),
-                renew: Duration::from_secs(2),
+                duration: args.lease_duration,
+                renew: args.lease_renew_interval,
             },
         )
     });
-    if let Some(elector) = &elector {
-        info!(lease = %args.lease_name, %identity, "waiting for leadership");
-        elector.acquire().await?;
-    }
 
-    let run = wiring::run_controllers(client, metrics.clone(), &args, identity);
-    tokio::select! {
-        () = run => Ok(()),
-        err = async {
-            match &elector {
-                Some(e) => e.hold().await,
-                None => std::future::pending().await,
+    // Lead until the lease is lost (it could not be renewed in time, say while the API
+    // server was away): then stop acting at once — every controller and watch is
+    // dropped, so nothing is decided on a view that may be stale — and stand for
+    // election again with fresh caches.
+    loop {
+        if let Some(elector) = &elector {
+            info!(lease = %args.lease_name, %identity, "waiting for leadership");
+            tokio::select! {
+                () = elector.acquire() => {}
+                signal = shutdown.clone().requested() => {
+                    info!(%signal, "stopping");
+                    return Ok(());
+                }
             }
-        } => {
-            error!(error = %err, "stepping down");
-            Err(err.into())
         }
-        signal = shutdown.clone().requested() => { info!(%signal, "stopping"); Ok(()) }
+        let run = wiring::run_controllers(client.clone(), metrics.clone(), &args, identity.clone());
+        tokio::select! {
+            () = run => return Ok(()),
+            err = async {
+                match &elector {
+                    Some(e) => e.hold().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                metrics.set_ready(false);
+                error!(error = %err, "stepping down; standing for election again");
+            }
+            signal = shutdown.clone().requested() => {
+                info!(%signal, "stopping");
+                if let Some(elector) = &elector
+                    && let Err(e) = elector.release().await
+                {
+                    warn!(error = %runtime::error_chain(&e), "releasing the lease failed; the next leader waits for it to expire");
+                }
+                return Ok(());
+            }
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! each removal recorded as an Event on the Volume that names the ticket and why.
 //!
 //! - a `csi-attacher` ticket whose storage.k8s.io VolumeAttachment (same name) is gone;
-//! - a ticket whose Node does not exist;
+//! - a ticket whose Node does not exist (not a cleanup ticket: the volume controller
+//!   moves it to another node, or the operator gives the data up);
 //! - a ticket past its `expiresAt`.
 //!
 //! Only tickets whose fields only Tessera's field managers own ([`written_by_tessera`],
@@ -112,7 +113,9 @@ pub fn reap_reason(
             ticket.id
         ));
     }
-    if !seen.node_exists {
+    // A cleanup ticket is the volume controller's to replace or give up (see
+    // `volume`): reaped, it would only come back.
+    if !seen.node_exists && ticket.type_ != AttacherType::Cleanup {
         return Some(format!("node {} does not exist", ticket.node_id));
     }
     None
@@ -293,6 +296,7 @@ mod tests {
         };
         let csi = ticket("csi-x", AttacherType::CsiAttacher, "n1");
         let manual = ticket("manual-a", AttacherType::Manual, "n2");
+        let cleanup = ticket("cleanup-data", AttacherType::Cleanup, "n2");
         let mut expired = ticket("manual-b", AttacherType::Manual, "n1");
         expired.expires_at = Some(Time(now - jiff::SignedDuration::from_secs(1)));
         let mut not_expired = expired.clone();
@@ -323,6 +327,12 @@ mod tests {
                 &manual,
                 seen(true, old, false, true),
                 Some("node n2 does not exist"),
+            ),
+            (
+                "ours, cleanup, node gone: the volume controller's to move or give up",
+                &cleanup,
+                seen(true, old, false, true),
+                None,
             ),
             (
                 "ours, expired: at once",

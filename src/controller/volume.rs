@@ -15,6 +15,13 @@
 //! (a node where the agent runs), those carrying the controller's `--watch-selector`
 //! labels first. `tessera.io/reclaim-policy: Retain` keeps the data.
 //!
+//! The cleanup ticket is satisfied only by a MountPod that removed the data (task
+//! RemoveData), so a Volume deleted while attached keeps its finalizer until its
+//! workload tickets are gone and the data is. A node-local volume whose node is gone
+//! waits (the ticket's status and the Volume's `DataRemoved` condition say so) until
+//! the node is back or the operator annotates it `tessera.io/abandon-data: "true"`;
+//! a cleanup ticket of a shared volume whose node is gone moves to another node.
+//!
 //! The VolumeAttachment carries the finalizer of [`super::protection`]; one that was
 //! deleted is recreated with its CSI tickets rebuilt from the storage.k8s.io ones.
 
@@ -37,7 +44,8 @@ use super::events::publish;
 use super::protection::{ATTACHMENT_FINALIZER, csi_tickets_from_storage, has_finalizer};
 use super::{ANNOTATION_RECLAIM, Context, Error, FIELD_MANAGER, KubeContext, VOLUME_FINALIZER};
 use crate::api::{
-    AttacherType, AttachmentTicket, BackendScope, CSI_DRIVER_NAME, Volume, VolumeAttachment,
+    ANNOTATION_ABANDON_DATA, AttacherType, AttachmentTicket, BackendScope, CSI_DRIVER_NAME, Volume,
+    VolumeAttachment,
 };
 use crate::labels::Labels;
 use crate::runtime::error_chain;
@@ -277,6 +285,22 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {
         .await;
         return Ok(Cleanup::Done);
     }
+    if volume
+        .annotations()
+        .get(ANNOTATION_ABANDON_DATA)
+        .is_some_and(|v| v == "true")
+    {
+        warn!(volume = %name, "data abandoned by annotation; not removed");
+        publish(
+            ctx,
+            volume,
+            EventType::Warning,
+            "DataAbandoned",
+            &format!("{ANNOTATION_ABANDON_DATA}=true: the Volume goes without its data being removed; any data left stays under {}", volume.spec.backend.root),
+        )
+        .await;
+        return Ok(Cleanup::Done);
+    }
     if !ensure_attachment(volume, ctx).await? {
         return Ok(Cleanup::Pending(Action::requeue(Duration::from_millis(
             200,
@@ -290,7 +314,10 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {
     let Some(va) = va else {
         return Ok(Cleanup::Pending(Action::requeue(Duration::from_secs(1))));
     };
-    if let Some(ticket) = va.spec.attachment_tickets.get(CLEANUP_TICKET) {
+    let existing = va.spec.attachment_tickets.get(CLEANUP_TICKET);
+    if let Some(ticket) = existing {
+        // Satisfied means the node agent removed the data: only a Ready MountPod whose
+        // task is RemoveData satisfies a cleanup ticket, never one serving the volume.
         if va.ticket_satisfied(CLEANUP_TICKET) {
             info!(volume = %name, node = %ticket.node_id, "data removed");
             publish(
@@ -303,8 +330,13 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {
             .await;
             return Ok(Cleanup::Done);
         }
-        // Waiting for the node agent; the VolumeAttachment's status change wakes us.
-        return Ok(Cleanup::Pending(Action::requeue(Duration::from_secs(30))));
+        if ctx.node_exists(&ticket.node_id) || pinned(volume).is_some() {
+            // Waiting for the node agent (or, for a node-local volume whose node is
+            // gone, for the node or the abandon annotation: the ticket's status says
+            // so); the VolumeAttachment's status change wakes us.
+            return Ok(Cleanup::Pending(Action::requeue(Duration::from_secs(30))));
+        }
+        // Its node is gone: the data is removed elsewhere (a shared backend).
     }
     let Some(node) = cleanup_node(volume, ctx).await? else {
         publish(
@@ -317,6 +349,9 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {
         .await;
         return Ok(Cleanup::Pending(Action::requeue(Duration::from_secs(30))));
     };
+    if existing.is_some_and(|t| t.node_id == node) {
+        return Ok(Cleanup::Pending(Action::requeue(Duration::from_secs(30))));
+    }
     let patch = AttachmentTicket::new(CLEANUP_TICKET, AttacherType::Cleanup, &node).upsert_patch();
     Api::<VolumeAttachment>::all(ctx.client.clone())
         .patch(&name, &merge_params(), &Patch::Merge(&patch))
@@ -334,10 +369,17 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {
     Ok(Cleanup::Pending(Action::requeue(Duration::from_secs(30))))
 }
 
+/// The node a node-local volume is pinned to, if any.
+fn pinned(volume: &Volume) -> Option<&String> {
+    match volume.spec.backend.scope {
+        BackendScope::NodeLocal => volume.spec.backend.node.as_ref(),
+        BackendScope::Shared => None,
+    }
+}
+
 async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, Error> {
-    if volume.spec.backend.scope == BackendScope::NodeLocal
-        && let Some(node) = &volume.spec.backend.node
-    {
+    if let Some(node) = pinned(volume) {
+        // Even if that node is gone: the data is there and nowhere else.
         return Ok(Some(node.clone()));
     }
     let name = volume.name_any();
@@ -345,7 +387,7 @@ async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, 
         .mountpods
         .state()
         .iter()
-        .filter(|mp| mp.spec.volume == name)
+        .filter(|mp| mp.spec.volume == name && ctx.node_exists(&mp.spec.node_name))
         .map(|mp| mp.spec.node_name.clone())
         .collect();
     from_mounts.sort();

@@ -7,9 +7,13 @@
 //!                     │ InitDone ─▶ CachesReady flag
 //!                     └─ each object ─▶ one stream per triggered controller
 //! ```
+//!
+//! A broken watch (an API server restart) is retried after at most 1 s
+//! ([`ShortBackoff`]) and re-lists, so the caches catch up soon after the server is back.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Api;
@@ -44,6 +48,42 @@ impl CachesReady {
     }
 }
 
+/// The watches' retry delays: 100 ms doubling up to 1 s, back to 100 ms once an event
+/// arrives. kube's default climbs to 30 s, so a watch broken by an API server restart
+/// could resume half a minute after the server is back; this one resumes within a
+/// second (the cost: at most one failed request per second while it is away).
+#[derive(Clone, Debug)]
+pub struct ShortBackoff {
+    next: Duration,
+}
+
+impl ShortBackoff {
+    const MIN: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(1);
+}
+
+impl Default for ShortBackoff {
+    fn default() -> Self {
+        ShortBackoff { next: Self::MIN }
+    }
+}
+
+impl Iterator for ShortBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let now = self.next;
+        self.next = (now * 2).min(Self::MAX);
+        Some(now)
+    }
+}
+
+impl kube::runtime::utils::Backoff for ShortBackoff {
+    fn reset(&mut self) {
+        self.next = Self::MIN;
+    }
+}
+
 /// Run one watch of a kind into `writer` (the cache) and hand every touched object to
 /// each of `outputs` consumers, so two controllers share one watch. `ready` is set when
 /// the first full list has reached the cache.
@@ -75,7 +115,8 @@ where
         .unzip();
     let kind = K::kind(&Default::default()).to_string();
     let run = async move {
-        let mut events = reflector(writer, watcher(api, wc).default_backoff()).boxed();
+        let mut events =
+            reflector(writer, watcher(api, wc).backoff(ShortBackoff::default())).boxed();
         while let Some(event) = events.next().await {
             let obj = match event {
                 Ok(
@@ -105,6 +146,16 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_watch_backoff_is_short_and_capped() {
+        use kube::runtime::utils::Backoff;
+        let mut b = ShortBackoff::default();
+        let ms: Vec<u128> = b.by_ref().take(7).map(|d| d.as_millis()).collect();
+        assert_eq!(ms, [100, 200, 400, 800, 1000, 1000, 1000]);
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(100)));
+    }
 
     #[test]
     fn caches_are_ready_only_when_every_one_is() {

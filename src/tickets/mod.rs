@@ -26,8 +26,8 @@
 //!   does not exist (NodeNotFound), if its `readOnly` parameter is not
 //!   `"true"`/`"false"` (InvalidParameters), if the volume is pinned to another node
 //!   (NodeLocalElsewhere), or if the volume is being deleted (VolumeDeleting) — except
-//!   `cleanup` tickets, and workload tickets on a node that already holds the volume,
-//!   which are not displaced. Snapshot, backup and clone tickets are not served at all
+//!   `cleanup` tickets, and workload tickets on a node whose serving mount already
+//!   holds the volume, which are not displaced. Snapshot, backup and clone tickets are not served at all
 //!   on a volume being deleted.
 //! - **Holding.** A node holds the volume when it has a MountPod that is not
 //!   Terminating (Starting, Ready or Failed). A Terminating MountPod is detaching.
@@ -44,7 +44,11 @@
 //!   node whose previous MountPod is still Terminating stays chosen and waits.
 //! - **Read-only.** A chosen node mounts read-only if the volume is ReadOnlyMany or
 //!   every chosen ticket on it asks `readOnly: "true"`.
-//! - **Satisfied** means proven: the ticket's node is chosen, its MountPod is Ready and
+//! - **Cleanup.** A chosen node whose chosen tickets are all `cleanup` tickets gets a
+//!   mount that removes the data ([`NodeMount::removes_data`]); a cleanup ticket on a
+//!   node that also serves other tickets waits for them (InUse).
+//! - **Satisfied** means proven: the ticket's node is chosen, its MountPod is Ready,
+//!   of the right task (removing the data for a cleanup ticket, serving otherwise) and
 //!   compatible (a read-write ticket needs a read-write mount; a ReadOnlyMany volume
 //!   needs a read-only one). Every outcome carries a reason and a non-empty message.
 
@@ -53,7 +57,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::{AccessMode, AttacherType, AttachmentTicket, TicketReason};
+use crate::api::{
+    ANNOTATION_ABANDON_DATA, AccessMode, AttacherType, AttachmentTicket, TicketReason,
+};
 
 #[cfg(test)]
 mod tests;
@@ -94,6 +100,10 @@ pub struct MountView {
     pub state: MountState,
     /// Whether the MountPod's spec asks for a read-only mount.
     pub read_only: bool,
+    /// Whether the MountPod removes the volume's data (task RemoveData) instead of
+    /// serving it: only such a mount, Ready, satisfies a cleanup ticket, and only a
+    /// serving one satisfies any other ticket.
+    pub removes_data: bool,
 }
 
 /// The state of a MountPod, as far as arbitration cares.
@@ -124,6 +134,9 @@ pub struct Decision {
 pub struct NodeMount {
     /// Mount read-only.
     pub read_only: bool,
+    /// Remove the volume's data instead of serving it (MountPod task RemoveData): every
+    /// ticket chosen on the node is a cleanup ticket.
+    pub removes_data: bool,
 }
 
 /// The status arbitration gives one ticket.
@@ -300,13 +313,18 @@ fn ineligible(
     }
     if input.missing_nodes.contains(&ticket.node_id) {
         // Whether it never existed or is gone, the cache cannot tell: say neither.
-        return Some((
-            TicketReason::NodeNotFound,
+        let message = if ticket.type_ == AttacherType::Cleanup {
+            format!(
+                "node {} does not exist: the volume's data there cannot be removed while it does not; to delete the Volume without removing its data, annotate it {ANNOTATION_ABANDON_DATA}=true",
+                ticket.node_id
+            )
+        } else {
             format!(
                 "node {} does not exist; the ticket is not honoured while it does not",
                 ticket.node_id
-            ),
-        ));
+            )
+        };
+        return Some((TicketReason::NodeNotFound, message));
     }
     if ticket_read_only(ticket).is_none() {
         let value = ticket
@@ -334,7 +352,13 @@ fn ineligible(
         // A workload already holding the volume keeps it (no preemption, even by the
         // deletion); it only cannot start a new attachment. Other background work on a
         // volume that is going away has no purpose, so it is not served at all.
-        let keeps = !is_background(ticket.type_) && holders.contains(ticket.node_id.as_str());
+        // (A mount that removes the data holds nothing for a workload.)
+        let serves = input
+            .mounts
+            .get(&ticket.node_id)
+            .is_some_and(|m| !m.removes_data);
+        let keeps =
+            !is_background(ticket.type_) && holders.contains(ticket.node_id.as_str()) && serves;
         if !keeps {
             let message = if is_background(ticket.type_) {
                 format!(
@@ -351,6 +375,17 @@ fn ineligible(
         }
     }
     None
+}
+
+/// How a chosen node mounts the volume.
+fn node_mount(mode: AccessMode, eligible: &[Candidate], node: &str) -> NodeMount {
+    NodeMount {
+        read_only: node_read_only(mode, eligible, node),
+        removes_data: eligible
+            .iter()
+            .filter(|c| c.node() == node)
+            .all(|c| c.t.ticket.type_ == AttacherType::Cleanup),
+    }
 }
 
 /// Whether a chosen node mounts read-only.
@@ -373,7 +408,7 @@ fn compatible(mode: AccessMode, ticket_read_only: bool, mount_read_only: bool) -
 }
 
 /// The outcome of a ticket whose node is in the decision: it depends on the mount.
-fn chosen(input: &Input, c: &Candidate, out: &mut Outcomes) {
+fn chosen(input: &Input, eligible: &[Candidate], c: &Candidate, out: &mut Outcomes) {
     let node = c.node();
     let (reason, message) = match input.mounts.get(node) {
         None => (
@@ -393,6 +428,40 @@ fn chosen(input: &Input, c: &Candidate, out: &mut Outcomes) {
                 TicketReason::MountFailed,
                 format!("MountPod on {node} failed: {error}"),
             ),
+            MountState::Ready if m.removes_data != (c.t.ticket.type_ == AttacherType::Cleanup) => {
+                if m.removes_data {
+                    (
+                        TicketReason::GenerationPending,
+                        format!(
+                            "MountPod on {node} removes the volume's data; a serving mount follows"
+                        ),
+                    )
+                } else {
+                    // The node serves the volume to other tickets: its data is removed
+                    // only once none is left there (never while it is in use).
+                    let others: Vec<String> = eligible
+                        .iter()
+                        .filter(|o| o.node() == node && o.t.ticket.type_ != AttacherType::Cleanup)
+                        .map(Candidate::name)
+                        .collect();
+                    if others.is_empty() {
+                        (
+                            TicketReason::GenerationPending,
+                            format!(
+                                "MountPod on {node} serves the volume; it is replaced by one that removes the data"
+                            ),
+                        )
+                    } else {
+                        (
+                            TicketReason::InUse,
+                            format!(
+                                "node {node} still serves the volume to ticket(s) {}; its data is removed once they are removed",
+                                others.join(", ")
+                            ),
+                        )
+                    }
+                }
+            }
             MountState::Ready if compatible(input.access_mode, c.read_only, m.read_only) => {
                 let mode = if m.read_only {
                     "read-only"
@@ -433,10 +502,8 @@ fn multi_node(
     for c in eligible {
         nodes
             .entry(c.node().to_string())
-            .or_insert_with(|| NodeMount {
-                read_only: node_read_only(input.access_mode, eligible, c.node()),
-            });
-        chosen(input, c, out);
+            .or_insert_with(|| node_mount(input.access_mode, eligible, c.node()));
+        chosen(input, eligible, c, out);
     }
     nodes
 }
@@ -474,7 +541,7 @@ fn single_node(
         let node = k.node();
         for c in eligible {
             if c.node() == node {
-                chosen(input, c, out);
+                chosen(input, eligible, c, out);
             } else {
                 out.set(
                     c.t,
@@ -487,12 +554,7 @@ fn single_node(
                 );
             }
         }
-        return BTreeMap::from([(
-            node.to_string(),
-            NodeMount {
-                read_only: node_read_only(mode, eligible, node),
-            },
-        )]);
+        return BTreeMap::from([(node.to_string(), node_mount(mode, eligible, node))]);
     }
 
     let Some(w) = eligible.first() else {
@@ -531,7 +593,7 @@ fn single_node(
                     ),
                 );
             } else {
-                chosen(input, c, out);
+                chosen(input, eligible, c, out);
             }
         } else if !c.workload() && w.workload() && input.mounts.contains_key(c.node()) {
             out.set(
@@ -560,12 +622,7 @@ fn single_node(
     if waiting {
         BTreeMap::new()
     } else {
-        BTreeMap::from([(
-            node.to_string(),
-            NodeMount {
-                read_only: node_read_only(mode, eligible, node),
-            },
-        )])
+        BTreeMap::from([(node.to_string(), node_mount(mode, eligible, node))])
     }
 }
 

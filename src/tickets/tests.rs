@@ -64,7 +64,11 @@ impl TicketExt for TicketInput {
 }
 
 fn mount(state: MountState, read_only: bool) -> MountView {
-    MountView { state, read_only }
+    MountView {
+        state,
+        read_only,
+        removes_data: false,
+    }
 }
 fn ready() -> MountView {
     mount(MountState::Ready, false)
@@ -126,22 +130,46 @@ fn assert_reason(d: &Decision, id: &str, reason: TicketReason, needles: &[&str])
 /// the decision start terminating, then disappear; missing ones are created
 /// (Starting), then become Ready with the decided mode; a Ready mount of the wrong
 /// mode is re-specified (Starting again); a failed one is repaired.
+///
+/// A mount that removes the data where the decision says so, else a serving one; a
+/// mount of the other task is replaced.
 fn actuate(mounts: &BTreeMap<String, MountView>, d: &Decision) -> BTreeMap<String, MountView> {
+    let removes_data = |node: &str| d.nodes.get(node).is_some_and(|n| n.removes_data);
+    let made = |state: MountState, read_only: bool, node: &str| MountView {
+        removes_data: removes_data(node),
+        ..mount(state, read_only)
+    };
     let mut next = BTreeMap::new();
     for (node, m) in mounts {
         let Some(want) = d.nodes.get(node) else {
             if m.state != MountState::Terminating {
-                next.insert(node.clone(), mount(MountState::Terminating, m.read_only));
+                next.insert(
+                    node.clone(),
+                    MountView {
+                        state: MountState::Terminating,
+                        ..m.clone()
+                    },
+                );
             }
             continue;
         };
+        if m.state != MountState::Terminating && m.removes_data != removes_data(node) {
+            next.insert(
+                node.clone(),
+                MountView {
+                    state: MountState::Terminating,
+                    ..m.clone()
+                },
+            );
+            continue;
+        }
         let now = match m.state {
             // Gone this round; created again next round.
             MountState::Terminating => continue,
-            MountState::Starting => mount(MountState::Ready, want.read_only),
-            MountState::Failed(_) => mount(MountState::Starting, want.read_only),
+            MountState::Starting => made(MountState::Ready, want.read_only, node),
+            MountState::Failed(_) => made(MountState::Starting, want.read_only, node),
             MountState::Ready if m.read_only != want.read_only => {
-                mount(MountState::Starting, want.read_only)
+                made(MountState::Starting, want.read_only, node)
             }
             MountState::Ready => m.clone(),
         };
@@ -149,7 +177,10 @@ fn actuate(mounts: &BTreeMap<String, MountView>, d: &Decision) -> BTreeMap<Strin
     }
     for (node, want) in &d.nodes {
         if !mounts.contains_key(node) {
-            next.insert(node.clone(), mount(MountState::Starting, want.read_only));
+            next.insert(
+                node.clone(),
+                made(MountState::Starting, want.read_only, node),
+            );
         }
     }
     next
@@ -558,6 +589,115 @@ fn deleting_serves_cleanup_and_keeps_an_attached_workload() {
 }
 
 #[test]
+fn cleanup_is_satisfied_only_by_a_mount_that_removed_the_data() {
+    let removing = MountView {
+        removes_data: true,
+        ..ready()
+    };
+    // Deleted while attached: the node serves the workload; the cleanup ticket on the
+    // same node waits for it, and is not satisfied by the serving mount.
+    let mut i = input(
+        RWO,
+        vec![
+            tk("manual-a", T::Manual, "node-a"),
+            tk("cleanup-data", T::Cleanup, "node-a"),
+        ],
+        &[("node-a", ready())],
+    );
+    i.deleting = true;
+    let d = decide(&i);
+    assert_eq!(nodes(&d), [("node-a", false)]);
+    assert_reason(&d, "manual-a", R::Attached, &[]);
+    assert_reason(
+        &d,
+        "cleanup-data",
+        R::InUse,
+        &["node-a", "manual-a (manual)"],
+    );
+
+    // A workload ticket is not satisfied by a mount that removes the data.
+    let i = input(
+        RWO,
+        vec![tk("manual-a", T::Manual, "node-a")],
+        &[("node-a", removing.clone())],
+    );
+    assert_reason(&decide(&i), "manual-a", R::GenerationPending, &["removes"]);
+
+    // The workload leaves: the serving mount is replaced by one that removes the data,
+    // and only that one satisfies the cleanup ticket.
+    let mut i = input(
+        RWO,
+        vec![tk("cleanup-data", T::Cleanup, "node-a")],
+        &[("node-a", ready())],
+    );
+    i.deleting = true;
+    assert_reason(
+        &decide(&i),
+        "cleanup-data",
+        R::GenerationPending,
+        &["node-a", "replaced"],
+    );
+    let trace = converge(i.clone(), 10);
+    let (w, last) = trace.last().unwrap();
+    assert_eq!(w.mounts["node-a"], removing);
+    assert_reason(last, "cleanup-data", R::Attached, &[]);
+
+    // Its node is gone: the message says how to give the data up.
+    i.missing_nodes.insert("node-a".into());
+    i.mounts.clear();
+    assert_reason(
+        &decide(&i),
+        "cleanup-data",
+        R::NodeNotFound,
+        &["node-a", "tessera.io/abandon-data=true"],
+    );
+}
+
+#[test]
+fn data_is_removed_only_where_every_chosen_ticket_is_cleanup() {
+    let expired = |mut t: TicketInput| {
+        t.ticket.expires_at = Some(time(-1));
+        t
+    };
+    let cases: Vec<(&str, Vec<TicketInput>, Option<bool>)> = vec![
+        (
+            "only cleanup",
+            vec![tk("cleanup-data", T::Cleanup, "node-a")],
+            Some(true),
+        ),
+        (
+            "cleanup and a workload",
+            vec![
+                tk("cleanup-data", T::Cleanup, "node-a"),
+                tk("csi-1", T::CsiAttacher, "node-a"),
+            ],
+            Some(false),
+        ),
+        (
+            "cleanup and an expired workload ticket (not honoured)",
+            vec![
+                tk("cleanup-data", T::Cleanup, "node-a"),
+                expired(tk("manual-1", T::Manual, "node-a")),
+            ],
+            Some(true),
+        ),
+        (
+            "another background ticket",
+            vec![tk("backup-1", T::Backup, "node-a")],
+            Some(false),
+        ),
+    ];
+    for (what, tickets, removes) in cases {
+        let d = decide(&input(RWO, tickets, &[]));
+        assert_eq!(
+            d.nodes.get("node-a").map(|n| n.removes_data),
+            removes,
+            "{what}"
+        );
+    }
+}
+
+#[test]
 fn failed_mount_reports_its_error() {
     let i = input(
         RWO,
@@ -808,7 +948,7 @@ fn arb_tickets() -> impl Strategy<Value = Vec<TicketInput>> {
 
 fn arb_mounts() -> impl Strategy<Value = BTreeMap<String, MountView>> {
     proptest::collection::vec(
-        proptest::option::of((arb_state(), any::<bool>())),
+        proptest::option::of((arb_state(), any::<bool>(), proptest::bool::weighted(0.2))),
         NODES.len(),
     )
     .prop_map(|v| {
@@ -816,7 +956,13 @@ fn arb_mounts() -> impl Strategy<Value = BTreeMap<String, MountView>> {
             .iter()
             .zip(v)
             .filter_map(|(n, m)| {
-                m.map(|(state, read_only)| (n.to_string(), mount(state, read_only)))
+                m.map(|(state, read_only, removes_data)| {
+                    let m = MountView {
+                        removes_data,
+                        ..mount(state, read_only)
+                    };
+                    (n.to_string(), m)
+                })
             })
             .collect()
     })
@@ -856,7 +1002,9 @@ fn eligible(i: &Input, t: &TicketInput) -> bool {
     let on_pinned = i.pinned_node.as_ref().is_none_or(|p| *p == ticket.node_id);
     let not_deleting = !i.deleting
         || ticket.type_ == T::Cleanup
-        || (!is_background(ticket.type_) && holders(i).contains(ticket.node_id.as_str()));
+        || (!is_background(ticket.type_)
+            && holders(i).contains(ticket.node_id.as_str())
+            && !i.mounts[&ticket.node_id].removes_data);
     current && valid && on_pinned && not_deleting
 }
 
@@ -1078,11 +1226,19 @@ proptest! {
         prop_assert_eq!(&decide(w), d);
         prop_assert_eq!(w.mounts.keys().collect::<Vec<_>>(), d.nodes.keys().collect::<Vec<_>>());
         for (node, m) in &w.mounts {
-            prop_assert_eq!(m, &mount(MountState::Ready, d.nodes[node].read_only));
+            prop_assert_eq!(&m.state, &MountState::Ready);
+            prop_assert_eq!(m.read_only, d.nodes[node].read_only);
         }
         for t in &w.tickets {
+            // A cleanup ticket on a node that serves other tickets waits for them.
+            let in_use = t.ticket.type_ == T::Cleanup
+                && d.nodes.get(&t.ticket.node_id).is_some_and(|n| !n.removes_data);
             if eligible(w, t) && d.nodes.contains_key(&t.ticket.node_id) {
-                prop_assert!(d.tickets[&t.ticket.id].satisfied, "{:?}", d.tickets[&t.ticket.id]);
+                if in_use {
+                    prop_assert_eq!(d.tickets[&t.ticket.id].reason, R::InUse);
+                } else {
+                    prop_assert!(d.tickets[&t.ticket.id].satisfied, "{:?}", d.tickets[&t.ticket.id]);
+                }
             }
         }
         // Liveness: an eligible ticket means the volume is attached somewhere.
@@ -1135,7 +1291,8 @@ proptest! {
                         && !is_background(t.ticket.type_)
                         && eligible(&world, t)
                 });
-                if workload {
+                // (A mount that removed the data is replaced by a serving one.)
+                if workload && !world.mounts[node].removes_data {
                     prop_assert!(holders_of(&next).contains(node));
                 }
             }

@@ -7,6 +7,9 @@
 #                       with HARNESS_NODES=N also N real nodes (nodes.sh)
 #   cluster.sh down     stop every process started by `up`, nodes included
 #   cluster.sh status   print what runs; exit 0 iff the cluster is up and ready
+#   cluster.sh restart-apiserver   stop kube-apiserver and start it again with the
+#                       same arguments (HARNESS_APISERVER_DOWN_SECONDS: how long it
+#                       stays away, default 0); returns once it is ready
 #
 # Layout (relative to the repository root):
 #   target/cluster/kubeconfig       admin kubeconfig (system:masters client cert)
@@ -322,6 +325,21 @@ cmd_down() {
   log "cluster down ($(elapsed)); logs kept in $LOGS"
 }
 
+cmd_restart_apiserver() { # stop kube-apiserver, start it again with the same arguments
+  take_lock
+  local pid args=()
+  pid=$(alive_pid kube-apiserver) || die "kube-apiserver is not running (cluster.sh up first)"
+  mapfile -d '' -t args <"/proc/$pid/cmdline"
+  stop_pid kube-apiserver "$pid"
+  sleep "${HARNESS_APISERVER_DOWN_SECONDS:-0}"
+  start_component kube-apiserver "${args[@]:1}"
+  "$BIN/k8s-harness" wait-ready --kubeconfig "$PKI/admin.kubeconfig" \
+      --timeout "${HARNESS_READY_TIMEOUT:-180}s" \
+      --pids "$(<"$PIDS/etcd.pid"),$(<"$PIDS/kube-apiserver.pid")" \
+    || die "kube-apiserver did not become ready again"
+  log "kube-apiserver ready again after $(elapsed)"
+}
+
 cmd_status() {
   local c pid rc=0
   for c in "${COMPONENTS[@]}"; do
@@ -350,5 +368,6 @@ case "${1:-}" in
   up) cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  restart-apiserver) cmd_restart_apiserver ;;
+  *) echo "usage: $0 up|down|status|restart-apiserver" >&2; exit 2 ;;
 esac

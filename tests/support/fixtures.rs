@@ -345,11 +345,14 @@ impl FakeAgent {
         let api: Api<MountPod> = Api::all(client);
         let wc = watcher::Config::default().labels(&format!("{TEST_LABEL}={test_id}"));
         let task = tokio::spawn(async move {
+            // The controller's own short backoff, and errors skipped: it keeps serving
+            // across an API server restart.
             let mut stream = watcher(api.clone(), wc)
-                .default_backoff()
+                .backoff(tessera::controller::ShortBackoff::default())
                 .applied_objects()
                 .boxed();
-            while let Some(Ok(mp)) = stream.next().await {
+            while let Some(res) = stream.next().await {
+                let Ok(mp) = res else { continue };
                 if mp.metadata.deletion_timestamp.is_some() {
                     continue;
                 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::{BackendScope, MountPhase, MountPod, Volume, VolumeAttachment};
+use crate::api::{BackendScope, MountPhase, MountPod, MountTask, Volume, VolumeAttachment};
 use crate::tickets::{Input, MountState, MountView, TicketInput};
 
 /// The arbitration input for a volume, from its objects, decided at `now`; `node_exists`
@@ -81,5 +81,6 @@ pub fn mount_view(mp: &MountPod) -> MountView {
     MountView {
         state,
         read_only: mp.spec.read_only,
+        removes_data: mp.spec.task == MountTask::RemoveData,
     }
 }

@@ -21,8 +21,7 @@ use serde_json::json;
 use tracing::info;
 
 use crate::api::{
-    self, AttacherType, LABEL_NODE, LABEL_VOLUME, MountPod, MountPodSpec, MountTask, Volume,
-    VolumeAttachment,
+    self, LABEL_NODE, LABEL_VOLUME, MountPod, MountPodSpec, MountTask, Volume, VolumeAttachment,
 };
 use crate::controller::events::publish_node;
 use crate::controller::{Context, Error, FIELD_MANAGER, KubeContext, Labels};
@@ -74,7 +73,11 @@ pub(super) async fn sync_mountpods(
         }
     }
     for (node, mount) in &decision.nodes {
-        let task = node_task(va, node);
+        let task = if mount.removes_data {
+            MountTask::RemoveData
+        } else {
+            MountTask::Serve
+        };
         let desired = desired_spec(volume, node, mount.read_only, task)?;
         let existing = mountpods.iter().find(|mp| &mp.spec.node_name == node);
         match existing {
@@ -158,21 +161,6 @@ pub(super) fn apply_body(
     })
 }
 
-/// A node whose only tickets are cleanup tickets removes the data instead of serving.
-pub(super) fn node_task(va: &VolumeAttachment, node: &str) -> MountTask {
-    let mut on_node = va
-        .spec
-        .attachment_tickets
-        .values()
-        .filter(|t| t.node_id == node)
-        .peekable();
-    if on_node.peek().is_some() && on_node.all(|t| t.type_ == AttacherType::Cleanup) {
-        MountTask::RemoveData
-    } else {
-        MountTask::Serve
-    }
-}
-
 /// Whether two specs agree on every field the controller sets (so no apply is due).
 pub(super) fn same_controlled_fields(a: &MountPodSpec, b: &MountPodSpec) -> bool {
     a.source == b.source
@@ -190,14 +178,21 @@ pub fn desired_spec(
     task: MountTask,
 ) -> Result<MountPodSpec, Error> {
     let name = volume.name_any();
-    let capacity = api::quantity_bytes(&volume.spec.size.0).map_err(|e| Error::InvalidVolume {
-        volume: name.clone(),
-        message: e.to_string(),
-    })?;
-    let capacity = i64::try_from(capacity).map_err(|_| Error::InvalidVolume {
-        volume: name.clone(),
-        message: "size too large".into(),
-    })?;
+    let capacity = api::quantity_bytes(&volume.spec.size.0)
+        .map_err(|e| e.to_string())
+        .and_then(|c| i64::try_from(c).map_err(|_| "size too large".to_string()));
+    let capacity = match (capacity, task) {
+        (Ok(c), _) => c,
+        // Removing the data needs no size: a Volume whose size cannot be served can
+        // still be deleted.
+        (Err(_), MountTask::RemoveData) => 0,
+        (Err(message), MountTask::Serve) => {
+            return Err(Error::InvalidVolume {
+                volume: name.clone(),
+                message,
+            });
+        }
+    };
     let root = volume.spec.backend.root.trim_end_matches('/');
     Ok(MountPodSpec {
         volume: name.clone(),

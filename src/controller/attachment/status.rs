@@ -369,6 +369,19 @@ pub fn volume_status(
     }
     let (ok, reason, message) = volume_ready(state, &ready, decision, &mounted_nodes, &failed);
     conditions.push(cond(CONDITION_READY, ok, reason, message));
+    // Deleting: where the removal of the data stands (the cleanup ticket's outcome).
+    if volume.metadata.deletion_timestamp.is_some()
+        && let Some(o) = decision
+            .tickets
+            .get(crate::controller::volume::CLEANUP_TICKET)
+    {
+        conditions.push(cond(
+            "DataRemoved",
+            o.satisfied,
+            o.reason.as_str(),
+            o.message.clone(),
+        ));
+    }
     let last_attached_node = ready
         .iter()
         .find(|n| decision.nodes.contains_key(*n))

@@ -74,7 +74,15 @@ fn mount_view_by_phase_and_deletion() {
         ("read-only", read_only, MountState::Ready, true),
     ];
     for (what, mp, state, read_only) in cases {
-        assert_eq!(mount_view(&mp), MountView { state, read_only }, "{what}");
+        assert_eq!(
+            mount_view(&mp),
+            MountView {
+                state,
+                read_only,
+                removes_data: false
+            },
+            "{what}"
+        );
     }
 }
 

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::input::{gather, mount_view};
-use super::mountpods::{apply_body, desired_spec, node_task, same_controlled_fields};
+use super::mountpods::{apply_body, desired_spec, same_controlled_fields};
 use super::needs_recheck;
 use super::status::{attachment_status, newly_satisfied, satisfaction_latencies, volume_status};
 use crate::api::{
@@ -106,7 +106,15 @@ fn decision(nodes: &[&str], tickets: &[(&str, TicketOutcome)]) -> Decision {
     Decision {
         nodes: nodes
             .iter()
-            .map(|n| (n.to_string(), NodeMount { read_only: false }))
+            .map(|n| {
+                (
+                    n.to_string(),
+                    NodeMount {
+                        read_only: false,
+                        removes_data: false,
+                    },
+                )
+            })
             .collect(),
         tickets: tickets
             .iter()

@@ -1,43 +1,7 @@
-//! MountPod specs: the task per node, the desired spec, what counts as a change, the
+//! MountPod specs: the desired spec, what counts as a change, the
 //! apply body.
 
 use super::*;
-
-#[test]
-fn a_node_with_only_cleanup_tickets_removes_the_data() {
-    let cases: Vec<(&str, Vec<AttachmentTicket>, MountTask)> = vec![
-        ("no ticket on the node", vec![], MountTask::Serve),
-        (
-            "only cleanup",
-            vec![ticket("cleanup-data", AttacherType::Cleanup, "n1")],
-            MountTask::RemoveData,
-        ),
-        (
-            "cleanup and a workload",
-            vec![
-                ticket("cleanup-data", AttacherType::Cleanup, "n1"),
-                ticket("csi-1", AttacherType::CsiAttacher, "n1"),
-            ],
-            MountTask::Serve,
-        ),
-        (
-            "cleanup elsewhere",
-            vec![
-                ticket("cleanup-data", AttacherType::Cleanup, "n2"),
-                ticket("csi-1", AttacherType::CsiAttacher, "n1"),
-            ],
-            MountTask::Serve,
-        ),
-        (
-            "another background ticket",
-            vec![ticket("backup-1", AttacherType::Backup, "n1")],
-            MountTask::Serve,
-        ),
-    ];
-    for (what, tickets, task) in cases {
-        assert_eq!(node_task(&va(&tickets), "n1"), task, "{what}");
-    }
-}
 
 #[test]
 fn desired_spec_from_the_volume() {
@@ -65,6 +29,12 @@ fn desired_spec_from_the_volume() {
     huge.spec.size = Quantity("8Ei".into());
     let err = desired_spec(&huge, "n1", false, MountTask::Serve).unwrap_err();
     assert_eq!(err.to_string(), "volume v: size too large");
+    // Removing the data needs no size: a Volume with a size nothing can serve can
+    // still be deleted.
+    for bad in [&bad, &huge] {
+        let spec = desired_spec(bad, "n1", false, MountTask::RemoveData).unwrap();
+        assert_eq!((spec.task, spec.capacity_bytes), (MountTask::RemoveData, 0));
+    }
 }
 
 #[test]
