@@ -107,11 +107,13 @@ info "backend root (shared by both nodes): $DEMO/backend"
 step "Starting tessera controller, two node agents and the CSI sidecars"
 "$TESSERA" controller --no-leader-election --metrics-addr 127.0.0.1:0 \
   --csi-endpoint "unix://$DEMO/controller.sock" --default-backend-root "$DEMO/backend" \
+  --allowed-backend-root "$DEMO/backend" \
   >"$DEMO/logs/controller.log" 2>&1 & PIDS+=($!)
 for node in $A $B; do
   d="$DEMO/$node"; mkdir -p "$d/kubelet"
   "$TESSERA" node --node-name "$node" --mount-root "$d/mounts" --state-dir "$d/state" \
     --kubelet-dir "$d/kubelet" --metrics-addr 127.0.0.1:0 --csi-endpoint "unix://$d/csi.sock" \
+    --allowed-backend-root "$DEMO/backend" \
     >"$DEMO/logs/node-$node.log" 2>&1 & PIDS+=($!)
 done
 wait_for 30 "controller CSI socket" test -S "$DEMO/controller.sock"

@@ -63,6 +63,8 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     let client = runtime::connect().await?;
     let metrics = runtime::start_metrics(args.metrics_addr).await?;
     let shutdown = runtime::Shutdown::listen()?;
+    let allowed_roots =
+        crate::host::roots::AllowedRoots::from_args(&args.roots).map_err(Error::AllowedRoots)?;
     if let Some(endpoint) = &args.csi_endpoint {
         let service = crate::csi::controller::ControllerService::new(
             client.clone(),
@@ -72,6 +74,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
                 unpublish_timeout: Duration::from_secs(args.publish_timeout_seconds),
                 capacity_bytes: args.capacity_bytes,
                 labels: args.watch_selector.clone().unwrap_or_default(),
+                allowed_roots: allowed_roots.clone(),
             },
         );
         runtime::csi::spawn(
@@ -104,7 +107,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         elector.acquire().await?;
     }
 
-    let run = wiring::run_controllers(client, metrics.clone(), &args, identity);
+    let run = wiring::run_controllers(client, metrics.clone(), &args, identity, allowed_roots);
     tokio::select! {
         () = run => Ok(()),
         err = async {

@@ -32,6 +32,7 @@ pub(super) async fn run_controllers(
     metrics: Arc<Metrics>,
     args: &ControllerArgs,
     identity: String,
+    allowed_roots: crate::host::roots::AllowedRoots,
 ) {
     let labels = args.watch_selector.clone().unwrap_or_default();
     let wc = if labels.0.is_empty() {
@@ -118,6 +119,7 @@ pub(super) async fn run_controllers(
         mountpods: mp_store,
         nodes: node_store,
         labels,
+        allowed_roots,
         reap_grace: Duration::from_secs(args.reap_grace_seconds),
         caches_ready: ready,
         written_volumes: Default::default(),

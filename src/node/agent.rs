@@ -146,10 +146,46 @@ async fn reconcile_inner(mp: &MountPod, ctx: &Context) -> Result<Action, Error> 
         finalizers.push(FINALIZER.into());
         patch_finalizers(mp, ctx, finalizers).await?;
     }
+    if let Err(msg) = owned_by_its_volume(mp) {
+        return refuse(mp, ctx, msg).await;
+    }
     match mp.spec.task {
         MountTask::Serve => serve(mp, ctx).await,
         MountTask::RemoveData => remove_data(mp, ctx).await,
     }
+}
+
+/// A MountPod the agent does not serve: only the controller's, owned by their Volume,
+/// are (a hand-made one could name any directory of the node).
+pub(crate) fn owned_by_its_volume(mp: &MountPod) -> Result<(), String> {
+    let owned = mp.owner_references().iter().any(|o| {
+        o.kind == "Volume"
+            && o.api_version == "tessera.io/v1alpha1"
+            && o.name == mp.spec.volume
+            && o.controller == Some(true)
+    });
+    if owned {
+        Ok(())
+    } else {
+        Err(format!(
+            "not served: a MountPod must be owned (controller ownerReference) by its Volume {:?}",
+            crate::runtime::truncated(&mp.spec.volume, crate::host::paths::SHOWN)
+        ))
+    }
+}
+
+/// Report an unusable spec once (no write when the status says so already).
+async fn refuse(mp: &MountPod, ctx: &Context, msg: String) -> Result<Action, Error> {
+    let mut current = mp.status.clone().unwrap_or_default();
+    let known = current.last_error.as_deref() == Some(msg.as_str())
+        && current.phase == Some(MountPhase::Failed);
+    let report = Report::failed("InvalidSpec", msg.clone());
+    write_status(mp, ctx, &mut current, report).await?;
+    if !known {
+        warn!(%msg, "MountPod refused");
+        publish(ctx, mp, EventType::Warning, "InvalidSpec", &msg).await;
+    }
+    Ok(Action::await_change())
 }
 
 async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
@@ -157,12 +193,7 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     let mut current = mp.status.clone().unwrap_or_default();
     let (want, refused) = match host::want(&name, &mp.spec, &ctx.host.config) {
         Ok(w) => w,
-        Err(msg) => {
-            let report = Report::failed("InvalidSpec", msg.clone());
-            write_status(mp, ctx, &mut current, report).await?;
-            publish(ctx, mp, EventType::Warning, "InvalidSpec", &msg).await;
-            return Ok(Action::await_change());
-        }
+        Err(msg) => return refuse(mp, ctx, msg).await,
     };
     let prev = mp.status.clone().unwrap_or_default();
     let now = jiff::Timestamp::now();
@@ -342,7 +373,8 @@ async fn remove_data(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     let mut current = mp.status.clone().unwrap_or_default();
     let host = ctx.host.clone();
     let source = mp.spec.source.clone();
-    let res = blocking(move || host.remove_data(&source))
+    let volume = mp.spec.volume.clone();
+    let res = blocking(move || host.remove_data(&source, &volume))
         .await
         .map_err(Error::Join)?;
     let report = match res {
@@ -800,5 +832,34 @@ mod tests {
         assert_eq!(s2.observed_generation, Some(1));
         mp.status = Some(s2);
         assert!(!mp.is_ready());
+    }
+
+    #[test]
+    fn only_mountpods_owned_by_their_volume_are_served() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let owner = |kind: &str, name: &str, controller: Option<bool>| OwnerReference {
+            api_version: "tessera.io/v1alpha1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: "u".into(),
+            controller,
+            block_owner_deletion: None,
+        };
+        let table = [
+            (vec![], false),
+            (vec![owner("Volume", "v", Some(true))], true),
+            (vec![owner("Volume", "other", Some(true))], false),
+            (vec![owner("Volume", "v", None)], false),
+            (vec![owner("VolumeAttachment", "v", Some(true))], false),
+            (
+                vec![owner("Pod", "x", None), owner("Volume", "v", Some(true))],
+                true,
+            ),
+        ];
+        for (owners, ok) in table {
+            let mut mp = mountpod(1, 0);
+            mp.metadata.owner_references = Some(owners.clone());
+            assert_eq!(owned_by_its_volume(&mp).is_ok(), ok, "{owners:?}");
+        }
     }
 }

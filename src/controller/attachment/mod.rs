@@ -260,7 +260,7 @@ async fn release_finalizer(ctx: &Context, va: &VolumeAttachment) -> Result<(), E
         // Gone already, or the finalizers changed: the next reconcile sees.
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 422 => return Ok(()),
         Err(e) => {
-            return Err(e).context(|| format!("removing the finalizer of VolumeAttachment {name}"));
+            Err(e).context(|| format!("removing the finalizer of VolumeAttachment {name}"))?;
         }
     }
     ctx.metrics.write("VolumeAttachment", "patch");

@@ -73,6 +73,15 @@ pub(super) async fn sync_mountpods(
             .await;
         }
     }
+    if !decision.nodes.is_empty()
+        && let Err(e) = ctx.allowed_roots.check_root(&volume.spec.backend.root)
+    {
+        // The volume controller refuses such a Volume; never a MountPod for it.
+        return Err(Error::InvalidVolume {
+            volume: name.clone(),
+            message: e.to_string(),
+        });
+    }
     for (node, mount) in &decision.nodes {
         let task = node_task(va, node);
         let desired = desired_spec(volume, node, mount.read_only, task)?;

@@ -54,6 +54,9 @@ pub enum Error {
     /// The `scope` parameter has another value.
     #[error("parameter scope must be Shared or NodeLocal, not {0:?}")]
     Scope(String),
+    /// `backendRoot` names a directory the administrator did not allow.
+    #[error("parameter backendRoot: {0}")]
+    BackendRoot(#[source] crate::host::roots::RootError),
     /// A StorageClass parameter nobody knows.
     #[error("unknown StorageClass parameter {0:?} (known: backendRoot, scope)")]
     UnknownParameter(String),
@@ -164,6 +167,7 @@ impl Error {
             | Incompatible { .. }
             | ContentSource
             | Scope(_)
+            | BackendRoot(_)
             | UnknownParameter(_)
             | NegativeCapacity => Code::InvalidArgument,
             Pending(_) | BeingDeleted(_) | BadToken(_) | TokenPastEnd(_) => Code::Aborted,

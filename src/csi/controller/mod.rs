@@ -76,6 +76,8 @@ pub struct Settings {
     /// Labels put on every Volume created, and required of every Volume listed (the
     /// controller's `--watch-selector`, so one instance sees only its own volumes).
     pub labels: crate::labels::Labels,
+    /// The backend roots a StorageClass may name (`backendRoot`); others are refused.
+    pub allowed_roots: crate::host::roots::AllowedRoots,
 }
 
 /// The Controller service.
@@ -132,6 +134,10 @@ impl ControllerService {
         let mode = access_mode_for(caps)?;
         let size = size_for(req.capacity_range.as_ref())?;
         let params = Parameters::parse(&req.parameters, &self.settings.default_backend_root)?;
+        self.settings
+            .allowed_roots
+            .check_root(&params.backend_root)
+            .map_err(Error::BackendRoot)?;
         let name = volume_name(csi_name);
         let _guard = self.inflight.start(&name)?;
 
