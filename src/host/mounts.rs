@@ -22,6 +22,8 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags};
 
+use super::paths::PathError;
+
 /// A mount syscall that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -47,6 +49,20 @@ pub enum Error {
     #[error("unmounting {target}: {errno}")]
     Unmount {
         /// The mount point.
+        target: PathBuf,
+        /// Why not.
+        errno: Errno,
+    },
+    /// A target path is refused.
+    #[error(transparent)]
+    Refused(#[from] PathError),
+    /// A path below the kubelet directory could not be resolved or created beneath it
+    /// (a symlink on the way, a path leaving it, …), or the mount by fd failed.
+    #[error("{action} {target}: {errno}")]
+    Beneath {
+        /// What was being done.
+        action: &'static str,
+        /// The path.
         target: PathBuf,
         /// Why not.
         errno: Errno,
@@ -127,6 +143,35 @@ pub trait Mounts: Send + Sync {
             .collect())
     }
 
+    /// Create `target` (a directory strictly under `dir`) and bind `source` onto it,
+    /// with no symlink anywhere below `dir` and nothing outside it, even while someone
+    /// swaps the directories on the way. [`HostMounts`] resolves and mounts through
+    /// file descriptors; this default, for in-memory tables, checks the names and
+    /// calls [`Mounts::bind`].
+    fn bind_beneath(
+        &self,
+        source: &Path,
+        dir: &Path,
+        target: &Path,
+        read_only: bool,
+    ) -> Result<(), Error> {
+        super::paths::under_without_symlinks(&target.to_string_lossy(), dir)?;
+        std::fs::create_dir_all(target).map_err(|e| Error::Beneath {
+            action: "creating",
+            target: target.to_path_buf(),
+            errno: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        })?;
+        self.bind(source, target, read_only)
+    }
+
+    /// Detach every mount stacked on `target` (strictly under `dir`, reached with no
+    /// symlink), at most `limit`; then remove the directory if `remove_dir`. Returns
+    /// how many were detached.
+    fn unmount_beneath(&self, dir: &Path, target: &Path, limit: usize) -> Result<usize, Error> {
+        super::paths::under_without_symlinks(&target.to_string_lossy(), dir)?;
+        self.unmount_all_lazy(target, limit)
+    }
+
     /// Detach every mount stacked on `path` (at most `limit`, against loops).
     /// Returns how many were detached.
     fn unmount_all_lazy(&self, path: &Path, limit: usize) -> Result<usize, Error> {
@@ -185,6 +230,56 @@ impl Mounts for HostMounts {
             }
         }
         Ok(())
+    }
+
+    fn bind_beneath(
+        &self,
+        source: &Path,
+        dir: &Path,
+        target: &Path,
+        read_only: bool,
+    ) -> Result<(), Error> {
+        let rel = super::paths::under(&target.to_string_lossy(), dir)?;
+        let rel = rel.strip_prefix(dir).expect("under() checked it");
+        let fail = |action, errno| Error::Beneath {
+            action,
+            target: target.to_path_buf(),
+            errno,
+        };
+        let target_fd = super::beneath::open_creating(dir, rel)
+            .map_err(|errno| fail("resolving beneath the kubelet directory", errno))?;
+        super::beneath::bind_onto(source, &target_fd, read_only)
+            .map_err(|errno| fail("binding onto", errno))
+    }
+
+    fn unmount_beneath(&self, dir: &Path, target: &Path, limit: usize) -> Result<usize, Error> {
+        let rel = super::paths::under(&target.to_string_lossy(), dir)?;
+        let rel = rel.strip_prefix(dir).expect("under() checked it");
+        let mut n = 0;
+        while n < limit {
+            let fd = match super::beneath::open(dir, rel) {
+                Ok(fd) => fd,
+                Err(Errno::ENOENT) => break,
+                Err(errno) => {
+                    return Err(Error::Beneath {
+                        action: "resolving beneath the kubelet directory",
+                        target: target.to_path_buf(),
+                        errno,
+                    });
+                }
+            };
+            match super::beneath::unmount_fd(&fd) {
+                Ok(()) => n += 1,
+                Err(Errno::EINVAL) => break,
+                Err(errno) => {
+                    return Err(Error::Unmount {
+                        target: target.to_path_buf(),
+                        errno,
+                    });
+                }
+            }
+        }
+        Ok(n)
     }
 
     fn unmount_lazy(&self, target: &Path) -> Result<bool, Error> {

@@ -501,7 +501,8 @@ impl Host {
     fn rebind(&self, mountpoint: &Path, target: &Target) -> Result<(), Error> {
         paths::resolves_under(&target.path, &self.config.kubelet_dir)?;
         // Detach first: `stat` of a bind of a dead FUSE mount fails with ENOTCONN.
-        self.mounts.unmount_all_lazy(&target.path, 16)?;
+        self.mounts
+            .unmount_beneath(&self.config.kubelet_dir, &target.path, 16)?;
         match std::fs::symlink_metadata(&target.path) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
@@ -519,8 +520,12 @@ impl Host {
                 });
             }
         }
-        self.mounts
-            .bind(mountpoint, &target.path, target.read_only)?;
+        self.mounts.bind_beneath(
+            mountpoint,
+            &self.config.kubelet_dir,
+            &target.path,
+            target.read_only,
+        )?;
         info!(target = %target.path.display(), read_only = target.read_only, "reference re-bound");
         Ok(())
     }

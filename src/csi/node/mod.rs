@@ -12,7 +12,10 @@
 //! No staging (STAGE_UNSTAGE_VOLUME is not offered): see [`NodeService::publish`].
 //!
 //! Every path in a request is checked by [`paths::under_without_symlinks`]: absolute,
-//! no `..`, under the kubelet directory, no symlinks. References are written with a
+//! no `..`, under the kubelet directory, no symlinks; then created, bound and
+//! unmounted only through file descriptors resolved beneath the kubelet directory
+//! ([`Mounts::bind_beneath`], [`Mounts::unmount_beneath`]), so a symlink swapped in
+//! after the check is refused. References are written with a
 //! merge patch that carries the MountPod's resourceVersion, so two concurrent
 //! publishes of one volume cannot lose each other's reference (a conflict is retried).
 //! Every RPC fails with an [`Error`], mapped to its gRPC code in [`error`].
@@ -175,20 +178,17 @@ impl NodeService {
     }
 
     fn unmount_and_remove(&self, target: &Path, remove_dir: bool) -> Result<(), Error> {
-        // Unmount every layer stacked on the target, then remove the directory.
-        self.mounts.unmount_all_lazy(target, 16)?;
-        if remove_dir {
-            match std::fs::remove_dir(target) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(Error::Dir {
-                        action: "removing",
-                        path: shown_path(target),
-                        source,
-                    });
+        // Unmount every layer stacked on the target, then remove the directory: both
+        // through file descriptors resolved beneath the kubelet directory.
+        self.mounts.unmount_beneath(&self.kubelet_dir, target, 16)?;
+        if remove_dir && let Ok(rel) = target.strip_prefix(&self.kubelet_dir) {
+            crate::host::beneath::remove_dir(&self.kubelet_dir, rel).map_err(|errno| {
+                Error::Dir {
+                    action: "removing",
+                    path: shown_path(target),
+                    source: errno.into(),
                 }
-            }
+            })?;
         }
         Ok(())
     }
@@ -220,8 +220,10 @@ impl NodeService {
             Some(true) => {}
             Some(false) => return Err(Error::TargetTaken(shown_path(&target))),
             None => {
-                mkdir(&target)?;
-                self.mounts.bind(&mount_point, &target, req.readonly)?;
+                // Created, resolved and bound through file descriptors beneath the
+                // kubelet directory: a symlink swapped in meanwhile is refused.
+                self.mounts
+                    .bind_beneath(&mount_point, &self.kubelet_dir, &target, req.readonly)?;
             }
         }
         if let Err(e) = self
@@ -373,14 +375,6 @@ fn check_capability(cap: Option<&VolumeCapability>) -> Result<(), Error> {
     }
     required("volume_capability.access_mode", cap.access_mode.as_ref())?;
     Ok(())
-}
-
-fn mkdir(p: &Path) -> Result<(), Error> {
-    std::fs::create_dir_all(p).map_err(|source| Error::Dir {
-        action: "creating",
-        path: shown_path(p),
-        source,
-    })
 }
 
 #[tonic::async_trait]
