@@ -60,6 +60,9 @@ pub enum Error {
     /// A StorageClass parameter nobody knows.
     #[error("unknown StorageClass parameter {0:?} (known: backendRoot, scope)")]
     UnknownParameter(String),
+    /// More bytes than any Volume may have.
+    #[error("{0} bytes is more than the largest volume, {max} bytes", max = crate::api::MAX_VOLUME_BYTES)]
+    TooLarge(u64),
     /// A negative byte count.
     #[error("capacity range must not be negative")]
     NegativeCapacity,
@@ -173,7 +176,7 @@ impl Error {
             Pending(_) | BeingDeleted(_) | BadToken(_) | TokenPastEnd(_) => Code::Aborted,
             Kube(e) => kube_code(&e.source),
             Watch(_) | NoAttachment(_) => Code::Unavailable,
-            CapacityAboveLimit { .. } => Code::OutOfRange,
+            CapacityAboveLimit { .. } | TooLarge(_) => Code::OutOfRange,
             VolumeNotFound(_) | NodeNotFound(_) => Code::NotFound,
             NameTaken(_) | ExistsOtherwise { .. } | PublishedOtherwise { .. } => {
                 Code::AlreadyExists

@@ -37,7 +37,7 @@ use super::proto::node_server::Node;
 use super::proto::node_service_capability::{self, rpc};
 use super::proto::volume_capability::AccessType;
 use super::proto::*;
-use super::{InFlight, TOPOLOGY_NODE_KEY, required, shown};
+use super::{InFlight, TOPOLOGY_NODE_KEY, existing_id, required, shown};
 use crate::api::{self, MountPod, MountReference, Volume};
 use crate::host::mounts::{Mounts, Probe};
 use crate::host::paths;
@@ -204,7 +204,10 @@ impl NodeService {
         &self,
         req: NodePublishVolumeRequest,
     ) -> Result<NodePublishVolumeResponse, Error> {
-        let volume_id = required("volume_id", &req.volume_id)?;
+        let volume_id = existing_id(
+            required("volume_id", &req.volume_id)?,
+            Error::VolumeNotFound,
+        )?;
         let target = required("target_path", &req.target_path)?;
         check_capability(req.volume_capability.as_ref())?;
         let target = self.path("target_path", target)?;
@@ -276,7 +279,10 @@ impl NodeService {
         &self,
         req: NodeUnpublishVolumeRequest,
     ) -> Result<NodeUnpublishVolumeResponse, Error> {
-        let volume_id = required("volume_id", &req.volume_id)?;
+        let volume_id = existing_id(
+            required("volume_id", &req.volume_id)?,
+            Error::VolumeNotFound,
+        )?;
         let target = required("target_path", &req.target_path)?;
         let target = self.path("target_path", target)?;
         let _guard = self.inflight.start(volume_id)?;
@@ -290,7 +296,10 @@ impl NodeService {
         &self,
         req: NodeGetVolumeStatsRequest,
     ) -> Result<NodeGetVolumeStatsResponse, Error> {
-        let volume_id = required("volume_id", &req.volume_id)?;
+        let volume_id = existing_id(
+            required("volume_id", &req.volume_id)?,
+            Error::VolumeNotFound,
+        )?;
         let path = required("volume_path", &req.volume_path)?;
         self.volume(volume_id).await?;
         // Only paths under the kubelet directory are looked at; any other is no path of
@@ -353,7 +362,10 @@ impl NodeService {
         &self,
         req: NodeExpandVolumeRequest,
     ) -> Result<NodeExpandVolumeResponse, Error> {
-        let volume_id = required("volume_id", &req.volume_id)?;
+        let volume_id = existing_id(
+            required("volume_id", &req.volume_id)?,
+            Error::VolumeNotFound,
+        )?;
         let path = required("volume_path", &req.volume_path)?;
         let volume = self.volume(volume_id).await?;
         self.volume_path("volume_path", path)?;
