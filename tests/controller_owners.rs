@@ -123,7 +123,7 @@ async fn tickets_another_manager_owns_are_never_reaped_and_say_why() {
         "GitOps tickets say why they are not honoured",
         || async {
             let s = fixtures::ticket_states(&client, &vol).await;
-            let reason = |id: &str| s.get(id).map(|x| x.1.clone()).unwrap_or_default();
+            let reason = |id: &str| s.get(id).map(|x| x.reason.clone()).unwrap_or_default();
             (reason("manual-nowhere") == "NodeNotFound"
                 && reason("manual-expired") == "Expired"
                 && reason("manual-doomed") == "NodeNotFound")
@@ -131,7 +131,7 @@ async fn tickets_another_manager_owns_are_never_reaped_and_say_why() {
         },
     )
     .await;
-    let msg = |id: &str| states[id].2.clone();
+    let msg = |id: &str| states[id].message.clone();
     assert!(
         msg("manual-nowhere").contains(&format!("node {never} does not exist"))
             && !msg("manual-nowhere").contains("no longer"),
@@ -146,7 +146,7 @@ async fn tickets_another_manager_owns_are_never_reaped_and_say_why() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     for kept in ["manual-nowhere", "manual-expired", "manual-doomed"] {
         assert!(has_ticket(&client, &vol, kept).await, "{kept} was removed");
-        assert!(!fixtures::ticket_states(&client, &vol).await[kept].0);
+        assert!(!fixtures::ticket_states(&client, &vol).await[kept].satisfied);
     }
     eventually(WAIT, "no MountPod for tickets not honoured", || async {
         fixtures::mountpods_of(&client, &vol)

@@ -337,7 +337,8 @@ mod tests {
     #[test]
     fn sources_are_a_volume_directory_beneath_an_allowed_root() {
         let a = allowed();
-        let table: &[(&str, &str, Option<(&str, &str)>)] = &[
+        type Case<'a> = (&'a str, &'a str, Option<(&'a str, &'a str)>);
+        let table: &[Case] = &[
             ("/srv/tessera/v1", "v1", Some(("/srv/tessera", "v1"))),
             (
                 "/srv/tessera/fast/v1",

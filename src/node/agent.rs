@@ -59,6 +59,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Publishes Kubernetes Events.
     pub recorder: Recorder,
+    /// When each failing MountPod may be tried again.
+    pub backoff: super::backoff::Backoffs,
 }
 
 /// Run the agent's controller and health loop until the future is dropped.
@@ -88,6 +90,7 @@ pub async fn run(
         field_manager,
         host,
         metrics: metrics.clone(),
+        backoff: Default::default(),
     });
     let (trigger, triggered) = mpsc::unbounded();
     let controller = Controller::new(api, wc).reconcile_on(triggered);
@@ -149,6 +152,15 @@ async fn reconcile_inner(mp: &MountPod, ctx: &Context) -> Result<Action, Error> 
     if let Err(msg) = owned_by_its_volume(mp) {
         return refuse(mp, ctx, msg).await;
     }
+    if mp.spec.task == MountTask::Serve
+        && let Some(left) = ctx
+            .backoff
+            .wait(&mp.name_any(), mp.metadata.generation, Instant::now())
+    {
+        // A failing mount is retried when its backoff is over, not on every event
+        // (its own status writes among them).
+        return Ok(Action::requeue(left));
+    }
     match mp.spec.task {
         MountTask::Serve => serve(mp, ctx).await,
         MountTask::RemoveData => remove_data(mp, ctx).await,
@@ -205,7 +217,13 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
             let _ = tx.unbounded_send(p);
         })
     });
+    let retrying = prev.phase == Some(MountPhase::Failed);
     while let Some(Progress::Starting { cause }) = rx.next().await {
+        if retrying {
+            // A retry after a failure says Failed until it works: no Mounting/Failed
+            // flip-flop on every attempt.
+            continue;
+        }
         let report = Report {
             phase: MountPhase::Mounting,
             pid: None,
@@ -227,6 +245,10 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
         Ok(s) => s,
         Err(e) => {
             let msg = error_chain(&e);
+            let delay = ctx
+                .backoff
+                .failed(&name, mp.metadata.generation, Instant::now());
+            warn!(error = %msg, retry_in_ms = delay.as_millis() as u64, "mount failed");
             write_status(
                 mp,
                 ctx,
@@ -234,11 +256,22 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
                 Report::failed("MountFailed", msg.clone()),
             )
             .await?;
-            publish(ctx, mp, EventType::Warning, "MountFailed", &msg).await;
-            return Err(Error::Host(e));
+            // One Event per distinct failure, not one per attempt.
+            if prev.last_error.as_deref() != Some(msg.as_str()) {
+                publish(ctx, mp, EventType::Warning, "MountFailed", &msg).await;
+            }
+            return Ok(Action::requeue(delay));
         }
     };
-    let (report, action) = serve_report(&want, &served, &refused, mp, &prev);
+    let (report, mut action) = serve_report(&want, &served, &refused, mp, &prev);
+    if served.failure.is_some() {
+        action = Action::requeue(
+            ctx.backoff
+                .failed(&name, mp.metadata.generation, Instant::now()),
+        );
+    } else if served.answers {
+        ctx.backoff.succeeded(&name);
+    }
     if let Some(cause) = &served.repaired {
         let took = served.repair_time.unwrap_or_default();
         info!(cause = %cause, repair_ms = took.as_millis() as u64, rebound = served.rebound, "mount repaired");
@@ -251,7 +284,9 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
             publish(ctx, mp, EventType::Warning, "Repaired", &note).await;
         }
     }
-    if let Some(f) = &served.failure {
+    if let Some(f) = &served.failure
+        && prev.last_error.as_deref() != Some(f.as_str())
+    {
         publish(ctx, mp, EventType::Warning, "MountFailed", f).await;
     }
     // Reference problems are announced once, when they change.
@@ -463,6 +498,7 @@ async fn delete(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
         .cloned()
         .collect();
     patch_finalizers(mp, ctx, finalizers).await?;
+    ctx.backoff.succeeded(&mp.name_any());
     info!("finalizer removed");
     Ok(Action::await_change())
 }

@@ -18,6 +18,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`agent`] | the watch, finalizer `tessera.io/mount`, status, Events, the health loop |
+//! | [`backoff`] | per-MountPod exponential backoff of failing mounts (no write storm) |
 //! | [`host`] | the work on this host: start, adopt, repair + re-bind, online resize, remount, teardown, data removal |
 //! | [`supervisor`] | daemon processes (spawn detached, liveness with pid-reuse check, signals, reaping) and the state directory |
 //!
@@ -39,6 +40,7 @@
 //! API objects.
 
 pub mod agent;
+pub mod backoff;
 pub mod host;
 pub mod supervisor;
 
