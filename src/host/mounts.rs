@@ -3,8 +3,10 @@
 //!
 //! They only ever ask four things of the kernel: what is
 //! mounted where ([`Mounts::table`], from `/proc/self/mountinfo`), bind a path onto
-//! another ([`Mounts::bind`]), detach a mount lazily ([`Mounts::unmount_lazy`]) and
-//! whether a mount point answers ([`Mounts::probe`]). [`HostMounts`] does them for
+//! another ([`Mounts::bind`]; below the kubelet directory only through file
+//! descriptors, [`Mounts::bind_beneath`]), detach a mount lazily
+//! ([`Mounts::unmount_lazy`], [`Mounts::unmount_beneath`]) and whether a mount point
+//! answers ([`Mounts::probe`]). [`HostMounts`] does them for
 //! real (root needed for the first three); unit tests substitute an in-memory table.
 //!
 //! A probe is a `stat` and a `statfs` of the mount point. Against a hung FUSE daemon
@@ -165,8 +167,8 @@ pub trait Mounts: Send + Sync {
     }
 
     /// Detach every mount stacked on `target` (strictly under `dir`, reached with no
-    /// symlink), at most `limit`; then remove the directory if `remove_dir`. Returns
-    /// how many were detached.
+    /// symlink), at most `limit`. Returns how many were detached. [`HostMounts`]
+    /// resolves the target through file descriptors each time and unmounts by fd.
     fn unmount_beneath(&self, dir: &Path, target: &Path, limit: usize) -> Result<usize, Error> {
         super::paths::under_without_symlinks(&target.to_string_lossy(), dir)?;
         self.unmount_all_lazy(target, limit)
