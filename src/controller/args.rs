@@ -59,6 +59,9 @@ pub struct ControllerArgs {
     /// (storage.k8s.io VolumeAttachment or Node), in seconds: covers watch lag.
     #[arg(long, default_value_t = 30)]
     pub reap_grace_seconds: u64,
+    /// The backend roots Volumes and StorageClasses may name (the node administrator's).
+    #[command(flatten)]
+    pub roots: crate::host::roots::RootArgs,
 }
 
 /// A duration: `500ms`, `15s`, or a number of seconds (`15`).

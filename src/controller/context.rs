@@ -44,6 +44,8 @@ pub struct Context {
     pub csinodes_ready: Arc<AtomicBool>,
     /// Labels copied onto created objects (the watch selector).
     pub labels: Labels,
+    /// The backend roots a Volume may name; a Volume naming another is refused.
+    pub allowed_roots: crate::host::roots::AllowedRoots,
     /// Reaper settings.
     pub reap_grace: Duration,
     /// Whether each cache has had its first full list.

@@ -25,6 +25,9 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// The allowed backend roots given on the command line are unusable.
+    #[error("--allowed-backend-root")]
+    AllowedRoots(#[source] crate::host::roots::RootError),
     /// Leader election failed.
     #[error(transparent)]
     Leader(#[from] leader::Error),

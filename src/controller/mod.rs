@@ -66,6 +66,8 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
     let metrics =
         runtime::start_metrics(args.metrics_addr, crate::metrics::Metrics::controller()).await?;
     let shutdown = runtime::Shutdown::listen()?;
+    let allowed_roots =
+        crate::host::roots::AllowedRoots::from_args(&args.roots).map_err(Error::AllowedRoots)?;
     if let Some(endpoint) = &args.csi_endpoint {
         let service = crate::csi::controller::ControllerService::new(
             client.clone(),
@@ -75,6 +77,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
                 unpublish_timeout: Duration::from_secs(args.publish_timeout_seconds),
                 capacity_bytes: args.capacity_bytes,
                 labels: args.watch_selector.clone().unwrap_or_default(),
+                allowed_roots: allowed_roots.clone(),
             },
         );
         runtime::csi::spawn(
@@ -118,7 +121,13 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
                 }
             }
         }
-        let run = wiring::run_controllers(client.clone(), metrics.clone(), &args, identity.clone());
+        let run = wiring::run_controllers(
+            client.clone(),
+            metrics.clone(),
+            &args,
+            identity.clone(),
+            allowed_roots.clone(),
+        );
         tokio::select! {
             () = run => return Ok(()),
             err = async {

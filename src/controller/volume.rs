@@ -67,6 +67,11 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
             .unwrap_or(volume);
         let has_finalizer = volume.finalizers().iter().any(|f| f == VOLUME_FINALIZER);
         if volume.metadata.deletion_timestamp.is_none() {
+            if let Err(e) = ctx.allowed_roots.check_root(&volume.spec.backend.root) {
+                // Never created, mounted or deleted: no finalizer, no VolumeAttachment.
+                refuse_backend_root(&volume, &ctx, &e).await?;
+                return Ok(Action::await_change());
+            }
             if !has_finalizer {
                 // The finalizer first, so no Volume can be deleted before its data is.
                 let patch = json!([
@@ -267,9 +272,68 @@ async fn rebuild_csi_tickets(volume: &Volume, ctx: &Context) -> Result<(), Error
     Ok(())
 }
 
+/// Say in the Volume's status (once) and in a Warning Event that its backend root is
+/// not one the administrator allowed.
+async fn refuse_backend_root(
+    volume: &Volume,
+    ctx: &Context,
+    err: &crate::host::roots::RootError,
+) -> Result<(), Error> {
+    let name = volume.name_any();
+    let message = format!("backend.root refused: {err}; the volume is not served");
+    let said = volume.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.reason == BACKEND_ROOT_NOT_ALLOWED && c.message == message)
+    });
+    if said {
+        return Ok(());
+    }
+    warn!(volume = %name, %message, "Volume refused");
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or(jiff::Timestamp::now());
+    let patch = json!({"status": {
+        "state": "Faulted",
+        "conditions": [{"type": "Faulted", "status": "True", "reason": BACKEND_ROOT_NOT_ALLOWED,
+                        "message": message, "lastTransitionTime": now.to_string(),
+                        "observedGeneration": volume.metadata.generation}],
+        "observedGeneration": volume.metadata.generation,
+    }});
+    Api::<Volume>::all(ctx.client.clone())
+        .patch_status(&name, &merge_params(), &Patch::Merge(&patch))
+        .await
+        .context(|| format!("writing the status of {name}"))?;
+    ctx.metrics.write("Volume", "status");
+    publish(
+        ctx,
+        volume,
+        EventType::Warning,
+        BACKEND_ROOT_NOT_ALLOWED,
+        &message,
+    )
+    .await;
+    Ok(())
+}
+
+/// Reason of a Volume whose backend root is not allowed.
+pub const BACKEND_ROOT_NOT_ALLOWED: &str = "BackendRootNotAllowed";
+
 /// The Volume is being deleted: remove its data via a cleanup ticket, then let go.
 async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {
     let name = volume.name_any();
+    if let Err(e) = ctx.allowed_roots.check_root(&volume.spec.backend.root) {
+        // Nothing there is Tessera's to remove.
+        publish(
+            ctx,
+            volume,
+            EventType::Warning,
+            BACKEND_ROOT_NOT_ALLOWED,
+            &format!("backend.root refused: {e}; nothing is removed there"),
+        )
+        .await;
+        return Ok(Cleanup::Done);
+    }
     if volume
         .annotations()
         .get(ANNOTATION_RECLAIM)

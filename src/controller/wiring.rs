@@ -35,6 +35,7 @@ pub(super) async fn run_controllers(
     metrics: Arc<Metrics>,
     args: &ControllerArgs,
     identity: String,
+    allowed_roots: crate::host::roots::AllowedRoots,
 ) {
     let labels = args.watch_selector.clone().unwrap_or_default();
     let wc = if labels.0.is_empty() {
@@ -142,6 +143,7 @@ pub(super) async fn run_controllers(
         csinodes: csinode_store,
         csinodes_ready,
         labels,
+        allowed_roots,
         reap_grace: Duration::from_secs(args.reap_grace_seconds),
         caches_ready: ready,
         written_volumes: Default::default(),

@@ -59,6 +59,32 @@ pub fn csi_ticket_id(volume_id: &str, node_id: &str) -> String {
 pub const SHOWN: usize = 128;
 
 /// `s` as an error message may echo it: at most [`SHOWN`] characters.
+/// Whether `s` can be a Kubernetes object name (a DNS-1123 subdomain): a volume or
+/// node id that cannot is no volume or node at all, NOT_FOUND rather than a retryable
+/// error from the API server.
+pub fn is_object_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// `id` if it can be an object name, else the `not_found` error of the service.
+pub(crate) fn existing_id<E>(id: &str, not_found: impl FnOnce(String) -> E) -> Result<&str, E> {
+    if is_object_name(id) {
+        Ok(id)
+    } else {
+        Err(not_found(shown(id)))
+    }
+}
+
 pub(crate) fn shown(s: &str) -> String {
     truncated(s, SHOWN).into_owned()
 }

@@ -3,8 +3,10 @@
 //!
 //! They only ever ask four things of the kernel: what is
 //! mounted where ([`Mounts::table`], from `/proc/self/mountinfo`), bind a path onto
-//! another ([`Mounts::bind`]), detach a mount lazily ([`Mounts::unmount_lazy`]) and
-//! whether a mount point answers ([`Mounts::probe`]). [`HostMounts`] does them for
+//! another ([`Mounts::bind`]; below the kubelet directory only through file
+//! descriptors, [`Mounts::bind_beneath`]), detach a mount lazily
+//! ([`Mounts::unmount_lazy`], [`Mounts::unmount_beneath`]) and whether a mount point
+//! answers ([`Mounts::probe`]). [`HostMounts`] does them for
 //! real (root needed for the first three); unit tests substitute an in-memory table.
 //!
 //! A probe is a `stat` and a `statfs` of the mount point. Against a hung FUSE daemon
@@ -21,6 +23,8 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags};
+
+use super::paths::PathError;
 
 /// A mount syscall that failed.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +51,20 @@ pub enum Error {
     #[error("unmounting {target}: {errno}")]
     Unmount {
         /// The mount point.
+        target: PathBuf,
+        /// Why not.
+        errno: Errno,
+    },
+    /// A target path is refused.
+    #[error(transparent)]
+    Refused(#[from] PathError),
+    /// A path below the kubelet directory could not be resolved or created beneath it
+    /// (a symlink on the way, a path leaving it, …), or the mount by fd failed.
+    #[error("{action} {target}: {errno}")]
+    Beneath {
+        /// What was being done.
+        action: &'static str,
+        /// The path.
         target: PathBuf,
         /// Why not.
         errno: Errno,
@@ -127,6 +145,35 @@ pub trait Mounts: Send + Sync {
             .collect())
     }
 
+    /// Create `target` (a directory strictly under `dir`) and bind `source` onto it,
+    /// with no symlink anywhere below `dir` and nothing outside it, even while someone
+    /// swaps the directories on the way. [`HostMounts`] resolves and mounts through
+    /// file descriptors; this default, for in-memory tables, checks the names and
+    /// calls [`Mounts::bind`].
+    fn bind_beneath(
+        &self,
+        source: &Path,
+        dir: &Path,
+        target: &Path,
+        read_only: bool,
+    ) -> Result<(), Error> {
+        super::paths::under_without_symlinks(&target.to_string_lossy(), dir)?;
+        std::fs::create_dir_all(target).map_err(|e| Error::Beneath {
+            action: "creating",
+            target: target.to_path_buf(),
+            errno: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        })?;
+        self.bind(source, target, read_only)
+    }
+
+    /// Detach every mount stacked on `target` (strictly under `dir`, reached with no
+    /// symlink), at most `limit`. Returns how many were detached. [`HostMounts`]
+    /// resolves the target through file descriptors each time and unmounts by fd.
+    fn unmount_beneath(&self, dir: &Path, target: &Path, limit: usize) -> Result<usize, Error> {
+        super::paths::under_without_symlinks(&target.to_string_lossy(), dir)?;
+        self.unmount_all_lazy(target, limit)
+    }
+
     /// Detach every mount stacked on `path` (at most `limit`, against loops).
     /// Returns how many were detached.
     fn unmount_all_lazy(&self, path: &Path, limit: usize) -> Result<usize, Error> {
@@ -185,6 +232,56 @@ impl Mounts for HostMounts {
             }
         }
         Ok(())
+    }
+
+    fn bind_beneath(
+        &self,
+        source: &Path,
+        dir: &Path,
+        target: &Path,
+        read_only: bool,
+    ) -> Result<(), Error> {
+        let rel = super::paths::under(&target.to_string_lossy(), dir)?;
+        let rel = rel.strip_prefix(dir).expect("under() checked it");
+        let fail = |action, errno| Error::Beneath {
+            action,
+            target: target.to_path_buf(),
+            errno,
+        };
+        let target_fd = super::beneath::open_creating(dir, rel)
+            .map_err(|errno| fail("resolving beneath the kubelet directory", errno))?;
+        super::beneath::bind_onto(source, &target_fd, read_only)
+            .map_err(|errno| fail("binding onto", errno))
+    }
+
+    fn unmount_beneath(&self, dir: &Path, target: &Path, limit: usize) -> Result<usize, Error> {
+        let rel = super::paths::under(&target.to_string_lossy(), dir)?;
+        let rel = rel.strip_prefix(dir).expect("under() checked it");
+        let mut n = 0;
+        while n < limit {
+            let fd = match super::beneath::open(dir, rel) {
+                Ok(fd) => fd,
+                Err(Errno::ENOENT) => break,
+                Err(errno) => {
+                    return Err(Error::Beneath {
+                        action: "resolving beneath the kubelet directory",
+                        target: target.to_path_buf(),
+                        errno,
+                    });
+                }
+            };
+            match super::beneath::unmount_fd(&fd) {
+                Ok(()) => n += 1,
+                Err(Errno::EINVAL) => break,
+                Err(errno) => {
+                    return Err(Error::Unmount {
+                        target: target.to_path_buf(),
+                        errno,
+                    });
+                }
+            }
+        }
+        Ok(n)
     }
 
     fn unmount_lazy(&self, target: &Path) -> Result<bool, Error> {

@@ -35,6 +35,9 @@ pub enum PathError {
     /// NUL byte.
     #[error("{0:?} contains a NUL byte")]
     Nul(String),
+    /// More components or bytes than any path Tessera uses.
+    #[error("{0:?} is too long (at most {MAX_COMPONENTS} components and {MAX_BYTES} bytes)")]
+    TooLong(String),
     /// Not under the directory it must be under.
     #[error("{path:?} is not under {dir}")]
     Outside {
@@ -56,8 +59,22 @@ fn shown(s: &str) -> String {
     truncated(s, SHOWN).into_owned()
 }
 
-/// `s` as an absolute path with no `.`/`..` component that is not `/`.
+/// The most components a path may have (a kubelet target has about ten).
+pub const MAX_COMPONENTS: usize = 64;
+/// The most bytes a path may have (below `PATH_MAX`).
+pub const MAX_BYTES: usize = 1024;
+
+/// `s` as an absolute path with no `.`/`..` component that is not `/`, at most
+/// [`MAX_COMPONENTS`] components and [`MAX_BYTES`] bytes.
 pub fn absolute(s: &str) -> Result<PathBuf, PathError> {
+    if s.len() > MAX_BYTES
+        || s.split('/')
+            .filter(|c| !c.is_empty())
+            .nth(MAX_COMPONENTS)
+            .is_some()
+    {
+        return Err(PathError::TooLong(shown(s)));
+    }
     if s.contains('\0') {
         return Err(PathError::Nul(shown(s)));
     }
@@ -155,6 +172,13 @@ mod tests {
         assert!(matches!(absolute("/"), Err(PathError::Root(_))));
         assert!(matches!(absolute("//"), Err(PathError::Root(_))));
         assert!(matches!(absolute("/a\0b"), Err(PathError::Nul(_))));
+        let deep = format!("/{}", vec!["a"; 2_000].join("/"));
+        assert!(matches!(absolute(&deep), Err(PathError::TooLong(_))));
+        let ok = format!("/{}", vec!["a"; MAX_COMPONENTS].join("/"));
+        assert!(absolute(&ok).is_ok());
+        let one_more = format!("/{}", vec!["a"; MAX_COMPONENTS + 1].join("/"));
+        assert!(absolute(&one_more).is_err());
+        assert!(absolute(&format!("/{}", "a".repeat(MAX_BYTES))).is_err());
         // Names that merely contain dots are fine.
         assert_eq!(absolute("/a/..b/c."), Ok(PathBuf::from("/a/..b/c.")));
     }
@@ -218,11 +242,17 @@ mod tests {
 
     #[test]
     fn errors_show_a_bounded_path() {
-        let long = format!("/{}", "a".repeat(10_000));
+        let long = format!("/{}", "a".repeat(1_000));
         let e = under(&long, Path::new("/var/lib/kubelet")).unwrap_err();
         let text = e.to_string();
         assert!(text.len() < SHOWN + 64, "{} bytes: {text}", text.len());
         assert!(text.contains("is not under /var/lib/kubelet"), "{text}");
+        let huge = format!("/{}", "a".repeat(1 << 20));
+        let text = under(&huge, Path::new("/var/lib/kubelet"))
+            .unwrap_err()
+            .to_string();
+        assert!(text.len() < SHOWN + 64, "{} bytes: {text}", text.len());
+        assert!(text.contains("too long"), "{text}");
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Publishes Kubernetes Events.
     pub recorder: Recorder,
+    /// When each failing MountPod may be tried again.
+    pub backoff: super::backoff::Backoffs,
 }
 
 /// Run the agent's controller and health loop until the future is dropped.
@@ -88,6 +90,7 @@ pub async fn run(
         field_manager,
         host,
         metrics: metrics.clone(),
+        backoff: Default::default(),
     });
     let (trigger, triggered) = mpsc::unbounded();
     let controller = Controller::new(api, wc).reconcile_on(triggered);
@@ -146,10 +149,55 @@ async fn reconcile_inner(mp: &MountPod, ctx: &Context) -> Result<Action, Error> 
         finalizers.push(FINALIZER.into());
         patch_finalizers(mp, ctx, finalizers).await?;
     }
+    if let Err(msg) = owned_by_its_volume(mp) {
+        return refuse(mp, ctx, msg).await;
+    }
+    if mp.spec.task == MountTask::Serve
+        && let Some(left) = ctx
+            .backoff
+            .wait(&mp.name_any(), mp.metadata.generation, Instant::now())
+    {
+        // A failing mount is retried when its backoff is over, not on every event
+        // (its own status writes among them).
+        return Ok(Action::requeue(left));
+    }
     match mp.spec.task {
         MountTask::Serve => serve(mp, ctx).await,
         MountTask::RemoveData => remove_data(mp, ctx).await,
     }
+}
+
+/// A MountPod the agent does not serve: only the controller's, owned by their Volume,
+/// are (a hand-made one could name any directory of the node).
+pub(crate) fn owned_by_its_volume(mp: &MountPod) -> Result<(), String> {
+    let owned = mp.owner_references().iter().any(|o| {
+        o.kind == "Volume"
+            && o.api_version == "tessera.io/v1alpha1"
+            && o.name == mp.spec.volume
+            && o.controller == Some(true)
+    });
+    if owned {
+        Ok(())
+    } else {
+        Err(format!(
+            "not served: a MountPod must be owned (controller ownerReference) by its Volume {:?}",
+            crate::runtime::truncated(&mp.spec.volume, crate::host::paths::SHOWN)
+        ))
+    }
+}
+
+/// Report an unusable spec once (no write when the status says so already).
+async fn refuse(mp: &MountPod, ctx: &Context, msg: String) -> Result<Action, Error> {
+    let mut current = mp.status.clone().unwrap_or_default();
+    let known = current.last_error.as_deref() == Some(msg.as_str())
+        && current.phase == Some(MountPhase::Failed);
+    let report = Report::failed("InvalidSpec", msg.clone());
+    write_status(mp, ctx, &mut current, report).await?;
+    if !known {
+        warn!(%msg, "MountPod refused");
+        publish(ctx, mp, EventType::Warning, "InvalidSpec", &msg).await;
+    }
+    Ok(Action::await_change())
 }
 
 async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
@@ -157,12 +205,7 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     let mut current = mp.status.clone().unwrap_or_default();
     let (want, refused) = match host::want(&name, &mp.spec, &ctx.host.config) {
         Ok(w) => w,
-        Err(msg) => {
-            let report = Report::failed("InvalidSpec", msg.clone());
-            write_status(mp, ctx, &mut current, report).await?;
-            publish(ctx, mp, EventType::Warning, "InvalidSpec", &msg).await;
-            return Ok(Action::await_change());
-        }
+        Err(msg) => return refuse(mp, ctx, msg).await,
     };
     let prev = mp.status.clone().unwrap_or_default();
     let now = jiff::Timestamp::now();
@@ -174,7 +217,13 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
             let _ = tx.unbounded_send(p);
         })
     });
+    let retrying = prev.phase == Some(MountPhase::Failed);
     while let Some(Progress::Starting { cause }) = rx.next().await {
+        if retrying {
+            // A retry after a failure says Failed until it works: no Mounting/Failed
+            // flip-flop on every attempt.
+            continue;
+        }
         let report = Report {
             phase: MountPhase::Mounting,
             pid: None,
@@ -196,6 +245,10 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
         Ok(s) => s,
         Err(e) => {
             let msg = error_chain(&e);
+            let delay = ctx
+                .backoff
+                .failed(&name, mp.metadata.generation, Instant::now());
+            warn!(error = %msg, retry_in_ms = delay.as_millis() as u64, "mount failed");
             write_status(
                 mp,
                 ctx,
@@ -203,11 +256,22 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
                 Report::failed("MountFailed", msg.clone()),
             )
             .await?;
-            publish(ctx, mp, EventType::Warning, "MountFailed", &msg).await;
-            return Err(Error::Host(e));
+            // One Event per distinct failure, not one per attempt.
+            if prev.last_error.as_deref() != Some(msg.as_str()) {
+                publish(ctx, mp, EventType::Warning, "MountFailed", &msg).await;
+            }
+            return Ok(Action::requeue(delay));
         }
     };
-    let (report, action) = serve_report(&want, &served, &refused, mp, &prev);
+    let (report, mut action) = serve_report(&want, &served, &refused, mp, &prev);
+    if served.failure.is_some() {
+        action = Action::requeue(
+            ctx.backoff
+                .failed(&name, mp.metadata.generation, Instant::now()),
+        );
+    } else if served.answers {
+        ctx.backoff.succeeded(&name);
+    }
     if let Some(cause) = &served.repaired {
         let took = served.repair_time.unwrap_or_default();
         info!(cause = %cause, repair_ms = took.as_millis() as u64, rebound = served.rebound, "mount repaired");
@@ -220,7 +284,9 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
             publish(ctx, mp, EventType::Warning, "Repaired", &note).await;
         }
     }
-    if let Some(f) = &served.failure {
+    if let Some(f) = &served.failure
+        && prev.last_error.as_deref() != Some(f.as_str())
+    {
         publish(ctx, mp, EventType::Warning, "MountFailed", f).await;
     }
     // Reference problems are announced once, when they change.
@@ -342,7 +408,8 @@ async fn remove_data(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     let mut current = mp.status.clone().unwrap_or_default();
     let host = ctx.host.clone();
     let source = mp.spec.source.clone();
-    let res = blocking(move || host.remove_data(&source))
+    let volume = mp.spec.volume.clone();
+    let res = blocking(move || host.remove_data(&source, &volume))
         .await
         .map_err(Error::Join)?;
     let report = match res {
@@ -431,6 +498,7 @@ async fn delete(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
         .cloned()
         .collect();
     patch_finalizers(mp, ctx, finalizers).await?;
+    ctx.backoff.succeeded(&mp.name_any());
     info!("finalizer removed");
     Ok(Action::await_change())
 }
@@ -800,5 +868,34 @@ mod tests {
         assert_eq!(s2.observed_generation, Some(1));
         mp.status = Some(s2);
         assert!(!mp.is_ready());
+    }
+
+    #[test]
+    fn only_mountpods_owned_by_their_volume_are_served() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let owner = |kind: &str, name: &str, controller: Option<bool>| OwnerReference {
+            api_version: "tessera.io/v1alpha1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: "u".into(),
+            controller,
+            block_owner_deletion: None,
+        };
+        let table = [
+            (vec![], false),
+            (vec![owner("Volume", "v", Some(true))], true),
+            (vec![owner("Volume", "other", Some(true))], false),
+            (vec![owner("Volume", "v", None)], false),
+            (vec![owner("VolumeAttachment", "v", Some(true))], false),
+            (
+                vec![owner("Pod", "x", None), owner("Volume", "v", Some(true))],
+                true,
+            ),
+        ];
+        for (owners, ok) in table {
+            let mut mp = mountpod(1, 0);
+            mp.metadata.owner_references = Some(owners.clone());
+            assert_eq!(owned_by_its_volume(&mp).is_ok(), ok, "{owners:?}");
+        }
     }
 }

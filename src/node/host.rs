@@ -34,6 +34,7 @@ use super::supervisor::{self, Daemon, DaemonSpec, Daemons, Liveness, Record, Sta
 use crate::api::MountPodSpec;
 use crate::host::mounts::{self, Mounts, Probe};
 use crate::host::paths;
+use crate::host::roots::{self, AllowedRoots, Beneath, RootError};
 use crate::runtime::error_chain;
 
 /// Errors of the node-side work. Each names the action that failed.
@@ -62,6 +63,20 @@ pub enum Error {
     /// A path from the MountPod is refused.
     #[error(transparent)]
     Path(#[from] paths::PathError),
+    /// A source outside the allowed backend roots.
+    #[error(transparent)]
+    Root(#[from] RootError),
+    /// Creating or removing data beneath an allowed root failed (a symlink on the way,
+    /// a path leaving the root, …).
+    #[error("{action} {path} beneath its backend root: {errno}")]
+    Beneath {
+        /// What was being done.
+        action: &'static str,
+        /// The data directory.
+        path: PathBuf,
+        /// Why not.
+        errno: nix::errno::Errno,
+    },
     /// The data is still served by a mount on this node.
     #[error("{source_dir} is still served by the mount at {mountpoint}")]
     StillMounted {
@@ -79,6 +94,8 @@ pub struct Config {
     pub mount_root: PathBuf,
     /// Every reference's target path must be under this directory.
     pub kubelet_dir: PathBuf,
+    /// Sources must be a volume's directory beneath one of these.
+    pub allowed_roots: AllowedRoots,
     /// How long a probe of a mount point may take before the mount counts as hung.
     pub probe_timeout: Duration,
     /// How long a new daemon may take before its mount answers.
@@ -105,6 +122,8 @@ pub struct Want {
     pub volume: String,
     /// The volume's directory.
     pub source: PathBuf,
+    /// The same, as an allowed root and the path beneath it.
+    pub beneath: Beneath,
     /// `<mount_root>/<volume>`.
     pub mountpoint: PathBuf,
     /// The quota.
@@ -126,7 +145,11 @@ pub fn want(
     config: &Config,
 ) -> Result<(Want, Vec<String>), String> {
     let volume = paths::component(&spec.volume).map_err(|e| format!("spec.volume: {e}"))?;
-    let source = paths::absolute(&spec.source).map_err(|e| format!("spec.source: {e}"))?;
+    let beneath = config
+        .allowed_roots
+        .check_source(&spec.source, volume)
+        .map_err(|e| format!("spec.source: {e}"))?;
+    let source = beneath.full();
     let capacity_bytes = u64::try_from(spec.capacity_bytes)
         .ok()
         .filter(|c| *c > 0)
@@ -155,6 +178,7 @@ pub fn want(
         volume: volume.to_string(),
         mountpoint: config.mount_root.join(volume),
         source,
+        beneath,
         capacity_bytes,
         read_only: spec.read_only,
         options: spec.mount_options.clone(),
@@ -362,13 +386,18 @@ impl Host {
         if !backend_root.is_dir() {
             return Err(Error::NoBackendRoot(backend_root.to_path_buf()));
         }
-        for dir in [&want.source, &want.mountpoint] {
-            std::fs::create_dir_all(dir).map_err(|source| Error::Dir {
-                action: "creating",
-                path: dir.clone(),
-                source,
-            })?;
-        }
+        // The data directory through file descriptors from its allowed root: never
+        // through a symlink, never outside.
+        roots::create_beneath(&want.beneath).map_err(|errno| Error::Beneath {
+            action: "creating",
+            path: want.source.clone(),
+            errno,
+        })?;
+        std::fs::create_dir_all(&want.mountpoint).map_err(|source| Error::Dir {
+            action: "creating",
+            path: want.mountpoint.clone(),
+            source,
+        })?;
         self.state
             .write_capacity(&want.volume, want.capacity_bytes)?;
         let spec = DaemonSpec {
@@ -472,7 +501,8 @@ impl Host {
     fn rebind(&self, mountpoint: &Path, target: &Target) -> Result<(), Error> {
         paths::resolves_under(&target.path, &self.config.kubelet_dir)?;
         // Detach first: `stat` of a bind of a dead FUSE mount fails with ENOTCONN.
-        self.mounts.unmount_all_lazy(&target.path, 16)?;
+        self.mounts
+            .unmount_beneath(&self.config.kubelet_dir, &target.path, 16)?;
         match std::fs::symlink_metadata(&target.path) {
             Ok(m) if m.is_dir() => {}
             Ok(_) => {
@@ -490,8 +520,12 @@ impl Host {
                 });
             }
         }
-        self.mounts
-            .bind(mountpoint, &target.path, target.read_only)?;
+        self.mounts.bind_beneath(
+            mountpoint,
+            &self.config.kubelet_dir,
+            &target.path,
+            target.read_only,
+        )?;
         info!(target = %target.path.display(), read_only = target.read_only, "reference re-bound");
         Ok(())
     }
@@ -526,42 +560,27 @@ impl Host {
         }
     }
 
-    /// Remove a deleted volume's data directory. Symlinks inside it are removed, never
-    /// followed. Refused while a mount on this node serves it.
-    pub fn remove_data(&self, source: &str) -> Result<bool, Error> {
-        let source = paths::absolute(source)?;
+    /// Remove a deleted volume's data directory `source` of `volume`: only a volume's
+    /// directory beneath an allowed root, through file descriptors from that root
+    /// (symlinks removed, never followed). Refused while a mount on this node serves it.
+    pub fn remove_data(&self, source: &str, volume: &str) -> Result<bool, Error> {
+        let beneath = self.config.allowed_roots.check_source(source, volume)?;
+        let source = beneath.full();
         if let Some(r) = self.state.list()?.into_iter().find(|r| r.source == source) {
             return Err(Error::StillMounted {
                 source_dir: source,
                 mountpoint: r.mountpoint,
             });
         }
-        match std::fs::symlink_metadata(&source) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => {
-                return Err(Error::Dir {
-                    action: "inspecting",
-                    path: source,
-                    source: e,
-                });
-            }
-            Ok(m) if !m.is_dir() => {
-                std::fs::remove_file(&source).map_err(|e| Error::Dir {
-                    action: "removing",
-                    path: source.clone(),
-                    source: e,
-                })?;
-            }
-            Ok(_) => {
-                std::fs::remove_dir_all(&source).map_err(|e| Error::Dir {
-                    action: "removing",
-                    path: source.clone(),
-                    source: e,
-                })?;
-            }
+        let removed = roots::remove_beneath(&beneath).map_err(|errno| Error::Beneath {
+            action: "removing",
+            path: source.clone(),
+            errno,
+        })?;
+        if removed {
+            info!(source = %source.display(), "volume data removed");
         }
-        info!(source = %source.display(), "volume data removed");
-        Ok(true)
+        Ok(removed)
     }
 }
 

@@ -18,6 +18,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`agent`] | the watch, finalizer `tessera.io/mount`, status, Events, the health loop |
+//! | [`backoff`] | per-MountPod exponential backoff of failing mounts (no write storm) |
 //! | [`host`] | the work on this host: start, adopt, repair + re-bind, online resize, remount, teardown, data removal |
 //! | [`supervisor`] | daemon processes (spawn detached, liveness with pid-reuse check, signals, reaping) and the state directory |
 //!
@@ -27,7 +28,9 @@
 //! [`host::Host::mounts`].
 //!
 //! Data flow of a volume on this node: the controller creates the MountPod
-//! (`spec.source` = `<backend root>/<volume>`); the agent mounts it with FUSE at
+//! (`spec.source` = `<backend root>/<volume>`, owned by the Volume); the agent serves
+//! only MountPods owned by their Volume whose source is the volume's directory beneath
+//! an allowed backend root (`--allowed-backend-root`), and mounts it with FUSE at
 //! `<mount root>/<volume>` and reports Ready; CSI NodePublish bind-mounts that mount
 //! point into the pod's target path (under the kubelet directory) and records it in
 //! `spec.references`, which the agent re-binds after a repair and which holds back
@@ -37,6 +40,7 @@
 //! API objects.
 
 pub mod agent;
+pub mod backoff;
 pub mod host;
 pub mod supervisor;
 
@@ -50,6 +54,7 @@ use tracing::warn;
 
 use crate::host::mounts::HostMounts;
 use crate::host::paths;
+use crate::host::roots::{AllowedRoots, RootArgs};
 use crate::metrics::Metrics;
 use crate::runtime::KubeError;
 pub use host::Host;
@@ -94,6 +99,9 @@ pub struct NodeArgs {
     /// How long a new daemon may take before its mount answers.
     #[arg(long, default_value_t = 30)]
     pub start_timeout_seconds: u64,
+    /// The backend roots MountPods may name (the node administrator's).
+    #[command(flatten)]
+    pub roots: RootArgs,
 }
 
 pub use crate::labels::Labels;
@@ -151,11 +159,16 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
     if !kubelet_dir.is_dir() {
         warn!(kubelet_dir = %kubelet_dir.display(), "kubelet directory does not exist; every reference will be refused");
     }
+    let allowed_roots = AllowedRoots::from_args(&args.roots).map_err(|e| Error::InvalidArg {
+        arg: "allowed-backend-root",
+        message: e.to_string(),
+    })?;
     let state = supervisor::StateDir::open(&state_dir)?;
     Ok(Host {
         config: host::Config {
             mount_root,
             kubelet_dir,
+            allowed_roots,
             probe_timeout: Duration::from_millis(args.probe_timeout_ms.max(1)),
             start_timeout: Duration::from_secs(args.start_timeout_seconds.max(1)),
             stop_grace: Duration::from_secs(5),

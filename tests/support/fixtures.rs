@@ -89,11 +89,27 @@ impl Drop for ControllerProcess {
     }
 }
 
+/// The backend roots the tests' controllers and agents allow: the stand-in agent's
+/// `/var/lib/tessera/test` and the temporary directory (each test's backend is a
+/// temporary directory).
+pub fn test_backend_roots() -> Vec<std::path::PathBuf> {
+    vec![
+        "/var/lib/tessera/test".into(),
+        "/var/lib/tessera/volumes".into(),
+        std::env::temp_dir(),
+    ]
+}
+
 /// `tessera <role>` against the cluster under test, logging to `log` (at `RUST_LOG`,
-/// `info,kube=warn` if unset).
+/// `info,kube=warn` if unset), allowing [`test_backend_roots`].
 fn tessera_command(role: &str, log: std::fs::File) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tessera"));
     cmd.arg(role)
+        .args(
+            test_backend_roots()
+                .iter()
+                .map(|r| format!("--allowed-backend-root={}", r.display())),
+        )
         .env("KUBECONFIG", super::kubeconfig_path())
         .env(
             "RUST_LOG",

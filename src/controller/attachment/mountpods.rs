@@ -72,6 +72,15 @@ pub(super) async fn sync_mountpods(
             );
         }
     }
+    if !decision.nodes.is_empty()
+        && let Err(e) = ctx.allowed_roots.check_root(&volume.spec.backend.root)
+    {
+        // The volume controller refuses such a Volume; never a MountPod for it.
+        return Err(Error::InvalidVolume {
+            volume: name.clone(),
+            message: e.to_string(),
+        });
+    }
     for (node, mount) in &decision.nodes {
         let task = if mount.removes_data {
             MountTask::RemoveData

@@ -54,9 +54,15 @@ pub enum Error {
     /// The `scope` parameter has another value.
     #[error("parameter scope must be Shared or NodeLocal, not {0:?}")]
     Scope(String),
+    /// `backendRoot` names a directory the administrator did not allow.
+    #[error("parameter backendRoot: {0}")]
+    BackendRoot(#[source] crate::host::roots::RootError),
     /// A StorageClass parameter nobody knows.
     #[error("unknown StorageClass parameter {0:?} (known: backendRoot, scope)")]
     UnknownParameter(String),
+    /// More bytes than any Volume may have.
+    #[error("{0} bytes is more than the largest volume, {max} bytes", max = crate::api::MAX_VOLUME_BYTES)]
+    TooLarge(u64),
     /// A negative byte count.
     #[error("capacity range must not be negative")]
     NegativeCapacity,
@@ -164,12 +170,13 @@ impl Error {
             | Incompatible { .. }
             | ContentSource
             | Scope(_)
+            | BackendRoot(_)
             | UnknownParameter(_)
             | NegativeCapacity => Code::InvalidArgument,
             Pending(_) | BeingDeleted(_) | BadToken(_) | TokenPastEnd(_) => Code::Aborted,
             Kube(e) => kube_code(&e.source),
             Watch(_) | NoAttachment(_) => Code::Unavailable,
-            CapacityAboveLimit { .. } => Code::OutOfRange,
+            CapacityAboveLimit { .. } | TooLarge(_) => Code::OutOfRange,
             VolumeNotFound(_) | NodeNotFound(_) => Code::NotFound,
             NameTaken(_) | ExistsOtherwise { .. } | PublishedOtherwise { .. } => {
                 Code::AlreadyExists

@@ -34,7 +34,7 @@ use super::proto::controller_server::Controller;
 use super::proto::controller_service_capability::{self, rpc};
 use super::proto::*;
 use super::watch::{WatchError, await_from};
-use super::{InFlight, csi_ticket_id, required, shown};
+use super::{InFlight, csi_ticket_id, existing_id, required, shown};
 use crate::api::{
     self, AttacherType, AttachmentTicket, BackendScope, MountPod, TicketReason, Volume,
     VolumeAttachment, quantity_of, tickets_removal_patch,
@@ -76,6 +76,8 @@ pub struct Settings {
     /// Labels put on every Volume created, and required of every Volume listed (the
     /// controller's `--watch-selector`, so one instance sees only its own volumes).
     pub labels: crate::labels::Labels,
+    /// The backend roots a StorageClass may name (`backendRoot`); others are refused.
+    pub allowed_roots: crate::host::roots::AllowedRoots,
 }
 
 /// The Controller service.
@@ -132,6 +134,10 @@ impl ControllerService {
         let mode = access_mode_for(caps)?;
         let size = size_for(req.capacity_range.as_ref())?;
         let params = Parameters::parse(&req.parameters, &self.settings.default_backend_root)?;
+        self.settings
+            .allowed_roots
+            .check_root(&params.backend_root)
+            .map_err(Error::BackendRoot)?;
         let name = volume_name(csi_name);
         let _guard = self.inflight.start(&name)?;
 
@@ -192,6 +198,10 @@ impl ControllerService {
 
     async fn delete(&self, req: DeleteVolumeRequest) -> Result<DeleteVolumeResponse, Error> {
         let volume = required("volume_id", &req.volume_id)?;
+        if !super::is_object_name(volume) {
+            // No Volume can have that name: deleted already, as the spec wants it.
+            return Ok(DeleteVolumeResponse {});
+        }
         let _guard = self.inflight.start(volume)?;
         match self
             .volumes()
@@ -216,8 +226,11 @@ impl ControllerService {
         &self,
         req: ControllerPublishVolumeRequest,
     ) -> Result<ControllerPublishVolumeResponse, Error> {
-        let volume_id = required("volume_id", &req.volume_id)?;
-        let node_id = required("node_id", &req.node_id)?;
+        let volume_id = existing_id(
+            required("volume_id", &req.volume_id)?,
+            Error::VolumeNotFound,
+        )?;
+        let node_id = existing_id(required("node_id", &req.node_id)?, Error::NodeNotFound)?;
         let cap = required("volume_capability", req.volume_capability.as_ref())?;
         // The Volume, the Node and the VolumeAttachment, read at once (one round trip).
         let volumes = self.volumes();
@@ -327,6 +340,10 @@ impl ControllerService {
         req: ControllerUnpublishVolumeRequest,
     ) -> Result<ControllerUnpublishVolumeResponse, Error> {
         let volume_id = required("volume_id", &req.volume_id)?;
+        if !super::is_object_name(volume_id) {
+            // No such volume: nothing is published (CSI spec).
+            return Ok(ControllerUnpublishVolumeResponse {});
+        }
         let _guard = self.inflight.start(volume_id)?;
         let api = self.attachments();
         let Some(mut va) = api
@@ -397,7 +414,10 @@ impl ControllerService {
         &self,
         req: ValidateVolumeCapabilitiesRequest,
     ) -> Result<ValidateVolumeCapabilitiesResponse, Error> {
-        let volume_id = required("volume_id", &req.volume_id)?;
+        let volume_id = existing_id(
+            required("volume_id", &req.volume_id)?,
+            Error::VolumeNotFound,
+        )?;
         let caps = required("volume_capabilities", &req.volume_capabilities)?;
         let volume = self
             .volumes()
@@ -494,7 +514,10 @@ impl ControllerService {
         &self,
         req: ControllerExpandVolumeRequest,
     ) -> Result<ControllerExpandVolumeResponse, Error> {
-        let volume_id = required("volume_id", &req.volume_id)?;
+        let volume_id = existing_id(
+            required("volume_id", &req.volume_id)?,
+            Error::VolumeNotFound,
+        )?;
         let range = required("capacity_range", req.capacity_range.as_ref())?;
         let want = size_for(Some(range))?;
         let _guard = self.inflight.start(volume_id)?;

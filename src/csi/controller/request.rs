@@ -105,6 +105,9 @@ pub fn size_for(range: Option<&CapacityRange>) -> Result<u64, Error> {
         return Err(Error::NegativeCapacity);
     }
     let (required, limit) = (required as u64, limit as u64);
+    if required > api::MAX_VOLUME_BYTES {
+        return Err(Error::TooLarge(required));
+    }
     if limit > 0 && required > limit {
         return Err(Error::CapacityAboveLimit { required, limit });
     }
@@ -253,6 +256,13 @@ mod tests {
             code(size_for(Some(&r(-1, 0))).unwrap_err()),
             Code::InvalidArgument
         );
+        assert_eq!(
+            code(size_for(Some(&r(i64::MAX, 0))).unwrap_err()),
+            Code::OutOfRange
+        );
+        let max = api::MAX_VOLUME_BYTES as i64;
+        assert_eq!(size_for(Some(&r(max, 0))).unwrap(), max as u64);
+        assert!(size_for(Some(&r(max + 1, 0))).is_err());
         assert!(size_fits(10, Some(&r(10, 0))));
         assert!(size_fits(10, None));
         assert!(!size_fits(9, Some(&r(10, 0))));

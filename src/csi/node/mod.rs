@@ -12,7 +12,10 @@
 //! No staging (STAGE_UNSTAGE_VOLUME is not offered): see [`NodeService::publish`].
 //!
 //! Every path in a request is checked by [`paths::under_without_symlinks`]: absolute,
-//! no `..`, under the kubelet directory, no symlinks. References are written with a
+//! no `..`, under the kubelet directory, no symlinks; then created, bound and
+//! unmounted only through file descriptors resolved beneath the kubelet directory
+//! ([`Mounts::bind_beneath`], [`Mounts::unmount_beneath`]), so a symlink swapped in
+//! after the check is refused. References are written with a
 //! merge patch that carries the MountPod's resourceVersion, so two concurrent
 //! publishes of one volume cannot lose each other's reference (a conflict is retried).
 //! Every RPC fails with an [`Error`], mapped to its gRPC code in [`error`].
@@ -34,7 +37,7 @@ use super::proto::node_server::Node;
 use super::proto::node_service_capability::{self, rpc};
 use super::proto::volume_capability::AccessType;
 use super::proto::*;
-use super::{InFlight, TOPOLOGY_NODE_KEY, required, shown};
+use super::{InFlight, TOPOLOGY_NODE_KEY, existing_id, required, shown};
 use crate::api::{self, MountPod, MountReference, Volume};
 use crate::host::mounts::{Mounts, Probe};
 use crate::host::paths;
@@ -175,20 +178,17 @@ impl NodeService {
     }
 
     fn unmount_and_remove(&self, target: &Path, remove_dir: bool) -> Result<(), Error> {
-        // Unmount every layer stacked on the target, then remove the directory.
-        self.mounts.unmount_all_lazy(target, 16)?;
-        if remove_dir {
-            match std::fs::remove_dir(target) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(Error::Dir {
-                        action: "removing",
-                        path: shown_path(target),
-                        source,
-                    });
+        // Unmount every layer stacked on the target, then remove the directory: both
+        // through file descriptors resolved beneath the kubelet directory.
+        self.mounts.unmount_beneath(&self.kubelet_dir, target, 16)?;
+        if remove_dir && let Ok(rel) = target.strip_prefix(&self.kubelet_dir) {
+            crate::host::beneath::remove_dir(&self.kubelet_dir, rel).map_err(|errno| {
+                Error::Dir {
+                    action: "removing",
+                    path: shown_path(target),
+                    source: errno.into(),
                 }
-            }
+            })?;
         }
         Ok(())
     }
@@ -204,7 +204,10 @@ impl NodeService {
         &self,
         req: NodePublishVolumeRequest,
     ) -> Result<NodePublishVolumeResponse, Error> {
-        let volume_id = required("volume_id", &req.volume_id)?;
+        let volume_id = existing_id(
+            required("volume_id", &req.volume_id)?,
+            Error::VolumeNotFound,
+        )?;
         let target = required("target_path", &req.target_path)?;
         check_capability(req.volume_capability.as_ref())?;
         let target = self.path("target_path", target)?;
@@ -220,8 +223,10 @@ impl NodeService {
             Some(true) => {}
             Some(false) => return Err(Error::TargetTaken(shown_path(&target))),
             None => {
-                mkdir(&target)?;
-                self.mounts.bind(&mount_point, &target, req.readonly)?;
+                // Created, resolved and bound through file descriptors beneath the
+                // kubelet directory: a symlink swapped in meanwhile is refused.
+                self.mounts
+                    .bind_beneath(&mount_point, &self.kubelet_dir, &target, req.readonly)?;
             }
         }
         if let Err(e) = self
@@ -274,7 +279,10 @@ impl NodeService {
         &self,
         req: NodeUnpublishVolumeRequest,
     ) -> Result<NodeUnpublishVolumeResponse, Error> {
-        let volume_id = required("volume_id", &req.volume_id)?;
+        let volume_id = existing_id(
+            required("volume_id", &req.volume_id)?,
+            Error::VolumeNotFound,
+        )?;
         let target = required("target_path", &req.target_path)?;
         let target = self.path("target_path", target)?;
         let _guard = self.inflight.start(volume_id)?;
@@ -288,7 +296,10 @@ impl NodeService {
         &self,
         req: NodeGetVolumeStatsRequest,
     ) -> Result<NodeGetVolumeStatsResponse, Error> {
-        let volume_id = required("volume_id", &req.volume_id)?;
+        let volume_id = existing_id(
+            required("volume_id", &req.volume_id)?,
+            Error::VolumeNotFound,
+        )?;
         let path = required("volume_path", &req.volume_path)?;
         self.volume(volume_id).await?;
         // Only paths under the kubelet directory are looked at; any other is no path of
@@ -351,7 +362,10 @@ impl NodeService {
         &self,
         req: NodeExpandVolumeRequest,
     ) -> Result<NodeExpandVolumeResponse, Error> {
-        let volume_id = required("volume_id", &req.volume_id)?;
+        let volume_id = existing_id(
+            required("volume_id", &req.volume_id)?,
+            Error::VolumeNotFound,
+        )?;
         let path = required("volume_path", &req.volume_path)?;
         let volume = self.volume(volume_id).await?;
         self.volume_path("volume_path", path)?;
@@ -373,14 +387,6 @@ fn check_capability(cap: Option<&VolumeCapability>) -> Result<(), Error> {
     }
     required("volume_capability.access_mode", cap.access_mode.as_ref())?;
     Ok(())
-}
-
-fn mkdir(p: &Path) -> Result<(), Error> {
-    std::fs::create_dir_all(p).map_err(|source| Error::Dir {
-        action: "creating",
-        path: shown_path(p),
-        source,
-    })
 }
 
 #[tonic::async_trait]

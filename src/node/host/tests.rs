@@ -187,6 +187,12 @@ fn setup() -> Setup {
         config: Config {
             mount_root: dir.path().join("mounts"),
             kubelet_dir: dir.path().join("kubelet"),
+            allowed_roots: crate::host::roots::AllowedRoots::new([dir
+                .path()
+                .join("backend")
+                .display()
+                .to_string()])
+            .unwrap(),
             probe_timeout: Duration::from_millis(100),
             start_timeout: Duration::from_secs(1),
             stop_grace: Duration::from_millis(100),
@@ -452,11 +458,12 @@ fn a_hung_mount_is_starting_while_young_then_broken() {
 fn a_missing_backend_root_is_an_error() {
     let s = setup();
     let mut spec = s.spec(&[]);
-    spec.source = s.dir.path().join("nope/vol1").display().to_string();
+    // A missing directory beneath the allowed root (the root of a Volume under it).
+    spec.source = s.dir.path().join("backend/nope/vol1").display().to_string();
     let err = s.host.serve(&s.want(&spec), &|_| {}).unwrap_err();
     assert!(matches!(err, Error::NoBackendRoot(_)), "{err}");
     assert!(
-        !s.dir.path().join("nope").exists(),
+        !s.dir.path().join("backend/nope").exists(),
         "nothing created outside"
     );
 }
@@ -543,15 +550,15 @@ fn remove_data_never_follows_symlinks_out() {
     std::fs::write(data.join("sub/file"), "x").unwrap();
     std::os::unix::fs::symlink(outside.path(), data.join("link")).unwrap();
     let src = data.display().to_string();
-    assert!(s.host.remove_data(&src).unwrap());
+    assert!(s.host.remove_data(&src, "vol1").unwrap());
     assert!(!data.exists());
     assert_eq!(
         std::fs::read_to_string(outside.path().join("precious")).unwrap(),
         "keep"
     );
-    assert!(!s.host.remove_data(&src).unwrap(), "already gone");
+    assert!(!s.host.remove_data(&src, "vol1").unwrap(), "already gone");
     for bad in ["/", "relative", "/a/../b", ""] {
-        assert!(s.host.remove_data(bad).is_err(), "{bad:?}");
+        assert!(s.host.remove_data(bad, "vol1").is_err(), "{bad:?}");
     }
 }
 
@@ -560,7 +567,34 @@ fn remove_data_is_refused_while_mounted_here() {
     let s = setup();
     let spec = s.spec(&[]);
     s.serve(&s.want(&spec));
-    let err = s.host.remove_data(&spec.source).unwrap_err();
+    let err = s.host.remove_data(&spec.source, "vol1").unwrap_err();
     assert!(matches!(err, Error::StillMounted { .. }), "{err}");
     assert!(Path::new(&spec.source).exists());
+}
+
+#[test]
+fn nothing_outside_the_allowed_backend_roots_is_served_or_removed() {
+    let s = setup();
+    // What a Volume with `backend.root: /etc` would name: here a directory outside
+    // the allowed root `<dir>/backend`.
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("vol1");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("passwd"), "root:x:0:0").unwrap();
+    let mut spec = s.spec(&[]);
+    spec.source = victim.display().to_string();
+    let refused = want("vol1-n1", &spec, &s.host.config);
+    assert!(refused.is_err(), "served: {refused:?}");
+    assert!(s.host.remove_data(&spec.source, "vol1").is_err());
+    assert!(
+        victim.join("passwd").exists(),
+        "data outside the root removed"
+    );
+    // The root itself, or another volume's directory, is no source of vol1.
+    for bad in ["backend", "backend/other"] {
+        spec.source = s.dir.path().join(bad).display().to_string();
+        assert!(want("vol1-n1", &spec, &s.host.config).is_err(), "{bad}");
+        assert!(s.host.remove_data(&spec.source, "vol1").is_err(), "{bad}");
+    }
+    assert!(s.dir.path().join("backend").is_dir());
 }

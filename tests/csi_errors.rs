@@ -1,0 +1,242 @@
+//! CSI error codes for hostile input (issue 13, "CSI error codes" and the StorageClass
+//! part of security item 1), against the running `tessera controller` and `tessera node`
+//! on the cluster under test: an invalid volume id is NotFound (never a retryable
+//! code), a 2,000-component target path is refused and not created, sizes above
+//! `api::MAX_VOLUME_BYTES` are refused on create and on expansion, and a StorageClass
+//! `backendRoot` outside the allowed roots is INVALID_ARGUMENT.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
+use tessera::csi::proto::controller_client::ControllerClient;
+use tessera::csi::proto::node_client::NodeClient;
+use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use tessera::csi::proto::*;
+use tonic::Code;
+use tonic::transport::{Channel, Endpoint};
+
+async fn channel(sock: &std::path::Path) -> Channel {
+    Endpoint::from_shared(format!("unix://{}", sock.display()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {}: {e}", sock.display()))
+}
+
+fn cap() -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(AccessType::Mount(MountVolume::default())),
+    }
+}
+
+fn create(name: &str, bytes: i64, params: &[(&str, &str)]) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![cap()],
+        parameters: params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<HashMap<_, _>>(),
+        ..Default::default()
+    }
+}
+
+/// The code of a reply (`Ok` for a success).
+fn code<T>(r: Result<tonic::Response<T>, tonic::Status>) -> Result<Code, ()> {
+    Ok(r.map(|_| Code::Ok).unwrap_or_else(|s| s.code()))
+}
+
+#[tokio::test]
+async fn hostile_csi_requests_get_the_right_codes() {
+    let client = support::client().await;
+    support::ensure_crds(&client).await;
+    let id = support::unique_name("csierr");
+    let node = format!("{id}-n0");
+    fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
+    let work = tempfile::Builder::new()
+        .prefix("tessera-csierr-")
+        .tempdir()
+        .unwrap();
+    let backend = work.path().join("backend");
+    std::fs::create_dir_all(&backend).unwrap();
+    let controller_sock = work.path().join("controller.sock");
+    let agent = AgentProcess::start(&id, &node);
+    let _ctrl = ControllerProcess::start(
+        &id,
+        &[
+            "--no-leader-election",
+            &format!("--csi-endpoint=unix://{}", controller_sock.display()),
+            &format!("--default-backend-root={}", backend.display()),
+        ],
+    );
+    eventually(Duration::from_secs(30), "both CSI sockets", || async {
+        (controller_sock.exists() && agent.csi_socket().exists()).then_some(())
+    })
+    .await;
+    let mut ctrl = ControllerClient::new(channel(&controller_sock).await);
+    let mut nodes = NodeClient::new(channel(&agent.csi_socket()).await);
+    let mut failures = vec![];
+    let mut check = |what: &str, got: Result<Code, ()>, want: &[Code]| {
+        let ok = matches!(got, Ok(c) if want.contains(&c));
+        println!("{what}: {got:?} (want one of {want:?})");
+        if !ok {
+            failures.push(format!("{what}: {got:?}, want {want:?}"));
+        }
+    };
+
+    // Invalid volume ids: never a retryable code.
+    let not_found = [Code::NotFound, Code::InvalidArgument];
+    for bad in [
+        "UPPER/../x",
+        "a\u{0}b",
+        &"x".repeat(1 << 20),
+        "-",
+        "a..b%2f",
+    ] {
+        let shown = &bad[..bad.len().min(12)];
+        check(
+            &format!("ControllerPublish volume id {shown:?}"),
+            code(
+                ctrl.controller_publish_volume(ControllerPublishVolumeRequest {
+                    volume_id: bad.into(),
+                    node_id: node.clone(),
+                    volume_capability: Some(cap()),
+                    ..Default::default()
+                })
+                .await,
+            ),
+            &not_found,
+        );
+        check(
+            &format!("ControllerExpand volume id {shown:?}"),
+            code(
+                ctrl.controller_expand_volume(ControllerExpandVolumeRequest {
+                    volume_id: bad.into(),
+                    capacity_range: Some(CapacityRange {
+                        required_bytes: 1 << 30,
+                        limit_bytes: 0,
+                    }),
+                    ..Default::default()
+                })
+                .await,
+            ),
+            &not_found,
+        );
+        check(
+            &format!("NodeGetVolumeStats volume id {shown:?}"),
+            code(
+                nodes
+                    .node_get_volume_stats(NodeGetVolumeStatsRequest {
+                        volume_id: bad.into(),
+                        volume_path: agent.kubelet_dir().join("x").display().to_string(),
+                        ..Default::default()
+                    })
+                    .await,
+            ),
+            &not_found,
+        );
+        check(
+            &format!("NodePublish volume id {shown:?}"),
+            code(
+                nodes
+                    .node_publish_volume(NodePublishVolumeRequest {
+                        volume_id: bad.into(),
+                        target_path: agent.kubelet_dir().join("pods/t").display().to_string(),
+                        volume_capability: Some(cap()),
+                        ..Default::default()
+                    })
+                    .await,
+            ),
+            &not_found,
+        );
+    }
+
+    // Sizes above the API's maximum (1 EiB).
+    check(
+        "CreateVolume of 2^63-1 bytes",
+        code(
+            ctrl.create_volume(create(&format!("{id}-huge"), i64::MAX, &[]))
+                .await,
+        ),
+        &[Code::OutOfRange],
+    );
+    let made = ctrl
+        .create_volume(create(&format!("{id}-small"), 1 << 20, &[]))
+        .await
+        .expect("a 1 MiB volume")
+        .into_inner()
+        .volume
+        .unwrap();
+    check(
+        "ControllerExpand to 2^63-1 bytes",
+        code(
+            ctrl.controller_expand_volume(ControllerExpandVolumeRequest {
+                volume_id: made.volume_id.clone(),
+                capacity_range: Some(CapacityRange {
+                    required_bytes: i64::MAX,
+                    limit_bytes: 0,
+                }),
+                ..Default::default()
+            })
+            .await,
+        ),
+        &[Code::OutOfRange],
+    );
+    // A StorageClass naming a root the administrator did not allow.
+    check(
+        "CreateVolume with backendRoot /etc",
+        code(
+            ctrl.create_volume(create(
+                &format!("{id}-etc"),
+                1 << 20,
+                &[("backendRoot", "/etc")],
+            ))
+            .await,
+        ),
+        &[Code::InvalidArgument],
+    );
+
+    // A 2,000-component target path: refused, nothing created.
+    let deep = format!(
+        "{}/{}",
+        agent.kubelet_dir().join("deep").display(),
+        vec!["a"; 2_000].join("/")
+    );
+    check(
+        "NodePublish of a 2,000-component target",
+        code(
+            nodes
+                .node_publish_volume(NodePublishVolumeRequest {
+                    volume_id: made.volume_id.clone(),
+                    target_path: deep,
+                    volume_capability: Some(cap()),
+                    ..Default::default()
+                })
+                .await,
+        ),
+        &[Code::InvalidArgument],
+    );
+    assert!(
+        !agent.kubelet_dir().join("deep").exists(),
+        "the deep target path was created"
+    );
+
+    let _ = ctrl
+        .delete_volume(DeleteVolumeRequest {
+            volume_id: made.volume_id,
+            ..Default::default()
+        })
+        .await;
+    fixtures::delete_nodes(&client, std::slice::from_ref(&node)).await;
+    assert!(failures.is_empty(), "{failures:#?}");
+}
