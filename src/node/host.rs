@@ -159,6 +159,19 @@ pub fn want(
                 spec.capacity_bytes
             )
         })?;
+    // The API server refuses these already (CEL); a MountPod written around it, or by
+    // an older CRD, still gets no suid, dev or smuggled option from the agent.
+    if let Some(bad) = spec
+        .mount_options
+        .iter()
+        .find(|o| !crate::api::mount_option_allowed(o))
+    {
+        return Err(format!(
+            "spec.mountOptions: {:?} is not one of {}",
+            bad.chars().take(64).collect::<String>(),
+            crate::api::MOUNT_OPTIONS.join(", ")
+        ));
+    }
     let mut references = Vec::new();
     let mut refused = Vec::new();
     for r in &spec.references {

@@ -598,3 +598,19 @@ fn nothing_outside_the_allowed_backend_roots_is_served_or_removed() {
     }
     assert!(s.dir.path().join("backend").is_dir());
 }
+
+#[test]
+fn mount_options_outside_the_allowed_list_are_refused_by_the_agent_too() {
+    let s = setup();
+    for bad in ["suid", "dev", "fsname=/etc", "ro,suid", ""] {
+        let mut spec = s.spec(&[]);
+        spec.mount_options = vec!["noatime".into(), bad.into()];
+        let err = want("vol1-abc", &spec, &s.host.config)
+            .err()
+            .unwrap_or_else(|| panic!("{bad:?} accepted"));
+        assert!(err.starts_with("spec.mountOptions:"), "{err}");
+    }
+    let mut spec = s.spec(&[]);
+    spec.mount_options = vec!["noatime".into(), "nosuid".into(), "ro".into()];
+    s.want(&spec);
+}
