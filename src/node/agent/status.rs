@@ -1,0 +1,323 @@
+//! The MountPod status the agent writes, built without I/O: a reconcile pass says
+//! what it found in a [`Report`] ([`serve_report`] for a serve pass), and
+//! [`next_status`] folds it into the status it replaces (transition times kept while a
+//! condition holds, `restarts` and `lastError` bookkeeping, `observedGeneration`).
+//! The parent module compares the result with the API server's copy and writes it
+//! only when it differs.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::runtime::controller::Action;
+
+use super::host::{self, Served};
+use crate::api::{MountPhase, MountPod, MountPodStatus, condition_status};
+
+/// What a reconcile has to say in the status.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Report {
+    pub(super) phase: MountPhase,
+    pub(super) pid: Option<i64>,
+    pub(super) mount_point: Option<String>,
+    /// A failure to record in `lastError` (its time is updated when the message
+    /// changes or the daemon was restarted).
+    pub(super) error: Option<String>,
+    /// The daemon was restarted after a failure (`restarts` + 1).
+    pub(super) restarted: bool,
+    pub(super) ready: Condition,
+    pub(super) extra: Vec<Condition>,
+    /// Set `observedGeneration` to the current generation.
+    pub(super) observed: bool,
+}
+
+impl Report {
+    pub(super) fn failed(reason: &str, msg: String) -> Self {
+        Report {
+            phase: MountPhase::Failed,
+            pid: None,
+            mount_point: None,
+            error: Some(msg.clone()),
+            restarted: false,
+            ready: cond("Ready", false, reason, msg),
+            extra: vec![],
+            observed: true,
+        }
+    }
+
+    /// Everything as it is, in a new phase.
+    pub(super) fn keep(status: &MountPodStatus, phase: MountPhase) -> Self {
+        Report {
+            phase,
+            pid: status.pid,
+            mount_point: status.mount_point.clone(),
+            error: None,
+            restarted: false,
+            ready: cond("Ready", false, "Terminating", String::new()),
+            extra: vec![],
+            observed: true,
+        }
+    }
+}
+
+pub(super) fn cond(type_: &str, ok: bool, reason: &str, message: String) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if ok {
+            condition_status::TRUE
+        } else {
+            condition_status::FALSE
+        }
+        .into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+        observed_generation: None,
+    }
+}
+
+/// The status a report leads to, given the status it replaces. Pure.
+pub(super) fn next_status(
+    prev: &MountPodStatus,
+    mp: &MountPod,
+    report: Report,
+    now: jiff::Timestamp,
+) -> MountPodStatus {
+    let now = Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now));
+    let generation = mp.metadata.generation;
+    let mut conditions = Vec::new();
+    for mut c in std::iter::once(report.ready).chain(report.extra) {
+        c.observed_generation = generation;
+        c.last_transition_time = match prev.conditions.iter().find(|p| p.type_ == c.type_) {
+            Some(p) if p.status == c.status => p.last_transition_time.clone(),
+            _ => now.clone(),
+        };
+        conditions.push(c);
+    }
+    let (last_error, last_error_time) = match report.error {
+        Some(e) if report.restarted || prev.last_error.as_ref() != Some(&e) => {
+            (Some(e), Some(now.clone()))
+        }
+        _ => (prev.last_error.clone(), prev.last_error_time.clone()),
+    };
+    MountPodStatus {
+        phase: Some(report.phase),
+        pid: report.pid,
+        mount_point: report.mount_point,
+        restarts: prev.restarts + i32::from(report.restarted),
+        last_error,
+        last_error_time,
+        reference_count: i32::try_from(mp.spec.references.len()).unwrap_or(i32::MAX),
+        conditions,
+        observed_generation: if report.observed {
+            generation
+        } else {
+            prev.observed_generation
+        },
+    }
+}
+
+/// The status report of a serve pass, and when to look again.
+pub(super) fn serve_report(
+    want: &host::Want,
+    served: &Served,
+    refused: &[String],
+    mp: &MountPod,
+    prev: &MountPodStatus,
+) -> (Report, Action) {
+    let mount_point = Some(want.mountpoint.display().to_string());
+    let pid = served.daemon.map(|d| i64::from(d.pid));
+    let mut extra = Vec::new();
+    let mut errors: Vec<String> = refused.to_vec();
+    errors.extend(served.rebind_errors.iter().cloned());
+    if !errors.is_empty() {
+        extra.push(cond("References", false, "Refused", errors.join("; ")));
+    }
+    if served.remount_blocked {
+        let targets: Vec<String> = mp
+            .spec
+            .references
+            .iter()
+            .map(|r| r.target_path.clone())
+            .collect();
+        extra.push(cond(
+            "SpecApplied",
+            false,
+            "RemountBlocked",
+            format!(
+                "readOnly/mountOptions changed; the mount keeps its settings until no reference remains ({} left: {})",
+                targets.len(),
+                targets.join(", ")
+            ),
+        ));
+    }
+    let cause = served
+        .failure
+        .clone()
+        .or_else(|| served.repaired.clone())
+        .or_else(|| errors.first().cloned());
+    if let Some(failure) = &served.failure {
+        let backoff = Duration::from_secs(1u64 << prev.restarts.clamp(0, 8) as u32)
+            .min(Duration::from_secs(300));
+        let report = Report {
+            phase: MountPhase::Failed,
+            pid: None,
+            mount_point,
+            error: cause,
+            restarted: served.repaired.is_some(),
+            ready: cond("Ready", false, "DaemonFailed", failure.clone()),
+            extra,
+            observed: true,
+        };
+        return (report, Action::requeue(backoff));
+    }
+    if !served.answers {
+        let report = Report {
+            phase: MountPhase::Mounting,
+            pid,
+            mount_point: mount_point.clone(),
+            error: cause,
+            restarted: served.repaired.is_some(),
+            ready: cond(
+                "Ready",
+                false,
+                "Starting",
+                format!(
+                    "waiting for the mount at {} to answer",
+                    want.mountpoint.display()
+                ),
+            ),
+            extra,
+            observed: true,
+        };
+        return (report, Action::requeue(Duration::from_secs(1)));
+    }
+    let report = Report {
+        phase: MountPhase::Ready,
+        pid,
+        mount_point,
+        error: cause,
+        restarted: served.repaired.is_some(),
+        ready: cond(
+            "Ready",
+            true,
+            "Mounted",
+            format!(
+                "fuse daemon {} serves {}",
+                pid.unwrap_or_default(),
+                want.mountpoint.display()
+            ),
+        ),
+        extra,
+        observed: !served.remount_blocked,
+    };
+    (report, Action::requeue(Duration::from_secs(300)))
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use crate::api::{MountPodSpec, MountReference, MountTask};
+
+    pub(in crate::node::agent) fn mountpod(generation: i64, refs: usize) -> MountPod {
+        let mut mp = MountPod::new(
+            "v-1",
+            MountPodSpec {
+                volume: "v".into(),
+                node_name: "n".into(),
+                source: "/b/v".into(),
+                task: MountTask::Serve,
+                capacity_bytes: 1,
+                read_only: false,
+                mount_options: vec![],
+                references: (0..refs)
+                    .map(|i| MountReference {
+                        target_path: format!("/k/{i}"),
+                        owner: "pod/x".into(),
+                        read_only: false,
+                    })
+                    .collect(),
+                retain_seconds: None,
+            },
+        );
+        mp.metadata.generation = Some(generation);
+        mp
+    }
+
+    fn ready(pid: i64) -> Report {
+        Report {
+            phase: MountPhase::Ready,
+            pid: Some(pid),
+            mount_point: Some("/m/v".into()),
+            error: None,
+            restarted: false,
+            ready: cond("Ready", true, "Mounted", "ok".into()),
+            extra: vec![],
+            observed: true,
+        }
+    }
+
+    #[test]
+    fn a_ready_report_makes_the_mountpod_ready() {
+        let mut mp = mountpod(3, 2);
+        let t0 = jiff::Timestamp::from_second(1_000).unwrap();
+        let s = next_status(&MountPodStatus::default(), &mp, ready(42), t0);
+        assert_eq!(s.phase, Some(MountPhase::Ready));
+        assert_eq!(s.reference_count, 2);
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.conditions[0].last_transition_time, Time(t0));
+        mp.status = Some(s.clone());
+        assert!(mp.is_ready());
+        // The same report later changes nothing (no write).
+        let again = next_status(&s, &mp, ready(42), t0 + jiff::SignedDuration::from_secs(60));
+        assert_eq!(again, s);
+    }
+
+    #[test]
+    fn a_repair_counts_a_restart_and_records_the_cause() {
+        let mp = mountpod(1, 0);
+        let t0 = jiff::Timestamp::from_second(1_000).unwrap();
+        let s0 = next_status(&MountPodStatus::default(), &mp, ready(42), t0);
+        let mut r = ready(43);
+        r.restarted = true;
+        r.error = Some("fuse daemon exited: signal 9".into());
+        let t1 = t0 + jiff::SignedDuration::from_secs(5);
+        let s1 = next_status(&s0, &mp, r.clone(), t1);
+        assert_eq!(s1.restarts, 1);
+        assert_eq!(
+            s1.last_error.as_deref(),
+            Some("fuse daemon exited: signal 9")
+        );
+        assert_eq!(s1.last_error_time, Some(Time(t1)));
+        assert_eq!(s1.pid, Some(43));
+        // Ready did not flip: its transition time stays.
+        assert_eq!(s1.conditions[0].last_transition_time, Time(t0));
+        // A second crash with the same cause is a new error.
+        let t2 = t1 + jiff::SignedDuration::from_secs(5);
+        let s2 = next_status(&s1, &mp, r, t2);
+        assert_eq!(s2.restarts, 2);
+        assert_eq!(s2.last_error_time, Some(Time(t2)));
+        // A lasting error that is no restart keeps its time.
+        let mut lasting = ready(43);
+        lasting.error = Some("fuse daemon exited: signal 9".into());
+        let s3 = next_status(&s2, &mp, lasting, t2 + jiff::SignedDuration::from_secs(5));
+        assert_eq!(s3.last_error_time, Some(Time(t2)));
+    }
+
+    #[test]
+    fn a_blocked_remount_leaves_observed_generation_behind() {
+        let mut mp = mountpod(1, 1);
+        let s = next_status(
+            &MountPodStatus::default(),
+            &mp,
+            ready(42),
+            jiff::Timestamp::now(),
+        );
+        mp.metadata.generation = Some(2);
+        let mut r = ready(42);
+        r.observed = false;
+        let s2 = next_status(&s, &mp, r, jiff::Timestamp::now());
+        assert_eq!(s2.observed_generation, Some(1));
+        mp.status = Some(s2);
+        assert!(!mp.is_ready());
+    }
+}
