@@ -16,7 +16,7 @@
 //! Run: `make bench-controller` (or `cargo bench --bench controller`; `BENCH_VOLUMES=N`
 //! changes the count).
 
-#[path = "../support/mod.rs"]
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;

@@ -20,7 +20,7 @@
 //!
 //! Run: `make bench-attach` (or `bash bench/attach/run.sh`).
 
-#[path = "../support/mod.rs"]
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;
