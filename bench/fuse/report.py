@@ -6,9 +6,9 @@
 RESULTS holds "job target value" lines, one per job, target and round, in round
 order (bytes/s for 1 MiB jobs, IOPS for 4 KiB jobs, operations/s for metadata
 phases, µs for "<phase>-p50-us"). PROFILE_DIR, when given, holds what the profile
-pass left for each profiled target T: phases-T.txt (`metabench DIR COUNT -t PID`
-output) and, if the pass was traced, trace-T.txt (the fuse_request_send/end events
-of T's connection, "mono" trace clock). key=value arguments describe the run
+passes left for each profiled target T, pass N: phases-T.N.txt (`metabench DIR COUNT
+-t PID` output) and, if the pass was traced, trace-T.N.txt (the fuse_request_send/end
+events of T's connection, "mono" trace clock). key=value arguments describe the run
 (backend, fs, rounds, size, runtime, files, cores, kernel, load_before, load_after,
 traced) and are copied into the closing BENCH line.
 
@@ -132,31 +132,23 @@ TRACE_RE = re.compile(
 PHASES = ("create", "stat", "unlink")
 
 
-def read_profile(profile_dir, target, files):
-    """What the profile pass of `target` left: per phase, the µs per file of the pass,
-    of metabench's CPU and of the daemon's CPU, and per (phase, kind) the requests per
-    file with their mean send→reply µs (none if the pass was not traced). None if the
-    pass left nothing."""
-    path = os.path.join(profile_dir, f"trace-{target}.txt")
-    phases_path = os.path.join(profile_dir, f"phases-{target}.txt")
-    if not os.path.exists(phases_path):
-        return None
+def read_pass(phases_path, trace_path, files):
+    """One profile pass: per phase, the µs per file of the median operation, of the
+    whole pass, of metabench's CPU and of the daemon's CPU; and per (phase, kind) the
+    requests sent and their send→reply µs (nothing if the pass was not traced)."""
     lines = {}
     for line in open(phases_path):
         word, *values = line.split()
         lines[word] = [float(v) for v in values]
-    if "phases" not in lines:
-        return None
     marks = lines["phases"]
     spans = [(marks[2 * i], marks[2 * i + 1]) for i in range(len(PHASES))]
 
     def per_file(cpu, i):
         return (cpu[i + 1] - cpu[i]) * 1e6 / files if cpu else None
 
-    p50 = {w.removesuffix("-p50-us"): v[0] for w, v in lines.items() if w.endswith("-p50-us")}
-    phase_figures = {
+    figures = {
         name: {
-            "p50_us": p50.get(name),
+            "p50_us": lines.get(f"{name}-p50-us", [None])[0],
             "wall_us": (end - start) * 1e6 / files,
             "client_cpu_us": per_file(lines.get("client_cpu"), i),
             "daemon_cpu_us": per_file(lines.get("daemon_cpu"), i),
@@ -173,7 +165,7 @@ def read_profile(profile_dir, target, files):
     sent = {}  # (conn, unique) -> (time, phase, kind)
     counts = defaultdict(int)  # (phase, kind) -> n
     waits = defaultdict(list)  # (phase, kind) -> [µs]
-    for line in open(path) if os.path.exists(path) else []:
+    for line in open(trace_path) if os.path.exists(trace_path) else []:
         m = TRACE_RE.search(line)
         if not m:
             continue
@@ -189,11 +181,41 @@ def read_profile(profile_dir, target, files):
             t0, phase, op = sent.pop((conn, unique))
             if phase:
                 waits[(phase, op)].append((t - t0) * 1e6)
-    requests = {}
-    for (phase, op), n in counts.items():
-        w = waits.get((phase, op), [])
-        requests[(phase, op)] = (n / files, statistics.mean(w) if w else None)
-    return phase_figures, requests
+    return figures, counts, waits
+
+
+def read_profile(profile_dir, target, files):
+    """The profile passes of `target` (phases-T.N.txt, trace-T.N.txt) together: per
+    phase the mean over the passes of each figure, and per (phase, kind) the requests
+    per file with their mean send→reply µs. None if there is no pass."""
+    passes = []
+    for n in range(1, 10):
+        phases = os.path.join(profile_dir, f"phases-{target}.{n}.txt")
+        if os.path.exists(phases):
+            trace = os.path.join(profile_dir, f"trace-{target}.{n}.txt")
+            passes.append(read_pass(phases, trace, files))
+    if not passes:
+        return None
+
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return statistics.mean(values) if values else None
+
+    figures = {
+        phase: {k: mean(p[0][phase][k] for p in passes) for k in passes[0][0][phase]}
+        for phase in PHASES
+    }
+    counts, waits = defaultdict(int), defaultdict(list)
+    for _, c, w in passes:
+        for k, n in c.items():
+            counts[k] += n
+        for k, v in w.items():
+            waits[k].extend(v)
+    requests = {
+        k: (n / (files * len(passes)), mean(waits.get(k, [])))
+        for k, n in counts.items()
+    }
+    return figures, requests
 
 
 def profile_table(profile_dir, files, traced_requests, bench):
@@ -203,7 +225,7 @@ def profile_table(profile_dir, files, traced_requests, bench):
         return
     print()
     how = "with the kernel's fuse_request_send/end tracepoints on" if traced_requests else "(requests not traced)"
-    print(f"Where the time goes: one more metabench pass of {files} files per target {how}; its times are not in the tables above. Per file: the median single operation and the mean (wall time ÷ files) of the pass, metabench's CPU time (its system calls, the kernel's FUSE client side included), the daemon's CPU time (all its threads), the FUSE requests sent, and by kind the requests per file with the kernel's mean time from sending each to its reply, µs (FORGET, one per unlinked file, goes by the kernel's forget queue, unseen by these tracepoints; nullfs counts it in its last log line):")
+    print(f"Where the time goes: two more metabench passes of {files} files per target (nullfs, tessera, tessera, nullfs) {how}; their times are not in the tables above. Per file, the mean of the two passes: the median single operation and the mean (wall time ÷ files) of a pass, metabench's CPU time (its system calls, the kernel's FUSE client side included), the daemon's CPU time (all its threads), the FUSE requests sent, and by kind the requests per file with the kernel's mean time from sending each to its reply, µs (FORGET, one per unlinked file, goes by the kernel's forget queue, unseen by these tracepoints; nullfs counts it in its last log line):")
     print()
     print("| phase | target | p50 µs | mean µs | metabench CPU µs | daemon CPU µs | requests | by kind: per file (mean µs send→reply) |")
     print("|---|---|---:|---:|---:|---:|---:|---|")

@@ -26,12 +26,13 @@
 # A second table gives each metadata operation's median time (metabench times every
 # single operation) as a ratio to nullfs's (tessera ÷ nullfs, goal ≤ 1.2 for stat and
 # unlink) and to nullfs's plus native's (the round trip plus the backing filesystem's
-# own work). Then a profile pass, one more metabench on nullfs and tessera whose times
-# are not in those tables, says where the time goes: per file, the CPU time of
-# metabench and of the daemon, and the FUSE requests each phase sends, by kind, with
-# the kernel's mean time from sending each to its reply (the fuse_request_send/end
-# tracepoints, in a tracefs instance of its own filtered to the connection; TRACE=0
-# or a kernel without them leaves the requests out). bench/fuse/report.py prints the
+# own work). Then a profile pass, two more metabench runs on each of nullfs and
+# tessera (in the order A B B A) whose times are not in those tables, says where the
+# time goes: per file, the CPU time of metabench and of the daemon, and the FUSE
+# requests each phase sends, by kind, with the kernel's mean time from sending each
+# to its reply (the fuse_request_send/end tracepoints, in a tracefs instance of its
+# own filtered to the connection; TRACE=0 or a kernel without them leaves the
+# requests out). bench/fuse/report.py prints the
 # tables; the last line of output is one "BENCH fuse key=value ..." line.
 #
 # Every row is run ROUNDS times with the target order rotated; the median is shown.
@@ -93,8 +94,10 @@ if [ -z "${TESSERA_BIN:-}" ] || [ -z "${NULLFS_BIN:-}" ]; then
 fi
 
 TRACEFS=/sys/kernel/tracing
-if [ "${TRACE:-1}" = 1 ] && [ ! -d "$TRACEFS/events/fuse" ] && [ -d "$TRACEFS" ]; then
-    mount -t tracefs nodev "$TRACEFS" 2>/dev/null || true
+TRACEFS_MOUNTED=
+if [ "${TRACE:-1}" = 1 ] && [ ! -d "$TRACEFS/events/fuse" ] && [ -d "$TRACEFS" ] &&
+    mount -t tracefs nodev "$TRACEFS" 2>/dev/null; then
+    TRACEFS_MOUNTED=1
 fi
 TRACE_NOTE=
 if [ "${TRACE:-1}" != 1 ]; then
@@ -114,6 +117,7 @@ cleanup() {
     mountpoint -q "$W/nullfs" && umount -l "$W/nullfs"
     [ -n "$NULLFS_PID" ] && kill -TERM "$NULLFS_PID" 2>/dev/null && wait "$NULLFS_PID"
     [ -n "$TRACE_INSTANCE" ] && rmdir "$TRACE_INSTANCE"
+    [ -n "$TRACEFS_MOUNTED" ] && umount "$TRACEFS"
     mountpoint -q "$W/bindfs" && { fusermount3 -u "$W/bindfs" 2>/dev/null || umount -l "$W/bindfs"; }
     # `mount -o loop` detaches the loop device at unmount.
     mountpoint -q "$W/xfs" && { umount "$W/xfs" || umount -l "$W/xfs"; }
@@ -232,12 +236,12 @@ for round in $(seq "$ROUNDS"); do
 done
 LOAD_AFTER=$(loadavg)
 
-# profile TARGET: one more metabench pass, its figures not in the tables, recording the
-# CPU time of metabench and of TARGET's daemon at each phase boundary
-# (profile/phases-TARGET.txt) and, where tracing is on, the kernel's FUSE request
-# events of TARGET's connection (profile/trace-TARGET.txt).
+# profile TARGET N: one more metabench pass, its figures not in the tables, recording
+# the CPU time of metabench and of TARGET's daemon at each phase boundary
+# (profile/phases-TARGET.N.txt) and, where tracing is on, the kernel's FUSE request
+# events of TARGET's connection (profile/trace-TARGET.N.txt).
 profile() {
-    local target=$1 dir=${DIR[$1]} dev conn lost
+    local target=$1 n=$2 dir=${DIR[$1]} dev conn lost
     if [ -n "$TRACE_INSTANCE" ]; then
         # The connection is the mount's device number in the kernel's encoding.
         dev=$(mountpoint -d "$dir")
@@ -250,11 +254,11 @@ profile() {
     mkdir -p "$dir/meta"
     drop_caches
     [ -z "$TRACE_INSTANCE" ] || echo 1 >"$TRACE_INSTANCE/tracing_on"
-    "$W/metabench" "$dir/meta" "$FILES" -t "${PID[$target]}" >"$W/profile/phases-$target.txt"
+    "$W/metabench" "$dir/meta" "$FILES" -t "${PID[$target]}" >"$W/profile/phases-$target.$n.txt"
     [ -z "$TRACE_INSTANCE" ] || echo 0 >"$TRACE_INSTANCE/tracing_on"
     rmdir "$dir/meta"
     [ -n "$TRACE_INSTANCE" ] || return 0
-    cp "$TRACE_INSTANCE/trace" "$W/profile/trace-$target.txt"
+    cp "$TRACE_INSTANCE/trace" "$W/profile/trace-$target.$n.txt"
     lost=$(awk '/^overrun:/ {n += $2} END {print n + 0}' "$TRACE_INSTANCE"/per_cpu/cpu*/stats)
     [ "$lost" = 0 ] || echo "run.sh: the trace of $target lost $lost events (buffer full)" >&2
 }
@@ -271,9 +275,11 @@ if [ -z "$TRACE_NOTE" ]; then
 else
     echo "run.sh: $TRACE_NOTE" >&2
 fi
-for target in nullfs tessera; do
-    echo "profile pass: $target" >&2
-    profile "$target"
+# Two passes each, in the order A B B A, so neither target always runs first.
+for pass in "nullfs 1" "tessera 1" "tessera 2" "nullfs 2"; do
+    echo "profile pass: $pass" >&2
+    # shellcheck disable=SC2086 # two words
+    profile $pass
 done
 if [ -n "$TRACE_INSTANCE" ]; then
     rmdir "$TRACE_INSTANCE"
