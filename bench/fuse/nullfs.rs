@@ -654,3 +654,100 @@ fn main() {
         std::process::exit(1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    enum Step {
+        Create(&'static str),
+        Lookup(&'static str),
+        Unlink(&'static str),
+        Forget(&'static str, u64),
+    }
+
+    #[test]
+    fn a_node_goes_once_unlinked_and_forgotten() {
+        use Step::*;
+        // (case, steps, nodes left besides the root)
+        let cases: &[(&str, &[Step], usize)] = &[
+            ("created: the kernel holds it", &[Create("f")], 1),
+            ("unlinked, not forgotten", &[Create("f"), Unlink("f")], 1),
+            (
+                "unlinked, then forgotten",
+                &[Create("f"), Unlink("f"), Forget("f", 1)],
+                0,
+            ),
+            (
+                "forgotten, then unlinked",
+                &[Create("f"), Forget("f", 1), Unlink("f")],
+                0,
+            ),
+            (
+                "looked up again, forgotten once",
+                &[Create("f"), Lookup("f"), Unlink("f"), Forget("f", 1)],
+                1,
+            ),
+            (
+                "looked up again, forgotten for both",
+                &[Create("f"), Lookup("f"), Unlink("f"), Forget("f", 2)],
+                0,
+            ),
+        ];
+        for (case, steps, left) in cases {
+            let mut t = Tree::new();
+            let mut inos = HashMap::new();
+            let now = SystemTime::now();
+            for step in *steps {
+                match step {
+                    Create(n) => {
+                        let a = attr(0, FileType::RegularFile, 0o644, 0, 0, now);
+                        let a = t.add(INodeNo::ROOT.0, OsStr::new(n), a, false).unwrap();
+                        inos.insert(*n, a.ino.0);
+                    }
+                    Lookup(n) => {
+                        t.lookup(INodeNo::ROOT.0, OsStr::new(n)).unwrap().unwrap();
+                    }
+                    Unlink(n) => t.remove(INodeNo::ROOT.0, OsStr::new(n), false).unwrap(),
+                    Forget(n, k) => t.forget(inos[n], *k),
+                }
+            }
+            assert_eq!(t.nodes.len() - 1, *left, "{case}");
+        }
+    }
+
+    #[test]
+    fn names_sizes_and_errors() {
+        let mut t = Tree::new();
+        let root = INodeNo::ROOT.0;
+        let now = SystemTime::now();
+        let file = attr(0, FileType::RegularFile, 0o644, 0, 0, now);
+        let dir = attr(0, FileType::Directory, 0o755, 0, 0, now);
+        let f = t.add(root, OsStr::new("f"), file, false).unwrap().ino.0;
+        let d = t.add(root, OsStr::new("d"), dir, true).unwrap().ino.0;
+        let err = |r: Result<(), Errno>| r.unwrap_err().code();
+        assert_eq!(
+            t.add(root, OsStr::new("f"), file, false)
+                .unwrap_err()
+                .code(),
+            libc::EEXIST
+        );
+        assert!(t.lookup(root, OsStr::new("none")).unwrap().is_none());
+        t.write(f, 0, 100).unwrap();
+        t.write(f, 10, 20).unwrap();
+        assert_eq!(t.node(f).unwrap().attr.size, 100);
+        let names: Vec<OsString> = t
+            .list(root, 0)
+            .unwrap()
+            .into_iter()
+            .map(|l| l.name)
+            .collect();
+        assert_eq!(names, [".", "..", "d", "f"]);
+        assert_eq!(t.list(root, 3).unwrap().len(), 1);
+        t.add(d, OsStr::new("g"), file, false).unwrap();
+        assert_eq!(err(t.remove(root, OsStr::new("d"), true)), libc::ENOTEMPTY);
+        assert_eq!(err(t.remove(root, OsStr::new("d"), false)), libc::EISDIR);
+        assert_eq!(err(t.remove(root, OsStr::new("f"), true)), libc::ENOTDIR);
+        assert_eq!(err(t.remove(root, OsStr::new("none"), false)), libc::ENOENT);
+    }
+}
