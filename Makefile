@@ -40,9 +40,13 @@ image-containerfile:
 	@test -n "$(CONTAINER)" || { echo "make image-containerfile: needs docker or podman (CONTAINER=...)"; exit 1; }
 	$(CONTAINER) build -t $(IMAGE) -f Containerfile .
 
-## bench-fuse: fio + metadata benchmark: native vs tessera mount vs bindfs, on the
-## scratch directory's filesystem and then on XFS with project quotas (tessera's
-## backend quota mode; fails where the kernel lacks CONFIG_XFS_QUOTA)
+## Every benchmark ends with one `BENCH <name> key=value ...` line; figures and
+## their analysis: bench/README.md.
+
+## bench-fuse: fio + metadata benchmark: native vs tessera mount vs bindfs, and the
+## metadata rows against a null FUSE filesystem (bench/fuse/nullfs.rs, the round-trip
+## floor), on the scratch directory's filesystem and then on XFS with project quotas
+## (tessera's backend quota mode; fails where the kernel lacks CONFIG_XFS_QUOTA)
 bench-fuse:
 	bash bench/fuse/run.sh
 	BACKEND=xfs-prjquota bash bench/fuse/run.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Attach latency through the real external-attacher: Tessera vs a no-op baseline driver,
-# on the local control plane (or KUBECONFIG). See tests/bench/attach.rs.
+# on the local control plane (or KUBECONFIG). See bench/attach/attach.rs.
 #   BENCH_SCALES=1,100,1000  BENCH_ROUNDS=20  BENCH_REAL_AGENT_MAX=100
 #   BENCH_ATTACHER_WORKERS=100 BENCH_ATTACHER_QPS=200 BENCH_ATTACHER_BURST=400
 set -euo pipefail

@@ -19,6 +19,22 @@
 # create/stat/unlink of FILES small files
 # (bench/fuse/metabench.c). Columns: native directory, tessera (release build), bindfs
 # (--multithreaded, otherwise defaults); each FUSE column also as a ratio to native.
+#
+# The round-trip floor: a null FUSE filesystem (bench/fuse/nullfs.rs, a Cargo example:
+# the same fuser, worker threads, mount options and init flags as tessera, names and
+# sizes in memory, no backing files) runs the metadata rows too, in the same rounds.
+# A second table gives each metadata operation's median time (metabench times every
+# single operation) as a ratio to nullfs's (tessera ÷ nullfs, goal ≤ 1.2 for stat and
+# unlink) and to nullfs's plus native's (the round trip plus the backing filesystem's
+# own work). Then a profile pass, two more metabench runs on each of nullfs and
+# tessera (in the order A B B A) whose times are not in those tables, says where the
+# time goes: per file, the CPU time of metabench and of the daemon, and the FUSE
+# requests each phase sends, by kind, with the kernel's mean time from sending each
+# to its reply (the fuse_request_send/end tracepoints, in a tracefs instance of its
+# own filtered to the connection; TRACE=0 or a kernel without them leaves the
+# requests out). bench/fuse/report.py prints the
+# tables; the last line of output is one "BENCH fuse key=value ..." line.
+#
 # Every row is run ROUNDS times with the target order rotated; the median is shown.
 #
 # Page cache, and why: all three targets sit on the same backing filesystem, so a
@@ -39,8 +55,11 @@
 # Knobs (environment): SIZE (fio file size, 256M), RUNTIME (seconds per timed read or
 # random job, 5), FILES (metadata files, 10000), ROUNDS (3), BENCH_DIR (where the
 # scratch directory goes, /var/tmp), TESSERA_BIN (a prebuilt binary; otherwise
-# `cargo build --release`), TESSERA_ARGS (extra `tessera mount` arguments), BACKEND
-# (above), XFS_SIZE (the loop image's size for xfs-prjquota, 4G).
+# `cargo build --release`), NULLFS_BIN (a prebuilt nullfs; otherwise `cargo build
+# --release --example nullfs`), TESSERA_ARGS (extra `tessera mount` arguments), BACKEND
+# (above), XFS_SIZE (the loop image's size for xfs-prjquota, 4G), TRACE (1, the
+# default: trace the profile pass's FUSE requests where the kernel can; 0: do not).
+# Figures and their analysis: bench/README.md.
 set -euo pipefail
 
 SIZE=${SIZE:-256M}
@@ -66,17 +85,39 @@ xfs-prjquota)
 *) die "BACKEND must be dir or xfs-prjquota, not $BACKEND" ;;
 esac
 
-if [ -z "${TESSERA_BIN:-}" ]; then
-    (cd "$REPO" && cargo build --release --bin tessera >&2)
-    TESSERA_BIN="$REPO/target/release/tessera"
+if [ -z "${TESSERA_BIN:-}" ] || [ -z "${NULLFS_BIN:-}" ]; then
+    (cd "$REPO" && cargo build --release --bin tessera --example nullfs >&2)
+    TARGET_DIR=$(cd "$REPO" && cargo metadata --format-version 1 --no-deps |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+    TESSERA_BIN=${TESSERA_BIN:-$TARGET_DIR/release/tessera}
+    NULLFS_BIN=${NULLFS_BIN:-$TARGET_DIR/release/examples/nullfs}
+fi
+
+TRACEFS=/sys/kernel/tracing
+TRACEFS_MOUNTED=
+if [ "${TRACE:-1}" = 1 ] && [ ! -d "$TRACEFS/events/fuse" ] && [ -d "$TRACEFS" ] &&
+    mount -t tracefs nodev "$TRACEFS" 2>/dev/null; then
+    TRACEFS_MOUNTED=1
+fi
+TRACE_NOTE=
+if [ "${TRACE:-1}" != 1 ]; then
+    TRACE_NOTE="TRACE=${TRACE:-}: the profile pass's FUSE requests are not traced"
+elif [ ! -d "$TRACEFS/events/fuse/fuse_request_send" ]; then
+    TRACE_NOTE="no fuse_request_send tracepoint in $TRACEFS: the profile pass's FUSE requests are not traced"
 fi
 
 W=$(mktemp -d "$BENCH_DIR/tessera-bench.XXXXXX")
 TESSERA_PID=
+NULLFS_PID=
+TRACE_INSTANCE=
 cleanup() {
     set +e
     [ -n "$TESSERA_PID" ] && kill -TERM "$TESSERA_PID" 2>/dev/null && wait "$TESSERA_PID"
     mountpoint -q "$W/tessera" && umount -l "$W/tessera"
+    mountpoint -q "$W/nullfs" && umount -l "$W/nullfs"
+    [ -n "$NULLFS_PID" ] && kill -TERM "$NULLFS_PID" 2>/dev/null && wait "$NULLFS_PID"
+    [ -n "$TRACE_INSTANCE" ] && rmdir "$TRACE_INSTANCE"
+    [ -n "$TRACEFS_MOUNTED" ] && umount "$TRACEFS"
     mountpoint -q "$W/bindfs" && { fusermount3 -u "$W/bindfs" 2>/dev/null || umount -l "$W/bindfs"; }
     # `mount -o loop` detaches the loop device at unmount.
     mountpoint -q "$W/xfs" && { umount "$W/xfs" || umount -l "$W/xfs"; }
@@ -85,7 +126,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+loadavg() { cut -d' ' -f1-3 /proc/loadavg | tr ' ' /; }
+LOAD_BEFORE=$(loadavg)
 # Where native, tessera's volume and bindfs's source live.
 BASE=$W
 if [ "$BACKEND" = xfs-prjquota ]; then
@@ -97,23 +139,28 @@ if [ "$BACKEND" = xfs-prjquota ]; then
         die "mount -o loop,prjquota of a fresh XFS image failed (loop devices and a kernel with CONFIG_XFS_QUOTA are needed): $(dmesg | tail -n 1)"
     TESSERA_ARGS="--quota=backend ${TESSERA_ARGS:-}"
 fi
-mkdir -p "$BASE/native" "$BASE/tessera-src" "$W/tessera" "$BASE/bindfs-src" "$W/bindfs"
+mkdir -p "$BASE/native" "$BASE/tessera-src" "$W/tessera" "$BASE/bindfs-src" "$W/bindfs" "$W/nullfs"
 cc -O2 -o "$W/metabench" "$HERE/metabench.c"
 
 # shellcheck disable=SC2086 # TESSERA_ARGS is a list of words
 "$TESSERA_BIN" mount --source "$BASE/tessera-src" --mountpoint "$W/tessera" \
     --capacity-bytes $((1 << 40)) ${TESSERA_ARGS:-} 2>"$W/tessera.log" &
 TESSERA_PID=$!
+"$NULLFS_BIN" "$W/nullfs" 2>"$W/nullfs.log" &
+NULLFS_PID=$!
 bindfs --multithreaded "$BASE/bindfs-src" "$W/bindfs"
-for _ in $(seq 100); do
-    [ "$(stat -f -c %t "$W/tessera")" = 65735546 ] && break
-    sleep 0.1
+for m in tessera nullfs; do
+    for _ in $(seq 100); do
+        [ "$(stat -f -c %t "$W/$m")" = 65735546 ] && break
+        sleep 0.1
+    done
+    [ "$(stat -f -c %t "$W/$m")" = 65735546 ] || { cat "$W/$m.log"; die "$m did not mount"; }
 done
-[ "$(stat -f -c %t "$W/tessera")" = 65735546 ] || { cat "$W/tessera.log"; die "tessera did not mount"; }
 mountpoint -q "$W/bindfs" || die "bindfs did not mount"
 
-declare -A DIR=([native]="$BASE/native" [tessera]="$W/tessera" [bindfs]="$W/bindfs")
-TARGETS=(native tessera bindfs)
+declare -A DIR=([native]="$BASE/native" [tessera]="$W/tessera" [bindfs]="$W/bindfs" [nullfs]="$W/nullfs")
+# nullfs keeps no data: it runs the metadata rows only.
+TARGETS=(native tessera bindfs nullfs)
 RESULTS="$W/results"
 : >"$RESULTS"
 
@@ -146,8 +193,20 @@ dd_job() {
     echo "seqwrite-wronly-1m $target $(python3 -c "print($bytes / $secs)")" >>"$RESULTS"
 }
 
+# metadata TARGET: the create/stat/unlink rows.
+metadata() {
+    local target=$1 dir=${DIR[$1]}
+    mkdir -p "$dir/meta"
+    drop_caches
+    "$W/metabench" "$dir/meta" "$FILES" | while read -r phase value; do
+        echo "$phase $target $value" >>"$RESULTS"
+    done
+    rmdir "$dir/meta"
+}
+
 one_round() {
     local target=$1 dir=${DIR[$1]}
+    [ "$target" = nullfs ] && { metadata "$target"; return; }
     rm -f "$dir/bench.dat"
     drop_caches
     dd_job "$target"
@@ -164,60 +223,80 @@ one_round() {
     fio_job randwrite-4k "$target" --rw=randwrite --bs=4k --time_based --runtime="$RUNTIME" \
         --norandommap --randrepeat=0
     rm -f "$dir/bench.dat"
-    mkdir -p "$dir/meta"
-    drop_caches
-    "$W/metabench" "$dir/meta" "$FILES" | while read -r phase value; do
-        echo "$phase $target $value" >>"$RESULTS"
-    done
-    rmdir "$dir/meta"
+    metadata "$target"
 }
 
 for round in $(seq "$ROUNDS"); do
     # Rotate the order so no target always runs first (or right after another's writeback).
-    for i in 0 1 2; do
-        target=${TARGETS[$(((i + round) % 3))]}
+    for i in 0 1 2 3; do
+        target=${TARGETS[$(((i + round) % 4))]}
         echo "round $round/$ROUNDS: $target" >&2
         one_round "$target"
     done
 done
+LOAD_AFTER=$(loadavg)
 
-python3 - "$RESULTS" <<'EOF'
-import statistics, sys
-from collections import defaultdict
-vals = defaultdict(list)
-for line in open(sys.argv[1]):
-    job, target, value = line.split()
-    vals[(job, target)].append(float(value))
-# (job, label, unit, goal for tessera/native); every row also has the goal "faster
-# than bindfs".
-rows = [
-    ("seqwrite-1m", "seq overwrite 1 MiB (fio, read-write open)", "MiB/s", 0.9),
-    ("seqwrite-wronly-1m", "seq write 1 MiB (dd, write-only open)", "MiB/s", 0.9),
-    ("seqwrite-fsync-1m", "seq write 1 MiB + fsync", "MiB/s", 0.9),
-    ("seqread-1m", "seq read 1 MiB (warm)", "MiB/s", 0.9),
-    ("randread-4k", "rand read 4 KiB (warm)", "IOPS", 0.75),
-    ("randwrite-4k", "rand write 4 KiB", "IOPS", None),
-    ("create", "create (open+write 100 B+close)", "files/s", 0.4),
-    ("stat", "stat", "files/s", 0.4),
-    ("unlink", "unlink", "files/s", 0.4),
-]
-def med(job, target):
-    v = statistics.median(vals[(job, target)])
-    return v / (1 << 20) if job.endswith("1m") else v
-def spread(job, target):
-    v = vals[(job, target)]
-    return f"{min(v) / max(v):.2f}" if len(v) > 1 else "-"
-print("| workload | unit | native | tessera | tessera/native | goal | bindfs | bindfs/native | tessera/bindfs | min/max tessera |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-for job, label, unit, goal in rows:
-    n, t, b = (med(job, x) for x in ("native", "tessera", "bindfs"))
-    ok = "-" if goal is None else f"≥{goal} " + ("met" if t / n >= goal else "NOT met")
-    vs = "faster" if t > b else "SLOWER"
-    print(f"| {label} | {unit} | {n:,.0f} | {t:,.0f} | {t / n:.2f} | {ok} | {b:,.0f} | {b / n:.2f} | {t / b:.2f} {vs} | {spread(job, 'tessera')} |")
-EOF
-echo "(BACKEND=$BACKEND: $(stat -f -c %T "$BASE/native"); median of $ROUNDS rounds; SIZE=$SIZE RUNTIME=${RUNTIME}s FILES=$FILES; $(nproc) cores, $(uname -r); load before: $LOAD_BEFORE, after: $(cut -d' ' -f1-3 /proc/loadavg))"
-# Stop tessera now, so its log ends with the counters (which opens were passthrough,
-# how many reads and writes still reached the daemon).
+# profile TARGET N: one more metabench pass, its figures not in the tables, recording
+# the CPU time of metabench and of TARGET's daemon at each phase boundary
+# (profile/phases-TARGET.N.txt) and, where tracing is on, the kernel's FUSE request
+# events of TARGET's connection (profile/trace-TARGET.N.txt).
+profile() {
+    local target=$1 n=$2 dir=${DIR[$1]} dev conn lost
+    if [ -n "$TRACE_INSTANCE" ]; then
+        # The connection is the mount's device number in the kernel's encoding.
+        dev=$(mountpoint -d "$dir")
+        conn=$(((${dev%%:*} << 20) | ${dev##*:}))
+        echo 0 >"$TRACE_INSTANCE/tracing_on"
+        : >"$TRACE_INSTANCE/trace"
+        echo "connection == $conn" >"$TRACE_INSTANCE/events/fuse/filter"
+        echo 1 >"$TRACE_INSTANCE/events/fuse/enable"
+    fi
+    mkdir -p "$dir/meta"
+    drop_caches
+    [ -z "$TRACE_INSTANCE" ] || echo 1 >"$TRACE_INSTANCE/tracing_on"
+    "$W/metabench" "$dir/meta" "$FILES" -t "${PID[$target]}" >"$W/profile/phases-$target.$n.txt"
+    [ -z "$TRACE_INSTANCE" ] || echo 0 >"$TRACE_INSTANCE/tracing_on"
+    rmdir "$dir/meta"
+    [ -n "$TRACE_INSTANCE" ] || return 0
+    cp "$TRACE_INSTANCE/trace" "$W/profile/trace-$target.$n.txt"
+    lost=$(awk '/^overrun:/ {n += $2} END {print n + 0}' "$TRACE_INSTANCE"/per_cpu/cpu*/stats)
+    [ "$lost" = 0 ] || echo "run.sh: the trace of $target lost $lost events (buffer full)" >&2
+}
+
+declare -A PID=([tessera]=$TESSERA_PID [nullfs]=$NULLFS_PID)
+mkdir -p "$W/profile"
+if [ -z "$TRACE_NOTE" ]; then
+    TRACE_INSTANCE=$TRACEFS/instances/tessera-bench-$$
+    mkdir "$TRACE_INSTANCE"
+    echo mono >"$TRACE_INSTANCE/trace_clock"
+    # A file costs about 20 events of under 50 bytes, in one CPU's buffer or another's:
+    # FILES KiB per CPU is room enough.
+    echo $((FILES > 8192 ? FILES : 8192)) >"$TRACE_INSTANCE/buffer_size_kb"
+else
+    echo "run.sh: $TRACE_NOTE" >&2
+fi
+# Two passes each, in the order A B B A, so neither target always runs first.
+for pass in "nullfs 1" "tessera 1" "tessera 2" "nullfs 2"; do
+    echo "profile pass: $pass" >&2
+    # shellcheck disable=SC2086 # two words
+    profile $pass
+done
+if [ -n "$TRACE_INSTANCE" ]; then
+    rmdir "$TRACE_INSTANCE"
+    TRACE_INSTANCE=
+fi
+
+# Stop the daemons before the report, so their logs end with their counters (which
+# opens were passthrough, how many reads and writes still reached the daemon; the
+# requests nullfs answered) and the report's BENCH line is the last line out.
 kill -TERM "$TESSERA_PID" && wait "$TESSERA_PID" || true
 TESSERA_PID=
+umount "$W/nullfs" && wait "$NULLFS_PID" || true
+NULLFS_PID=
 grep -E "quota mode chosen|kernel cache lifetimes|FUSE connection initialised| unmounted " "$W/tessera.log" | sed 's/^/tessera: /' >&2 || true
+sed 's/^nullfs: //; s/^/nullfs: /' "$W/nullfs.log" >&2 || true
+
+python3 "$HERE/report.py" "$RESULTS" "$W/profile" backend="$BACKEND" \
+    fs="$(stat -f -c %T "$BASE/native")" rounds="$ROUNDS" size="$SIZE" runtime="$RUNTIME" \
+    files="$FILES" cores="$(nproc)" kernel="$(uname -r)" load_before="$LOAD_BEFORE" \
+    load_after="$LOAD_AFTER" traced="$([ -z "$TRACE_NOTE" ] && echo yes || echo no)"

@@ -13,15 +13,20 @@
 //! floor, so the floor says whether the 20 s goal is reachable here at all, and the
 //! controller's time divided by it is the controller's own overhead.
 //!
+//! Ends with one `BENCH controller key=value …` line (bench/bench_line.rs).
+//!
 //! Run: `make bench-controller` (or `cargo bench --bench controller`; `BENCH_VOLUMES=N`
-//! changes the count).
+//! changes the count). Figures and their analysis: bench/README.md.
 
-#[path = "../support/mod.rs"]
+#[path = "../bench_line.rs"]
+mod bench_line;
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use bench_line::{BenchLine, loadavg};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -136,6 +141,7 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000);
+    let load_before = loadavg();
     let client = support::client().await;
     support::ensure_crds(&client).await;
     let id = support::unique_name("bench");
@@ -272,10 +278,12 @@ async fn main() {
         rss_mib
     );
     println!("  controller requests per volume, by kind and verb");
+    let mut per_volume = BTreeMap::new();
     for (k, v) in &requests_by_kind1 {
         let d = v - requests_by_kind0.get(k).copied().unwrap_or(0.0);
         if d > 0.0 {
             println!("    {k:<40} {:>8.2}", d / n as f64);
+            per_volume.insert(k.clone(), d / n as f64);
         }
     }
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
@@ -284,11 +292,11 @@ async fn main() {
         total.as_secs_f64(),
         cores as f64 * total.as_secs_f64()
     );
+    let mut cpu = BTreeMap::new();
     for (k, v) in &cpu1 {
-        println!(
-            "    {k:<40} {:>8.1}",
-            v - cpu0.get(k).copied().unwrap_or(0.0)
-        );
+        let d = v - cpu0.get(k).copied().unwrap_or(0.0);
+        println!("    {k:<40} {d:>8.1}");
+        cpu.insert(k.clone(), d);
     }
 
     // Clean up: delete the volumes (their data cleanup runs through tickets too).
@@ -296,7 +304,7 @@ async fn main() {
     for name in &names {
         let _ = volumes.delete(name, &Default::default()).await;
     }
-    loop {
+    let deleted = loop {
         let left = volumes
             .list_metadata(&selector)
             .await
@@ -307,10 +315,10 @@ async fn main() {
                 "  deleting {n} volumes (cleanup tickets)    {:>8.2} s ({left} left)",
                 t.elapsed().as_secs_f64()
             );
-            break;
+            break (t.elapsed(), left);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    };
     println!(
         "  API floor: the same writes issued directly (no controller), {FLOOR_PIPELINES} volumes at once"
     );
@@ -322,11 +330,49 @@ async fn main() {
         "    the controller's mix (+ Attaching statuses, Event, re-read; 9/volume) {:>6.2} s",
         floor_same.as_secs_f64()
     );
-    println!(
-        "  controller time / floor with the same mix      {:>8.2}",
-        total.as_secs_f64() / floor_same.as_secs_f64()
-    );
+    let over_minimal = total.as_secs_f64() / floor_minimal.as_secs_f64();
+    let over_mix = total.as_secs_f64() / floor_same.as_secs_f64();
+    println!("  controller time / minimal floor                {over_minimal:>8.2}   (goal ≤ 1.2)");
+    println!("  controller time / floor with the same mix      {over_mix:>8.2}");
     fixtures::delete_nodes(&client, &[node]).await;
+
+    let mut line = BenchLine::new("controller")
+        .field("volumes", n)
+        .field("cores", cores)
+        .num("setup_s", setup.as_secs_f64(), 2)
+        .num("submitted_s", submitted.as_secs_f64(), 2)
+        .num("all_satisfied_s", total.as_secs_f64(), 2)
+        .num("p50_s", pct(0.5).as_secs_f64(), 2)
+        .num("p99_s", pct(0.99).as_secs_f64(), 2)
+        .num("floor_minimal_s", floor_minimal.as_secs_f64(), 2)
+        .num("floor_mix_s", floor_same.as_secs_f64(), 2)
+        .num("over_floor_minimal", over_minimal, 2)
+        .num("over_floor_mix", over_mix, 2)
+        .num("reconciles", reconciles, 0)
+        .num("requests_per_reconcile", requests / reconciles.max(1.0), 2)
+        .num("requests_per_volume", requests / n as f64, 2)
+        .num("controller_peak_rss_mib", rss_mib, 1)
+        .num("delete_s", deleted.0.as_secs_f64(), 2)
+        .field("delete_left", deleted.1);
+    for (k, v) in &per_volume {
+        line = line.num(&format!("req_{}", key(k)), *v, 2);
+    }
+    for (k, v) in &cpu {
+        line = line.num(&format!("cpu_{}_s", key(k)), *v, 1);
+    }
+    line.field("load_before", load_before)
+        .field("load_after", loadavg())
+        .print();
+}
+
+/// `s` as a key: lower case, words joined by `_`, nothing but letters, digits, `_`.
+fn key(s: &str) -> String {
+    let words: Vec<String> = s
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    words.join("_")
 }
 
 /// How many volumes the floor works on at once.

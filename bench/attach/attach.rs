@@ -18,9 +18,15 @@
 //! above that by the test fixtures' stand-in agent, which reports MountPods Ready as the
 //! agent would.
 //!
-//! Run: `make bench-attach` (or `bash bench/attach/run.sh`).
+//! Ends with one `BENCH attach key=value …` line (bench/bench_line.rs): per scenario
+//! `s<N>_…` (N volumes at once; `s1` is the single-attach rounds).
+//!
+//! Run: `make bench-attach` (or `bash bench/attach/run.sh`). Figures and their
+//! analysis: bench/README.md.
 
-#[path = "../support/mod.rs"]
+#[path = "../bench_line.rs"]
+mod bench_line;
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;
@@ -29,6 +35,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bench_line::{BenchLine, loadavg};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment as StorageVa};
@@ -525,6 +532,7 @@ async fn main() {
         timeout: std::env::var("BENCH_ATTACHER_TIMEOUT").unwrap_or_else(|_| "15s".into()),
     };
 
+    let load_before = loadavg();
     let client = support::client().await;
     support::ensure_crds(&client).await;
     let id = support::unique_name("batt");
@@ -609,7 +617,7 @@ async fn main() {
         bench.delete_volumes(kind, &pv).await;
     }
 
-    let mut rows: Vec<(String, String, Vec<Option<Run>>)> = Vec::new();
+    let mut rows: Vec<(usize, String, String, Vec<Option<Run>>)> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     for &scale in &scales {
         let real = scale <= real_max;
@@ -677,7 +685,7 @@ async fn main() {
         }
         drop(fake);
         drop(agent);
-        rows.push((label, mode.to_string(), per_kind));
+        rows.push((scale, label, mode.to_string(), per_kind));
     }
 
     println!();
@@ -685,7 +693,14 @@ async fn main() {
         "| scenario | tessera p50 / p99 (ms) | noop p50 / p99 (ms) | ratio p50 / p99 | all attached (s) t / n | tessera agent |"
     );
     println!("|---|---|---|---|---|---|");
-    for (label, mode, runs) in &rows {
+    let mut line = BenchLine::new("attach")
+        .field("rounds", rounds)
+        .field("real_agent_max", real_max)
+        .field("attacher_workers", sidecar.workers)
+        .field("attacher_qps", sidecar.qps)
+        .field("attacher_burst", sidecar.burst)
+        .field("attacher_timeout", &sidecar.timeout);
+    for (scale, label, mode, runs) in &rows {
         let cell = |r: &Option<Run>| match r {
             Some(r) => format!(
                 "{:.0} / {:.0}{}",
@@ -719,10 +734,11 @@ async fn main() {
             span(&runs[0]),
             span(&runs[1]),
         );
+        line = bench_fields(line, *scale, runs);
     }
     println!();
     println!("detach (VolumeAttachment delete -> gone), p50 / p99 ms:");
-    for (label, _, runs) in &rows {
+    for (_, label, _, runs) in &rows {
         let d = |r: &Option<Run>| match r {
             Some(r) => format!(
                 "{:.0} / {:.0}",
@@ -750,4 +766,37 @@ async fn main() {
         .status()
         .ok();
     fixtures::delete_nodes(&client, &[node]).await;
+    line.field("load_before", load_before)
+        .field("load_after", loadavg())
+        .print();
+}
+
+/// The BENCH fields of one scenario: per driver attach p50/p99, all attached, failures,
+/// detach p50/p99; then tessera ÷ noop at p50 and p99.
+fn bench_fields(mut line: BenchLine, scale: usize, runs: &[Option<Run>]) -> BenchLine {
+    let p = format!("s{scale}");
+    for (name, run) in ["tessera", "noop"].into_iter().zip(runs) {
+        let Some(r) = run else { continue };
+        let figures = [
+            ("p50_ms", ms(pct(&r.attach, 0.5)), 1),
+            ("p99_ms", ms(pct(&r.attach, 0.99)), 1),
+            ("all_attached_s", r.makespan.as_secs_f64(), 2),
+            ("failed", r.failed as f64, 0),
+            ("detach_p50_ms", ms(pct(&r.detach, 0.5)), 1),
+            ("detach_p99_ms", ms(pct(&r.detach, 0.99)), 1),
+        ];
+        for (k, v, decimals) in figures {
+            line = line.num(&format!("{p}_{name}_{k}"), v, decimals);
+        }
+    }
+    if let (Some(t), Some(n)) = (&runs[0], &runs[1])
+        && !t.attach.is_empty()
+        && !n.attach.is_empty()
+    {
+        for (k, q) in [("ratio_p50", 0.5), ("ratio_p99", 0.99)] {
+            let ratio = pct(&t.attach, q).as_secs_f64() / pct(&n.attach, q).as_secs_f64();
+            line = line.num(&format!("{p}_{k}"), ratio, 2);
+        }
+    }
+    line
 }
