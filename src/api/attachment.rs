@@ -261,6 +261,25 @@ pub enum TicketReason {
 }
 
 impl TicketReason {
+    /// Every reason, in declaration order.
+    pub const ALL: [TicketReason; 15] = [
+        TicketReason::Attached,
+        TicketReason::Attaching,
+        TicketReason::HeldByOtherNode,
+        TicketReason::WaitingForDetach,
+        TicketReason::LowerPriority,
+        TicketReason::Interrupted,
+        TicketReason::NodeLocalElsewhere,
+        TicketReason::GenerationPending,
+        TicketReason::MountFailed,
+        TicketReason::VolumeDeleting,
+        TicketReason::InvalidParameters,
+        TicketReason::Expired,
+        TicketReason::NodeNotFound,
+        TicketReason::VolumeNotFound,
+        TicketReason::InUse,
+    ];
+
     /// The reason string written to the condition.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -293,27 +312,10 @@ impl std::str::FromStr for TicketReason {
     type Err = UnknownReason;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        use TicketReason::*;
-        [
-            Attached,
-            Attaching,
-            HeldByOtherNode,
-            WaitingForDetach,
-            LowerPriority,
-            Interrupted,
-            NodeLocalElsewhere,
-            GenerationPending,
-            MountFailed,
-            VolumeDeleting,
-            InvalidParameters,
-            Expired,
-            NodeNotFound,
-            VolumeNotFound,
-            InUse,
-        ]
-        .into_iter()
-        .find(|r| r.as_str() == s)
-        .ok_or_else(|| UnknownReason(s.chars().take(64).collect()))
+        TicketReason::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| UnknownReason(s.chars().take(64).collect()))
     }
 }
 
@@ -403,22 +405,28 @@ mod tests {
 
     #[test]
     fn every_reason_round_trips_through_its_string() {
-        for r in [
-            TicketReason::Attached,
-            TicketReason::Attaching,
-            TicketReason::HeldByOtherNode,
-            TicketReason::WaitingForDetach,
-            TicketReason::LowerPriority,
-            TicketReason::Interrupted,
-            TicketReason::NodeLocalElsewhere,
-            TicketReason::GenerationPending,
-            TicketReason::MountFailed,
-            TicketReason::VolumeDeleting,
-            TicketReason::InvalidParameters,
-            TicketReason::Expired,
-            TicketReason::NodeNotFound,
-            TicketReason::VolumeNotFound,
-        ] {
+        // The exhaustive match makes a new variant fail to compile here: a reminder
+        // to give it its place in ALL, in the same order.
+        let position = |r: TicketReason| match r {
+            TicketReason::Attached => 0,
+            TicketReason::Attaching => 1,
+            TicketReason::HeldByOtherNode => 2,
+            TicketReason::WaitingForDetach => 3,
+            TicketReason::LowerPriority => 4,
+            TicketReason::Interrupted => 5,
+            TicketReason::NodeLocalElsewhere => 6,
+            TicketReason::GenerationPending => 7,
+            TicketReason::MountFailed => 8,
+            TicketReason::VolumeDeleting => 9,
+            TicketReason::InvalidParameters => 10,
+            TicketReason::Expired => 11,
+            TicketReason::NodeNotFound => 12,
+            TicketReason::VolumeNotFound => 13,
+            TicketReason::InUse => 14,
+        };
+        for (i, r) in TicketReason::ALL.into_iter().enumerate() {
+            assert_eq!(TicketReason::ALL[position(r)], r);
+            assert_eq!(position(r), i);
             assert_eq!(r.as_str().parse::<TicketReason>(), Ok(r));
             // The serde name is the same string (conditions written by older builds).
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
