@@ -58,7 +58,6 @@ pub fn csi_ticket_id(volume_id: &str, node_id: &str) -> String {
 /// How much of a caller's string (a volume id, a name, a parameter) an error echoes.
 pub const SHOWN: usize = 128;
 
-/// `s` as an error message may echo it: at most [`SHOWN`] characters.
 /// Whether `s` can be a Kubernetes object name (a DNS-1123 subdomain): a volume or
 /// node id that cannot is no volume or node at all, NOT_FOUND rather than a retryable
 /// error from the API server.
@@ -85,6 +84,7 @@ pub(crate) fn existing_id<E>(id: &str, not_found: impl FnOnce(String) -> E) -> R
     }
 }
 
+/// `s` as an error message may echo it: at most [`SHOWN`] characters.
 pub(crate) fn shown(s: &str) -> String {
     truncated(s, SHOWN).into_owned()
 }

@@ -11,7 +11,7 @@ use super::Error;
 use crate::api::{self, AccessMode, BackendScope, Volume};
 use crate::csi::proto::volume_capability::{AccessType, access_mode};
 use crate::csi::proto::{self, CapacityRange, CreateVolumeRequest, Topology, VolumeCapability};
-use crate::csi::{TOPOLOGY_NODE_KEY, shown};
+use crate::csi::{TOPOLOGY_NODE_KEY, is_object_name, shown};
 
 /// Default size when a request names none.
 pub const DEFAULT_SIZE: u64 = 1 << 30;
@@ -19,17 +19,7 @@ pub const DEFAULT_SIZE: u64 = 1 << 30;
 /// The Volume object name for a CSI volume name: the name itself when it is a valid
 /// object name, else `vol-` and a hash of it (csi-sanity uses spaces and capitals).
 pub fn volume_name(csi_name: &str) -> String {
-    let valid = !csi_name.is_empty()
-        && csi_name.len() <= 253
-        && csi_name.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        });
+    let valid = is_object_name(csi_name);
     if valid {
         csi_name.to_string()
     } else {
