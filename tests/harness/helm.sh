@@ -102,13 +102,18 @@ leftovers() {
 }
 
 cmd_down() {
-  local t0 left crds
+  local t0 left crds end
   t0=$(date +%s%3N)
+  # The query must see the release before it can say that nothing is left of it.
+  left=$(leftovers) || die "could not list the release's objects"
+  [[ -n "$left" ]] || die "no object of release $RELEASE found before the uninstall"
   h uninstall "$RELEASE" --namespace "$NS" --wait --timeout "${TIMEOUT}s" >&2
   # The DaemonSet's and Deployment's Pods are deleted by the garbage collector after
   # their owners: give them their grace period.
-  local end=$(( $(date +%s) + 60 ))
-  while left=$(leftovers) && [[ -n "$left" ]]; do
+  end=$(( $(date +%s) + 60 ))
+  while :; do
+    left=$(leftovers) || die "could not list what the release left"
+    [[ -n "$left" ]] || break
     (( $(date +%s) < end )) || die "helm uninstall left: $(echo $left)"
     sleep 0.5
   done
