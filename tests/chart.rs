@@ -3,10 +3,11 @@
 //! `helm template` and `kubectl kustomize` render the objects; after taking away what
 //! only says who rendered them (`helm.sh/chart`, `app.kubernetes.io/managed-by`, the
 //! CRDs' `helm.sh/resource-policy`), the chart with its defaults must give exactly
-//! `config/` but its Namespace (Helm installs into the release namespace), and with the optional parts on, `config/` + `config/storageclass/` +
-//! `config/monitoring/`: same kinds, names, namespaces and contents. Then `helm lint`,
-//! the values that reach the objects, and a server-side dry run of the rendered chart
-//! against the cluster under test. helm is the harness build
+//! `config/` but its Namespace (Helm installs into the release namespace), and with
+//! the optional parts on, `config/` + `config/storageclass/` + `config/monitoring/`:
+//! same kinds, names, namespaces and contents. Then the six labels, the values that
+//! reach the objects, the values schema, `helm lint`, and a server-side dry run of the
+//! rendered chart against the cluster under test. helm is the harness build
 //! (`target/harness/bin/helm`, `tests/harness/helm/`); the install on real nodes is
 //! `tests/harness/helm.sh`, run by `tests/run.sh`.
 
@@ -377,6 +378,29 @@ fn chart_values_reach_the_objects() {
         crd["metadata"]["annotations"]["helm.sh/resource-policy"],
         "keep"
     );
+}
+
+/// values.schema.json refuses what would otherwise be silently ignored or render a
+/// broken object: a misspelt key, a log format the binary does not know, a relative
+/// backend root.
+#[test]
+fn values_schema_refuses_bad_values() {
+    for (set, says) in [
+        (
+            "storageClass.enable=true",
+            "additional properties 'enable' not allowed",
+        ),
+        ("logFormat=xml", "/logFormat"),
+        ("backendRoots={srv/data}", "/backendRoots/0"),
+    ] {
+        let out = Command::new(harness_bin("helm"))
+            .args(["template", "tessera", &chart_dir(), "--set", set])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{set} was accepted");
+        assert!(stderr.contains(says), "{set}: {stderr}");
+    }
 }
 
 /// `helm lint --strict`, with the defaults and with every optional part on.
