@@ -13,9 +13,10 @@ all: build
 build:
 	$(CARGO) build --release
 
-## crds: regenerate crds/ from the Rust types
+## crds: regenerate crds/ from the Rust types, and the Helm chart's copy
 crds:
 	$(CARGO) run -q -- crds > crds/tessera.io.yaml
+	cp crds/tessera.io.yaml charts/tessera/files/crds.yaml
 
 ## lint: formatting and clippy, warnings are errors
 lint:

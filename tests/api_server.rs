@@ -311,11 +311,17 @@ async fn status_writes_do_not_touch_spec_and_kubectl_shows_the_columns() {
 #[tokio::test]
 async fn config_renders_with_kustomize_and_passes_server_side_dry_run() {
     let client = setup().await;
-    let out = support::kubectl_output(&[
-        "kustomize",
-        support::repo_root().join("config").to_str().unwrap(),
-    ]);
-    let objects: Vec<DynamicObject> = support::parse_documents(&out);
+    // config/ and its optional example StorageClass (config/storageclass/).
+    let objects: Vec<DynamicObject> = ["config", "config/storageclass"]
+        .iter()
+        .flat_map(|dir| {
+            let out = support::kubectl_output(&[
+                "kustomize",
+                support::repo_root().join(dir).to_str().unwrap(),
+            ]);
+            support::parse_documents::<DynamicObject>(&out)
+        })
+        .collect();
     let kinds: Vec<String> = objects
         .iter()
         .filter_map(|o| o.types.as_ref().map(|t| t.kind.clone()))
@@ -326,6 +332,7 @@ async fn config_renders_with_kustomize_and_passes_server_side_dry_run() {
         "DaemonSet",
         "CSIDriver",
         "StorageClass",
+        "PodDisruptionBudget",
         "ClusterRole",
         "ServiceAccount",
     ] {

@@ -2,8 +2,9 @@
 # Runs every test. Without KUBECONFIG the local control plane from tests/harness is
 # started first and stopped at the end; then two real nodes (kubelet, containerd, runc)
 # with a control plane of their own (target/nodes-cluster) run the demo (`make demo
-# ONCE=1`: Tessera deployed from config/, a Pod moved between nodes) and the real-Pod
-# tests (tests/pods.rs, #[ignore]d elsewhere), and are stopped. With KUBECONFIG the
+# ONCE=1`: Tessera deployed from config/, a Pod moved between nodes), the real-Pod
+# tests (tests/pods.rs, #[ignore]d elsewhere) and the Helm install
+# (tests/harness/helm.sh test), and are stopped. With KUBECONFIG the
 # cargo tests run against that cluster and nothing is started or stopped.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,8 +49,12 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
   HARNESS_CLUSTER_DIR="$nodes_cluster" KUBECONFIG="$nodes_cluster/kubeconfig" \
     cargo test --test pods -- --ignored --test-threads=1 --nocapture 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+  # The Helm chart on the same nodes: the kustomize install replaced by `helm install`,
+  # a Pod on a claim to Running, then `helm uninstall` leaves only the CRDs.
+  HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/helm.sh test 2>&1 | tee -a "$log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
   HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/cluster.sh down || true
-  nodes="; the real-Pod tests ran on two real nodes"
+  nodes="; the real-Pod tests and the Helm install ran on two real nodes"
 fi
 set -e
 # One closing line for the whole run.

@@ -11,6 +11,7 @@
 #   oci-image, pause (cmd/: image builder and sandbox binary of the nodes)
 #   containerd, containerd-shim-runc-v2, ctr, runc, cni/{ptp,host-local,loopback}
 #                    (module nodes/: the node runtime)
+#   helm             (module helm/: the chart's tests, tests/chart.rs)
 #
 # A no-op when every binary exists and the stamp files are newer than the sources
 # of its part (see the *_SRC patterns below); editing only top-level *.go files
@@ -56,6 +57,9 @@ NODE_TOOLS=(
   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
   github.com/containerd/containerd/v2/cmd/ctr
 )
+# helm/go.mod (a module of its own: Helm v4 needs k8s.io v0.37, this module pins v0.36).
+HELM_VERSION=v4.3.1
+HELM_TOOL=helm.sh/helm/v4/cmd/helm
 CNI_PLUGINS=(
   github.com/containernetworking/plugins/plugins/main/ptp
   github.com/containernetworking/plugins/plugins/ipam/host-local
@@ -64,12 +68,13 @@ CNI_PLUGINS=(
 
 log() { printf '[harness-build] %s\n' "$*" >&2; }
 
-# Four parts, each with its own stamp (recording when its build *started*, so a
+# Five parts, each with its own stamp (recording when its build *started*, so a
 # source edited during a build triggers the next one):
 #   harness: k8s-harness, rebuilt when a top-level *.go, go.mod, go.sum or build.sh changes
 #   tools:   kubectl, kubelet + sidecars, rebuilt only when go.mod, go.sum or build.sh change
 #   small:   cmd/*, rebuilt when cmd/**/*.go, go.mod or build.sh change
 #   nodes:   containerd, runc, CNI plugins, rebuilt when nodes/go.{mod,sum} or build.sh change
+#   helm:    helm, rebuilt when helm/go.{mod,sum} or build.sh change
 newer_than() { # newer_than STAMP DIR DEPTH NAME-PATTERN...: prints a source newer than STAMP
   local stamp=$1 dir=$2 depth=$3; shift 3
   local expr=() n
@@ -106,7 +111,13 @@ nodes_up_to_date() {
     [[ -z "$(newer_than "$STAMP.nodes" "$HARNESS_DIR/nodes" 1 go.mod go.sum)" ]]
 }
 
-up_to_date() { harness_up_to_date && tools_up_to_date && small_up_to_date && nodes_up_to_date; }
+helm_up_to_date() {
+  fresh helm helm &&
+    [[ -z "$(newer_than "$STAMP.helm" "$HARNESS_DIR" 1 build.sh)" ]] &&
+    [[ -z "$(newer_than "$STAMP.helm" "$HARNESS_DIR/helm" 1 go.mod go.sum)" ]]
+}
+
+up_to_date() { harness_up_to_date && tools_up_to_date && small_up_to_date && nodes_up_to_date && helm_up_to_date; }
 
 if up_to_date; then
   log "up to date ($BIN)"
@@ -178,6 +189,19 @@ if ! nodes_up_to_date; then
   for t in "${CNI_PLUGINS[@]##*/}"; do mv -f "$tmp/cni/$t" "$BIN/cni/$t"; done
   rm -rf "$tmp"
   mv -f "$STAMP.nodes.new" "$STAMP.nodes"
+fi
+
+if ! helm_up_to_date; then
+  touch "$STAMP.helm.new"
+  log "building helm $HELM_VERSION ..."
+  (
+    cd "$HARNESS_DIR/helm"
+    go build -p "$GO_P" -trimpath -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+      -o "$BIN/helm.new" "$HELM_TOOL"
+  )
+  mv -f "$BIN/helm.new" "$BIN/helm"
+  mv -f "$STAMP.helm.new" "$STAMP.helm"
+  log "helm done after $(( $(date +%s) - start ))s"
 fi
 
 log "built in $(( $(date +%s) - start ))s into $BIN"

@@ -14,7 +14,7 @@
 #
 # Layout: $CL/nodes/<node>/{kubelet,tessera,containerd,run,log,cni,sysctl}/, config
 # files, logs/ and pids; $CL/shared/ is /mnt/shared on every node (the backend root of
-# config/storageclass.yaml is /mnt/shared/tessera); $CL/nodes.env lists the nodes.
+# config/storageclass/storageclass.yaml is /mnt/shared/tessera); $CL/nodes.env lists the nodes.
 set -euo pipefail
 
 HARNESS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
