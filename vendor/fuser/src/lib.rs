@@ -893,13 +893,24 @@ pub trait Filesystem: Send + Sync + 'static {
         typ: i32,
         pid: u32,
         sleep: bool,
+        lk_flags: u32,
         reply: ReplyEmpty,
     ) {
         warn!(
             "[Not Implemented] setlk(ino: {ino:#x?}, fh: {fh}, lock_owner: {lock_owner}, \
-            start: {start}, end: {end}, typ: {typ}, pid: {pid}, sleep: {sleep})"
+            start: {start}, end: {end}, typ: {typ}, pid: {pid}, sleep: {sleep}, \
+            lk_flags: {lk_flags:#x})"
         );
         reply.error(Errno::ENOSYS);
+    }
+
+    /// The kernel asks to interrupt request `unique` (FUSE_INTERRUPT: the caller got a
+    /// signal). `Ok(())`: taken, nothing is sent back; the filesystem may end that
+    /// request early with EINTR, or let it finish. `Err(ENOSYS)` (the default) tells the
+    /// kernel never to send interrupts on this connection again; `Err(EAGAIN)` asks it
+    /// to send this one again later.
+    fn interrupt(&self, _req: &Request, _unique: RequestId) -> Result<(), Errno> {
+        Err(Errno::ENOSYS)
     }
 
     /// Map block index within file to block index within device.

@@ -114,9 +114,11 @@ impl<'a> RequestWithSender<'a> {
                 return Err(Errno::EIO);
             }
 
-            ll::Operation::Interrupt(_) => {
-                // TODO: handle FUSE_INTERRUPT
-                return Err(Errno::ENOSYS);
+            ll::Operation::Interrupt(x) => {
+                // No reply when the filesystem takes it: the interrupted request
+                // answers (EINTR) if the filesystem gives up on it.
+                filesystem.interrupt(self.request_header(), x.unique())?;
+                return Ok(None);
             }
 
             ll::Operation::Lookup(x) => {
@@ -409,6 +411,7 @@ impl<'a> RequestWithSender<'a> {
                     x.lock().typ,
                     x.lock().pid,
                     x.sleep(),
+                    x.lk_flags(),
                     self.reply(),
                 );
             }

@@ -1205,6 +1205,10 @@ mod op {
         pub(crate) fn sleep(&self) -> bool {
             self.wait
         }
+        /// `FUSE_LK_FLOCK` when the lock is a BSD `flock(2)`, not a POSIX lock.
+        pub(crate) fn lk_flags(&self) -> u32 {
+            self.arg.lk_flags
+        }
     }
 
     /// Check file access permissions.
