@@ -403,12 +403,14 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         negative_timeout = ?cache.negative_ttl,
         "kernel cache lifetimes"
     );
+    let locks = backend_holds_locks(&args.source, options.read_only);
     let adapter = Adapter::new(
         fs.clone(),
         AdapterOptions {
             ttl: cache.ttl,
             negative_ttl: cache.negative_ttl,
             passthrough: !args.no_passthrough,
+            locks,
         },
     );
 
@@ -462,6 +464,27 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         mountpoint: args.mountpoint.clone(),
         source,
     })
+}
+
+/// Whether the backend holds the locks Tessera serves locks with (OFD and flock,
+/// tried on a probe file); when it does not, each mount's kernel keeps its own locks,
+/// which other nodes do not see.
+fn backend_holds_locks(source: &Path, read_only: bool) -> bool {
+    let probe = std::fs::File::open(source)
+        .map_err(|e| e.to_string())
+        .and_then(|dir| {
+            crate::fuse::fs::probe_locks(dir.as_fd(), !read_only).map_err(|e| e.to_string())
+        });
+    match probe {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(
+                %error,
+                "the backend cannot hold locks: flock and fcntl locks stay on this node"
+            );
+            false
+        }
+    }
 }
 
 /// The daemon's last line: what it served, and the quota at the end.

@@ -10,6 +10,7 @@ mod support;
 
 mod backend_quota;
 mod lifecycle;
+mod locks;
 mod passthrough;
 mod posix;
 mod quota;
