@@ -14,15 +14,15 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
     FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, RequestId, TimeOrNow, WriteFlags,
+    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, RequestId, TimeOrNow, WriteFlags,
 };
 
 use super::fs::{
@@ -31,6 +31,7 @@ use super::fs::{
 };
 use super::quota::Mode;
 
+mod coherence;
 mod locks;
 
 /// Largest write the kernel sends in one request.
@@ -71,6 +72,8 @@ pub struct AdapterOptions {
     /// Serve flock and POSIX locks on the backing files (the backend holds locks);
     /// otherwise each mount's kernel keeps its own.
     pub locks: bool,
+    /// Drop a file's cached attributes on every open (a shared backend).
+    pub close_to_open: bool,
 }
 
 /// Backing ids registered with the kernel for passthrough.
@@ -91,6 +94,7 @@ pub struct Adapter {
     /// Flags of every regular-file open (see `init`).
     open_flags: FopenFlags,
     waiters: Arc<Waiters>,
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 fn errno(e: &FsError) -> Errno {
@@ -157,6 +161,7 @@ impl Adapter {
             backing: Mutex::default(),
             open_flags: FopenFlags::empty(),
             waiters: Waiters::new(locks::MAX_WAITS),
+            notifier: Arc::default(),
         }
     }
 
@@ -445,6 +450,7 @@ impl Filesystem for Adapter {
             Ok(o) => o,
             Err(e) => return reply.error(errno(&e)),
         };
+        self.revalidate(ino);
         if opened.mode == IoMode::Passthrough {
             let registered = self.backing_id(opened, |fs| {
                 let h = fs.handle(opened.fh).map_err(std::io::Error::other)?;

@@ -106,6 +106,11 @@ pub struct MountArgs {
     /// Never use kernel passthrough, even where the kernel supports it.
     #[arg(long)]
     pub no_passthrough: bool,
+    /// Treat the backing directory as shared with other nodes even on a node-local
+    /// filesystem type (e.g. one directory served to several nodes of one host): the
+    /// cache lifetimes of a shared backend, and close-to-open revalidation.
+    #[arg(long)]
+    pub shared_backend: bool,
     /// Who holds the volume to its capacity: `backend` (an XFS project quota on
     /// `--source`, which lets writable opens use kernel passthrough too; the mount
     /// fails if the filesystem cannot enforce one), `daemon` (the daemon counts every
@@ -392,7 +397,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     );
     let backing_fs_type = fs.backing_fs_type().ok();
     let cache = CachePolicy::new(
-        backing_fs_type.is_some_and(adapter::is_local_fs),
+        backing_fs_type.is_some_and(adapter::is_local_fs) && !args.shared_backend,
         args.attr_timeout,
         args.negative_timeout,
     );
@@ -411,8 +416,10 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
             negative_ttl: cache.negative_ttl,
             passthrough: !args.no_passthrough,
             locks,
+            close_to_open: !cache.local,
         },
     );
+    let notifier = adapter.notifier_slot();
 
     let mut config = Config::default();
     config.mount_options = mount_options;
@@ -433,6 +440,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
             mountpoint: args.mountpoint.clone(),
             source,
         })?;
+    let _ = notifier.set(session.notifier());
     let unmounter = session.unmount_callable();
     let signal_ctx = SignalContext {
         signals,
@@ -524,7 +532,9 @@ fn log_counters(fs: &VolumeFs, mountpoint: &Path, message: &'static str) {
 /// - **anything else** (NFS, CephFS, another FUSE filesystem, …): other nodes may
 ///   mount the same volume (RWX) and change it at any time, so names and attributes
 ///   live 1 s (JuiceFS's and libfuse's default) and non-existence is never cached, so
-///   a file another node creates is visible at once.
+///   a file another node creates is visible at once. Every open also drops the
+///   file's cached attributes (close-to-open, as NFS promises): what another node
+///   wrote and closed before is what the open reads, whole, with its size and times.
 ///
 /// `--attr-timeout` and `--negative-timeout` override either default.
 #[derive(Debug, Clone, Copy, PartialEq)]

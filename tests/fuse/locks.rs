@@ -55,17 +55,13 @@ impl Pair {
         Pair::Bind { a, b, _dir: dir }
     }
 
-    /// Two daemons of one volume directory, with the cache lifetimes of a shared
-    /// backend.
+    /// Two daemons of one volume directory, each told the directory is shared (as it
+    /// is): the cache lifetimes and close-to-open of a shared backend.
     pub fn tessera() -> Pair {
-        let a = Mount::builder()
-            .arg("--attr-timeout=1")
-            .arg("--negative-timeout=0")
-            .mount();
+        let a = Mount::builder().arg("--shared-backend").mount();
         let b = Mount::builder()
             .source(&a.source)
-            .arg("--attr-timeout=1")
-            .arg("--negative-timeout=0")
+            .arg("--shared-backend")
             .mount();
         Pair::Tessera {
             a: Box::new(a),
@@ -91,6 +87,14 @@ impl Pair {
         match self {
             Pair::Bind { b, .. } => b.join(rel),
             Pair::Tessera { b, .. } => b.path(rel),
+        }
+    }
+
+    /// `rel` in the backend directory itself.
+    pub fn source(&self, rel: &str) -> PathBuf {
+        match self {
+            Pair::Bind { a, .. } => a.join(rel),
+            Pair::Tessera { a, .. } => a.backing(rel),
         }
     }
 
@@ -324,7 +328,7 @@ pub fn getlk(path: &Path) -> (i32, i64, i64, i32) {
 
 const EAGAIN: i32 = libc::EAGAIN;
 
-fn both_pairs(mut check: impl FnMut(&Pair)) {
+pub fn both_pairs(mut check: impl FnMut(&Pair)) {
     for pair in [Pair::bind(), Pair::tessera()] {
         check(&pair);
     }

@@ -9,6 +9,7 @@
 mod support;
 
 mod backend_quota;
+mod coherence;
 mod lifecycle;
 mod locks;
 mod passthrough;
