@@ -98,6 +98,14 @@ impl Pair {
         }
     }
 
+    /// The pids of the daemons (none for bind mounts).
+    pub fn daemons(&self) -> Vec<i32> {
+        match self {
+            Pair::Bind { .. } => Vec::new(),
+            Pair::Tessera { a, b } => vec![a.pid().as_raw(), b.pid().as_raw()],
+        }
+    }
+
     pub fn is_tessera(&self) -> bool {
         matches!(self, Pair::Tessera { .. })
     }
@@ -157,6 +165,11 @@ fn pipe() -> (fs::File, fs::File) {
 impl Locker {
     /// Fork a child that opens `path` read-write and takes the lock.
     pub fn spawn(path: &Path, how: How, exclusive: bool, wait: bool) -> Locker {
+        Self::spawn_with(path, libc::O_RDWR, how, exclusive, wait)
+    }
+
+    /// Fork a child that opens `path` with `flags` and takes the lock.
+    pub fn spawn_with(path: &Path, flags: i32, how: How, exclusive: bool, wait: bool) -> Locker {
         let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
         let (ctl_r, ctl_w) = pipe();
         let (st_r, st_w) = pipe();
@@ -182,17 +195,20 @@ impl Locker {
             unsafe {
                 // Only the two pipes stay open: a child holding another Locker's
                 // command pipe would keep that one from seeing EOF.
-                let (keep_r, keep_w) = (ctl_r.as_raw_fd(), st_w.as_raw_fd());
-                for fd in 3..1024 {
-                    if fd != keep_r && fd != keep_w {
-                        libc::close(fd);
+                let (lo, hi) = {
+                    let (r, w) = (ctl_r.as_raw_fd() as u32, st_w.as_raw_fd() as u32);
+                    (r.min(w), r.max(w))
+                };
+                for (first, last) in [(3, lo.wrapping_sub(1)), (lo + 1, hi - 1), (hi + 1, !0)] {
+                    if first <= last {
+                        libc::syscall(libc::SYS_close_range, first, last, 0);
                     }
                 }
                 let report = |e: i32| {
                     libc::write(st_w.as_raw_fd(), (&e as *const i32).cast(), 4);
                 };
                 let errno = || *libc::__errno_location();
-                let fd = libc::open(c.as_ptr(), libc::O_RDWR);
+                let fd = libc::open(c.as_ptr(), flags);
                 if fd < 0 {
                     report(1000 + errno());
                     libc::_exit(1);
@@ -326,7 +342,7 @@ pub fn getlk(path: &Path) -> (i32, i64, i64, i32) {
     (fl.l_type as i32, fl.l_start, fl.l_len, fl.l_pid)
 }
 
-const EAGAIN: i32 = libc::EAGAIN;
+pub const EAGAIN: i32 = libc::EAGAIN;
 
 pub fn both_pairs(mut check: impl FnMut(&Pair)) {
     for pair in [Pair::bind(), Pair::tessera()] {

@@ -12,6 +12,7 @@ mod backend_quota;
 mod coherence;
 mod lifecycle;
 mod locks;
+mod locks_odd;
 mod passthrough;
 mod posix;
 mod quota;
