@@ -559,7 +559,7 @@ impl Filesystem for Adapter {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.fs.unlock_owner(fh.0, lock_owner.0);
+        self.unlock_owner(fh.0, lock_owner.0);
         Self::empty(reply, self.fs.flush(fh.0));
     }
 
@@ -573,7 +573,7 @@ impl Filesystem for Adapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _ = self.fs.release_locks(fh.0, lock_owner.is_some());
+        self.release_flock(fh.0, lock_owner.is_some());
         if let Ok(handle) = self.fs.handle(fh.0) {
             let mut b = self.backing.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(id) = b.by_fh.remove(&fh.0)

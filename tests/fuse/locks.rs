@@ -154,6 +154,8 @@ pub struct Locker {
     status: fs::File,
 }
 
+extern "C" fn on_sigusr1(_: i32) {}
+
 fn pipe() -> (fs::File, fs::File) {
     let mut fds = [0; 2];
     // SAFETY: valid output array.
@@ -204,6 +206,10 @@ impl Locker {
                         libc::syscall(libc::SYS_close_range, first, last, 0);
                     }
                 }
+                // SIGUSR1 interrupts a wait (no SA_RESTART) instead of killing.
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_sigusr1 as *const () as usize;
+                libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut());
                 let report = |e: i32| {
                     libc::write(st_w.as_raw_fd(), (&e as *const i32).cast(), 4);
                 };
@@ -293,6 +299,12 @@ impl Locker {
         // SAFETY: our own child.
         unsafe { libc::waitpid(self.pid, std::ptr::null_mut(), 0) };
         self.pid = 0;
+    }
+
+    /// Send the child a signal.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: our own child.
+        unsafe { libc::kill(self.pid, sig) };
     }
 
     /// SIGKILL the child and reap it.
@@ -444,6 +456,20 @@ fn a_waiter_through_one_mount_wakes_when_the_other_releases() {
                 EAGAIN,
                 "{n} {how:?}: now B holds"
             );
+            waiter.exit();
+            // Holder and waiter through one mount: a release there wakes the wait
+            // at once instead of at its next retry.
+            let mut holder = Locker::spawn(&p.a("f"), how, true, false);
+            assert_eq!(holder.result(), 0);
+            let mut waiter = Locker::spawn(&p.a("f"), how, true, true);
+            assert_eq!(waiter.report(Duration::from_millis(500)), None);
+            let released = Instant::now();
+            assert_eq!(holder.command(b'u'), 0);
+            assert_eq!(waiter.result(), 0, "{n} {how:?}: same mount");
+            eprintln!(
+                "{n} {how:?}: a waiter on the same mount woke {:?} after the release",
+                released.elapsed()
+            );
         }
     });
 }
@@ -467,6 +493,32 @@ fn exit_and_sigkill_release_every_lock() {
             holder.kill();
             assert_eq!(probe(&p.b("f"), how, true), 0, "{n} {how:?}: after SIGKILL");
             assert_eq!(probe(&p.a("f"), how, true), 0, "{n} {how:?}: through A too");
+        }
+    });
+}
+
+#[test]
+fn a_signal_ends_a_wait_with_eintr_and_takes_nothing() {
+    both_pairs(|p| {
+        let n = p.name();
+        fs::write(p.a("f"), b"data").unwrap();
+        for how in [How::WHOLE, How::Flock] {
+            let mut holder = Locker::spawn(&p.a("f"), how, true, false);
+            assert_eq!(holder.result(), 0);
+            let mut waiter = Locker::spawn(&p.b("f"), how, true, true);
+            assert_eq!(waiter.report(Duration::from_millis(300)), None);
+            // Ctrl-C on an application that handles SIGINT, say.
+            waiter.signal(libc::SIGUSR1);
+            assert_eq!(waiter.result(), libc::EINTR, "{n} {how:?}: the wait ends");
+            assert_eq!(
+                probe(&p.b("f"), how, true),
+                EAGAIN,
+                "{n} {how:?}: still held"
+            );
+            holder.exit();
+            // The interrupted waiter took nothing: a third process gets the lock.
+            assert_eq!(probe(&p.b("f"), how, true), 0, "{n} {how:?}: free");
+            waiter.exit();
         }
     });
 }

@@ -24,6 +24,20 @@ impl Adapter {
         config.capabilities().contains(both) && config.add_capabilities(both).is_ok()
     }
 
+    /// FLUSH: `owner` closed a descriptor of `fh`'s file; its POSIX locks go.
+    pub(super) fn unlock_owner(&self, fh: u64, owner: u64) {
+        self.fs.unlock_owner(fh, owner);
+        self.waiters.retry_now();
+    }
+
+    /// RELEASE: the open file's flock goes, when it had one.
+    pub(super) fn release_flock(&self, fh: u64, flock: bool) {
+        if flock {
+            let _ = self.fs.release_locks(fh, true);
+            self.waiters.retry_now();
+        }
+    }
+
     pub(super) fn serve_getlk(&self, fh: u64, owner: u64, spec: LockSpec, reply: ReplyLock) {
         match self.fs.getlk(fh, owner, spec) {
             Ok(Some(c)) => reply.locked(c.lock.start, c.lock.end, c.lock.typ, c.pid),
@@ -48,7 +62,12 @@ impl Adapter {
         reply: ReplyEmpty,
     ) {
         match self.fs.setlk(fh, owner, spec, pid, flock) {
-            Ok(()) => reply.ok(),
+            Ok(()) => {
+                reply.ok();
+                if spec.typ == libc::F_UNLCK {
+                    self.waiters.retry_now();
+                }
+            }
             Err(e) if sleep && is_contended(&e) => {
                 let fs: Arc<VolumeFs> = self.fs.clone();
                 self.waiters.wait(

@@ -152,6 +152,21 @@ impl Waiters {
         }
     }
 
+    /// A lock was released through this mount: attempt every wait now rather than
+    /// after its backoff (a release elsewhere is only seen by the next attempt).
+    pub fn retry_now(&self) {
+        let mut st = lock(&self.state);
+        if st.waits.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        for w in st.waits.values_mut() {
+            w.due = now;
+        }
+        drop(st);
+        self.wake.notify_one();
+    }
+
     /// The kernel interrupts request `unique`: end its wait with EINTR, or remember
     /// the interrupt for when the request arrives.
     pub fn interrupt(&self, unique: u64) {
