@@ -42,22 +42,7 @@ pub const MAX_WRITE: u32 = 1 << 20;
 const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
-/// Local filesystems, where closing a file does nothing a later reader on another
-/// node could depend on: no FLUSH round trip on close for them.
-const LOCAL_FILESYSTEMS: [i64; 7] = [
-    0xef53,      // ext2/3/4
-    0x5846_5342, // xfs
-    0x9123_683e, // btrfs
-    0x0102_1994, // tmpfs
-    OVERLAYFS_SUPER_MAGIC,
-    0xf2f5_2010, // f2fs
-    0x2fc1_2fc1, // zfs
-];
-
-/// Whether a backing filesystem (statfs `f_type`) is local to this node.
-pub fn is_local_fs(fs_type: i64) -> bool {
-    LOCAL_FILESYSTEMS.contains(&fs_type)
-}
+pub use self::coherence::is_local_fs;
 
 /// How the adapter talks to the kernel.
 #[derive(Debug, Clone, Copy)]
@@ -761,7 +746,7 @@ impl Filesystem for Adapter {
     fn setlk(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         lock_owner: LockOwner,
         start: u64,
@@ -775,7 +760,17 @@ impl Filesystem for Adapter {
         let spec = LockSpec { typ, start, end };
         let flock = lk_flags & fuser::consts::FUSE_LK_FLOCK != 0;
         let (fh, owner) = (fh.0, lock_owner.0);
-        self.serve_setlk(req.unique().0, fh, owner, spec, pid, sleep, flock, reply);
+        self.serve_setlk(
+            req.unique().0,
+            ino,
+            fh,
+            owner,
+            spec,
+            pid,
+            sleep,
+            flock,
+            reply,
+        );
     }
 
     fn interrupt(&self, _req: &Request, unique: RequestId) -> Result<(), Errno> {

@@ -70,3 +70,61 @@ fn rewrites(p: &Pair, rounds: u32) {
 fn a_file_rewritten_through_one_mount_reads_back_whole_and_new_through_the_other() {
     both_pairs(|p| rewrites(p, 1000));
 }
+
+/// An OFD lock (`F_OFD_SETLKW`) of the whole file, or its release.
+fn ofd(f: &fs::File, typ: i32) {
+    // SAFETY: plain old data; zero is valid for every field.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = typ as i16;
+    fl.l_whence = libc::SEEK_SET as i16;
+    // SAFETY: valid descriptor and flock struct.
+    let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLKW, &fl) };
+    assert_eq!(r, 0, "F_OFD_SETLKW: {}", std::io::Error::last_os_error());
+}
+
+/// What SQLite does: both sides keep the file open; a writer changes it under a write
+/// lock, and a reader that takes a read lock afterwards reads the new bytes, not the
+/// pages its kernel cached before.
+#[test]
+fn data_written_under_a_lock_is_read_under_the_next_lock() {
+    use std::os::unix::fs::FileExt;
+    both_pairs(|p| {
+        let n = p.name();
+        const LEN: usize = 64 << 10;
+        let mut expected = vec![0u8; LEN];
+        Pattern::new(7).fill(&mut expected);
+        fs::write(p.a("db"), &expected).unwrap();
+        let open = |path| {
+            fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)
+                .unwrap()
+        };
+        let (writer, reader) = (open(p.a("db")), open(p.b("db")));
+        let mut got = vec![0u8; LEN];
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..200 {
+            // The reader's kernel caches the pages.
+            ofd(&reader, libc::F_RDLCK);
+            reader.read_exact_at(&mut got, 0).unwrap();
+            assert!(got == expected, "{n} round {round}: before the write");
+            ofd(&reader, libc::F_UNLCK);
+            // One 4 KiB page rewritten under a write lock on the other side.
+            let page = (next(&mut rng) % (LEN as u64 / 4096)) as usize * 4096;
+            Pattern::new(round + 100).fill(&mut expected[page..page + 4096]);
+            ofd(&writer, libc::F_WRLCK);
+            writer
+                .write_all_at(&expected[page..page + 4096], page as u64)
+                .unwrap();
+            ofd(&writer, libc::F_UNLCK);
+            ofd(&reader, libc::F_RDLCK);
+            reader.read_exact_at(&mut got, 0).unwrap();
+            ofd(&reader, libc::F_UNLCK);
+            assert!(
+                got == expected,
+                "{n} round {round}: page {page} after the write"
+            );
+        }
+    });
+}

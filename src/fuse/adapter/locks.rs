@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use fuser::{Errno, InitFlags, KernelConfig, ReplyEmpty, ReplyLock};
+use fuser::{Errno, INodeNo, InitFlags, KernelConfig, ReplyEmpty, ReplyLock};
 
 use super::{Adapter, errno};
 use crate::fuse::fs::{LockSpec, VolumeFs, WaitEnd, is_contended};
@@ -53,6 +53,7 @@ impl Adapter {
     pub(super) fn serve_setlk(
         &self,
         unique: u64,
+        ino: INodeNo,
         fh: u64,
         owner: u64,
         spec: LockSpec,
@@ -61,8 +62,14 @@ impl Adapter {
         flock: bool,
         reply: ReplyEmpty,
     ) {
+        let taken = (spec.typ != libc::F_UNLCK)
+            .then(|| self.on_lock_taken(ino))
+            .flatten();
         match self.fs.setlk(fh, owner, spec, pid, flock) {
             Ok(()) => {
+                if let Some(invalidate) = taken {
+                    invalidate();
+                }
                 reply.ok();
                 if spec.typ == libc::F_UNLCK {
                     self.waiters.retry_now();
@@ -78,7 +85,12 @@ impl Adapter {
                         Err(e) => Err(e.errno()),
                     }),
                     Box::new(move |end| match end {
-                        WaitEnd::Taken => reply.ok(),
+                        WaitEnd::Taken => {
+                            if let Some(invalidate) = taken {
+                                invalidate();
+                            }
+                            reply.ok()
+                        }
                         WaitEnd::Failed(e) => reply.error(Errno::from_i32(e)),
                         WaitEnd::Interrupted => reply.error(Errno::EINTR),
                         WaitEnd::TooMany => reply.error(Errno::ENOLCK),
