@@ -408,7 +408,9 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         negative_timeout = ?cache.negative_ttl,
         "kernel cache lifetimes"
     );
-    let locks = backend_holds_locks(&args.source, options.read_only);
+    // On a node-local backend one mount serves every Pod of the node: the kernel's
+    // own locks are seen by all of them, without a round trip per lock or close.
+    let locks = !cache.local && backend_holds_locks(&args.source, options.read_only);
     let adapter = Adapter::new(
         fs.clone(),
         AdapterOptions {
