@@ -5,7 +5,7 @@
 //! the connection in `init` (max write, readdirplus, passthrough), the kernel's
 //! passthrough backing ids (one per inode, shared by that inode's passthrough opens,
 //! dropped with the last of them), the open flags that tell the kernel which I/O mode
-//! a file uses, and the attribute/entry cache lifetimes.
+//! a file uses, and the attribute/entry cache lifetimes. Locks: [`locks`].
 //!
 //! Every failure from the core reaches the kernel through [`errno`], using
 //! [`super::fs::FsError::errno`], the single errno mapping.
@@ -14,21 +14,25 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
     FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, RequestId, TimeOrNow, WriteFlags,
 };
 
 use super::fs::{
-    Attr, Caller, FileKind, FsError, IoMode, Opened, SetAttr, SetTime, VolumeFs, Xattr,
+    Attr, Caller, FileKind, FsError, IoMode, LockSpec, Opened, SetAttr, SetTime, VolumeFs, Waiters,
+    Xattr,
 };
 use super::quota::Mode;
+
+mod coherence;
+mod locks;
 
 /// Largest write the kernel sends in one request.
 pub const MAX_WRITE: u32 = 1 << 20;
@@ -38,22 +42,7 @@ pub const MAX_WRITE: u32 = 1 << 20;
 const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
-/// Local filesystems, where closing a file does nothing a later reader on another
-/// node could depend on: no FLUSH round trip on close for them.
-const LOCAL_FILESYSTEMS: [i64; 7] = [
-    0xef53,      // ext2/3/4
-    0x5846_5342, // xfs
-    0x9123_683e, // btrfs
-    0x0102_1994, // tmpfs
-    OVERLAYFS_SUPER_MAGIC,
-    0xf2f5_2010, // f2fs
-    0x2fc1_2fc1, // zfs
-];
-
-/// Whether a backing filesystem (statfs `f_type`) is local to this node.
-pub fn is_local_fs(fs_type: i64) -> bool {
-    LOCAL_FILESYSTEMS.contains(&fs_type)
-}
+pub use self::coherence::is_local_fs;
 
 /// How the adapter talks to the kernel.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +54,11 @@ pub struct AdapterOptions {
     /// Try kernel passthrough (for read-only opens, or for all opens when the
     /// backing filesystem enforces the quota).
     pub passthrough: bool,
+    /// Serve flock and POSIX locks on the backing files (the backend holds locks);
+    /// otherwise each mount's kernel keeps its own.
+    pub locks: bool,
+    /// Drop a file's cached attributes on every open (a shared backend).
+    pub close_to_open: bool,
 }
 
 /// Backing ids registered with the kernel for passthrough.
@@ -84,6 +78,8 @@ pub struct Adapter {
     backing: Mutex<Backing>,
     /// Flags of every regular-file open (see `init`).
     open_flags: FopenFlags,
+    waiters: Arc<Waiters>,
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 fn errno(e: &FsError) -> Errno {
@@ -149,6 +145,8 @@ impl Adapter {
             options,
             backing: Mutex::default(),
             open_flags: FopenFlags::empty(),
+            waiters: Waiters::new(locks::MAX_WAITS),
+            notifier: Arc::default(),
         }
     }
 
@@ -246,16 +244,14 @@ impl Filesystem for Adapter {
         // would succeed and its data be dropped later; it would also make the kernel
         // trust its own size and mtime over the backing file's, wrong on a shared
         // backend. Without it every write invalidates the file's cached size and
-        // times, so the first stat after a write is a GETATTR round trip),
-        // FUSE_POSIX_LOCKS and FUSE_FLOCK_LOCKS (the kernel then keeps locks itself,
-        // with exact POSIX semantics and blocking waits that do not pin daemon
-        // threads), and FUSE_ATOMIC_O_TRUNC (truncation arrives as setattr, where the
-        // quota sees it).
+        // times, so the first stat after a write is a GETATTR round trip) and
+        // FUSE_ATOMIC_O_TRUNC (truncation arrives as setattr, where the quota sees it).
+        let locks = self.negotiate_locks(config);
         let fs_type = self.fs.backing_fs_type().ok();
         // FLUSH (on every close) exists so a network filesystem can push data to its
         // server at close, which later opens on other nodes rely on; it is a wasted
-        // round trip on a local one.
-        if fs_type.is_some_and(is_local_fs) {
+        // round trip on a local one, unless it carries a lock owner's unlock.
+        if fs_type.is_some_and(is_local_fs) && !locks {
             self.open_flags = FopenFlags::FOPEN_NOFLUSH;
         }
         let mut passthrough = false;
@@ -280,6 +276,7 @@ impl Filesystem for Adapter {
                 (true, Mode::Backend) => "all",
             },
             max_write = MAX_WRITE,
+            locks,
             noflush = !self.open_flags.is_empty(),
             "FUSE connection initialised"
         );
@@ -438,6 +435,7 @@ impl Filesystem for Adapter {
             Ok(o) => o,
             Err(e) => return reply.error(errno(&e)),
         };
+        self.revalidate(ino);
         if opened.mode == IoMode::Passthrough {
             let registered = self.backing_id(opened, |fs| {
                 let h = fs.handle(opened.fh).map_err(std::io::Error::other)?;
@@ -543,9 +541,10 @@ impl Filesystem for Adapter {
         _req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.unlock_owner(fh.0, lock_owner.0);
         Self::empty(reply, self.fs.flush(fh.0));
     }
 
@@ -555,10 +554,11 @@ impl Filesystem for Adapter {
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.release_flock(fh.0, lock_owner.is_some());
         if let Ok(handle) = self.fs.handle(fh.0) {
             let mut b = self.backing.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(id) = b.by_fh.remove(&fh.0)
@@ -726,6 +726,56 @@ impl Filesystem for Adapter {
             Ok(off) => reply.offset(off),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        self.serve_getlk(fh.0, lock_owner.0, LockSpec { typ, start, end }, reply);
+    }
+
+    fn setlk(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        lk_flags: u32,
+        reply: ReplyEmpty,
+    ) {
+        let spec = LockSpec { typ, start, end };
+        let flock = lk_flags & fuser::consts::FUSE_LK_FLOCK != 0;
+        let (fh, owner) = (fh.0, lock_owner.0);
+        self.serve_setlk(
+            req.unique().0,
+            ino,
+            fh,
+            owner,
+            spec,
+            pid,
+            sleep,
+            flock,
+            reply,
+        );
+    }
+
+    fn interrupt(&self, _req: &Request, unique: RequestId) -> Result<(), Errno> {
+        self.waiters.interrupt(unique.0);
+        Ok(())
     }
 
     fn copy_file_range(

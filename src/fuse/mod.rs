@@ -106,6 +106,11 @@ pub struct MountArgs {
     /// Never use kernel passthrough, even where the kernel supports it.
     #[arg(long)]
     pub no_passthrough: bool,
+    /// Treat the backing directory as shared with other nodes even on a node-local
+    /// filesystem type (e.g. one directory served to several nodes of one host): the
+    /// cache lifetimes of a shared backend, and close-to-open revalidation.
+    #[arg(long)]
+    pub shared_backend: bool,
     /// Who holds the volume to its capacity: `backend` (an XFS project quota on
     /// `--source`, which lets writable opens use kernel passthrough too; the mount
     /// fails if the filesystem cannot enforce one), `daemon` (the daemon counts every
@@ -392,7 +397,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     );
     let backing_fs_type = fs.backing_fs_type().ok();
     let cache = CachePolicy::new(
-        backing_fs_type.is_some_and(adapter::is_local_fs),
+        backing_fs_type.is_some_and(adapter::is_local_fs) && !args.shared_backend,
         args.attr_timeout,
         args.negative_timeout,
     );
@@ -403,14 +408,20 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         negative_timeout = ?cache.negative_ttl,
         "kernel cache lifetimes"
     );
+    // On a node-local backend one mount serves every Pod of the node: the kernel's
+    // own locks are seen by all of them, without a round trip per lock or close.
+    let locks = !cache.local && backend_holds_locks(&args.source, options.read_only);
     let adapter = Adapter::new(
         fs.clone(),
         AdapterOptions {
             ttl: cache.ttl,
             negative_ttl: cache.negative_ttl,
             passthrough: !args.no_passthrough,
+            locks,
+            close_to_open: !cache.local,
         },
     );
+    let notifier = adapter.notifier_slot();
 
     let mut config = Config::default();
     config.mount_options = mount_options;
@@ -431,6 +442,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
             mountpoint: args.mountpoint.clone(),
             source,
         })?;
+    let _ = notifier.set(session.notifier());
     let unmounter = session.unmount_callable();
     let signal_ctx = SignalContext {
         signals,
@@ -462,6 +474,27 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         mountpoint: args.mountpoint.clone(),
         source,
     })
+}
+
+/// Whether the backend holds the locks Tessera serves locks with (OFD and flock,
+/// tried on a probe file); when it does not, each mount's kernel keeps its own locks,
+/// which other nodes do not see.
+fn backend_holds_locks(source: &Path, read_only: bool) -> bool {
+    let probe = std::fs::File::open(source)
+        .map_err(|e| e.to_string())
+        .and_then(|dir| {
+            crate::fuse::fs::probe_locks(dir.as_fd(), !read_only).map_err(|e| e.to_string())
+        });
+    match probe {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(
+                %error,
+                "the backend cannot hold locks: flock and fcntl locks stay on this node"
+            );
+            false
+        }
+    }
 }
 
 /// The daemon's last line: what it served, and the quota at the end.
@@ -501,7 +534,9 @@ fn log_counters(fs: &VolumeFs, mountpoint: &Path, message: &'static str) {
 /// - **anything else** (NFS, CephFS, another FUSE filesystem, …): other nodes may
 ///   mount the same volume (RWX) and change it at any time, so names and attributes
 ///   live 1 s (JuiceFS's and libfuse's default) and non-existence is never cached, so
-///   a file another node creates is visible at once.
+///   a file another node creates is visible at once. Every open also drops the
+///   file's cached attributes (close-to-open, as NFS promises): what another node
+///   wrote and closed before is what the open reads, whole, with its size and times.
 ///
 /// `--attr-timeout` and `--negative-timeout` override either default.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -327,6 +327,24 @@ pub fn flush(fd: BorrowedFd<'_>) -> SysResult<()> {
     Ok(())
 }
 
+/// An open-file-description lock call (`F_OFD_SETLK`, `F_OFD_GETLK`) on `fd`.
+pub fn ofd_lock(fd: BorrowedFd<'_>, cmd: i32, fl: &mut libc::flock) -> SysResult<()> {
+    retry(|| {
+        // SAFETY: valid fd and flock struct.
+        cvt(unsafe { libc::fcntl(fd.as_raw_fd(), cmd, fl as *mut libc::flock) })
+    })?;
+    Ok(())
+}
+
+/// `flock(2)` on `fd`.
+pub fn flock(fd: BorrowedFd<'_>, op: i32) -> SysResult<()> {
+    retry(|| {
+        // SAFETY: plain syscall on a valid fd.
+        cvt(unsafe { libc::flock(fd.as_raw_fd(), op) })
+    })?;
+    Ok(())
+}
+
 pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> SysResult<usize> {
     let off = i64::try_from(offset).map_err(|_| Errno::EINVAL)?;
     retry(|| {

@@ -23,6 +23,7 @@
 //! records: a record whose daemon still runs and whose mount answers is adopted as it
 //! is.
 
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -243,6 +244,24 @@ pub struct Served {
     /// How long a repair took, from the decision to restart to the mount answering
     /// with every reference re-bound.
     pub repair_time: Option<Duration>,
+    /// Whether other nodes see the locks taken through the mount: `None` on a
+    /// node-local backend (one mount serves the node), else whether the backend took
+    /// an OFD lock and a flock on a probe file (`Err`: why not).
+    pub locks: Option<Result<(), String>>,
+}
+
+/// Whether the backend of `want` holds locks for other nodes to see, as the daemon
+/// decides it (`tessera mount` probes the same way): `None` on a node-local filesystem.
+fn backend_locks(want: &Want) -> Option<Result<(), String>> {
+    let dir = match roots::create_beneath(&want.beneath) {
+        Ok(dir) => dir,
+        Err(errno) => return Some(Err(format!("opening the volume directory: {errno}"))),
+    };
+    let fs_type = nix::sys::statfs::fstatfs(&dir).ok()?.filesystem_type().0 as i64;
+    if crate::fuse::adapter::is_local_fs(fs_type) {
+        return None;
+    }
+    Some(crate::fuse::fs::probe_locks(dir.as_fd(), !want.read_only).map_err(|e| e.to_string()))
 }
 
 /// The node: its mounts, its daemons, its state directory.
@@ -291,6 +310,14 @@ impl Host {
 
     /// Make the node serve `want`: adopt, start, repair or change the mount.
     pub fn serve(&self, want: &Want, progress: &dyn Fn(Progress)) -> Result<Served, Error> {
+        let mut served = self.serve_mount(want, progress)?;
+        if served.answers {
+            served.locks = backend_locks(want);
+        }
+        Ok(served)
+    }
+
+    fn serve_mount(&self, want: &Want, progress: &dyn Fn(Progress)) -> Result<Served, Error> {
         let mut cause = None;
         if let Some(mut record) = self.state.load(&want.volume)? {
             let same_place = record.mountpoint == want.mountpoint && record.source == want.source;

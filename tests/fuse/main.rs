@@ -9,7 +9,10 @@
 mod support;
 
 mod backend_quota;
+mod coherence;
 mod lifecycle;
+mod locks;
+mod locks_odd;
 mod passthrough;
 mod posix;
 mod quota;

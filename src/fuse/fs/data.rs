@@ -303,6 +303,7 @@ impl VolumeFs {
 
     pub fn release(&self, fh: u64) -> Result<()> {
         let h = self.handles.take(fh)?;
+        self.forget_lock_owners(h.ino());
         if Self::count_release(&h) {
             match sys::fstat(h.file.as_fd()) {
                 Ok(st) if st.st_nlink == 0 => self.quota.release(st.st_size as u64),

@@ -73,6 +73,15 @@ impl HandleTable {
         fh
     }
 
+    /// Whether any handle of inode `ino` is open.
+    pub(super) fn any_open(&self, ino: NodeId) -> bool {
+        self.handles
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .any(|h| h.inode.id == ino)
+    }
+
     /// Remove `fh` (release); the file closes when the last user lets go.
     pub(super) fn take(&self, fh: u64) -> Result<Arc<Handle>> {
         self.handles

@@ -25,6 +25,7 @@
 //! | `inodes` | the inode table: node ids, `O_PATH` descriptors, the kernel's lookup counts |
 //! | `handles` | the open-handle table |
 //! | `iomode` | passthrough, cached or direct I/O per open, and the rules that pick one |
+//! | `locks` | POSIX and flock locks taken on the backing files, waits for them |
 //! | `entries` | lookup, create, mknod, mkdir, symlink, link, unlink, rmdir, rename; confinement, ownership |
 //! | `attrs` | getattr, setattr, access |
 //! | `data` | open, read, write, copy_file_range, fallocate, truncation, fsync, release; the quota per write |
@@ -43,6 +44,7 @@ mod error;
 mod handles;
 mod inodes;
 mod iomode;
+mod locks;
 mod types;
 mod xattrs;
 
@@ -57,6 +59,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use self::error::{FsError, Result};
 pub use self::handles::Handle;
 pub use self::iomode::IoMode;
+pub use self::locks::wait::WaitEnd;
+pub use self::locks::{Conflict, LockSpec, Waiters, is_contended, probe_locks};
 pub use self::types::{
     Attr, Caller, DirEntry, FileKind, NodeId, Opened, Options, ROOT_ID, SetAttr, SetTime, StatFs,
     Stats, Xattr,
@@ -81,6 +85,7 @@ pub struct VolumeFs {
     options: Options,
     passthrough: AtomicBool,
     stats: Stats,
+    locks: locks::LockTable,
 }
 
 /// Lock a mutex of the core (inode I/O state, size locks, tables, dir streams).
@@ -109,6 +114,7 @@ impl VolumeFs {
             options,
             passthrough: AtomicBool::new(false),
             stats: Stats::default(),
+            locks: locks::LockTable::default(),
         })
     }
 

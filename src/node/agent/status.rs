@@ -116,6 +116,27 @@ pub(super) fn next_status(
     }
 }
 
+/// The `Locks` condition of a mount on a shared backend: whether other nodes see the
+/// flock and fcntl locks taken through it. None on a node-local backend.
+pub(super) fn locks_condition(locks: &Option<Result<(), String>>) -> Option<Condition> {
+    Some(match locks.as_ref()? {
+        Ok(()) => cond(
+            "Locks",
+            true,
+            "HeldByBackend",
+            "flock and fcntl locks are taken on the backend: other nodes see them".into(),
+        ),
+        Err(e) => cond(
+            "Locks",
+            false,
+            "NodeOnly",
+            format!(
+                "the backend refused a lock ({e}): flock and fcntl locks are seen on this node only"
+            ),
+        ),
+    })
+}
+
 /// The status report of a serve pass, and when to look again.
 pub(super) fn serve_report(
     want: &host::Want,
@@ -132,6 +153,7 @@ pub(super) fn serve_report(
     if !errors.is_empty() {
         extra.push(cond("References", false, "Refused", errors.join("; ")));
     }
+    extra.extend(locks_condition(&served.locks));
     if served.remount_blocked {
         let targets: Vec<String> = mp
             .spec
@@ -301,6 +323,36 @@ pub(super) mod tests {
         lasting.error = Some("fuse daemon exited: signal 9".into());
         let s3 = next_status(&s2, &mp, lasting, t2 + jiff::SignedDuration::from_secs(5));
         assert_eq!(s3.last_error_time, Some(Time(t2)));
+    }
+
+    #[test]
+    fn the_locks_condition_says_whether_other_nodes_see_locks() {
+        type Row = (
+            Option<Result<(), String>>,
+            Option<(&'static str, &'static str)>,
+        );
+        let table: [Row; 3] = [
+            (None, None),
+            (Some(Ok(())), Some(("True", "HeldByBackend"))),
+            (
+                Some(Err("F_OFD_SETLK failed: ENOLCK".into())),
+                Some(("False", "NodeOnly")),
+            ),
+        ];
+        for (locks, want) in table {
+            let c = locks_condition(&locks);
+            assert_eq!(
+                c.as_ref().map(|c| (c.status.as_str(), c.reason.as_str())),
+                want,
+                "{locks:?}"
+            );
+            if let Some(c) = c {
+                assert_eq!(c.type_, "Locks");
+                if let Some(Err(e)) = &locks {
+                    assert!(c.message.contains(e.as_str()), "{}", c.message);
+                }
+            }
+        }
     }
 
     #[test]
