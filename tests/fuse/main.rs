@@ -9,6 +9,7 @@
 mod support;
 
 mod backend_quota;
+mod inodes;
 mod lifecycle;
 mod passthrough;
 mod posix;
