@@ -31,7 +31,10 @@
 //! before referred to as well; a reopened inode is checked to still be that (dev, ino)
 //! and kind. Renames and links behind the daemon's back change nothing either way (the
 //! descriptor, like the handle, follows the inode, not a path; through the mount no
-//! rename or link leaves the volume). An inode freed (unlinked and closed) and its
+//! rename or link leaves the volume; a directory an administrator moves out of the
+//! volume on the host stays served, as it did with a pinned descriptor). An unlinked
+//! inode still open somewhere (nlink 0) reopens as itself, in no directory, so nothing
+//! else is reached through it. An inode freed (unlinked and closed) and its
 //! number reused: the handle carries the generation, so the old handle opens nothing
 //! (`ESTALE`), and a lookup that finds the number under a different handle makes a
 //! new entry, never reusing the old one's. A handle is not a capability for more than
@@ -224,12 +227,26 @@ impl InodeTable {
     /// A descriptor of `inode`: its pinned one, its cached one, or reopened by its
     /// handle (and then cached).
     pub(super) fn fd<'a>(&self, inode: &'a Arc<Inode>) -> Result<InodeFd<'a>> {
+        Ok(self.fd_and_stat(inode)?.0)
+    }
+
+    /// `fstat` of `inode`: one syscall when its descriptor is at hand, and none more
+    /// than the reopen's own check when it is not.
+    pub(super) fn stat(&self, inode: &Arc<Inode>) -> Result<libc::stat> {
+        match self.fd_and_stat(inode)? {
+            (_, Some(st)) => Ok(st),
+            (fd, None) => Ok(sys::fstat(fd.as_fd()).op("stat")?),
+        }
+    }
+
+    /// A descriptor of `inode`, and its stat if reopening it took one.
+    fn fd_and_stat<'a>(&self, inode: &'a Arc<Inode>) -> Result<(InodeFd<'a>, Option<libc::stat>)> {
         if let Some(fd) = &inode.pinned {
-            return Ok(InodeFd::Pinned(fd.as_fd()));
+            return Ok((InodeFd::Pinned(fd.as_fd()), None));
         }
         inode.referenced.store(true, Ordering::Relaxed);
         if let Some(fd) = lock(&inode.hot).clone() {
-            return Ok(InodeFd::Hot(fd));
+            return Ok((InodeFd::Hot(fd), None));
         }
         let stale = FsError::Sys(SysError {
             op: "open by handle",
@@ -245,7 +262,7 @@ impl InodeTable {
         if (st.st_dev, st.st_ino) != inode.key || FileKind::from_mode(st.st_mode) != inode.kind {
             return Err(stale);
         }
-        Ok(InodeFd::Hot(self.make_hot(inode, fd)))
+        Ok((InodeFd::Hot(self.make_hot(inode, fd)), Some(st)))
     }
 
     /// Cache `fd` as `inode`'s descriptor (unless another is cached already), taking

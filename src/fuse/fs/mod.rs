@@ -200,7 +200,7 @@ impl VolumeFs {
     }
 
     fn stat_inode(&self, inode: &Arc<Inode>) -> Result<Attr> {
-        let st = sys::fstat(self.fd(inode)?.as_fd()).op("stat")?;
+        let st = self.inodes.stat(inode)?;
         Ok(Attr::from_stat(&st, inode.id))
     }
 
