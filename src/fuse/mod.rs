@@ -60,7 +60,7 @@ use fuser::{Config, MountOption, SessionACL};
 use nix::sys::signal::{SigSet, Signal};
 
 use self::adapter::{Adapter, AdapterOptions};
-use self::fs::{FsError, Options, VolumeFs};
+use self::fs::{FsError, Naming, Options, VolumeFs};
 use self::projquota::{BackendQuotaError, IdOrigin, ProjectQuota};
 use self::quota::{Accounting, Enforcement};
 use self::sys::SysError;
@@ -395,6 +395,20 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
             source,
         })?,
     );
+    match fs.inode_naming() {
+        (naming @ Naming::FileHandles, hot_fds) => {
+            tracing::info!(
+                naming = naming.as_str(),
+                hot_fds,
+                "inodes named by file handles"
+            );
+        }
+        (naming @ Naming::Descriptors(errno), _) => tracing::warn!(
+            naming = naming.as_str(),
+            reason = %errno,
+            "the backing filesystem gives no usable file handles: one descriptor held per inode"
+        ),
+    }
     let backing_fs_type = fs.backing_fs_type().ok();
     let cache = CachePolicy::new(
         backing_fs_type.is_some_and(adapter::is_local_fs) && !args.shared_backend,

@@ -131,6 +131,19 @@ pub fn fstatfs_type(fd: BorrowedFd<'_>) -> SysResult<i64> {
     Ok(st.f_type as i64)
 }
 
+/// The soft `RLIMIT_NOFILE` of this process (unlimited: `u64::MAX`).
+pub fn nofile_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit for the kernel to fill.
+    match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } {
+        0 => lim.rlim_cur,
+        _ => 1024,
+    }
+}
+
 pub fn mkdirat(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> SysResult<()> {
     // SAFETY: valid C string.
     cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) })?;

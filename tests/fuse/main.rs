@@ -10,6 +10,7 @@ mod support;
 
 mod backend_quota;
 mod coherence;
+mod inodes;
 mod lifecycle;
 mod locks;
 mod locks_odd;

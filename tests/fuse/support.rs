@@ -45,6 +45,7 @@ pub struct Builder {
     prepare: Option<Prepare>,
     source: Option<PathBuf>,
     quota: Option<String>,
+    nofile: Option<u64>,
 }
 
 impl Builder {
@@ -82,6 +83,13 @@ impl Builder {
     /// `--quota` (default: `daemon`, or `backend` under `TESSERA_TEST_BACKEND_ROOT`).
     pub fn quota(mut self, mode: &str) -> Self {
         self.quota = Some(mode.to_owned());
+        self
+    }
+
+    /// Start the daemon with `RLIMIT_NOFILE` at `limit`, soft and hard (the daemon
+    /// raises its soft limit to the hard one).
+    pub fn nofile(mut self, limit: u64) -> Self {
+        self.nofile = Some(limit);
         self
     }
 
@@ -139,6 +147,23 @@ impl Builder {
         }
         if self.read_only {
             cmd.arg("--read-only");
+        }
+        if let Some(limit) = self.nofile {
+            use std::os::unix::process::CommandExt;
+            let lim = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: setrlimit is async-signal-safe and touches nothing of the parent.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+                        Ok(())
+                    } else {
+                        Err(io::Error::last_os_error())
+                    }
+                });
+            }
         }
         cmd.args(&self.args)
             .env("RUST_LOG", "info")
@@ -203,6 +228,7 @@ impl Mount {
             prepare: None,
             source: None,
             quota: None,
+            nofile: None,
         }
     }
 

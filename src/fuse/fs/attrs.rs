@@ -12,7 +12,7 @@ impl VolumeFs {
             let st = sys::fstat(h.file.as_fd()).op("fstat")?;
             return Ok(Attr::from_stat(&st, h.inode.id));
         }
-        self.stat_inode(&*self.inode(id)?)
+        self.stat_inode(&self.inode(id)?)
     }
 
     pub fn setattr(&self, id: NodeId, set: SetAttr) -> Result<Attr> {
@@ -23,10 +23,11 @@ impl VolumeFs {
             if inode.kind == FileKind::Symlink {
                 return Err(FsError::Unsupported("chmod of a symlink"));
             }
-            sys::chmod_fd(self.proc_fd.as_fd(), inode.fd.as_fd(), mode & 0o7777).op("chmod")?;
+            let fd = self.fd(&inode)?;
+            sys::chmod_fd(self.proc_fd.as_fd(), fd.as_fd(), mode & 0o7777).op("chmod")?;
         }
         if set.uid.is_some() || set.gid.is_some() {
-            sys::chown_fd(inode.fd.as_fd(), set.uid, set.gid).op("chown")?;
+            sys::chown_fd(self.fd(&inode)?.as_fd(), set.uid, set.gid).op("chown")?;
         }
         if let Some(size) = set.size {
             self.truncate(&inode, handle.as_deref(), size)?;
@@ -36,7 +37,7 @@ impl VolumeFs {
         }
         if set.atime.is_some() || set.mtime.is_some() {
             sys::utimens_fd(
-                inode.fd.as_fd(),
+                self.fd(&inode)?.as_fd(),
                 &[timespec(set.atime), timespec(set.mtime)],
             )
             .op("utimensat")?;
@@ -48,7 +49,7 @@ impl VolumeFs {
     /// the answer for mounts without it, from the mode bits and the caller's ids.
     pub fn access(&self, caller: Caller, id: NodeId, mask: i32) -> Result<()> {
         let inode = self.inode(id)?;
-        let st = sys::fstat(inode.fd.as_fd()).op("access")?;
+        let st = sys::fstat(self.fd(&inode)?.as_fd()).op("access")?;
         if mask == libc::F_OK {
             return Ok(());
         }

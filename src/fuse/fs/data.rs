@@ -64,7 +64,7 @@ impl VolumeFs {
         }
         let file = sys::reopen(
             self.proc_fd.as_fd(),
-            inode.fd.as_fd(),
+            self.fd(&inode)?.as_fd(),
             Self::backing_flags(flags),
         )
         .op("open")?;
@@ -231,7 +231,12 @@ impl VolumeFs {
         Ok(())
     }
 
-    pub(super) fn truncate(&self, inode: &Inode, handle: Option<&Handle>, size: u64) -> Result<()> {
+    pub(super) fn truncate(
+        &self,
+        inode: &Arc<Inode>,
+        handle: Option<&Handle>,
+        size: u64,
+    ) -> Result<()> {
         match inode.kind {
             FileKind::Regular => {}
             FileKind::Directory => {
@@ -247,8 +252,12 @@ impl VolumeFs {
         let fd = match handle.filter(|h| h.writable) {
             Some(h) => h.file.as_fd(),
             None => {
-                reopened = sys::reopen(self.proc_fd.as_fd(), inode.fd.as_fd(), libc::O_WRONLY)
-                    .op("open for truncate")?;
+                reopened = sys::reopen(
+                    self.proc_fd.as_fd(),
+                    self.fd(inode)?.as_fd(),
+                    libc::O_WRONLY,
+                )
+                .op("open for truncate")?;
                 reopened.as_fd()
             }
         };
@@ -271,17 +280,18 @@ impl VolumeFs {
     /// Drop set-user-ID, and set-group-ID if group-executable (otherwise it marks
     /// mandatory locking, not privilege), as a write or truncation by an unprivileged
     /// caller must. `mode` is the current mode when the caller has it at hand.
-    pub(super) fn kill_suidgid(&self, inode: &Inode, mode: Option<u32>) -> Result<()> {
+    pub(super) fn kill_suidgid(&self, inode: &Arc<Inode>, mode: Option<u32>) -> Result<()> {
         let mode = match mode {
             Some(m) => m,
-            None => sys::fstat(inode.fd.as_fd()).op("stat")?.st_mode,
+            None => sys::fstat(self.fd(inode)?.as_fd()).op("stat")?.st_mode,
         };
         let mut keep = mode & 0o7777 & !libc::S_ISUID;
         if mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
             keep &= !libc::S_ISGID;
         }
         if keep != mode & 0o7777 {
-            sys::chmod_fd(self.proc_fd.as_fd(), inode.fd.as_fd(), keep).op("chmod")?;
+            let fd = self.fd(inode)?;
+            sys::chmod_fd(self.proc_fd.as_fd(), fd.as_fd(), keep).op("chmod")?;
         }
         Ok(())
     }

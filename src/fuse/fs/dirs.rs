@@ -31,7 +31,7 @@ impl VolumeFs {
             }));
         }
         let file = sys::openat(
-            inode.fd.as_fd(),
+            self.fd(&inode)?.as_fd(),
             c".",
             libc::O_RDONLY | libc::O_DIRECTORY,
             0,

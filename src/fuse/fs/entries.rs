@@ -53,7 +53,8 @@ impl VolumeFs {
         } else {
             component(name)?
         };
-        let fd = sys::openat(p.fd.as_fd(), &c, libc::O_PATH | libc::O_NOFOLLOW, 0).op("lookup")?;
+        let fd = sys::openat(self.fd(&p)?.as_fd(), &c, libc::O_PATH | libc::O_NOFOLLOW, 0)
+            .op("lookup")?;
         Ok(self.register(fd)?.1)
     }
 
@@ -66,14 +67,14 @@ impl VolumeFs {
         if inode.kind != FileKind::Symlink {
             return Err(FsError::WrongType("readlink"));
         }
-        Ok(sys::readlink_fd(inode.fd.as_fd()).op("readlink")?)
+        Ok(sys::readlink_fd(self.fd(&inode)?.as_fd()).op("readlink")?)
     }
 
     /// Give a new inode to the caller: the daemon created it as root.
     fn set_owner(
         &self,
         caller: Caller,
-        parent: &Inode,
+        parent: &Arc<Inode>,
         fd: BorrowedFd<'_>,
         kind: FileKind,
         mode: u32,
@@ -83,7 +84,7 @@ impl VolumeFs {
             // the parent is set-group-ID: exactly what the caller would get.
             return Ok(());
         }
-        let pst = sys::fstat(parent.fd.as_fd()).op("stat parent")?;
+        let pst = sys::fstat(self.fd(parent)?.as_fd()).op("stat parent")?;
         // In a set-group-ID directory the new inode has inherited the directory's
         // group (and a directory the set-group-ID bit): keep that.
         let gid = (pst.st_mode & S_ISGID == 0).then_some(caller.gid);
@@ -102,13 +103,14 @@ impl VolumeFs {
     fn adopt_new(
         &self,
         caller: Caller,
-        p: &Inode,
+        p: &Arc<Inode>,
         name: &CStr,
         kind: FileKind,
         mode: u32,
     ) -> Result<Attr> {
+        let pfd = self.fd(p)?;
         let finish = || -> Result<Attr> {
-            let fd = sys::openat(p.fd.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)
+            let fd = sys::openat(pfd.as_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)
                 .op("open new inode")?;
             self.set_owner(caller, p, fd.as_fd(), kind, mode)?;
             Ok(self.register(fd)?.1)
@@ -119,7 +121,7 @@ impl VolumeFs {
             } else {
                 0
             };
-            let _ = sys::unlinkat(p.fd.as_fd(), name, flags);
+            let _ = sys::unlinkat(pfd.as_fd(), name, flags);
         })
     }
 
@@ -142,7 +144,7 @@ impl VolumeFs {
         let p = self.inode(parent)?;
         let c = component(name)?;
         sys::mknodat(
-            p.fd.as_fd(),
+            self.fd(&p)?.as_fd(),
             &c,
             (mode & libc::S_IFMT) | (mode & 0o7777),
             rdev as u64,
@@ -155,7 +157,7 @@ impl VolumeFs {
         self.writable()?;
         let p = self.inode(parent)?;
         let c = component(name)?;
-        sys::mkdirat(p.fd.as_fd(), &c, mode & 0o7777).op("mkdir")?;
+        sys::mkdirat(self.fd(&p)?.as_fd(), &c, mode & 0o7777).op("mkdir")?;
         self.adopt_new(caller, &p, &c, FileKind::Directory, mode)
     }
 
@@ -171,7 +173,7 @@ impl VolumeFs {
         let c = component(name)?;
         // The target is stored, never resolved by the daemon.
         let t = sys::cstring(target.as_os_str()).op("symlink")?;
-        sys::symlinkat(&t, p.fd.as_fd(), &c).op("symlink")?;
+        sys::symlinkat(&t, self.fd(&p)?.as_fd(), &c).op("symlink")?;
         self.adopt_new(caller, &p, &c, FileKind::Symlink, 0o777)
     }
 
@@ -180,7 +182,7 @@ impl VolumeFs {
         let inode = self.inode(id)?;
         let p = self.inode(new_parent)?;
         let c = component(new_name)?;
-        sys::link_fd(inode.fd.as_fd(), p.fd.as_fd(), &c).op("link")?;
+        sys::link_fd(self.fd(&inode)?.as_fd(), self.fd(&p)?.as_fd(), &c).op("link")?;
         self.inodes.add_lookup(inode.id)?;
         self.stat_inode(&inode)
     }
@@ -198,8 +200,9 @@ impl VolumeFs {
         let c = component(name)?;
         // O_EXCL always: the kernel only creates after a negative lookup, so an
         // existing file here was made behind our back; never truncate or reuse it.
+        let pfd = self.fd(&p)?;
         let file = sys::openat(
-            p.fd.as_fd(),
+            pfd.as_fd(),
             &c,
             Self::backing_flags(flags) | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
             mode & 0o7777,
@@ -218,7 +221,7 @@ impl VolumeFs {
             self.register(path_fd)
         };
         let (inode, attr) = finish().inspect_err(|_| {
-            let _ = sys::unlinkat(p.fd.as_fd(), &c, 0);
+            let _ = sys::unlinkat(pfd.as_fd(), &c, 0);
         })?;
         let id = inode.id;
         match self.new_file_handle(inode, file, flags) {
@@ -248,14 +251,15 @@ impl VolumeFs {
         self.writable()?;
         let p = self.inode(parent)?;
         let c = component(name)?;
-        let mut st = sys::fstatat(p.fd.as_fd(), &c).op("unlink")?;
+        let pfd = self.fd(&p)?;
+        let mut st = sys::fstatat(pfd.as_fd(), &c).op("unlink")?;
         let victim = self.inodes.get_by_key((st.st_dev, st.st_ino));
         let _size = victim.as_ref().map(|v| lock(&v.size_lock));
         if victim.is_some() {
             // Stat again under the size lock: the size we release must be final.
-            st = sys::fstatat(p.fd.as_fd(), &c).op("unlink")?;
+            st = sys::fstatat(pfd.as_fd(), &c).op("unlink")?;
         }
-        sys::unlinkat(p.fd.as_fd(), &c, 0).op("unlink")?;
+        sys::unlinkat(pfd.as_fd(), &c, 0).op("unlink")?;
         if st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1 {
             self.account_unlinked(victim.as_deref(), st.st_size as u64);
         }
@@ -266,7 +270,7 @@ impl VolumeFs {
         self.writable()?;
         let p = self.inode(parent)?;
         let c = component(name)?;
-        Ok(sys::unlinkat(p.fd.as_fd(), &c, libc::AT_REMOVEDIR).op("rmdir")?)
+        Ok(sys::unlinkat(self.fd(&p)?.as_fd(), &c, libc::AT_REMOVEDIR).op("rmdir")?)
     }
 
     /// `renameat2` with `RENAME_NOREPLACE` / `RENAME_EXCHANGE` (`flags`).
@@ -288,15 +292,16 @@ impl VolumeFs {
         let np = self.inode(new_parent)?;
         let c = component(name)?;
         let nc = component(new_name)?;
+        let (pfd, npfd) = (self.fd(&p)?, self.fd(&np)?);
         // A plain rename over a regular file unlinks that file.
         let mut replaces_file = false;
         let mut victim = None;
         if flags & libc::RENAME_EXCHANGE == 0
-            && let Ok(st) = sys::fstatat(np.fd.as_fd(), &nc)
+            && let Ok(st) = sys::fstatat(npfd.as_fd(), &nc)
             && st.st_mode & libc::S_IFMT == libc::S_IFREG
             && st.st_nlink == 1
         {
-            let src = sys::fstatat(p.fd.as_fd(), &c).op("rename")?;
+            let src = sys::fstatat(pfd.as_fd(), &c).op("rename")?;
             if (src.st_dev, src.st_ino) != (st.st_dev, st.st_ino) {
                 replaces_file = true;
                 victim = self.inodes.get_by_key((st.st_dev, st.st_ino));
@@ -305,10 +310,10 @@ impl VolumeFs {
         let _size = victim.as_ref().map(|v| lock(&v.size_lock));
         // Stat again under the size lock: the size we release must be final.
         let replaced = replaces_file
-            .then(|| sys::fstatat(np.fd.as_fd(), &nc).ok())
+            .then(|| sys::fstatat(npfd.as_fd(), &nc).ok())
             .flatten()
             .filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_nlink == 1);
-        sys::renameat2(p.fd.as_fd(), &c, np.fd.as_fd(), &nc, flags).op("rename")?;
+        sys::renameat2(pfd.as_fd(), &c, npfd.as_fd(), &nc, flags).op("rename")?;
         if let Some(st) = replaced {
             self.account_unlinked(victim.as_deref(), st.st_size as u64);
         }

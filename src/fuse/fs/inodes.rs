@@ -1,25 +1,82 @@
-//! The inode table: node id ⇄ `O_PATH` descriptor of the backing inode, keyed by
-//! (dev, ino), with the kernel's lookup count of each.
+//! The inode table: node id ⇄ backing inode, keyed by (dev, ino), with the kernel's
+//! lookup count of each; and the bounded cache of descriptors of the hot inodes.
 //!
-//! The kernel names files by node id. Each id the kernel holds maps to an
-//! `O_PATH|O_NOFOLLOW` descriptor of the backing inode, opened from the descriptor of
-//! its parent by a single name component. Ids are the backing inode numbers (so `stat`
-//! and `readdir` agree with each other and with the backing directory), except the
-//! root, which FUSE fixes at 1, and the rare inode of another device or a colliding
-//! number, which gets an id from a private range. An entry lives while the kernel's
-//! lookup count on it is above zero (`forget`). Holding the fd keeps the backing inode
-//! from being freed, so a number is never reused while the kernel still knows it.
+//! ```text
+//!   lookup: openat(parent fd, name, O_PATH|O_NOFOLLOW) ─▶ name_to_handle_at ─▶ Inode { handle }
+//!                                          └─ the fd itself ─▶ hot cache (CLOCK, bounded)
+//!   any request: InodeTable::fd(inode) ─▶ hot fd, or open_by_handle_at(root's mount, handle)
+//! ```
+//!
+//! **Naming.** The kernel names files by node id. Ids are the backing inode numbers (so
+//! `stat` and `readdir` agree with each other and with the backing directory), except
+//! the root, which FUSE fixes at 1, and the rare inode of another device or a
+//! colliding number, which gets an id from a private range. An entry lives while the
+//! kernel's lookup count on it is above zero (`forget`). Each entry holds the inode's
+//! kernel file handle ([`FileHandle`]: bytes), not a descriptor: a walk of a million
+//! files needs no million descriptors, and a successor daemon could reopen every inode
+//! the kernel knows from [`InodeTable::records`]. Descriptors of recently used inodes
+//! stay open in a CLOCK cache of [`InodeTable::hot_capacity`] entries; a miss reopens
+//! the inode by its handle. Where handles cannot be used (the backing filesystem
+//! cannot make or open them, the daemon lacks `CAP_DAC_READ_SEARCH`: [`Naming`]), or
+//! for an inode on another mount beneath the volume, the entry pins its `O_PATH`
+//! descriptor for its whole life instead, as every entry did before.
+//!
+//! **Confinement.** `open_by_handle_at` opens any inode of the filesystem, wherever it
+//! lies. The table only ever opens handles it made itself with `name_to_handle_at` on a
+//! descriptor it had just opened by one name component beneath the root (lookup,
+//! create, readdirplus), and only on the root's own mount (an inode reached through a
+//! mount beneath the volume is pinned, never named by a handle that the root's
+//! filesystem would decode as something else). So a handle reopens exactly the inode
+//! an earlier lookup beneath the root found, which is what the pinned descriptor of
+//! before referred to as well; a reopened inode is checked to still be that (dev, ino)
+//! and kind. Renames and links behind the daemon's back change nothing either way (the
+//! descriptor, like the handle, follows the inode, not a path; through the mount no
+//! rename or link leaves the volume; a directory an administrator moves out of the
+//! volume on the host stays served, as it did with a pinned descriptor). An unlinked
+//! inode still open somewhere (nlink 0) reopens as itself, in no directory, so nothing
+//! else is reached through it. An inode freed (unlinked and closed) and its
+//! number reused: the handle carries the generation, so the old handle opens nothing
+//! (`ESTALE`), and a lookup that finds the number under a different handle makes a
+//! new entry, never reusing the old one's. A handle is not a capability for more than
+//! its inode, and no handle ever comes from outside the daemon.
+//!
+//! Unlike a pinned descriptor, a handle does not keep an unlinked inode alive: a node
+//! id the kernel still holds whose inode was freed answers `ESTALE`. An inode open
+//! through the mount is kept alive by its open descriptor, so `fstat` of an unlinked
+//! open file works as before.
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
-use std::sync::{Arc, Condvar, Mutex};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 
+use super::fhandle::FileHandle;
 use super::iomode::IoState;
 use super::{FileKind, FsError, NodeId, ROOT_ID, Result, lock};
+use crate::fuse::sys::{self, Errno, Op, SysError};
 
 /// Ids handed out when an inode's own number cannot be used (another device, or a
 /// number that collides with the root's id or a previous allocation).
 const PRIVATE_IDS: u64 = 1 << 63;
+
+/// How the table names the inodes the kernel knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    /// By kernel file handles, with a bounded cache of open descriptors.
+    FileHandles,
+    /// By one pinned `O_PATH` descriptor each, because handles failed with this errno
+    /// (`EOPNOTSUPP`: the filesystem makes none; `EPERM`: no `CAP_DAC_READ_SEARCH`).
+    Descriptors(Errno),
+}
+
+impl Naming {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Naming::FileHandles => "file-handles",
+            Naming::Descriptors(_) => "descriptors",
+        }
+    }
+}
 
 /// One backing inode the kernel knows.
 #[derive(Debug)]
@@ -27,14 +84,50 @@ pub(super) struct Inode {
     pub(super) id: NodeId,
     key: (u64, u64),
     pub(super) kind: FileKind,
-    /// `O_PATH|O_NOFOLLOW` descriptor of the backing inode.
-    pub(super) fd: OwnedFd,
+    /// How this and a successor daemon reopen the inode, if the filesystem names it.
+    handle: Option<FileHandle>,
+    /// `O_PATH|O_NOFOLLOW` descriptor held for the inode's whole life: the root, and
+    /// any inode without a usable handle.
+    pinned: Option<OwnedFd>,
+    /// The cached `O_PATH` descriptor of a handle-named inode, while it is hot.
+    hot: Mutex<Option<Arc<OwnedFd>>>,
+    /// Used since the cache's hand last passed (CLOCK's second chance).
+    referenced: AtomicBool,
     pub(super) io: Mutex<IoState>,
     /// Signalled when a passthrough open of this inode is released.
     pub(super) io_released: Condvar,
     /// Serializes size-changing operations on this inode, so the growth reserved in
     /// the quota is computed from a size nobody else changes meanwhile.
     pub(super) size_lock: Mutex<()>,
+}
+
+/// An `O_PATH` descriptor of an inode, valid while this lives.
+#[derive(Debug)]
+pub(super) enum InodeFd<'a> {
+    Pinned(BorrowedFd<'a>),
+    Hot(Arc<OwnedFd>),
+}
+
+impl AsFd for InodeFd<'_> {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            InodeFd::Pinned(fd) => *fd,
+            InodeFd::Hot(fd) => fd.as_fd(),
+        }
+    }
+}
+
+/// What a successor daemon needs to serve a node id the kernel holds: plain data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InodeRecord {
+    pub id: NodeId,
+    /// The backing (dev, ino), to check a reopened inode against.
+    pub key: (u64, u64),
+    pub kind: FileKind,
+    /// `None` for an inode only a pinned descriptor names (see [`Naming`]).
+    pub handle: Option<FileHandle>,
+    /// The kernel's lookup count, which its FORGETs will bring down to zero.
+    pub lookups: u64,
 }
 
 #[derive(Debug)]
@@ -50,21 +143,69 @@ struct Tables {
     next_private: u64,
 }
 
+/// The root's mount, for `open_by_handle_at`.
+#[derive(Debug)]
+struct HandleMount {
+    fd: OwnedFd,
+    id: i32,
+}
+
+/// The hot descriptors' CLOCK ring: one slot per inode whose `hot` is set.
+#[derive(Debug, Default)]
+struct Clock {
+    ring: Vec<Weak<Inode>>,
+    hand: usize,
+}
+
 #[derive(Debug)]
 pub(super) struct InodeTable {
     root_key: (u64, u64),
+    naming: Naming,
+    mount: Option<HandleMount>,
+    hot_capacity: usize,
+    clock: Mutex<Clock>,
     tables: Mutex<Tables>,
 }
 
 impl InodeTable {
-    /// A table holding the root, whose descriptor is `root` (stat'ed as `st`).
-    pub(super) fn new(root: OwnedFd, st: &libc::stat) -> Self {
+    /// A table holding the root, whose descriptor is `root` (stat'ed as `st`), with
+    /// at most `hot_capacity` cached descriptors besides the pinned ones.
+    pub(super) fn new(root: OwnedFd, st: &libc::stat, hot_capacity: usize) -> Self {
+        let (naming, mount, root_handle) = match Self::probe(root.as_fd(), st) {
+            Ok((handle, mount)) => (Naming::FileHandles, Some(mount), Some(handle)),
+            Err(errno) => (Naming::Descriptors(errno), None, None),
+        };
         let table = InodeTable {
             root_key: (st.st_dev, st.st_ino),
+            naming,
+            mount,
+            hot_capacity: hot_capacity.max(1),
+            clock: Mutex::default(),
             tables: Mutex::default(),
         };
-        table.insert(root, st);
+        table.add(root, st, root_handle);
         table
+    }
+
+    /// Whether handles work here: the root's handle must reopen the root.
+    fn probe(root: BorrowedFd<'_>, st: &libc::stat) -> sys::SysResult<(FileHandle, HandleMount)> {
+        let (handle, id) = FileHandle::of(root)?;
+        // open_by_handle_at takes no `O_PATH` descriptor for the mount.
+        let fd = sys::openat(root, c".", libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        let again = handle.open(fd.as_fd(), libc::O_PATH | libc::O_DIRECTORY)?;
+        let again = sys::fstat(again.as_fd())?;
+        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
+            return Err(Errno::ESTALE);
+        }
+        Ok((handle, HandleMount { fd, id }))
+    }
+
+    pub(super) fn naming(&self) -> Naming {
+        self.naming
+    }
+
+    pub(super) fn hot_capacity(&self) -> usize {
+        self.hot_capacity
     }
 
     pub(super) fn get(&self, id: NodeId) -> Result<Arc<Inode>> {
@@ -83,15 +224,112 @@ impl InodeTable {
             .map(|e| e.inode.clone())
     }
 
-    /// Count one more kernel reference to the inode behind `fd` (stat'ed as `st`),
-    /// adding it to the table if it is new.
+    /// A descriptor of `inode`: its pinned one, its cached one, or reopened by its
+    /// handle (and then cached).
+    pub(super) fn fd<'a>(&self, inode: &'a Arc<Inode>) -> Result<InodeFd<'a>> {
+        Ok(self.fd_and_stat(inode)?.0)
+    }
+
+    /// `fstat` of `inode`: one syscall when its descriptor is at hand, and none more
+    /// than the reopen's own check when it is not.
+    pub(super) fn stat(&self, inode: &Arc<Inode>) -> Result<libc::stat> {
+        match self.fd_and_stat(inode)? {
+            (_, Some(st)) => Ok(st),
+            (fd, None) => Ok(sys::fstat(fd.as_fd()).op("stat")?),
+        }
+    }
+
+    /// A descriptor of `inode`, and its stat if reopening it took one.
+    fn fd_and_stat<'a>(&self, inode: &'a Arc<Inode>) -> Result<(InodeFd<'a>, Option<libc::stat>)> {
+        if let Some(fd) = &inode.pinned {
+            return Ok((InodeFd::Pinned(fd.as_fd()), None));
+        }
+        inode.referenced.store(true, Ordering::Relaxed);
+        if let Some(fd) = lock(&inode.hot).clone() {
+            return Ok((InodeFd::Hot(fd), None));
+        }
+        let stale = FsError::Sys(SysError {
+            op: "open by handle",
+            errno: Errno::ESTALE,
+        });
+        let (Some(handle), Some(mount)) = (&inode.handle, &self.mount) else {
+            return Err(stale);
+        };
+        let fd = handle
+            .open(mount.fd.as_fd(), libc::O_PATH | libc::O_NOFOLLOW)
+            .op("open by handle")?;
+        let st = sys::fstat(fd.as_fd()).op("stat")?;
+        if (st.st_dev, st.st_ino) != inode.key || FileKind::from_mode(st.st_mode) != inode.kind {
+            return Err(stale);
+        }
+        Ok((InodeFd::Hot(self.make_hot(inode, fd)), Some(st)))
+    }
+
+    /// Cache `fd` as `inode`'s descriptor (unless another is cached already), taking
+    /// the slot of an inode not used since the hand last passed if the cache is full.
+    fn make_hot(&self, inode: &Arc<Inode>, fd: OwnedFd) -> Arc<OwnedFd> {
+        let fd = Arc::new(fd);
+        {
+            let mut slot = lock(&inode.hot);
+            if let Some(cached) = &*slot {
+                return cached.clone();
+            }
+            *slot = Some(fd.clone());
+        }
+        let evicted = {
+            let mut clock = lock(&self.clock);
+            let new = Arc::downgrade(inode);
+            if clock.ring.len() < self.hot_capacity {
+                clock.ring.push(new);
+                None
+            } else {
+                let Clock { ring, hand } = &mut *clock;
+                let i = clock_victim(hand, ring.len(), |i| {
+                    ring[i]
+                        .upgrade()
+                        .is_some_and(|old| old.referenced.swap(false, Ordering::Relaxed))
+                });
+                std::mem::replace(&mut ring[i], new)
+                    .upgrade()
+                    .and_then(|old| lock(&old.hot).take())
+            }
+        };
+        // Closed here, outside the cache's lock.
+        drop(evicted);
+        fd
+    }
+
+    /// Count one more kernel reference to the inode behind `fd` (stat'ed as `st`), an
+    /// `O_PATH` descriptor just opened beneath the root, adding it to the table if it
+    /// is new.
     pub(super) fn insert(&self, fd: OwnedFd, st: &libc::stat) -> Arc<Inode> {
+        let handle = self.mount.as_ref().and_then(|mount| {
+            FileHandle::of(fd.as_fd())
+                .ok()
+                .filter(|(_, id)| *id == mount.id && st.st_dev == self.root_key.0)
+                .map(|(handle, _)| handle)
+        });
+        self.add(fd, st, handle)
+    }
+
+    fn add(&self, fd: OwnedFd, st: &libc::stat, handle: Option<FileHandle>) -> Arc<Inode> {
         let key = (st.st_dev, st.st_ino);
         let mut t = lock(&self.tables);
         if let Some(id) = t.by_key.get(&key).copied() {
             let entry = t.by_id.get_mut(&id).expect("tables agree");
-            entry.lookups += 1;
-            return entry.inode.clone();
+            // A pinned inode cannot have been freed, so its number is still its own;
+            // otherwise the number may have been reused, and the handles tell.
+            if entry.inode.pinned.is_some() || entry.inode.handle == handle {
+                entry.lookups += 1;
+                let inode = entry.inode.clone();
+                drop(t);
+                if inode.pinned.is_none() {
+                    self.make_hot(&inode, fd);
+                }
+                return inode;
+            }
+            // The old entry stays until the kernel forgets it; the number is the new one's.
+            t.by_key.remove(&key);
         }
         let natural = if key == self.root_key {
             ROOT_ID
@@ -111,11 +349,20 @@ impl InodeTable {
                 }
             }
         };
+        let pinned = handle.is_none() || id == ROOT_ID;
+        let (pinned, spare) = if pinned {
+            (Some(fd), None)
+        } else {
+            (None, Some(fd))
+        };
         let inode = Arc::new(Inode {
             id,
             key,
             kind: FileKind::from_mode(st.st_mode),
-            fd,
+            handle,
+            pinned,
+            hot: Mutex::default(),
+            referenced: AtomicBool::new(true),
             io: Mutex::default(),
             io_released: Condvar::new(),
             size_lock: Mutex::new(()),
@@ -128,6 +375,10 @@ impl InodeTable {
                 lookups: 1,
             },
         );
+        drop(t);
+        if let Some(fd) = spare {
+            self.make_hot(&inode, fd);
+        }
         inode
     }
 
@@ -139,16 +390,24 @@ impl InodeTable {
     }
 
     pub(super) fn forget(&self, id: NodeId, n: u64) {
-        let mut t = lock(&self.tables);
-        let Some(e) = t.by_id.get_mut(&id) else {
-            return;
-        };
-        e.lookups = e.lookups.saturating_sub(n);
-        if e.lookups == 0 && id != ROOT_ID {
+        let removed = {
+            let mut t = lock(&self.tables);
+            let Some(e) = t.by_id.get_mut(&id) else {
+                return;
+            };
+            e.lookups = e.lookups.saturating_sub(n);
+            if e.lookups > 0 || id == ROOT_ID {
+                return;
+            }
             let key = e.inode.key;
-            t.by_id.remove(&id);
-            t.by_key.remove(&key);
-        }
+            if t.by_key.get(&key) == Some(&id) {
+                t.by_key.remove(&key);
+            }
+            t.by_id.remove(&id)
+        };
+        // The last reference may close a descriptor and let the backing filesystem
+        // free the inode: not while the table is locked, which every request takes.
+        drop(removed);
     }
 
     /// The id `readdir` reports for a backing inode number of the root's device.
@@ -162,5 +421,87 @@ impl InodeTable {
 
     pub(super) fn len(&self) -> usize {
         lock(&self.tables).by_id.len()
+    }
+
+    /// Descriptors the table holds open now: pinned and cached.
+    pub(super) fn open_fds(&self) -> usize {
+        let pinned = lock(&self.tables)
+            .by_id
+            .values()
+            .filter(|e| e.inode.pinned.is_some())
+            .count();
+        let hot = lock(&self.clock)
+            .ring
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|inode| lock(&inode.hot).is_some())
+            .count();
+        pinned + hot
+    }
+
+    /// Every inode the kernel knows, as a successor would need it.
+    pub(super) fn records(&self) -> Vec<InodeRecord> {
+        let t = lock(&self.tables);
+        let mut v: Vec<_> = t
+            .by_id
+            .values()
+            .map(|e| InodeRecord {
+                id: e.inode.id,
+                key: e.inode.key,
+                kind: e.inode.kind,
+                handle: e.inode.handle.clone(),
+                lookups: e.lookups,
+            })
+            .collect();
+        v.sort_by_key(|r| r.id);
+        v
+    }
+}
+
+/// CLOCK (second chance) over a ring of `len` slots: from `hand` on, the first slot
+/// whose referenced bit was clear; `test_and_clear` clears the bits it passes. Ends
+/// within two turns. Leaves `hand` after the slot chosen.
+fn clock_victim(
+    hand: &mut usize,
+    len: usize,
+    mut test_and_clear: impl FnMut(usize) -> bool,
+) -> usize {
+    loop {
+        let i = *hand % len;
+        *hand = (i + 1) % len;
+        if !test_and_clear(i) {
+            return i;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clock_victim;
+
+    #[test]
+    fn clock_gives_the_first_unreferenced_slot_a_second_chance_to_the_rest() {
+        // (referenced bits, hand) → (victim, bits after, hand after)
+        type Row = (&'static [bool], usize, usize, &'static [bool], usize);
+        let table: &[Row] = &[
+            (&[false, false, false], 0, 0, &[false, false, false], 1),
+            (&[true, false, true], 0, 1, &[false, false, true], 2),
+            (&[true, true, false], 1, 2, &[true, false, false], 0),
+            // All referenced: one full turn clears them, the hand's slot goes.
+            (&[true, true, true], 1, 1, &[false, false, false], 2),
+            (&[true], 0, 0, &[false], 0),
+            // A hand past the end (the ring was shorter) wraps.
+            (&[false, true], 5, 0, &[false, false], 1),
+        ];
+        for &(bits, hand, victim, after, hand_after) in table {
+            let mut b = bits.to_vec();
+            let mut h = hand;
+            let got = clock_victim(&mut h, b.len(), |i| std::mem::replace(&mut b[i], false));
+            assert_eq!(
+                (got, b.as_slice(), h),
+                (victim, after, hand_after),
+                "{bits:?} from {hand}"
+            );
+        }
     }
 }

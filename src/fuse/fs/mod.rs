@@ -4,7 +4,7 @@
 //! ```text
 //!   kernel ──/dev/fuse──▶ fuser ──▶ adapter ──▶ VolumeFs ──*at() syscalls──▶ backing dir
 //!                                      │           │
-//!                                      │           ├── inodes: node id ⇄ O_PATH fd, keyed by (dev, ino)
+//!                                      │           ├── inodes: node id ⇄ file handle (+ hot O_PATH fds), keyed by (dev, ino)
 //!                                      │           ├── handles: fh → open fd (+ I/O mode, dir stream)
 //!                                      │           └── quota::Enforcement: the daemon's Accounting,
 //!                                      │               or an XFS project quota (super::projquota)
@@ -12,7 +12,7 @@
 //! ```
 //!
 //! **A request.** The kernel names inodes by node id and open files by handle. An
-//! operation finds the inode (its `O_PATH` descriptor) in the inode table or the open
+//! operation finds the inode (an `O_PATH` descriptor of it) in the inode table or the open
 //! file in the handle table, checks that a name is a single component, asks the quota
 //! for any growth, and makes one `*at()` call relative to that descriptor; nothing
 //! ever resolves a path, so no request leaves the volume. The answer is a plain type
@@ -22,7 +22,8 @@
 //!
 //! | module | holds |
 //! | --- | --- |
-//! | `inodes` | the inode table: node ids, `O_PATH` descriptors, the kernel's lookup counts |
+//! | `inodes` | the inode table: node ids, file handles, hot `O_PATH` descriptors, the kernel's lookup counts |
+//! | `fhandle` | kernel file handles (`name_to_handle_at`, `open_by_handle_at`) |
 //! | `handles` | the open-handle table |
 //! | `iomode` | passthrough, cached or direct I/O per open, and the rules that pick one |
 //! | `locks` | POSIX and flock locks taken on the backing files, waits for them |
@@ -41,6 +42,7 @@ mod data;
 mod dirs;
 mod entries;
 mod error;
+mod fhandle;
 mod handles;
 mod inodes;
 mod iomode;
@@ -48,6 +50,8 @@ mod locks;
 mod types;
 mod xattrs;
 
+#[cfg(test)]
+mod inode_tests;
 #[cfg(test)]
 mod tests;
 
@@ -57,7 +61,9 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use self::error::{FsError, Result};
+pub use self::fhandle::FileHandle;
 pub use self::handles::Handle;
+pub use self::inodes::{InodeRecord, Naming};
 pub use self::iomode::IoMode;
 pub use self::locks::wait::WaitEnd;
 pub use self::locks::{Conflict, LockSpec, Waiters, is_contended, probe_locks};
@@ -67,9 +73,13 @@ pub use self::types::{
 };
 
 use self::handles::HandleTable;
-use self::inodes::{Inode, InodeTable};
+use self::inodes::{Inode, InodeFd, InodeTable};
 use super::quota::{Enforcement, Mode, Usage};
 use super::sys::{self, Op};
+
+/// At most this many cached descriptors of hot inodes (fewer under a low
+/// `RLIMIT_NOFILE`).
+const HOT_FDS_MAX: u64 = 8192;
 
 /// Block size statfs reports capacities in.
 const STATFS_BSIZE: u64 = 4096;
@@ -98,6 +108,19 @@ impl VolumeFs {
     /// Serve the directory `source` (trusted: it comes from the node agent, and may
     /// itself be reached through symlinks).
     pub fn new(source: &Path, options: Options, quota: Arc<Enforcement>) -> Result<Self> {
+        // A quarter of the descriptor limit for hot inodes; the rest stays for open
+        // files and directories.
+        let hot = (sys::nofile_limit() / 4).clamp(16, HOT_FDS_MAX) as usize;
+        Self::with_hot_fds(source, options, quota, hot)
+    }
+
+    /// Like [`Self::new`], with at most `hot` cached descriptors of inodes.
+    fn with_hot_fds(
+        source: &Path,
+        options: Options,
+        quota: Arc<Enforcement>,
+        hot: usize,
+    ) -> Result<Self> {
         let c = sys::cstring(source.as_os_str()).op("open source")?;
         // SAFETY: AT_FDCWD stands for the working directory in *at() calls for as
         // long as the process lives; relative sources resolve as they would for open().
@@ -107,7 +130,7 @@ impl VolumeFs {
         let proc_fd = sys::openat(cwd, c"/proc/self/fd", libc::O_PATH | libc::O_DIRECTORY, 0)
             .op("open /proc/self/fd")?;
         Ok(VolumeFs {
-            inodes: InodeTable::new(root, &st),
+            inodes: InodeTable::new(root, &st, hot),
             handles: HandleTable::new(),
             quota,
             proc_fd,
@@ -136,10 +159,25 @@ impl VolumeFs {
         self.inodes.len()
     }
 
+    /// Descriptors the inode table holds open (pinned and cached).
+    pub fn inode_fds(&self) -> usize {
+        self.inodes.open_fds()
+    }
+
+    /// How inodes are named, and how many descriptors of hot inodes stay open.
+    pub fn inode_naming(&self) -> (Naming, usize) {
+        (self.inodes.naming(), self.inodes.hot_capacity())
+    }
+
+    /// The node ids the kernel holds, as a successor daemon would need them.
+    pub fn inode_records(&self) -> Vec<InodeRecord> {
+        self.inodes.records()
+    }
+
     /// The source directory's filesystem type (statfs `f_type`).
     pub fn backing_fs_type(&self) -> Result<i64> {
         let root = self.inodes.get(ROOT_ID)?;
-        Ok(sys::fstatfs_type(root.fd.as_fd()).op("statfs")?)
+        Ok(sys::fstatfs_type(self.fd(&root)?.as_fd()).op("statfs")?)
     }
 
     fn writable(&self) -> Result<()> {
@@ -154,6 +192,11 @@ impl VolumeFs {
         self.inodes.get(id)
     }
 
+    /// An `O_PATH` descriptor of `inode` (see [`InodeTable::fd`]).
+    fn fd<'a>(&self, inode: &'a Arc<Inode>) -> Result<InodeFd<'a>> {
+        self.inodes.fd(inode)
+    }
+
     /// Add the inode behind a fresh `O_PATH` fd to the table (one lookup).
     fn register(&self, fd: OwnedFd) -> Result<(Arc<Inode>, Attr)> {
         let st = sys::fstat(fd.as_fd()).op("stat")?;
@@ -162,8 +205,8 @@ impl VolumeFs {
         Ok((inode, attr))
     }
 
-    fn stat_inode(&self, inode: &Inode) -> Result<Attr> {
-        let st = sys::fstat(inode.fd.as_fd()).op("stat")?;
+    fn stat_inode(&self, inode: &Arc<Inode>) -> Result<Attr> {
+        let st = self.inodes.stat(inode)?;
         Ok(Attr::from_stat(&st, inode.id))
     }
 
@@ -172,7 +215,7 @@ impl VolumeFs {
     /// has), inodes from the backing filesystem.
     pub fn statfs(&self) -> Result<StatFs> {
         let root = self.inode(ROOT_ID)?;
-        let vfs = sys::fstatvfs(root.fd.as_fd()).op("statfs")?;
+        let vfs = sys::fstatvfs(self.fd(&root)?.as_fd()).op("statfs")?;
         let u = self.usage()?;
         let backing_avail = vfs.f_bavail.saturating_mul(vfs.f_frsize);
         let free = u.free();

@@ -2,25 +2,29 @@
 //! symlink, whose magic link would be followed).
 
 use std::ffi::{CString, OsStr};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Arc;
 
-use super::inodes::Inode;
+use super::inodes::{Inode, InodeFd};
 use super::{FileKind, FsError, NodeId, Result, VolumeFs, Xattr};
 use crate::fuse::sys::{self, Errno, Op, SysError};
 
 impl VolumeFs {
-    /// `/proc/self/fd/N` of an inode, for the xattr calls (never for a symlink:
-    /// its magic link would be followed).
-    fn xattr_path(&self, inode: &Inode) -> Option<CString> {
-        (inode.kind != FileKind::Symlink).then(|| {
-            CString::new(format!("/proc/self/fd/{}", inode.fd.as_raw_fd()))
-                .expect("no NUL in a number")
-        })
+    /// `/proc/self/fd/N` of an inode, for the xattr calls, with the descriptor it
+    /// names (never for a symlink: its magic link would be followed).
+    fn xattr_path<'a>(&self, inode: &'a Arc<Inode>) -> Result<Option<(InodeFd<'a>, CString)>> {
+        if inode.kind == FileKind::Symlink {
+            return Ok(None);
+        }
+        let fd = self.fd(inode)?;
+        let path = CString::new(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()))
+            .expect("no NUL in a number");
+        Ok(Some((fd, path)))
     }
 
     pub fn getxattr(&self, id: NodeId, name: &OsStr, size: u32) -> Result<Xattr> {
         let inode = self.inode(id)?;
-        let Some(path) = self.xattr_path(&inode) else {
+        let Some((_fd, path)) = self.xattr_path(&inode)? else {
             return Err(FsError::Sys(SysError {
                 op: "getxattr",
                 errno: Errno::ENODATA,
@@ -39,7 +43,7 @@ impl VolumeFs {
 
     pub fn listxattr(&self, id: NodeId, size: u32) -> Result<Xattr> {
         let inode = self.inode(id)?;
-        let Some(path) = self.xattr_path(&inode) else {
+        let Some((_fd, path)) = self.xattr_path(&inode)? else {
             return Ok(if size == 0 {
                 Xattr::Size(0)
             } else {
@@ -64,8 +68,8 @@ impl VolumeFs {
             return Err(FsError::Unsupported("POSIX ACLs"));
         }
         let inode = self.inode(id)?;
-        let path = self
-            .xattr_path(&inode)
+        let (_fd, path) = self
+            .xattr_path(&inode)?
             .ok_or(FsError::NotPermitted("xattrs on symlinks"))?;
         let n = sys::cstring(name).op("setxattr")?;
         Ok(sys::setxattr(&path, &n, value, flags).op("setxattr")?)
@@ -74,8 +78,8 @@ impl VolumeFs {
     pub fn removexattr(&self, id: NodeId, name: &OsStr) -> Result<()> {
         self.writable()?;
         let inode = self.inode(id)?;
-        let path = self
-            .xattr_path(&inode)
+        let (_fd, path) = self
+            .xattr_path(&inode)?
             .ok_or(FsError::NotPermitted("xattrs on symlinks"))?;
         let n = sys::cstring(name).op("removexattr")?;
         Ok(sys::removexattr(&path, &n).op("removexattr")?)
