@@ -51,8 +51,12 @@ use support::fixtures::{self, AgentProcess, ControllerProcess, TEST_LABEL, event
 use support::invariants::{MountPoller, SingleNodeWatch};
 use tessera::api::{MountPhase, MountPod, Volume, VolumeAttachment};
 
-/// Bound of every set-up and clean-up wait.
+/// Bound of every set-up wait.
 const WAIT: Duration = Duration::from_secs(60);
+/// Bound of each clean-up wait of the storm (50 unmounts, then 50 data removals on one
+/// node): 11-29 s measured at a load average of 8-15. A bound, not a figure checked:
+/// what is checked is that everything goes.
+const CLEAN_UP: Duration = Duration::from_secs(120);
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -196,12 +200,13 @@ fn start_controller(id: &str, args: &[String]) -> ControllerProcess {
 const MOVES: usize = 10;
 const ATTACH_BEFORE: usize = 20;
 const ATTACH_DURING: usize = 20;
-/// From the kill to every ticket satisfied. Measured 4.5–6.2 s with the 2 cores at a
-/// load average of 9–12 (the Lease duration, 3 s, plus mounting); 5× that leaves room
-/// for a worse moment. It catches a new leader that waits for a watch timeout, a
-/// periodic resync or a backoff grown to tens of seconds (item 7 of the issue was
-/// 28–36 s), not a slowdown of less than 5×.
-const CONVERGE: Duration = Duration::from_secs(30);
+/// From the kill to every ticket satisfied. Measured 4.5-8.8 s with the 2 cores at a
+/// load average of 8-15 (the Lease duration, 3 s, plus mounting), 16 s with two more
+/// busy loops and an fsync-ing disk writer of the test's own on top. The bound is
+/// about 3× that worst figure. It catches a new leader that never converges or waits
+/// for a watch timeout, a resync or a backoff grown to a minute, not a slowdown of a
+/// few times (the API-server-restart case has its 5 s bound in controller_faults.rs).
+const CONVERGE: Duration = Duration::from_secs(45);
 
 #[tokio::test]
 async fn controller_kill_during_an_attach_storm_with_moves() {
@@ -370,14 +375,14 @@ async fn storm(kill_agent: bool) {
         })
         .await;
     eventually(
-        WAIT,
+        CLEAN_UP,
         "every MountPod gone after the tickets' removal",
         || async { rig.mountpods().await.is_empty().then_some(()) },
     )
     .await;
     fixtures::delete_volumes(&client, &vols).await;
     eventually(
-        WAIT,
+        CLEAN_UP,
         "every Volume, VolumeAttachment and MountPod gone",
         || async {
             let vols = Api::<Volume>::all(client.clone())
@@ -550,11 +555,11 @@ const AGENT_KILLS: usize = 3;
 const AGENT_DOWN: Duration = Duration::from_secs(2);
 const BETWEEN: Duration = Duration::from_secs(2);
 /// The longest a single write + fsync may take. The FUSE daemon does not depend on the
-/// agent, so a kill costs nothing; what remains is the disk under a loaded machine
-/// (fsync of ext4 behind other builds: up to a second or two seen). A write that
-/// waited for the agent's restart (the down time plus the restart, about 3 s quiet)
-/// is also caught by the writes counted while the agent is down.
-const STALL: Duration = Duration::from_secs(10);
+/// agent, so a kill costs nothing; what remains is the disk: 18-141 ms measured at a
+/// load average of 8-15, 221 ms with the test's own fsync-ing disk writer on top. The
+/// bound leaves fsync room for a disk busy with other builds; writes that waited for
+/// the agent are caught by the writes counted while it is down (0 would fail).
+const STALL: Duration = Duration::from_secs(5);
 
 #[tokio::test]
 async fn node_agent_kill_under_live_io() {
