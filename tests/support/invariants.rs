@@ -46,6 +46,8 @@ pub struct Seen {
     pub max_satisfied_nodes: usize,
     /// Tickets that went from satisfied to unsatisfied (same generation, still in spec).
     pub flips: Vec<String>,
+    /// The (volume, ticket) pairs satisfied at the latest revision.
+    pub satisfied: BTreeSet<(String, String)>,
     /// States that broke the single-node rule, in words (the first 20).
     pub violations: Vec<String>,
     /// Watch restarts after the first list (each hides the revisions in between).
@@ -292,6 +294,7 @@ async fn watch_attachments(
                 satisfied.insert((name.clone(), id), generation);
             }
         }
+        s.satisfied = satisfied.keys().cloned().collect();
         if replay.lists == 1 && !announced {
             announced = true;
             synced.fetch_add(1, Ordering::SeqCst);
