@@ -8,9 +8,8 @@
 //! 1. **Controller `kill -9` during an attach storm with moves**: 10 volumes attached
 //!    on one node are moved to the other (ticket removed, ticket on the other node
 //!    added, as the external-attacher does) while 20 more are attached; the controller
-//!    is killed while these tickets are still being written, once it has satisfied
-//!    some, 20 more attaches arrive while no controller runs, and a new replica takes
-//!    the leader Lease over (3 s). Every ticket must be satisfied on its node within
+//!    is killed as soon as the first of these is satisfied, 20 more attaches arrive
+//!    while no controller runs, and a new replica takes the leader Lease over (3 s). Every ticket must be satisfied on its node within
 //!    a bound (the convergence time is printed).
 //!    Throughout, [`SingleNodeWatch`] replays every revision of the MountPods and
 //!    VolumeAttachments: never two MountPods of a volume at once, never tickets
