@@ -199,7 +199,7 @@ fn start_controller(id: &str, args: &[String]) -> ControllerProcess {
 const MOVES: usize = 10;
 const ATTACH_BEFORE: usize = 20;
 const ATTACH_DURING: usize = 20;
-/// From the kill to every ticket satisfied. Measured 4.5-8.8 s with the 2 cores at a
+/// From the kill to every ticket satisfied. Measured 3.6-9.7 s with the 2 cores at a
 /// load average of 8-15 (the Lease duration, 3 s, plus mounting), 16 s with two more
 /// busy loops and an fsync-ing disk writer of the test's own on top. The bound is
 /// about 3× that worst figure. It catches a new leader that never converges or waits
@@ -560,7 +560,7 @@ const AGENT_KILLS: usize = 3;
 const AGENT_DOWN: Duration = Duration::from_secs(2);
 const BETWEEN: Duration = Duration::from_secs(2);
 /// The longest a single write + fsync may take. The FUSE daemon does not depend on the
-/// agent, so a kill costs nothing; what remains is the disk: 18-141 ms measured at a
+/// agent, so a kill costs nothing; what remains is the disk: 17-141 ms measured at a
 /// load average of 8-15, 221 ms with the test's own fsync-ing disk writer on top. The
 /// bound leaves fsync room for a disk busy with other builds; writes that waited for
 /// the agent are caught by the writes counted while it is down (0 would fail).
