@@ -12,14 +12,17 @@
 //! A probe is a `stat` and a `statfs` of the mount point. Against a hung FUSE daemon
 //! both block in the kernel for as long as the daemon does not answer, so the probe
 //! runs on a thread of its own and the caller waits at most the given timeout. While
-//! a probe of a path is still stuck, a new probe of the same path does not start
-//! another thread: it reports [`Probe::TimedOut`] at once, so a hung mount costs one
-//! thread, not one per health check.
+//! a probe of a path is under way, a new probe of the same path starts no thread: it
+//! shares the result of the one under way (the agent's health loop and a reconcile
+//! probe the same mount at once, and a busy daemon is not a hung one), or, once that
+//! one has been stuck longer than the new caller's timeout, reports
+//! [`Probe::TimedOut`] at once, so a hung mount costs one thread, not one per health
+//! check.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::mount::{MntFlags, MsFlags};
@@ -188,8 +191,37 @@ pub trait Mounts: Send + Sync {
 /// The real mount table and syscalls of this host (mount namespace).
 #[derive(Default)]
 pub struct HostMounts {
-    /// Paths whose probe thread has not come back yet.
-    stuck: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Probes whose thread has not come back yet, by path.
+    probes: Arc<Mutex<HashMap<PathBuf, Arc<InFlight>>>>,
+}
+
+/// A probe under way: when it started, and its result once its thread comes back.
+struct InFlight {
+    started: Instant,
+    result: Mutex<Option<Probe>>,
+    done: Condvar,
+}
+
+impl InFlight {
+    fn new(started: Instant) -> Self {
+        InFlight {
+            started,
+            result: Mutex::new(None),
+            done: Condvar::new(),
+        }
+    }
+
+    /// Its result, waiting until `timeout` after it started; TimedOut if it has none
+    /// by then.
+    fn wait(&self, timeout: Duration) -> Probe {
+        let left = timeout.saturating_sub(self.started.elapsed());
+        let result = self.result.lock().unwrap_or_else(|e| e.into_inner());
+        let (result, _) = self
+            .done
+            .wait_timeout_while(result, left, |r| r.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        result.unwrap_or(Probe::TimedOut)
+    }
 }
 
 impl HostMounts {
@@ -296,33 +328,34 @@ impl Mounts for HostMounts {
     }
 
     fn probe(&self, path: &Path, timeout: Duration) -> Probe {
-        {
-            let mut stuck = self.stuck.lock().unwrap_or_else(|e| e.into_inner());
-            if !stuck.insert(path.to_path_buf()) {
-                return Probe::TimedOut;
+        let flight = {
+            let mut probes = self.probes.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(under_way) = probes.get(path) {
+                under_way.clone()
+            } else {
+                let flight = Arc::new(InFlight::new(Instant::now()));
+                probes.insert(path.to_path_buf(), flight.clone());
+                let (table, mine, owned) =
+                    (self.probes.clone(), flight.clone(), path.to_path_buf());
+                let spawned = std::thread::Builder::new()
+                    .name("mount-probe".into())
+                    .spawn(move || {
+                        let result = probe_blocking(&owned);
+                        table
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .remove(&owned);
+                        *mine.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(result);
+                        mine.done.notify_all();
+                    });
+                if spawned.is_err() {
+                    probes.remove(path);
+                    return Probe::TimedOut;
+                }
+                flight
             }
-        }
-        let (tx, rx) = std::sync::mpsc::channel();
-        let stuck = self.stuck.clone();
-        let owned = path.to_path_buf();
-        let spawned = std::thread::Builder::new()
-            .name("mount-probe".into())
-            .spawn(move || {
-                let result = probe_blocking(&owned);
-                stuck
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&owned);
-                let _ = tx.send(result);
-            });
-        if spawned.is_err() {
-            self.stuck
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(path);
-            return Probe::TimedOut;
-        }
-        rx.recv_timeout(timeout).unwrap_or(Probe::TimedOut)
+        };
+        flight.wait(timeout)
     }
 }
 
@@ -437,6 +470,49 @@ garbage
     fn reads_this_process_table() {
         let t = HostMounts::new().table().unwrap();
         assert!(t.iter().any(|m| m.mount_point == Path::new("/")));
+    }
+
+    /// Two callers probing one mount at once (the agent's health loop and a
+    /// reconcile) share the probe under way: neither reads the other's as a hung
+    /// mount (which made a restarted agent re-bind a pod's target under it, and
+    /// would replace a healthy daemon older than the start timeout).
+    #[test]
+    fn a_probe_under_way_is_shared_not_timed_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = HostMounts::new();
+        let flight = Arc::new(InFlight::new(Instant::now()));
+        m.probes
+            .lock()
+            .unwrap()
+            .insert(dir.path().to_path_buf(), flight.clone());
+        let answer = Probe::Answers { dev: 7, ino: 1 };
+        let answering = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            *flight.result.lock().unwrap() = Some(answer);
+            flight.done.notify_all();
+        });
+        let asked = Instant::now();
+        assert_eq!(m.probe(dir.path(), Duration::from_secs(5)), answer);
+        assert!(asked.elapsed() >= Duration::from_millis(150));
+        answering.join().unwrap();
+    }
+
+    /// A probe stuck for longer than the caller's timeout: TimedOut at once, and no
+    /// second thread.
+    #[test]
+    fn a_probe_stuck_longer_than_the_timeout_times_out_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = HostMounts::new();
+        let started = Instant::now().checked_sub(Duration::from_secs(3)).unwrap();
+        let flight = Arc::new(InFlight::new(started));
+        m.probes
+            .lock()
+            .unwrap()
+            .insert(dir.path().to_path_buf(), flight.clone());
+        let asked = Instant::now();
+        assert_eq!(m.probe(dir.path(), Duration::from_secs(2)), Probe::TimedOut);
+        assert!(asked.elapsed() < Duration::from_millis(500));
+        assert!(Arc::ptr_eq(&m.probes.lock().unwrap()[dir.path()], &flight));
     }
 
     #[test]
