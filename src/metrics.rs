@@ -3,7 +3,8 @@
 //!
 //! Each role has its own registry: [`Metrics::controller`] exports the reconcile,
 //! ticket, leader and state families, [`Metrics::agent`] only what the agent does
-//! (its API requests); both export `tessera_build_info`. Every family is described in
+//! (its API requests, and with [`Metrics::with_collector`] its mounts' FUSE counters,
+//! `node::mount_counters`); both export `tessera_build_info`. Every family is described in
 //! `docs/metrics.md`. Metric names carry the `tessera_` prefix. The endpoint speaks
 //! just enough HTTP/1.1 for Prometheus and kubelet probes; it is not a general web
 //! server.
@@ -313,6 +314,16 @@ impl Metrics {
                 result: if failed { "error" } else { "success" }.into(),
             })
             .inc();
+    }
+
+    /// Also export what `collector` encodes on each scrape (the agent's per-mount FUSE
+    /// counters).
+    pub fn with_collector(
+        mut self,
+        collector: Box<dyn prometheus_client::collector::Collector>,
+    ) -> Self {
+        self.registry.register_collector(collector);
+        self
     }
 
     /// Mark the process ready (`/readyz` answers 200).
