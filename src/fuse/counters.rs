@@ -73,11 +73,13 @@ pub enum Op {
     Fallocate,
     Lseek,
     CopyFileRange,
+    /// getlk, setlk (fcntl and flock locks).
+    Lock,
 }
 
 impl Op {
     /// Every kind, in slot order.
-    pub const ALL: [Op; 21] = [
+    pub const ALL: [Op; 22] = [
         Op::Lookup,
         Op::Forget,
         Op::Getattr,
@@ -99,6 +101,7 @@ impl Op {
         Op::Fallocate,
         Op::Lseek,
         Op::CopyFileRange,
+        Op::Lock,
     ];
 
     /// The label value.
@@ -125,6 +128,7 @@ impl Op {
             Op::Fallocate => "fallocate",
             Op::Lseek => "lseek",
             Op::CopyFileRange => "copy_file_range",
+            Op::Lock => "lock",
         }
     }
 }
