@@ -80,9 +80,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// the next agent adopts them.
 pub async fn node(args: crate::node::NodeArgs) -> Result<(), crate::node::Error> {
     let host = Arc::new(crate::node::host_for(&args)?);
-    let client = runtime::connect().await?;
-    let metrics =
-        runtime::start_metrics(args.metrics_addr, crate::metrics::Metrics::agent()).await?;
+    let metrics = crate::metrics::Metrics::agent().with_collector(Box::new(
+        crate::node::mount_counters::MountCounters::new(
+            host.state.mounts_dir(),
+            args.node_name.clone(),
+        ),
+    ));
+    let client = runtime::connect(&metrics.api_requests).await?;
+    let metrics = runtime::start_metrics(args.metrics_addr, metrics).await?;
     let shutdown = Shutdown::listen()?;
     if let Some(endpoint) = &args.csi_endpoint {
         let service = crate::csi::node::NodeService::new(

@@ -3,7 +3,8 @@
 //!
 //! Each role has its own registry: [`Metrics::controller`] exports the reconcile,
 //! ticket, leader and state families, [`Metrics::agent`] only what the agent does
-//! (its API requests); both export `tessera_build_info`. Every family is described in
+//! (its API requests, and with [`Metrics::with_collector`] its mounts' FUSE counters,
+//! `node::mount_counters`); both export `tessera_build_info`. Every family is described in
 //! `docs/metrics.md`. Metric names carry the `tessera_` prefix. The endpoint speaks
 //! just enough HTTP/1.1 for Prometheus and kubelet probes; it is not a general web
 //! server.
@@ -29,14 +30,25 @@ pub struct ControllerLabels {
     pub controller: String,
 }
 
-/// Labels of an API request: a write, or a read outside the watches.
+/// Labels of one HTTP request to the API server (see `runtime::requests`, which
+/// classifies the path): never an object's name or namespace.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
-    /// The kind written or read.
-    pub kind: String,
-    /// Writes: `create`, `apply`, `patch`, `status`, `delete`; reads: `get`, `list`.
+pub struct ApiRequestLabels {
+    /// The HTTP method: `GET`, `POST`, `PUT`, `PATCH`, `DELETE`.
     pub verb: String,
+    /// The API group (`tessera.io`, `storage.k8s.io`; empty for the core group).
+    pub group: String,
+    /// The resource (plural: `volumes`, `mountpods`); `discovery`, `version` or
+    /// `other` for a request outside the resource paths.
+    pub resource: String,
+    /// The subresource (`status`, …), empty for none.
+    pub subresource: String,
+    /// The response's status code (`200`, `404`), or `error` when no response came.
+    pub code: String,
 }
+
+/// Every request the API client sends, by [`ApiRequestLabels`].
+pub type ApiRequests = Family<ApiRequestLabels, Counter>;
 
 /// Labels of a reconcile result.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -107,10 +119,8 @@ pub struct Metrics {
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     /// Reconcile duration in seconds, per controller.
     pub reconcile_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
-    /// Writes sent to the API server, per kind and verb.
-    pub api_writes: Family<RequestLabels, Counter>,
-    /// Reads sent to the API server outside the watches (re-checks), per kind and verb.
-    pub api_reads: Family<RequestLabels, Counter>,
+    /// Requests the API client sent, by verb, resource and response code.
+    pub api_requests: ApiRequests,
     /// Seconds from a ticket's first sighting to its first satisfied status.
     pub ticket_satisfied_seconds: Histogram,
     /// Tickets removed by the reaper.
@@ -149,8 +159,7 @@ impl Metrics {
         let reconcile_duration = Family::<ControllerLabels, Histogram>::new_with_constructor(
             (|| Histogram::new(exponential_buckets(0.001, 2.0, 14))) as fn() -> Histogram,
         );
-        let api_writes = Family::<RequestLabels, Counter>::default();
-        let api_reads = Family::<RequestLabels, Counter>::default();
+        let api_requests = ApiRequests::default();
         let ticket_satisfied_seconds = Histogram::new(exponential_buckets(0.01, 2.0, 14));
         let tickets_reaped = Counter::default();
         let reconcile_results = Family::<ResultLabels, Counter>::default();
@@ -170,14 +179,9 @@ impl Metrics {
             build_info,
         );
         registry.register(
-            "api_writes",
-            "Writes sent to the API server",
-            api_writes.clone(),
-        );
-        registry.register(
-            "api_reads",
-            "Reads sent to the API server outside the watches",
-            api_reads.clone(),
+            "api_requests",
+            "Requests sent to the API server, by HTTP verb, resource and response code",
+            api_requests.clone(),
         );
         if role == Role::Controller {
             Self::register_controller(
@@ -224,8 +228,7 @@ impl Metrics {
             reconciles,
             reconcile_errors,
             reconcile_duration,
-            api_writes,
-            api_reads,
+            api_requests,
             ticket_satisfied_seconds,
             tickets_reaped,
             ready: AtomicBool::new(false),
@@ -293,26 +296,6 @@ impl Metrics {
         }
     }
 
-    /// Count one API read made outside the watches.
-    pub fn read(&self, kind: &str, verb: &str) {
-        self.api_reads
-            .get_or_create(&RequestLabels {
-                kind: kind.into(),
-                verb: verb.into(),
-            })
-            .inc();
-    }
-
-    /// Count one API write.
-    pub fn write(&self, kind: &str, verb: &str) {
-        self.api_writes
-            .get_or_create(&RequestLabels {
-                kind: kind.into(),
-                verb: verb.into(),
-            })
-            .inc();
-    }
-
     /// Record one reconcile of `controller` that took `elapsed` and failed or not.
     pub fn reconciled(&self, controller: &str, elapsed: Duration, failed: bool) {
         let labels = ControllerLabels {
@@ -331,6 +314,16 @@ impl Metrics {
                 result: if failed { "error" } else { "success" }.into(),
             })
             .inc();
+    }
+
+    /// Also export what `collector` encodes on each scrape (the agent's per-mount FUSE
+    /// counters).
+    pub fn with_collector(
+        mut self,
+        collector: Box<dyn prometheus_client::collector::Collector>,
+    ) -> Self {
+        self.registry.register_collector(collector);
+        self
     }
 
     /// Mark the process ready (`/readyz` answers 200).
@@ -402,8 +395,15 @@ mod tests {
 
     /// The family names in an encoded registry, after every family got a sample.
     fn families(m: &Metrics) -> Vec<String> {
-        m.write("MountPod", "status");
-        m.read("MountPod", "get");
+        m.api_requests
+            .get_or_create(&ApiRequestLabels {
+                verb: "PATCH".into(),
+                group: "tessera.io".into(),
+                resource: "mountpods".into(),
+                subresource: "status".into(),
+                code: "200".into(),
+            })
+            .inc();
         m.reconciled("attachment", Duration::from_millis(1), false);
         m.ticket_satisfied_seconds.observe(0.1);
         m.tickets_reaped.inc();
@@ -424,11 +424,7 @@ mod tests {
     fn the_agent_exports_no_controller_family() {
         let controller = families(&Metrics::controller());
         let agent = families(&Metrics::agent());
-        for f in [
-            "tessera_build_info",
-            "tessera_api_writes",
-            "tessera_api_reads",
-        ] {
+        for f in ["tessera_build_info", "tessera_api_requests"] {
             assert!(agent.contains(&f.to_string()), "{f} in {agent:?}");
             assert!(controller.contains(&f.to_string()), "{f} in {controller:?}");
         }

@@ -368,3 +368,79 @@ async fn config_renders_with_kustomize_and_passes_server_side_dry_run() {
         .unwrap_or_else(|e| panic!("config/: {name} rejected: {e}"));
     }
 }
+
+/// `tessera_api_requests_total` as a role's client counts it (the client of
+/// `tessera::runtime::connect`, built here on the test's kubeconfig): HTTP verb,
+/// group, resource, subresource and response code, never the object's name.
+#[tokio::test]
+async fn the_api_client_counts_requests_by_verb_resource_and_code() {
+    use kube::api::{ListParams, WatchParams};
+    use tessera::metrics::{ApiRequestLabels, ApiRequests};
+
+    setup().await;
+    let requests = ApiRequests::default();
+    let client = tessera::runtime::counted_client(support::config().await, &requests).unwrap();
+    let name = support::unique_name("counted");
+    let volumes: Api<Volume> = Api::all(client.clone());
+    let manifest = volume_manifest(&name, "1Gi", "ReadWriteOnce");
+    volumes
+        .create(&PostParams::default(), &manifest)
+        .await
+        .unwrap();
+    volumes.get(&name).await.unwrap();
+    assert!(
+        volumes
+            .get_opt(&format!("{name}-none"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let again = volumes.create(&PostParams::default(), &manifest).await;
+    assert!(
+        matches!(again, Err(kube::Error::Api(ref s)) if s.code == 409),
+        "{again:?}"
+    );
+    volumes
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"state": "Detached"}})),
+        )
+        .await
+        .unwrap();
+    volumes.list(&ListParams::default().limit(1)).await.unwrap();
+    // A watch: one GET, counted when its response starts.
+    let stream = volumes.watch(&WatchParams::default().timeout(1), "0").await;
+    drop(stream);
+    volumes
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+
+    let count = |verb: &str, subresource: &str, code: &str| {
+        requests
+            .get_or_create(&ApiRequestLabels {
+                verb: verb.into(),
+                group: "tessera.io".into(),
+                resource: "volumes".into(),
+                subresource: subresource.into(),
+                code: code.into(),
+            })
+            .get()
+    };
+    assert_eq!(count("POST", "", "201"), 1);
+    assert_eq!(count("POST", "", "409"), 1);
+    assert_eq!(count("GET", "", "404"), 1);
+    // get, list and the watch.
+    assert_eq!(count("GET", "", "200"), 3);
+    assert_eq!(count("PATCH", "status", "200"), 1);
+    assert_eq!(count("DELETE", "", "200"), 1);
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register("requests", "", requests.clone());
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        !text.contains(&name),
+        "an object name became a label: {text}"
+    );
+}

@@ -675,3 +675,86 @@ async fn volume_deleted_while_attached_loses_its_data_once_detached() {
 
     e.cleanup_waiting(&[]).await;
 }
+
+/// The value of the sample `family{volume="<volume>",node="<node>"<extra>}` in a
+/// metrics text, 0 if absent.
+fn mount_sample(text: &str, family: &str, volume: &str, node: &str, extra: &str) -> f64 {
+    let head = format!("{family}{{volume=\"{volume}\",node=\"{node}\"{extra}}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&head)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Per-mount FUSE counters: I/O through a mount served by an agent's daemon shows in
+/// the agent's /metrics (operations, bytes, errors, quota), rising with more I/O, and
+/// an agent restarted over the running daemon (adopting it) shows them on.
+#[tokio::test]
+async fn the_agent_exports_each_mounts_fuse_counters() {
+    let e = env("nfusec", 1).await;
+    let mut agent = AgentProcess::start(&e.id, &e.nodes[0]);
+    let node = e.nodes[0].clone();
+    let vol = e.volume_at("v", false).await;
+    e.attach(&vol, "manual-a", "manual", &node).await;
+    e.ready_mountpod(&vol, &node, "Ready", |_| true).await;
+    let mountpoint = agent.mountpoint(&vol);
+    let sample =
+        |text: &str, family: &str, extra: &str| mount_sample(text, family, &vol, &node, extra);
+
+    std::fs::write(mountpoint.join("a"), vec![7u8; 1 << 20]).unwrap();
+    let first = agent.metrics().unwrap_or_default();
+    let writes1 = sample(&first, "tessera_fuse_operations_total", ",op=\"write\"");
+    let written1 = sample(&first, "tessera_fuse_written_bytes_total", "");
+    assert!(writes1 >= 1.0, "write operations counted: {first}");
+    assert!(
+        written1 >= (1 << 20) as f64,
+        "bytes written counted: {first}"
+    );
+    assert!(sample(&first, "tessera_fuse_operations_total", ",op=\"create\"") >= 1.0);
+
+    // More I/O: the counters rise; an error the kernel cannot answer by itself (a
+    // directory not empty) is counted by its errno.
+    std::fs::create_dir(mountpoint.join("d")).unwrap();
+    std::fs::write(mountpoint.join("d/f"), b"x").unwrap();
+    let busy = std::fs::remove_dir(mountpoint.join("d")).unwrap_err();
+    assert_eq!(busy.raw_os_error(), Some(libc::ENOTEMPTY));
+    std::fs::write(mountpoint.join("b"), vec![1u8; 4096]).unwrap();
+    let second = agent.metrics().unwrap_or_default();
+    assert!(sample(&second, "tessera_fuse_operations_total", ",op=\"write\"") > writes1);
+    assert!(sample(&second, "tessera_fuse_written_bytes_total", "") >= written1 + 4097.0);
+    assert!(
+        sample(&second, "tessera_fuse_errors_total", ",errno=\"ENOTEMPTY\"") >= 1.0,
+        "{second}"
+    );
+    // The quota gauges are refreshed every second.
+    eventually(Duration::from_secs(10), "quota gauges", || async {
+        let text = agent.metrics().unwrap_or_default();
+        let used = sample(&text, "tessera_fuse_quota_used_bytes", "");
+        let limit = sample(&text, "tessera_fuse_quota_limit_bytes", "");
+        (used >= (1 << 20) as f64 && limit == (1u64 << 30) as f64).then_some(())
+    })
+    .await;
+
+    // A restarted agent adopts the daemon and reads its counters on.
+    agent.restart();
+    eventually(WAIT, "restarted agent ready", || async {
+        agent.ready().then_some(())
+    })
+    .await;
+    let after = agent.metrics().unwrap_or_default();
+    assert!(
+        sample(&after, "tessera_fuse_written_bytes_total", "") >= written1 + 4097.0,
+        "{after}"
+    );
+
+    e.detach(&vol, "manual-a", &node).await;
+    eventually(
+        Duration::from_secs(10),
+        "counters gone with the mount",
+        || async {
+            let text = agent.metrics().unwrap_or_default();
+            (!text.contains(&format!("volume=\"{vol}\""))).then_some(())
+        },
+    )
+    .await;
+    e.cleanup_waiting(&[vol]).await;
+}

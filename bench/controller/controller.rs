@@ -108,27 +108,18 @@ async fn watch_satisfied(
     satisfied_at
 }
 
-/// `tessera_api_writes_total` and `tessera_api_reads_total` by kind and verb, from
-/// the metrics text.
+/// The controller's API requests (`tessera_api_requests_total`) by verb, resource and
+/// subresource, from the metrics text.
 fn requests_by_kind(metrics: &str) -> BTreeMap<String, f64> {
-    metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("tessera_api_writes_total{") || l.starts_with("tessera_api_reads_total{")
-        })
-        .filter_map(|l| {
-            let (labels, value) = l.rsplit_once(' ')?;
-            let field = |k: &str| {
-                let start = labels.find(&format!("{k}=\""))? + k.len() + 2;
-                let end = labels[start..].find('"')? + start;
-                Some(labels[start..end].to_string())
-            };
-            Some((
-                format!("{} {}", field("kind")?, field("verb")?),
-                value.parse().ok()?,
-            ))
-        })
-        .collect()
+    let mut by = BTreeMap::new();
+    for (l, v) in support::api_requests(metrics) {
+        let resource = match l["subresource"].as_str() {
+            "" => l["resource"].clone(),
+            sub => format!("{}/{sub}", l["resource"]),
+        };
+        *by.entry(format!("{} {resource}", l["verb"])).or_insert(0.0) += v;
+    }
+    by
 }
 
 #[tokio::main]
@@ -211,8 +202,7 @@ async fn main() {
 
     let reconciles0 = ctrl.metric_sum("tessera_reconciles_total");
     let requests_by_kind0 = requests_by_kind(&ctrl.metrics().unwrap_or_default());
-    let requests0 =
-        ctrl.metric_sum("tessera_api_writes_total") + ctrl.metric_sum("tessera_api_reads_total");
+    let requests0 = ctrl.metric_sum("tessera_api_requests_total");
     let cpu0 = cpu_seconds(ctrl.child.id());
     let t0 = Instant::now();
     let watch_task = tokio::spawn(watch_satisfied(vas.clone(), id.clone(), n, t0));
@@ -232,9 +222,7 @@ async fn main() {
     let satisfied_at = watch_task.await.expect("watch task");
     let total = t0.elapsed();
     let reconciles = ctrl.metric_sum("tessera_reconciles_total") - reconciles0;
-    let requests = ctrl.metric_sum("tessera_api_writes_total")
-        + ctrl.metric_sum("tessera_api_reads_total")
-        - requests0;
+    let requests = ctrl.metric_sum("tessera_api_requests_total") - requests0;
     let requests_by_kind1 = requests_by_kind(&ctrl.metrics().unwrap_or_default());
     let cpu1 = cpu_seconds(ctrl.child.id());
     let rss_mib = support::proc_status_kib(ctrl.child.id(), "VmHWM") as f64 / 1024.0;
@@ -270,14 +258,14 @@ async fn main() {
         reconciles
     );
     println!(
-        "  API requests per reconcile (writes+reads)  {:>8.2}",
+        "  API requests per reconcile (all, watches too) {:>6.2}",
         requests / reconciles.max(1.0)
     );
     println!(
         "  controller peak resident memory            {:>8.1} MiB (goal < 150 MB)",
         rss_mib
     );
-    println!("  controller requests per volume, by kind and verb");
+    println!("  controller requests per volume, by verb and resource");
     let mut per_volume = BTreeMap::new();
     for (k, v) in &requests_by_kind1 {
         let d = v - requests_by_kind0.get(k).copied().unwrap_or(0.0);

@@ -142,6 +142,11 @@ fi
 mkdir -p "$BASE/native" "$BASE/tessera-src" "$W/tessera" "$BASE/bindfs-src" "$W/bindfs" "$W/nullfs"
 cc -O2 -o "$W/metabench" "$HERE/metabench.c"
 
+# As the node agent runs it: counting into a mapped counters file (fuse::counters;
+# builds before the flag count nothing).
+if "$TESSERA_BIN" mount --help 2>/dev/null | grep -q -- --counters-file; then
+    TESSERA_ARGS="--counters-file $W/tessera.counters ${TESSERA_ARGS:-}"
+fi
 # shellcheck disable=SC2086 # TESSERA_ARGS is a list of words
 "$TESSERA_BIN" mount --source "$BASE/tessera-src" --mountpoint "$W/tessera" \
     --capacity-bytes $((1 << 40)) ${TESSERA_ARGS:-} 2>"$W/tessera.log" &

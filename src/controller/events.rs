@@ -119,9 +119,6 @@ fn publish_on(
         action: action.chars().take(128).collect(),
         secondary: related,
     };
-    for _ in &targets {
-        ctx.metrics.write("Event", "create");
-    }
     // Off the reconcile's path: an Event is news, not state, and must not delay the
     // status writes that the CSI driver (and so the attach) waits for.
     let recorder = ctx.recorder.clone();

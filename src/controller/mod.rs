@@ -62,9 +62,9 @@ pub const ANNOTATION_RECLAIM: &str = "tessera.io/reclaim-policy";
 /// Run the controller role until a signal: lead (or wait to), step down when the lease
 /// is lost, and release the lease on a graceful stop.
 pub async fn run(args: ControllerArgs) -> Result<(), Error> {
-    let client = runtime::connect().await?;
-    let metrics =
-        runtime::start_metrics(args.metrics_addr, crate::metrics::Metrics::controller()).await?;
+    let metrics = crate::metrics::Metrics::controller();
+    let client = runtime::connect(&metrics.api_requests).await?;
+    let metrics = runtime::start_metrics(args.metrics_addr, metrics).await?;
     let shutdown = runtime::Shutdown::listen()?;
     let allowed_roots =
         crate::host::roots::AllowedRoots::from_args(&args.roots).map_err(Error::AllowedRoots)?;

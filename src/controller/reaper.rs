@@ -122,7 +122,6 @@ pub fn reap_reason(
 }
 
 async fn reap_once(ctx: &Context) -> Result<(), Error> {
-    ctx.metrics.read("VolumeAttachment.storage.k8s.io", "list");
     let storage: BTreeSet<String> = Api::<StorageVolumeAttachment>::all(ctx.client.clone())
         .list_metadata(&ListParams::default())
         .await
@@ -173,7 +172,6 @@ async fn remove_ticket(
         Err(kube::Error::Api(s)) if s.code == 422 || s.code == 404 => return Ok(()),
         Err(e) => Err(e).context(|| format!("removing ticket {} from {name}", ticket.id))?,
     }
-    ctx.metrics.write("VolumeAttachment", "patch");
     ctx.metrics.tickets_reaped.inc();
     let note = format!(
         "removed ticket {} ({}, node {}): {why}",

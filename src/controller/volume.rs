@@ -87,7 +87,6 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
                     .patch(&name, &merge_params(), &Patch::<()>::Json(patch))
                     .await
                     .context(|| format!("adding the finalizer to {name}"))?;
-                ctx.metrics.write("Volume", "patch");
                 ctx.written_volumes
                     .record(&name, &name, volume.resource_version(), Some(Arc::new(written)));
                 return Ok(Action::await_change());
@@ -117,7 +116,6 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => Err(e).context(|| format!("removing the finalizer of {name}"))?,
                 }
-                ctx.metrics.write("Volume", "patch");
                 Ok(Action::await_change())
             }
         }
@@ -194,7 +192,6 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
         )
         .await
         .context(|| format!("applying VolumeAttachment {name}"))?;
-    ctx.metrics.write("VolumeAttachment", "apply");
     ctx.written_attachments.record(
         &name,
         &name,
@@ -216,8 +213,6 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
 /// stand for into its (recreated) VolumeAttachment, with a Warning.
 async fn rebuild_csi_tickets(volume: &Volume, ctx: &Context) -> Result<(), Error> {
     let name = volume.name_any();
-    ctx.metrics.read("VolumeAttachment.storage.k8s.io", "list");
-    ctx.metrics.read("PersistentVolume", "list");
     let (storage, pvs) = futures::future::try_join(
         async {
             Api::<StorageVolumeAttachment>::all(ctx.client.clone())
@@ -252,7 +247,6 @@ async fn rebuild_csi_tickets(volume: &Volume, ctx: &Context) -> Result<(), Error
             )
             .await
             .context(|| format!("rebuilding the CSI tickets of {name}"))?;
-        ctx.metrics.write("VolumeAttachment", "patch");
     }
     let ids: Vec<&str> = tickets.iter().map(|t| t.id.as_str()).collect();
     warn!(volume = %name, tickets = %ids.join(", "), "VolumeAttachment was deleted; recreated");
@@ -304,7 +298,6 @@ async fn refuse_backend_root(
         .patch_status(&name, &merge_params(), &Patch::Merge(&patch))
         .await
         .context(|| format!("writing the status of {name}"))?;
-    ctx.metrics.write("Volume", "status");
     publish(
         ctx,
         volume,
@@ -370,7 +363,6 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {
             200,
         ))));
     }
-    ctx.metrics.read("VolumeAttachment", "get");
     let va = Api::<VolumeAttachment>::all(ctx.client.clone())
         .get_opt(&name)
         .await
@@ -421,7 +413,6 @@ async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {
         .patch(&name, &merge_params(), &Patch::Merge(&patch))
         .await
         .context(|| format!("adding the cleanup ticket to {name}"))?;
-    ctx.metrics.write("VolumeAttachment", "patch");
     publish(
         ctx,
         volume,
@@ -464,7 +455,6 @@ async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, 
         .as_ref()
         .and_then(|s| s.last_attached_node.as_ref())
     {
-        ctx.metrics.read("Node", "get");
         let exists = Api::<Node>::all(ctx.client.clone())
             .get_metadata_opt(node)
             .await
@@ -474,7 +464,6 @@ async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, 
             return Ok(Some(node.clone()));
         }
     }
-    ctx.metrics.read("CSINode", "list");
     let csinodes = Api::<CSINode>::all(ctx.client.clone())
         .list(&ListParams::default())
         .await

@@ -8,7 +8,9 @@
 //! a file uses, and the attribute/entry cache lifetimes. Locks: [`locks`].
 //!
 //! Every failure from the core reaches the kernel through [`errno`], using
-//! [`super::fs::FsError::errno`], the single errno mapping.
+//! [`super::fs::FsError::errno`], the single errno mapping. Every request is counted
+//! by kind on entry, every error in [`errno`], and the bytes read and written on
+//! success ([`super::counters`]: one relaxed atomic add each).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -25,6 +27,7 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, RequestId, TimeOrNow, WriteFlags,
 };
 
+use super::counters::{self, Op, Slot};
 use super::fs::{
     Attr, Caller, FileKind, FsError, IoMode, LockSpec, Opened, SetAttr, SetTime, VolumeFs, Waiters,
     Xattr,
@@ -82,7 +85,9 @@ pub struct Adapter {
     notifier: Arc<OnceLock<Notifier>>,
 }
 
+/// The errno replied for `e` (and counted: every error from the core passes here).
 fn errno(e: &FsError) -> Errno {
+    counters::table().error(e.errno());
     Errno::from_i32(e.errno())
 }
 
@@ -284,6 +289,7 @@ impl Filesystem for Adapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        counters::op(Op::Lookup);
         match self.fs.lookup(parent.0, name) {
             // A negative entry: node id 0, cached for `negative_ttl`.
             Err(e) if e.errno() == libc::ENOENT && !self.options.negative_ttl.is_zero() => {
@@ -298,10 +304,12 @@ impl Filesystem for Adapter {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        counters::op(Op::Forget);
         self.fs.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        counters::op(Op::Getattr);
         match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
             Ok(a) => reply.attr(&self.options.ttl, &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -326,6 +334,7 @@ impl Filesystem for Adapter {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        counters::op(Op::Setattr);
         let set = SetAttr {
             mode,
             uid,
@@ -346,6 +355,7 @@ impl Filesystem for Adapter {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        counters::op(Op::Readlink);
         match self.fs.readlink(ino.0) {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(errno(&e)),
@@ -362,6 +372,7 @@ impl Filesystem for Adapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        counters::op(Op::Create);
         self.entry(
             reply,
             self.fs.mknod(caller(req), parent.0, name, mode, rdev),
@@ -377,14 +388,17 @@ impl Filesystem for Adapter {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        counters::op(Op::Create);
         self.entry(reply, self.fs.mkdir(caller(req), parent.0, name, mode));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        counters::op(Op::Remove);
         Self::empty(reply, self.fs.unlink(parent.0, name));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        counters::op(Op::Remove);
         Self::empty(reply, self.fs.rmdir(parent.0, name));
     }
 
@@ -396,6 +410,7 @@ impl Filesystem for Adapter {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        counters::op(Op::Create);
         self.entry(
             reply,
             self.fs.symlink(caller(req), parent.0, link_name, target),
@@ -412,6 +427,7 @@ impl Filesystem for Adapter {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        counters::op(Op::Rename);
         Self::empty(
             reply,
             self.fs
@@ -427,10 +443,12 @@ impl Filesystem for Adapter {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        counters::op(Op::Create);
         self.entry(reply, self.fs.link(ino.0, newparent.0, newname));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        counters::op(Op::Open);
         let opened = match self.fs.open(ino.0, flags.0) {
             Ok(o) => o,
             Err(e) => return reply.error(errno(&e)),
@@ -461,6 +479,7 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        counters::op(Op::Create);
         let (attr, opened) = match self.fs.create(caller(req), parent.0, name, mode, flags) {
             Ok(r) => r,
             Err(e) => return reply.error(errno(&e)),
@@ -506,12 +525,16 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        counters::op(Op::Read);
         READ_BUF.with_borrow_mut(|buf| {
             if buf.len() < size as usize {
                 buf.resize(size as usize, 0);
             }
             match self.fs.read(fh.0, offset, &mut buf[..size as usize]) {
-                Ok(n) => reply.data(&buf[..n]),
+                Ok(n) => {
+                    counters::table().bytes(Slot::ReadBytes, n as u64);
+                    reply.data(&buf[..n])
+                }
                 Err(e) => reply.error(errno(&e)),
             }
         });
@@ -529,9 +552,13 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        counters::op(Op::Write);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         match self.fs.write(fh.0, offset, data, kill) {
-            Ok(n) => reply.written(n as u32),
+            Ok(n) => {
+                counters::table().bytes(Slot::WrittenBytes, n as u64);
+                reply.written(n as u32)
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -544,6 +571,7 @@ impl Filesystem for Adapter {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        counters::op(Op::Flush);
         self.unlock_owner(fh.0, lock_owner.0);
         Self::empty(reply, self.fs.flush(fh.0));
     }
@@ -558,6 +586,7 @@ impl Filesystem for Adapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        counters::op(Op::Release);
         self.release_flock(fh.0, lock_owner.is_some());
         if let Ok(handle) = self.fs.handle(fh.0) {
             let mut b = self.backing.lock().unwrap_or_else(|p| p.into_inner());
@@ -580,10 +609,12 @@ impl Filesystem for Adapter {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        counters::op(Op::Fsync);
         Self::empty(reply, self.fs.fsync(fh.0, datasync));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        counters::op(Op::Open);
         match self.fs.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
@@ -598,6 +629,7 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        counters::op(Op::Readdir);
         let r = self.fs.readdir(fh.0, offset as i64, |e| {
             reply.add(INodeNo(e.ino), e.offset as u64, file_type(e.kind), e.name)
         });
@@ -615,6 +647,7 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        counters::op(Op::Readdir);
         let ttl = self.options.ttl;
         let r = self.fs.readdirplus(fh.0, offset as i64, |e, attr| {
             reply.add(
@@ -640,6 +673,7 @@ impl Filesystem for Adapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        counters::op(Op::Release);
         Self::empty(reply, self.fs.releasedir(fh.0));
     }
 
@@ -651,10 +685,12 @@ impl Filesystem for Adapter {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        counters::op(Op::Fsync);
         Self::empty(reply, self.fs.fsyncdir(fh.0, datasync));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        counters::op(Op::Statfs);
         match self.fs.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -673,10 +709,12 @@ impl Filesystem for Adapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        counters::op(Op::Xattr);
         Self::empty(reply, self.fs.setxattr(ino.0, name, value, flags));
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        counters::op(Op::Xattr);
         match self.fs.getxattr(ino.0, name, size) {
             Ok(Xattr::Size(n)) => reply.size(n),
             Ok(Xattr::Data(v)) => reply.data(&v),
@@ -685,6 +723,7 @@ impl Filesystem for Adapter {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        counters::op(Op::Xattr);
         match self.fs.listxattr(ino.0, size) {
             Ok(Xattr::Size(n)) => reply.size(n),
             Ok(Xattr::Data(v)) => reply.data(&v),
@@ -693,10 +732,12 @@ impl Filesystem for Adapter {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        counters::op(Op::Xattr);
         Self::empty(reply, self.fs.removexattr(ino.0, name));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        counters::op(Op::Access);
         Self::empty(reply, self.fs.access(caller(req), ino.0, mask.bits()));
     }
 
@@ -710,6 +751,7 @@ impl Filesystem for Adapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        counters::op(Op::Fallocate);
         Self::empty(reply, self.fs.fallocate(fh.0, offset, length, mode));
     }
 
@@ -722,6 +764,7 @@ impl Filesystem for Adapter {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        counters::op(Op::Lseek);
         match self.fs.lseek(fh.0, offset, whence) {
             Ok(off) => reply.offset(off),
             Err(e) => reply.error(errno(&e)),
@@ -740,6 +783,7 @@ impl Filesystem for Adapter {
         _pid: u32,
         reply: ReplyLock,
     ) {
+        counters::op(Op::Lock);
         self.serve_getlk(fh.0, lock_owner.0, LockSpec { typ, start, end }, reply);
     }
 
@@ -757,6 +801,7 @@ impl Filesystem for Adapter {
         lk_flags: u32,
         reply: ReplyEmpty,
     ) {
+        counters::op(Op::Lock);
         let spec = LockSpec { typ, start, end };
         let flock = lk_flags & fuser::consts::FUSE_LK_FLOCK != 0;
         let (fh, owner) = (fh.0, lock_owner.0);
@@ -791,12 +836,16 @@ impl Filesystem for Adapter {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        counters::op(Op::CopyFileRange);
         match self
             .fs
             // The reply carries a 32-bit count.
             .copy_file_range(fh_in.0, offset_in, fh_out.0, offset_out, len.min(1 << 30))
         {
-            Ok(n) => reply.written(n as u32),
+            Ok(n) => {
+                counters::table().bytes(Slot::WrittenBytes, n as u64);
+                reply.written(n as u32)
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }

@@ -15,7 +15,8 @@
 //! ```
 //!
 //! Modules: [`fs`] is the filesystem core (no FUSE types), [`adapter`] the thin
-//! `fuser::Filesystem` over it, [`quota`] the quota modes and the daemon's accounting,
+//! `fuser::Filesystem` over it, [`counters`] what the daemon counts for the node
+//! agent's metrics, [`quota`] the quota modes and the daemon's accounting,
 //! [`projquota`] the XFS project quota, [`sys`] the syscalls. This module owns the
 //! process: it chooses the quota mode, mounts, serves until unmounted, and handles
 //! signals.
@@ -44,6 +45,7 @@
 //! `suid`/`dev`.
 
 pub mod adapter;
+pub mod counters;
 pub mod fs;
 pub mod projquota;
 pub mod quota;
@@ -123,6 +125,11 @@ pub struct MountArgs {
     /// the daemon exits anyway; then they see ENOTCONN.
     #[arg(long, default_value_t = 2.0, value_parser = parse_grace)]
     pub stop_grace: f64,
+    /// A file to keep the mount's counters in (operations, errors, bytes, quota),
+    /// mapped into memory and read by the node agent for its metrics; kept across
+    /// daemon restarts (see `fuse::counters`).
+    #[arg(long)]
+    pub counters_file: Option<PathBuf>,
 }
 
 fn parse_grace(s: &str) -> Result<f64, String> {
@@ -450,6 +457,10 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         signals.add(s);
     }
     signals.thread_block().map_err(Error::Signals)?;
+    // After the mask: the counters' thread must not take the signals either.
+    if let Some(path) = &args.counters_file {
+        count_into(path, fs.clone());
+    }
 
     let mut session =
         fuser::Session::new(adapter, &args.mountpoint, &config).map_err(|source| Error::Mount {
@@ -508,6 +519,29 @@ fn backend_holds_locks(source: &Path, read_only: bool) -> bool {
             );
             false
         }
+    }
+}
+
+/// Count into the file at `path` (a daemon that cannot still serves, uncounted), and
+/// refresh the quota gauges there every second.
+fn count_into(path: &Path, fs: Arc<VolumeFs>) {
+    if let Err(e) = counters::install(path) {
+        tracing::warn!(path = %path.display(), error = %e, "no counters for the node agent");
+        return;
+    }
+    let refresh = move || {
+        loop {
+            if let Ok(u) = fs.usage() {
+                counters::table().set_quota(u.used, u.capacity);
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("counters".into())
+        .spawn(refresh)
+    {
+        tracing::warn!(error = %e, "no quota gauges for the node agent");
     }
 }
 

@@ -446,6 +446,7 @@ impl Host {
             mountpoint: want.mountpoint.clone(),
             capacity_bytes: want.capacity_bytes,
             capacity_file: self.state.capacity_file(&want.volume),
+            counters_file: self.state.counters_file(&want.volume),
             read_only: want.read_only,
             options: want.options.clone(),
         };

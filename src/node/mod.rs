@@ -20,6 +20,7 @@
 //! | [`agent`] | the watch, finalizer `tessera.io/mount`, status, Events, the health loop |
 //! | [`backoff`] | per-MountPod exponential backoff of failing mounts (no write storm) |
 //! | [`host`] | the work on this host: start, adopt, repair + re-bind, online resize, remount, teardown, data removal |
+//! | [`mount_counters`] | the per-mount FUSE metrics, read from the daemons' counters files on each scrape |
 //! | [`supervisor`] | daemon processes (spawn detached, liveness with pid-reuse check, signals, reaping) and the state directory |
 //!
 //! The mount table, the mount syscalls and path validation are [`crate::host`]'s,
@@ -42,6 +43,7 @@
 pub mod agent;
 pub mod backoff;
 pub mod host;
+pub mod mount_counters;
 pub mod supervisor;
 
 use std::net::SocketAddr;

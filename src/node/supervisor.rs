@@ -86,6 +86,8 @@ pub struct DaemonSpec {
     pub capacity_bytes: u64,
     /// The file the daemon re-reads the quota from on SIGHUP.
     pub capacity_file: PathBuf,
+    /// The file the daemon keeps its counters in, for the agent's metrics.
+    pub counters_file: PathBuf,
     /// Mount read-only.
     pub read_only: bool,
     /// Extra mount options.
@@ -216,7 +218,9 @@ impl Daemons for HostDaemons {
             .arg("--capacity-bytes")
             .arg(spec.capacity_bytes.to_string())
             .arg("--capacity-file")
-            .arg(&spec.capacity_file);
+            .arg(&spec.capacity_file)
+            .arg("--counters-file")
+            .arg(&spec.counters_file);
         if spec.read_only {
             cmd.arg("--read-only");
         }
@@ -393,6 +397,7 @@ impl Record {
 /// ```text
 ///  <state>/mounts/<volume>.json       Record
 ///  <state>/mounts/<volume>.capacity   quota in bytes, re-read by the daemon on SIGHUP
+///  <state>/mounts/<volume>.counters   the daemon's counters (fuse::counters), mapped
 ///  <state>/logs/<volume>.log          the daemon's stdout and stderr
 /// ```
 #[derive(Debug, Clone)]
@@ -418,6 +423,16 @@ impl StateDir {
 
     fn record_path(&self, volume: &str) -> PathBuf {
         self.root.join("mounts").join(format!("{volume}.json"))
+    }
+
+    /// The counters file of `volume`'s daemon.
+    pub fn counters_file(&self, volume: &str) -> PathBuf {
+        self.root.join("mounts").join(format!("{volume}.counters"))
+    }
+
+    /// The directory of the records and the capacity and counters files.
+    pub fn mounts_dir(&self) -> PathBuf {
+        self.root.join("mounts")
     }
 
     /// The capacity file of `volume`.
@@ -483,11 +498,12 @@ impl StateDir {
         write_atomic(&self.capacity_file(volume), format!("{bytes}\n").as_bytes())
     }
 
-    /// Remove the record, capacity file and log of `volume`.
+    /// Remove the record, capacity file, counters and log of `volume`.
     pub fn remove(&self, volume: &str) -> Result<(), Error> {
         for path in [
             self.record_path(volume),
             self.capacity_file(volume),
+            self.counters_file(volume),
             self.log_file(volume),
         ] {
             match std::fs::remove_file(&path) {
@@ -659,6 +675,7 @@ mod tests {
             mountpoint: dir.path().join("mnt"),
             capacity_bytes: 1,
             capacity_file: dir.path().join("cap"),
+            counters_file: dir.path().join("counters"),
             read_only: false,
             options: vec![],
         };

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  init_tracing(&LogArgs)             logs on stderr (--log-level, --log-format; RUST_LOG wins)
-//!  connect()          ─▶ Client       the in-cluster or KUBECONFIG client
+//!  connect(&ApiRequests) ─▶ Client    the in-cluster or KUBECONFIG client, every
+//!                                     request counted (requests::CountRequests)
 //!  start_metrics(addr, Metrics) ─▶ Arc<Metrics>  /metrics, /healthz, /readyz served
 //!  Shutdown::listen() ─▶ Shutdown      SIGINT or SIGTERM, cloned by every part that stops
 //!  csi::spawn(endpoint, services, routes, shutdown)   a CSI socket served until shutdown
@@ -17,6 +18,7 @@
 //! use it.
 
 pub mod csi;
+pub mod requests;
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -25,7 +27,7 @@ use std::sync::Arc;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::info;
 
-use crate::metrics::Metrics;
+use crate::metrics::{ApiRequests, Metrics};
 
 /// An error and its sources, `outer: inner: innermost`, for one log line: printed
 /// once, where the error is handled.
@@ -182,14 +184,15 @@ pub fn init_tracing(args: &LogArgs) {
     };
 }
 
-/// The API client: in-cluster configuration, or `KUBECONFIG`. The API server is asked
-/// for its version once, so an unreachable one is one error naming its URL.
-pub async fn connect() -> Result<kube::Client, Error> {
+/// The API client: in-cluster configuration, or `KUBECONFIG`, counting every request
+/// it sends in `requests`. The API server is asked for its version once, so an
+/// unreachable one is one error naming its URL.
+pub async fn connect(requests: &ApiRequests) -> Result<kube::Client, Error> {
     let config = kube::Config::infer()
         .await
         .map_err(|e| Error::Config(e.to_string()))?;
     let url = config.cluster_url.to_string();
-    let client = kube::Client::try_from(config).map_err(Error::Connect)?;
+    let client = counted_client(config, requests).map_err(Error::Connect)?;
     client
         .apiserver_version()
         .await
@@ -199,6 +202,17 @@ pub async fn connect() -> Result<kube::Client, Error> {
         })?;
     info!(api_server = %url, "connected");
     Ok(client)
+}
+
+/// A client for `config` whose every request is counted in `requests` (see
+/// [`requests`]).
+pub fn counted_client(
+    config: kube::Config,
+    requests: &ApiRequests,
+) -> Result<kube::Client, kube::Error> {
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&requests::CountRequests::new(requests.clone()))
+        .build())
 }
 
 /// New metrics, served on `addr` (`/metrics`, `/healthz`, `/readyz`; not ready until

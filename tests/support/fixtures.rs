@@ -555,6 +555,18 @@ impl AgentProcess {
         self.spawn();
     }
 
+    /// The metrics text, if the endpoint answers.
+    pub fn metrics(&self) -> Option<String> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    }
+
     /// Whether `/readyz` answers 200.
     pub fn ready(&self) -> bool {
         use std::io::{Read, Write};

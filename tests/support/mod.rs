@@ -60,13 +60,17 @@ fn start_local_cluster() {
 
 /// A client for the cluster under test.
 pub async fn client() -> Client {
+    Client::try_from(config().await).expect("client")
+}
+
+/// The client configuration of the cluster under test.
+pub async fn config() -> Config {
     let path = kubeconfig_path();
     let kubeconfig = Kubeconfig::read_from(&path)
         .unwrap_or_else(|e| panic!("reading kubeconfig {}: {e}", path.display()));
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+    Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
-        .expect("kubeconfig usable");
-    Client::try_from(config).expect("client")
+        .expect("kubeconfig usable")
 }
 
 /// The kubectl to run: the harness build if present, else `kubectl` from PATH.
@@ -212,4 +216,33 @@ pub fn proc_status_kib(pid: u32, field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// The samples of `tessera_api_requests_total` in a metrics text: each one's labels
+/// (`verb`, `group`, `resource`, `subresource`, `code`) and value.
+pub fn api_requests(text: &str) -> Vec<(std::collections::BTreeMap<String, String>, f64)> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("tessera_api_requests_total{"))
+        .filter_map(|l| {
+            let (labels, value) = l.rsplit_once("} ")?;
+            let mut map = std::collections::BTreeMap::new();
+            let mut rest = labels;
+            while let Some((key, after)) = rest.split_once("=\"") {
+                let (value, tail) = after.split_once('"')?;
+                map.insert(key.trim_start_matches(',').to_string(), value.to_string());
+                rest = tail;
+            }
+            Some((map, value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Writes among the API requests of a metrics text: every verb but GET (leader Lease
+/// renewals left out: they are the controller's, not any object's).
+pub fn api_writes(text: &str) -> f64 {
+    api_requests(text)
+        .iter()
+        .filter(|(l, _)| l["verb"] != "GET" && l["resource"] != "leases")
+        .map(|(_, v)| v)
+        .sum()
 }

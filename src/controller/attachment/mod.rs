@@ -229,7 +229,6 @@ async fn recheck_mountpods(
     let read_mp = |node: &String| {
         let mp_api = mp_api.clone();
         let mp_name = api::mountpod_name(&name, node);
-        ctx.metrics.read("MountPod", "get");
         async move {
             mp_api
                 .get_opt(&mp_name)
@@ -279,7 +278,6 @@ async fn release_finalizer(ctx: &Context, va: &VolumeAttachment) -> Result<(), E
             Err(e).context(|| format!("removing the finalizer of VolumeAttachment {name}"))?;
         }
     }
-    ctx.metrics.write("VolumeAttachment", "patch");
     info!(volume = %name, "no workload ticket is satisfied: the VolumeAttachment may go");
     Ok(())
 }
@@ -291,7 +289,6 @@ async fn pin_volume(ctx: &Context, volume: &Volume, node: &str) -> Result<(), Er
         .patch(&name, &merge_params(), &Patch::Merge(&patch))
         .await
         .context(|| format!("pinning node-local volume {name} to {node}"))?;
-    ctx.metrics.write("Volume", "patch");
     ctx.written_volumes.record(
         &name,
         &name,
@@ -373,7 +370,6 @@ async fn write_status(
         )
         .await
         .context(|| format!("writing status of VolumeAttachment {name}"))?;
-    ctx.metrics.write("VolumeAttachment", "status");
     ctx.written_attachments
         .record(&name, &name, base, Some(Arc::new(written)));
     Ok(true)
@@ -403,7 +399,6 @@ async fn write_volume_status(
         )
         .await
         .context(|| format!("writing status of Volume {name}"))?;
-    ctx.metrics.write("Volume", "status");
     ctx.written_volumes.record(
         &name,
         &name,

@@ -57,7 +57,6 @@ pub(super) async fn sync_mountpods(
                 Err(kube::Error::Api(s)) if s.code == 404 => None,
                 Err(e) => Err(e).context(|| format!("deleting MountPod {mp_name}"))?,
             };
-            ctx.metrics.write("MountPod", "delete");
             ctx.written_mountpods
                 .record(&name, &mp_name, mp.resource_version(), after);
             synced.deleted = true;
@@ -98,7 +97,6 @@ pub(super) async fn sync_mountpods(
                     .context(|| format!("replacing MountPod {}", mp.name_any()))?
                     .left()
                     .map(Arc::new);
-                ctx.metrics.write("MountPod", "delete");
                 ctx.written_mountpods
                     .record(&name, &mp.name_any(), mp.resource_version(), after);
                 synced.deleted = true;
@@ -117,7 +115,6 @@ pub(super) async fn sync_mountpods(
             )
             .await
             .context(|| format!("applying MountPod {mp_name}"))?;
-        ctx.metrics.write("MountPod", "apply");
         ctx.written_mountpods.record(
             &name,
             &mp_name,

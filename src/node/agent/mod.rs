@@ -435,7 +435,6 @@ async fn patch_finalizers(
         .patch(&name, &params, &Patch::Merge(&patch))
         .await
         .context(|| format!("updating the finalizers of MountPod {name}"))?;
-    ctx.metrics.write("MountPod", "patch");
     Ok(())
 }
 
@@ -475,7 +474,6 @@ async fn write_status_from(
         )
         .await
         .context(|| format!("writing the status of MountPod {name}"))?;
-    ctx.metrics.write("MountPod", "status");
     debug!(phase = ?status.phase, pid = ?status.pid, restarts = status.restarts, "status written");
     *current = status;
     Ok(())
@@ -489,7 +487,6 @@ async fn publish(ctx: &Context, mp: &MountPod, type_: EventType, reason: &str, n
         action: reason.into(),
         secondary: None,
     };
-    ctx.metrics.write("Event", "create");
     if let Err(e) = ctx.recorder.publish(&ev, &mp.object_ref(&())).await {
         debug!(error = %error_chain(&e), "publishing event");
     }

@@ -346,6 +346,7 @@ fn rebinds_references_left_on_an_earlier_instance() {
         mountpoint: want.mountpoint.clone(),
         capacity_bytes: 1000,
         capacity_file: s.host.state.capacity_file("vol1"),
+        counters_file: s.host.state.counters_file("vol1"),
         read_only: false,
         options: vec![],
     };

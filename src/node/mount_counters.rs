@@ -1,0 +1,269 @@
+//! The agent's per-mount FUSE metrics: on each scrape, the counters files of this
+//! node's mount daemons (`<state>/mounts/<volume>.counters`, written by
+//! [`crate::fuse::counters`]) are mapped read-only, read and encoded, labelled by
+//! volume and node.
+//!
+//! ```text
+//!  GET /metrics ─▶ MountCounters::encode ─▶ read_dir(<state>/mounts), *.counters,
+//!                  at most MAX_FILES ─▶ fuse::counters::read (4 KiB each, layout
+//!                  checked) ─▶ tessera_fuse_* families
+//! ```
+//!
+//! Nothing is cached between scrapes: a daemon the agent adopted after a restart is
+//! read like one it started, and a mount's counters go with its state files.
+
+use std::path::{Path, PathBuf};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::TypedMetric;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+use crate::fuse::counters::{self, ErrnoClass, Op, Snapshot};
+
+/// At most this many counters files are read per scrape (a node serves far fewer
+/// volumes; the bound keeps a scrape cheap whatever the directory holds).
+pub const MAX_FILES: usize = 1024;
+
+/// Labels of one mount.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MountLabels {
+    volume: String,
+    node: String,
+}
+
+/// Labels of one mount and an operation kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabels {
+    volume: String,
+    node: String,
+    op: &'static str,
+}
+
+/// Labels of one mount and an errno class.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrnoLabels {
+    volume: String,
+    node: String,
+    errno: &'static str,
+}
+
+/// The collector registered in the agent's registry.
+#[derive(Debug)]
+pub struct MountCounters {
+    dir: PathBuf,
+    node: String,
+}
+
+impl MountCounters {
+    /// Read the counters files in `dir` (the state directory's `mounts`), for `node`.
+    pub fn new(dir: PathBuf, node: String) -> Self {
+        MountCounters { dir, node }
+    }
+}
+
+/// The volume a counters file is of: `<volume>.counters`, the volume an object name.
+fn volume_of(path: &Path) -> Option<String> {
+    if path.extension()? != "counters" {
+        return None;
+    }
+    let stem = path.file_stem()?.to_str()?;
+    let ok = !stem.is_empty()
+        && stem.len() <= 253
+        && stem
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    ok.then(|| stem.to_owned())
+}
+
+/// Every readable counters file in `dir`, by volume (at most [`MAX_FILES`] looked at).
+pub fn read_all(dir: &Path) -> Vec<(String, Snapshot)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, Snapshot)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let path = e.path();
+            Some((volume_of(&path)?, path))
+        })
+        .take(MAX_FILES)
+        .filter_map(|(volume, path)| match counters::read(&path) {
+            Ok(Some(s)) => Some((volume, s)),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!(path = %path.display(), error = %e, "counters file not read");
+                None
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Encode one family: a descriptor, then a sample per `(labels, metric)`.
+fn family<L: EncodeLabelSet, M: EncodeMetric + TypedMetric>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: Vec<(L, M)>,
+) -> Result<(), std::fmt::Error> {
+    if samples.is_empty() {
+        return Ok(());
+    }
+    let mut desc = encoder.encode_descriptor(name, help, None, M::TYPE)?;
+    for (labels, metric) in &samples {
+        metric.encode(desc.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for MountCounters {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mounts = read_all(&self.dir);
+        let mount = |volume: &String| MountLabels {
+            volume: volume.clone(),
+            node: self.node.clone(),
+        };
+        let mut ops = Vec::new();
+        let mut errors = Vec::new();
+        for (volume, s) in &mounts {
+            for (op, n) in Op::ALL.iter().zip(s.ops) {
+                if n > 0 {
+                    let labels = OpLabels {
+                        volume: volume.clone(),
+                        node: self.node.clone(),
+                        op: op.as_str(),
+                    };
+                    ops.push((labels, ConstCounter::new(n)));
+                }
+            }
+            for (class, n) in ErrnoClass::ALL.iter().zip(s.errors) {
+                if n > 0 {
+                    let labels = ErrnoLabels {
+                        volume: volume.clone(),
+                        node: self.node.clone(),
+                        errno: class.as_str(),
+                    };
+                    errors.push((labels, ConstCounter::new(n)));
+                }
+            }
+        }
+        let per_mount = |f: fn(&Snapshot) -> u64| {
+            mounts
+                .iter()
+                .map(|(v, s)| (mount(v), f(s)))
+                .collect::<Vec<_>>()
+        };
+        let counter = |f: fn(&Snapshot) -> u64| {
+            per_mount(f)
+                .into_iter()
+                .map(|(l, n)| (l, ConstCounter::new(n)))
+                .collect::<Vec<_>>()
+        };
+        let gauge = |f: fn(&Snapshot) -> u64| {
+            per_mount(f)
+                .into_iter()
+                .map(|(l, n)| (l, ConstGauge::new(i64::try_from(n).unwrap_or(i64::MAX))))
+                .collect::<Vec<_>>()
+        };
+        family(
+            &mut encoder,
+            "fuse_operations",
+            "FUSE requests the mount daemon served, by kind",
+            ops,
+        )?;
+        family(
+            &mut encoder,
+            "fuse_errors",
+            "FUSE requests answered with an error, by errno class",
+            errors,
+        )?;
+        family(
+            &mut encoder,
+            "fuse_read_bytes",
+            "Bytes the mount daemon read for the kernel (passthrough reads bypass it)",
+            counter(|s| s.read_bytes),
+        )?;
+        family(
+            &mut encoder,
+            "fuse_written_bytes",
+            "Bytes the mount daemon wrote (passthrough writes bypass it)",
+            counter(|s| s.written_bytes),
+        )?;
+        family(
+            &mut encoder,
+            "fuse_quota_used_bytes",
+            "Bytes in use on the volume, as its quota counts them",
+            gauge(|s| s.quota_used),
+        )?;
+        family(
+            &mut encoder,
+            "fuse_quota_limit_bytes",
+            "The volume's capacity, as its quota holds it",
+            gauge(|s| s.quota_limit),
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_counters_files_of_object_names_are_volumes() {
+        for (name, want) in [
+            ("pvc-1.counters", Some("pvc-1")),
+            ("a.b-c.counters", Some("a.b-c")),
+            ("pvc-1.json", None),
+            ("pvc-1.capacity", None),
+            ("pvc-1.counters.tmp", None),
+            ("Upper.counters", None),
+            (".counters", None),
+            ("x y.counters", None),
+        ] {
+            assert_eq!(volume_of(Path::new(name)).as_deref(), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_scrape_shows_each_mounts_counters_labelled_by_volume_and_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = counters::CountersFile::open(&dir.path().join("vol-a.counters")).unwrap();
+        a.table().op(Op::Write);
+        a.table().op(Op::Write);
+        a.table().error(libc::ENOSPC);
+        a.table().bytes(counters::Slot::WrittenBytes, 8192);
+        a.table().set_quota(8192, 1 << 20);
+        let b = counters::CountersFile::open(&dir.path().join("vol-b.counters")).unwrap();
+        b.table().op(Op::Lookup);
+        // Not a volume's counters: ignored.
+        std::fs::write(dir.path().join("vol-c.counters"), b"junk").unwrap();
+        std::fs::write(dir.path().join("vol-a.json"), b"{}").unwrap();
+        let mut registry = prometheus_client::registry::Registry::with_prefix("tessera");
+        registry.register_collector(Box::new(MountCounters::new(
+            dir.path().to_owned(),
+            "n1".into(),
+        )));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "tessera_fuse_operations_total{volume=\"vol-a\",node=\"n1\",op=\"write\"} 2",
+            "tessera_fuse_operations_total{volume=\"vol-b\",node=\"n1\",op=\"lookup\"} 1",
+            "tessera_fuse_errors_total{volume=\"vol-a\",node=\"n1\",errno=\"ENOSPC\"} 1",
+            "tessera_fuse_written_bytes_total{volume=\"vol-a\",node=\"n1\"} 8192",
+            "tessera_fuse_read_bytes_total{volume=\"vol-b\",node=\"n1\"} 0",
+            "tessera_fuse_quota_used_bytes{volume=\"vol-a\",node=\"n1\"} 8192",
+            "tessera_fuse_quota_limit_bytes{volume=\"vol-a\",node=\"n1\"} 1048576",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert!(!text.contains("vol-c"), "{text}");
+        assert!(
+            !text.contains("op=\"read\""),
+            "a kind never served is not shown: {text}"
+        );
+    }
+}
