@@ -148,6 +148,9 @@ async fn main() {
     fixtures::put_ticket(&client, &warm, "csi-a", "csi-attacher", &node, json!({})).await;
     fixtures::wait_satisfied(&client, &warm, "csi-a").await;
     let template = Template::capture(&client, &warm).await;
+    // The ticket first: a Volume whose node still serves a workload ticket keeps its
+    // data (and so itself) until the ticket goes.
+    fixtures::remove_ticket(&client, &warm, "csi-a").await;
     fixtures::delete_volumes(&client, std::slice::from_ref(&warm)).await;
     wait_gone(&client, &id).await;
     // The API floor: the same objects written by this benchmark directly, with no
@@ -300,8 +303,16 @@ async fn main() {
         cpu.insert(k.clone(), d);
     }
 
-    // Clean up: delete the volumes (their data cleanup runs through tickets too).
+    // Clean up: remove the tickets (as the kubelet's detach would), delete the volumes
+    // (their data cleanup runs through tickets too).
     let t = Instant::now();
+    stream::iter(names.iter().map(|name| {
+        let client = client.clone();
+        async move { fixtures::remove_ticket(&client, name, "csi-a").await }
+    }))
+    .buffer_unordered(32)
+    .collect::<Vec<()>>()
+    .await;
     for name in &names {
         let _ = volumes.delete(name, &Default::default()).await;
     }

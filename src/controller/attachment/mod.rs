@@ -143,7 +143,8 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
 
     // A new attach that may still be fast: nothing is written yet (the attach is done
     // in a few tens of milliseconds, and then each status is written once); come back
-    // when it has taken long enough for a person to look.
+    // when it has taken long enough for a person to look. (Not while the
+    // VolumeAttachment is being deleted: its finalizer is this reconcile's business.)
     let quiet = status::quiet_left(
         va.status.as_ref(),
         &decision,
@@ -151,7 +152,9 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         &now,
         status::ATTACH_QUIET,
     );
-    if let Some(left) = quiet {
+    if let Some(left) = quiet
+        && va.metadata.deletion_timestamp.is_none()
+    {
         let volume_now = status::volume_status(&volume, &mountpods, &decision, &now);
         if volume.status.as_ref() == Some(&volume_now)
             || status::only_attaching(volume.status.as_ref(), &volume_now)
