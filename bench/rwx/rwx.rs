@@ -140,8 +140,16 @@ async fn run_scale(client: &kube::Client, n: usize) -> Run {
         size(&va["metadata"]["managedFields"]),
     );
 
-    // Clean up: the Volume (its MountPods and VolumeAttachment go with it), then the
+    // Clean up: the tickets (a node serving a workload ticket keeps the data, and so
+    // the Volume), the Volume (its MountPods and VolumeAttachment go with it), then the
     // nodes, and wait until the MountPods are gone before the next scale.
+    vas.patch(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"attachmentTickets": null}})),
+    )
+    .await
+    .expect("removing the tickets");
     fixtures::delete_volumes(client, std::slice::from_ref(&name)).await;
     let mps: Api<MountPod> = Api::all(client.clone());
     let selector = ListParams::default().labels(&format!("{TEST_LABEL}={id}"));
