@@ -154,24 +154,19 @@ async fn write_mountpod(
         }
         Some(_) => None,
     };
+    let verb = if created.is_some() { "create" } else { "apply" };
     let written = match created {
-        Some(mp) => {
-            ctx.metrics.write("MountPod", "create");
-            mp
-        }
-        None => {
-            let mp = api
-                .patch(
-                    &mp_name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&body),
-                )
-                .await
-                .context(|| format!("applying MountPod {mp_name}"))?;
-            ctx.metrics.write("MountPod", "apply");
-            mp
-        }
+        Some(mp) => mp,
+        None => api
+            .patch(
+                &mp_name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .context(|| format!("applying MountPod {mp_name}"))?,
     };
+    ctx.metrics.write("MountPod", verb);
     ctx.written_mountpods.record(
         &name,
         &mp_name,
