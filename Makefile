@@ -5,7 +5,7 @@ CARGO ?= cargo
 
 include tests/harness/harness.mk
 
-.PHONY: all build test lint crds demo image-containerfile bench-fuse bench-controller bench-attach
+.PHONY: all build test lint crds demo image-containerfile bench-fuse bench-controller bench-rwx bench-attach
 
 all: build
 
@@ -55,6 +55,10 @@ bench-fuse:
 ## bench-controller: 1,000 volumes through the controller on the local control plane
 bench-controller: harness
 	bash bench/controller/run.sh
+
+## bench-rwx: one RWX volume, 50 then 250 tickets on as many nodes, through the controller
+bench-rwx: harness
+	bash bench/rwx/run.sh
 
 ## bench-attach: attach latency through the real csi-attacher, Tessera vs a no-op driver
 ## (builds that driver, bench/attach/refdriver, on first use)

@@ -56,6 +56,8 @@ pub struct Context {
     pub written_attachments: OwnWrites<VolumeAttachment>,
     /// MountPods as this controller last wrote (or deleted) them.
     pub written_mountpods: OwnWrites<MountPod>,
+    /// When each ticket not yet dated by its VolumeAttachment status was first seen.
+    pub ticket_sightings: super::attachment::sightings::Sightings,
 }
 
 impl Context {
@@ -70,6 +72,16 @@ impl Context {
     /// Whether Node `name` exists (as the cache shows it).
     pub(crate) fn node_exists(&self, name: &str) -> bool {
         self.nodes.get(&ObjectRef::new(name)).is_some()
+    }
+
+    /// Whether node `name` has a registered Tessera agent (its CSINode lists the driver),
+    /// as the CSINode cache shows it; false while that cache is not filled.
+    pub(crate) fn agent_registered(&self, name: &str) -> bool {
+        self.csinodes_ready.load(Ordering::Acquire)
+            && self
+                .csinodes
+                .get(&ObjectRef::new(name))
+                .is_some_and(|c| c.spec.drivers.iter().any(|d| d.name == CSI_DRIVER_NAME))
     }
 
     /// The nodes of `va`'s tickets that exist but have no Tessera agent: no CSINode of

@@ -6,7 +6,8 @@
 //! action and related object, not the note: so each distinct happening needs its own
 //! action. Node Events carry the node in their action (`Attaching:node-a`) and name the
 //! Node as the related object, so an attach to node B is never counted as a repeat of
-//! the attach to node A. Ticket and node Events go on the Volume and on its
+//! the attach to node A. Node Events go on the Volume only (one Event a happening: each
+//! is a write the API server pays for); ticket Events on the Volume and on its
 //! VolumeAttachment alike (`kubectl describe` of either shows them).
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -65,16 +66,9 @@ pub(crate) fn publish_tickets(
 }
 
 /// Publish an Event about what happened to a volume on `node` (Attaching, Attached,
-/// Detaching, Detached, …): on the Volume and its VolumeAttachment, its own series per
-/// node (the action is `reason:node`, the related object the Node).
-pub(crate) fn publish_node(
-    ctx: &Context,
-    volume: &Volume,
-    va: Option<&VolumeAttachment>,
-    reason: &str,
-    node: &str,
-    note: &str,
-) {
+/// Detaching, Detached, …): on the Volume only, its own series per node (the action is `reason:node`, the
+/// related object the Node).
+pub(crate) fn publish_node(ctx: &Context, volume: &Volume, reason: &str, node: &str, note: &str) {
     let node_ref = ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Node".into()),
@@ -83,7 +77,7 @@ pub(crate) fn publish_node(
     };
     publish_on(
         ctx,
-        targets(volume, va),
+        vec![volume.object_ref(&())],
         Some(node_ref),
         EventType::Normal,
         reason,

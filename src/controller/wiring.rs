@@ -149,6 +149,7 @@ pub(super) async fn run_controllers(
         written_volumes: Default::default(),
         written_attachments: Default::default(),
         written_mountpods: Default::default(),
+        ticket_sightings: Default::default(),
     });
     metrics.set_ready(true);
     // The controllers run only once this replica leads (or runs without an election).

@@ -63,7 +63,7 @@ pub use host::Host;
 
 /// Finalizer on MountPods: the node has unmounted (or, for RemoveData, finished)
 /// before the MountPod goes.
-pub const FINALIZER: &str = "tessera.io/mount";
+pub const FINALIZER: &str = crate::api::MOUNT_FINALIZER;
 
 /// Command line of `tessera node`.
 #[derive(clap::Args, Debug, Clone)]

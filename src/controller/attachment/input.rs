@@ -4,6 +4,7 @@
 //! ```text
 //!  Volume (access mode, deletion, pin) ─┐
 //!  VolumeAttachment (tickets, requestedAt) ─┼─▶ gather ─▶ tickets::Input
+//!  first sightings of undated tickets ──────┤
 //!  MountPods ─▶ mount_view (one per node) ──┤
 //!  Node names (which exist), time ──────────┘
 //! ```
@@ -17,12 +18,13 @@ use crate::api::{BackendScope, MountPhase, MountPod, MountTask, Volume, VolumeAt
 use crate::tickets::{Input, MountState, MountView, TicketInput};
 
 /// The arbitration input for a volume, from its objects, decided at `now`; `node_exists`
-/// tells which of the tickets' nodes exist. A ticket the controller has not seen before
-/// is requested `now`.
+/// tells which of the tickets' nodes exist. A ticket the status does not date yet is
+/// requested when the controller first saw it (`first_seen`), else `now`.
 pub fn gather(
     volume: &Volume,
     va: &VolumeAttachment,
     mountpods: &[Arc<MountPod>],
+    first_seen: &BTreeMap<String, Time>,
     now: &Time,
     node_exists: impl Fn(&str) -> bool,
 ) -> Input {
@@ -37,6 +39,7 @@ pub fn gather(
                 statuses
                     .and_then(|s| s.get(&t.id))
                     .and_then(|s| s.requested_at.clone())
+                    .or_else(|| first_seen.get(&t.id).cloned())
                     .unwrap_or_else(|| now.clone()),
             ),
         })

@@ -3,24 +3,39 @@
 //!
 //! ```text
 //!  VolumeAttachment (tickets) + Volume + MountPods (cache + own writes)
-//!        │ input::gather ─▶ tickets::decide ─▶ Decision { nodes, outcome per ticket }
+//!        │ input::gather (+ sightings: first sighting of undated tickets)
+//!        │   ─▶ tickets::decide ─▶ Decision { nodes, outcome per ticket }
 //!        ▼
-//!  mountpods::sync_mountpods: delete on dropped nodes, apply (SSA) on chosen ones
+//!  mountpods::sync_mountpods: delete on dropped nodes, create (POST) on chosen ones
 //!        │ (decided again if it only attached)
 //!        ▼
-//!  recheck: a single-node ticket about to be satisfied ─▶ MountPods re-read, decided again
+//!  a new attach, under 1 s, nothing else changed? ─▶ no write; back when it may be slow
+//!        ▼
+//!  recheck: a single-node ticket about to be satisfied ─▶ MountPods on the other
+//!           candidate nodes re-read, decided again
 //!        ▼
 //!  status::attachment_status ─▶ VolumeAttachment status (SSA, status subresource)
 //!  status::volume_status ─────▶ Volume status             (SSA, status subresource)
+//!                               + one Event per node that started (if slow), finished
+//!                                 attaching or detaching
 //! ```
 //!
-//! Nothing is written when nothing changed. A ticket of a single-node volume is never
-//! declared satisfied from the cache alone: before such a status is written the
-//! MountPods and tickets are read again from the API server and the decision is
-//! recomputed, so a stale cache cannot make two nodes look like owners.
+//! Nothing is written when nothing changed, and an attach that completes within
+//! [`status::ATTACH_QUIET`] writes each status once, when it is done. Ticket changes
+//! that arrive while a volume's reconcile runs or is queued are decided together by
+//! the next one (kube-runtime runs one reconcile per object at a time and folds the
+//! triggers queued meanwhile), so a VolumeAttachment's status is written at most once
+//! per reconcile, whatever the number of tickets that changed.
+//!
+//! A ticket of a single-node volume is never declared satisfied from the cache alone:
+//! the status write carries the resourceVersion of the VolumeAttachment the decision
+//! read (the API server refuses it if any ticket changed since), and the MountPods of
+//! the other nodes the volume could be on are read from the API server and the
+//! decision is recomputed, so a stale cache cannot make two nodes look like owners.
 
 pub mod input;
 pub mod mountpods;
+pub mod sightings;
 pub mod status;
 #[cfg(test)]
 mod tests;
@@ -93,8 +108,14 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     };
     let mountpods = mountpods_of(&ctx, &name);
     let now = Time(jiff::Timestamp::now());
+    let first_seen = ctx.ticket_sightings.first_seen(&va, &now);
+    let gather_on = |mountpods: &[Arc<MountPod>]| {
+        gather(&volume, &va, mountpods, &first_seen, &now, |n| {
+            ctx.node_exists(n)
+        })
+    };
 
-    let input = gather(&volume, &va, &mountpods, &now, |n| ctx.node_exists(n));
+    let input = gather_on(&mountpods);
     let decision = tickets::decide(&input);
 
     // A node-local volume without a node is pinned to the first node chosen for it.
@@ -106,23 +127,46 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
 
-    let synced = mountpods::sync_mountpods(&ctx, &volume, &va, &mountpods, &decision).await?;
+    let synced = mountpods::sync_mountpods(&ctx, &volume, &mountpods, &decision).await?;
     // After attaching, decide again on the world as this reconcile left it (the
     // MountPods it just created), so the statuses describe that and not the moment
     // before: otherwise the next reconcile writes them a second time only to say so.
     // Not after a detach: the statuses must say which ticket was interrupted and why.
     let (mountpods, input, decision) = if synced.created && !synced.deleted {
         let mountpods = mountpods_of(&ctx, &name);
-        let input = gather(&volume, &va, &mountpods, &now, |n| ctx.node_exists(n));
+        let input = gather_on(&mountpods);
         let decision = tickets::decide(&input);
         (mountpods, input, decision)
     } else {
         (mountpods, input, decision)
     };
 
+    // A new attach that may still be fast: nothing is written yet (the attach is done
+    // in a few tens of milliseconds, and then each status is written once); come back
+    // when it has taken long enough for a person to look. (Not while the
+    // VolumeAttachment is being deleted: its finalizer is this reconcile's business.)
+    let quiet = status::quiet_left(
+        va.status.as_ref(),
+        &decision,
+        &input,
+        &now,
+        status::ATTACH_QUIET,
+    );
+    if let Some(left) = quiet
+        && va.metadata.deletion_timestamp.is_none()
+    {
+        let volume_now = status::volume_status(&volume, &mountpods, &decision, &now);
+        if volume.status.as_ref() == Some(&volume_now)
+            || status::only_attaching(volume.status.as_ref(), &volume_now)
+        {
+            debug!(volume = %name, left_ms = left.as_millis() as u64, "attaching; statuses wait");
+            return Ok(Action::requeue(left + Duration::from_millis(10)));
+        }
+    }
+
     let recheck = needs_recheck(&volume, &va, &decision);
     let (input, decision) = if recheck {
-        recheck_mountpods(&ctx, &volume, &va, &mountpods, &now).await?
+        recheck_mountpods(&ctx, &va, &mountpods, &decision, gather_on).await?
     } else {
         (input, decision)
     };
@@ -142,7 +186,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         &without_agent,
         &now,
     );
-    let volume_status = write_volume_status(&ctx, &volume, &va, &mountpods, &decision);
+    let volume_status = write_volume_status(&ctx, &volume, &mountpods, &decision);
     let (attachment, volume_status) = if recheck {
         // The Volume may only say Attached once the re-checked ticket status is in.
         let attachment = attachment.await;
@@ -205,27 +249,28 @@ fn needs_recheck(volume: &Volume, va: &VolumeAttachment, decision: &Decision) ->
         && !volume.spec.access_mode.is_multi_node()
 }
 
-/// The decision again, on MountPods read from the API server instead of the cache.
-/// They have deterministic names and only this controller creates them, so reading
-/// each candidate by name (a node of a ticket, or one the cache knows) sees every
-/// MountPod a stale cache could miss, without listing them all. (The tickets are
-/// re-checked by the status write's precondition.)
+/// The decision again, with the MountPods of the other nodes read from the API server
+/// instead of the cache. They have deterministic names and only this controller
+/// creates them, so reading each candidate by name (a node of a ticket, or one the
+/// cache knows) sees every MountPod a stale cache could miss, without listing them all.
+/// The nodes `decision` newly satisfies a ticket on keep their cached MountPod: a stale
+/// one there cannot put the volume on a second node. With no other candidate (one
+/// ticket, one node: the common attach), nothing is read. (The tickets are re-checked
+/// by the status write's precondition.)
 async fn recheck_mountpods(
     ctx: &Context,
-    volume: &Volume,
     va: &VolumeAttachment,
     mountpods: &[Arc<MountPod>],
-    now: &Time,
+    decision: &Decision,
+    gather_on: impl Fn(&[Arc<MountPod>]) -> Input,
 ) -> Result<(Input, Decision), Error> {
     let name = va.name_any();
     let mp_api = Api::<MountPod>::all(ctx.client.clone());
-    let mut nodes: BTreeSet<String> = va
-        .spec
-        .attachment_tickets
-        .values()
-        .map(|t| t.node_id.clone())
+    let satisfying: BTreeSet<&str> = status::newly_satisfied(va.status.as_ref(), decision)
+        .filter_map(|id| va.spec.attachment_tickets.get(id))
+        .map(|t| t.node_id.as_str())
         .collect();
-    nodes.extend(mountpods.iter().map(|mp| mp.spec.node_name.clone()));
+    let others = recheck_nodes(va, mountpods, &satisfying);
     let read_mp = |node: &String| {
         let mp_api = mp_api.clone();
         let mp_name = api::mountpod_name(&name, node);
@@ -237,7 +282,7 @@ async fn recheck_mountpods(
         }
     };
     // All candidates at once.
-    let fresh_mps: Vec<Arc<MountPod>> = futures::future::join_all(nodes.iter().map(read_mp))
+    let mut fresh_mps: Vec<Arc<MountPod>> = futures::future::join_all(others.iter().map(read_mp))
         .await
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?
@@ -246,9 +291,32 @@ async fn recheck_mountpods(
         .filter(|mp| mp.spec.volume == name)
         .map(Arc::new)
         .collect();
-    let input = gather(volume, va, &fresh_mps, now, |n| ctx.node_exists(n));
+    fresh_mps.extend(
+        mountpods
+            .iter()
+            .filter(|mp| satisfying.contains(mp.spec.node_name.as_str()))
+            .cloned(),
+    );
+    let input = gather_on(&fresh_mps);
     let decision = tickets::decide(&input);
     Ok((input, decision))
+}
+
+/// The nodes whose MountPods a re-check reads: every node of a ticket of `va` or of a
+/// cached MountPod, but those of the tickets about to be satisfied (`satisfying`).
+fn recheck_nodes(
+    va: &VolumeAttachment,
+    mountpods: &[Arc<MountPod>],
+    satisfying: &BTreeSet<&str>,
+) -> BTreeSet<String> {
+    va.spec
+        .attachment_tickets
+        .values()
+        .map(|t| t.node_id.as_str())
+        .chain(mountpods.iter().map(|mp| mp.spec.node_name.as_str()))
+        .filter(|n| !satisfying.contains(n))
+        .map(str::to_string)
+        .collect()
 }
 
 /// Let a VolumeAttachment being deleted go: remove the protection finalizer (a JSON
@@ -376,11 +444,11 @@ async fn write_status(
 }
 
 /// Write the Volume status `decision` leads to, if it differs; an Event for each node
-/// that finished attaching or detaching.
+/// that started attaching (only a slow attach writes that status), finished attaching
+/// or finished detaching.
 async fn write_volume_status(
     ctx: &Context,
     volume: &Volume,
-    va: &VolumeAttachment,
     mountpods: &[Arc<MountPod>],
     decision: &Decision,
 ) -> Result<(), Error> {
@@ -407,15 +475,20 @@ async fn write_volume_status(
     );
     for change in status::node_changes(volume.status.as_ref(), &status) {
         match change {
+            status::NodeChange::Attaching(node) => {
+                info!(volume = %name, %node, "attaching");
+                let note = format!("attaching to node {node}: waiting for the mount");
+                publish_node(ctx, volume, "Attaching", &node, &note);
+            }
             status::NodeChange::Attached(node) => {
                 info!(volume = %name, %node, "attached");
                 let note = format!("attached to node {node}: the mount is ready");
-                publish_node(ctx, volume, Some(va), "Attached", &node, &note);
+                publish_node(ctx, volume, "Attached", &node, &note);
             }
             status::NodeChange::Detached(node) => {
                 info!(volume = %name, %node, "detached");
                 let note = format!("detached from node {node}: the mount is gone");
-                publish_node(ctx, volume, Some(va), "Detached", &node, &note);
+                publish_node(ctx, volume, "Detached", &node, &note);
             }
         }
     }

@@ -1,28 +1,32 @@
-//! MountPods made to match a decision: deleted on the nodes it dropped, applied (SSA,
-//! only the fields the controller owns) on the nodes it chose; detach before attach.
+//! MountPods made to match a decision: deleted on the nodes it dropped, created (a
+//! plain POST, cheaper for the API server than an apply) or changed (SSA, only the
+//! fields the controller owns) on the nodes it chose; detach before attach.
 //!
 //! ```text
 //!  Decision.nodes ─┬─ MountPod on another node ─▶ delete (+ Event Detaching)
 //!                  └─ chosen node ─▶ desired_spec ─▶ same as now? skip
 //!                                                    other task? delete, re-create later
-//!                                                    else apply (+ Event Attaching or
-//!                                                    RemovingData, per node)
+//!                                                    none? create (POST; exists after
+//!                                                      all? apply) (+ Event RemovingData)
+//!                                                    else apply
 //! ```
+//!
+//! The Attaching and Attached Events are the Volume status's business (see
+//! `status::node_changes`): a fast attach has only the second.
 //!
 //! Every write is remembered in the Context's `written_mountpods` until the cache
 //! shows it.
 
 use std::sync::Arc;
 
+use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::info;
 
-use crate::api::{
-    self, LABEL_NODE, LABEL_VOLUME, MountPod, MountPodSpec, MountTask, Volume, VolumeAttachment,
-};
+use crate::api::{self, LABEL_NODE, LABEL_VOLUME, MountPod, MountPodSpec, MountTask, Volume};
 use crate::controller::events::publish_node;
 use crate::controller::{Context, Error, FIELD_MANAGER, KubeContext, Labels};
 use crate::tickets::Decision;
@@ -40,7 +44,6 @@ pub(super) struct Synced {
 pub(super) async fn sync_mountpods(
     ctx: &Context,
     volume: &Volume,
-    va: &VolumeAttachment,
     mountpods: &[Arc<MountPod>],
     decision: &Decision,
 ) -> Result<Synced, Error> {
@@ -64,7 +67,6 @@ pub(super) async fn sync_mountpods(
             publish_node(
                 ctx,
                 volume,
-                Some(va),
                 "Detaching",
                 &mp.spec.node_name,
                 &format!("detaching from node {}", mp.spec.node_name),
@@ -80,6 +82,7 @@ pub(super) async fn sync_mountpods(
             message: e.to_string(),
         });
     }
+    let mut writes = Vec::new();
     for (node, mount) in &decision.nodes {
         let task = if mount.removes_data {
             MountTask::RemoveData
@@ -105,36 +108,108 @@ pub(super) async fn sync_mountpods(
             Some(mp) if same_controlled_fields(&mp.spec, &desired) => continue,
             _ => {}
         }
-        let mp_name = api::mountpod_name(&name, node);
-        let body = apply_body(volume, &ctx.labels, &desired);
-        let written = api
+        writes.push((node, task, desired, existing));
+    }
+    // Creates and changes at once (an RWX volume may gain many nodes in one
+    // reconcile), a bounded number in flight.
+    // (The futures are made first: a stream that maps with a closure over borrowed
+    // tuples is not `Send` for every lifetime, which the reconcile's future must be.)
+    let writes: Vec<_> = writes
+        .into_iter()
+        .map(|(node, task, desired, existing)| {
+            write_mountpod(ctx, &api, volume, node, task, desired, existing)
+        })
+        .collect();
+    let written: Vec<()> = stream::iter(writes)
+        .buffer_unordered(MAX_IN_FLIGHT)
+        .try_collect()
+        .await?;
+    synced.created = !written.is_empty();
+    Ok(synced)
+}
+
+/// How many MountPod writes of one reconcile are in flight at once.
+const MAX_IN_FLIGHT: usize = 16;
+
+/// Create (POST) or change (apply) the MountPod of `volume` on `node`, and remember
+/// the write.
+async fn write_mountpod(
+    ctx: &Context,
+    api: &Api<MountPod>,
+    volume: &Volume,
+    node: &str,
+    task: MountTask,
+    desired: MountPodSpec,
+    existing: Option<&Arc<MountPod>>,
+) -> Result<(), Error> {
+    let name = volume.name_any();
+    let mp_name = api::mountpod_name(&name, node);
+    let body = apply_body(volume, &ctx.labels, &desired);
+    let created = match existing {
+        None => {
+            let body = create_body(body.clone(), ctx.agent_registered(node));
+            create(api, &mp_name, &body).await?
+        }
+        Some(_) => None,
+    };
+    let written = match created {
+        Some(mp) => mp,
+        None => api
             .patch(
                 &mp_name,
                 &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(&body),
             )
             .await
-            .context(|| format!("applying MountPod {mp_name}"))?;
-        ctx.written_mountpods.record(
-            &name,
-            &mp_name,
-            existing.and_then(|mp| mp.resource_version()),
-            Some(Arc::new(written)),
-        );
-        synced.created = true;
-        if existing.is_none() {
-            info!(volume = %name, %node, ?task, "attaching");
-            let (reason, what) = match task {
-                MountTask::Serve => ("Attaching", format!("attaching to node {node}")),
-                MountTask::RemoveData => (
-                    "RemovingData",
-                    format!("removing the volume's data on node {node}"),
-                ),
-            };
-            publish_node(ctx, volume, Some(va), reason, node, &what);
+            .context(|| format!("applying MountPod {mp_name}"))?,
+    };
+    ctx.written_mountpods.record(
+        &name,
+        &mp_name,
+        existing.and_then(|mp| mp.resource_version()),
+        Some(Arc::new(written)),
+    );
+    if existing.is_none() {
+        info!(volume = %name, %node, ?task, "attaching");
+        if task == MountTask::RemoveData {
+            let what = format!("removing the volume's data on node {node}");
+            publish_node(ctx, volume, "RemovingData", node, &what);
         }
     }
-    Ok(synced)
+    Ok(())
+}
+
+/// The body that creates a MountPod: the apply body, with the node agent's finalizer
+/// when the node has a registered agent, which would otherwise add it with a write of
+/// its own before it mounts. (A node without an agent gets none: nothing would ever
+/// remove it.)
+pub(super) fn create_body(mut apply_body: serde_json::Value, agent: bool) -> serde_json::Value {
+    if agent {
+        apply_body["metadata"]["finalizers"] = json!([api::MOUNT_FINALIZER]);
+    }
+    apply_body
+}
+
+/// Create MountPod `name` from `body` with a POST; `None` if it exists already (the
+/// cache did not show it yet): the caller applies instead.
+async fn create(
+    api: &Api<MountPod>,
+    name: &str,
+    body: &serde_json::Value,
+) -> Result<Option<MountPod>, Error> {
+    let mp: MountPod = serde_json::from_value(body.clone()).expect("a well-formed MountPod");
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&params, &mp).await {
+        Ok(mp) => Ok(Some(mp)),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+        Err(e) => {
+            let failed: Result<Option<MountPod>, kube::Error> = Err(e);
+            Ok(failed.context(|| format!("creating MountPod {name}"))?)
+        }
+    }
 }
 
 /// The server-side apply body of the MountPod `desired` of `volume`: only the fields

@@ -9,8 +9,15 @@
 //!  nodes without an agent ────┘                     + Ready (first blocked ticket)
 //!  old status, Decision, MountPods ─▶ volume_status ─▶ state, attached nodes, conditions
 //!  VolumeAttachment without its Volume ─▶ missing_volume_status ─▶ VolumeNotFound
-//!  old status, new status ─▶ node_changes ─▶ Attached / Detached per node (Events)
+//!  old status, new status ─▶ node_changes ─▶ Attaching / Attached / Detached per node (Events)
+//!  old status, Decision, Input ─▶ quiet_left ─▶ may these writes wait? (a new attach, < 1 s)
 //! ```
+//!
+//! A new attach is written once, when it is done: while its tickets wait only for
+//! their mount and were requested less than [`ATTACH_QUIET`] ago, [`quiet_left`] says
+//! how long the writes may wait, and the reconcile comes back then. So a fast attach
+//! costs one status write on each object, and a slow one shows why it waits (and its
+//! Attaching Event) once a person would look.
 //!
 //! Both kinds carry a top-level `Ready` condition as kstatus reads it (with
 //! `observedGeneration`), so `kubectl wait --for=condition=Ready` and GitOps health
@@ -19,6 +26,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -65,6 +73,71 @@ fn condition(
     }
 }
 use crate::tickets::{Decision, Input};
+
+/// How long a new attach may take before its statuses say it is under way.
+pub const ATTACH_QUIET: Duration = Duration::from_secs(1);
+
+/// How long the status writes that `decision` leads to may wait: `Some(time left)`
+/// when everything that changed since `old` is new tickets (no status yet) attaching
+/// (chosen, their mount not ready yet) that were requested less than `quiet` before
+/// `now`; `None` when anything else changed (a ticket satisfied, refused, removed, an
+/// attached one waiting again…) or nothing did: then the statuses are written as usual.
+pub fn quiet_left(
+    old: Option<&VolumeAttachmentStatus>,
+    decision: &Decision,
+    input: &Input,
+    now: &Time,
+    quiet: Duration,
+) -> Option<Duration> {
+    let old = old.map(|s| &s.attachment_ticket_statuses);
+    if old.is_some_and(|s| s.keys().any(|id| !decision.tickets.contains_key(id))) {
+        return None;
+    }
+    let requested = requested_at(input);
+    let mut left: Option<Duration> = None;
+    for (id, o) in &decision.tickets {
+        let before = old.and_then(|s| s.get(id));
+        let unchanged = before.is_some_and(|s| {
+            s.satisfied == o.satisfied
+                && s.generation == o.generation
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == CONDITION_SATISFIED && c.reason == o.reason.as_str())
+        });
+        if unchanged {
+            continue;
+        }
+        // Only a ticket the status never showed may wait: any other change (a mount
+        // lost, a wait behind another node over) is written at once.
+        if before.is_some() || o.satisfied || o.reason != TicketReason::Attaching {
+            return None;
+        }
+        let waited = now.0.duration_since(requested.get(id.as_str())?.0);
+        let waited = if waited.is_negative() {
+            Duration::ZERO
+        } else {
+            waited.unsigned_abs()
+        };
+        let rest = quiet.checked_sub(waited).filter(|d| !d.is_zero())?;
+        left = Some(left.map_or(rest, |l| l.min(rest)));
+    }
+    left
+}
+
+/// Whether the Volume status `new` differs from `old` only by a node that started
+/// attaching: the state is Attaching (so nothing failed) and no node left the attached
+/// or mounted nodes. Such a status may wait with its VolumeAttachment's
+/// ([`quiet_left`]).
+pub fn only_attaching(old: Option<&VolumeStatus>, new: &VolumeStatus) -> bool {
+    let empty = VolumeStatus::default();
+    let old = old.unwrap_or(&empty);
+    new.state == Some(VolumeState::Attaching)
+        && new.attached_nodes == old.attached_nodes
+        && old
+            .mounted_nodes
+            .iter()
+            .all(|n| new.mounted_nodes.contains(n))
+}
 
 /// The tickets `decision` satisfies that `old` did not say were satisfied.
 pub fn newly_satisfied<'a>(
@@ -259,11 +332,14 @@ pub fn missing_volume_status(va: &VolumeAttachment, now: &Time) -> VolumeAttachm
     }
 }
 
-/// What happened on each node between two Volume statuses: a node newly among the
-/// attached nodes finished attaching; a node gone from the mounted nodes finished
-/// detaching. One Event each.
+/// What happened on each node between two Volume statuses: a node newly mounted but
+/// not attached started attaching (a status written only for a slow attach, see
+/// [`quiet_left`]); a node newly among the attached nodes finished attaching; a node
+/// gone from the mounted nodes finished detaching. One Event each.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeChange {
+    /// The node has a mount that is not ready yet.
+    Attaching(String),
     /// The mount on the node is ready and the volume is attached there.
     Attached(String),
     /// The node's mount is gone.
@@ -275,11 +351,17 @@ pub fn node_changes(old: Option<&VolumeStatus>, new: &VolumeStatus) -> Vec<NodeC
     let empty = VolumeStatus::default();
     let old = old.unwrap_or(&empty);
     let mut changes: Vec<NodeChange> = new
-        .attached_nodes
+        .mounted_nodes
         .iter()
-        .filter(|n| !old.attached_nodes.contains(n))
-        .map(|n| NodeChange::Attached(n.clone()))
+        .filter(|n| !old.mounted_nodes.contains(n) && !new.attached_nodes.contains(n))
+        .map(|n| NodeChange::Attaching(n.clone()))
         .collect();
+    changes.extend(
+        new.attached_nodes
+            .iter()
+            .filter(|n| !old.attached_nodes.contains(n))
+            .map(|n| NodeChange::Attached(n.clone())),
+    );
     changes.extend(
         old.mounted_nodes
             .iter()

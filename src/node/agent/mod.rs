@@ -7,7 +7,7 @@
 //!        │ kube-runtime Controller             health loop (every --health-interval-ms)
 //!        ▼                                      │ reap children; probe every answered mount
 //!  reconcile ◀───── ObjectRef of a broken mount ┘
-//!        │ finalizer tessera.io/mount first
+//!        │ finalizer tessera.io/mount first (set already when the controller created it)
 //!        ├─ Serve ──────▶ Host::serve (start | adopt | repair | SIGHUP | remount)
 //!        ├─ RemoveData ─▶ Host::remove_data
 //!        └─ deleted ────▶ references remain? refuse (Terminating) : Host::teardown, drop finalizer
@@ -15,7 +15,8 @@
 //!  status subresource, server-side apply as tessera-node-<node>, only when it changed
 //! ```
 //!
-//! Status fields: `phase` (Mounting → Ready only once the mount answers), `pid`,
+//! Status fields: `phase` (Mounting, written only when a first start takes over a
+//! second, → Ready only once the mount answers), `pid`,
 //! `mountPoint`, `restarts` (daemon restarts after a failure), `lastError` and its
 //! time, `referenceCount` (= `spec.references`), conditions (`Ready`; `SpecApplied`
 //! when a remount waits for references to go; `References` when a reference is
@@ -66,6 +67,9 @@ pub struct Context {
     /// When each failing MountPod may be tried again.
     pub backoff: super::backoff::Backoffs,
 }
+
+/// How long a first start may take before the MountPod says Mounting.
+const MOUNTING_QUIET: Duration = Duration::from_secs(1);
 
 /// Run the agent's controller and health loop until the future is dropped.
 pub async fn run(
@@ -222,18 +226,35 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
         })
     });
     let retrying = prev.phase == Some(MountPhase::Failed);
-    while let Some(Progress::Starting { cause }) = rx.next().await {
+    // A first start says Mounting only once it has taken MOUNTING_QUIET: a mount that
+    // answers before has Ready as its one status write. A restart of a broken daemon
+    // says so at once.
+    let quiet_until = tokio::time::Instant::now() + MOUNTING_QUIET;
+    let mut pending: Option<Report> = None;
+    loop {
+        let progress = tokio::select! {
+            p = rx.next() => p,
+            () = tokio::time::sleep_until(quiet_until), if pending.is_some() => {
+                let report = pending.take().expect("a pending report");
+                write_status_from(mp, ctx, &prev, &mut current, report, now).await?;
+                continue;
+            }
+        };
+        let Some(Progress::Starting { cause }) = progress else {
+            break;
+        };
         if retrying {
             // A retry after a failure says Failed until it works: no Mounting/Failed
             // flip-flop on every attempt.
             continue;
         }
+        let restart = cause.is_some();
         let report = Report {
             phase: MountPhase::Mounting,
             pid: None,
             mount_point: Some(want.mountpoint.display().to_string()),
             error: cause.clone(),
-            restarted: cause.is_some(),
+            restarted: restart,
             ready: cond(
                 "Ready",
                 false,
@@ -243,7 +264,12 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
             extra: vec![],
             observed: true,
         };
-        write_status_from(mp, ctx, &prev, &mut current, report, now).await?;
+        if restart || tokio::time::Instant::now() >= quiet_until {
+            pending = None;
+            write_status_from(mp, ctx, &prev, &mut current, report, now).await?;
+        } else {
+            pending = Some(report);
+        }
     }
     let served = match job.await.map_err(Error::Join)? {
         Ok(s) => s,

@@ -120,19 +120,47 @@ fn gather_keeps_first_sightings_and_maps_mounts_by_node() {
         Arc::new(mountpod("n1", Some(MountPhase::Ready))),
         Arc::new(deleting(mountpod("n3", Some(MountPhase::Ready)))),
     ];
-    let input = gather(&volume(AccessMode::ReadWriteOnce), &va, &mps, &now, |_| {
-        true
-    });
-    let requested: Vec<(&str, Option<Time>)> = input
-        .tickets
-        .iter()
-        .map(|t| (t.ticket.id.as_str(), t.requested_at.clone()))
-        .collect();
-    assert_eq!(
-        requested,
-        vec![("new", Some(t(100))), ("seen", Some(t(10)))],
-        "a known ticket keeps its first sighting, a new one is seen now"
-    );
+    let requested = |first_seen: &[(&str, i64)]| {
+        let first_seen = first_seen
+            .iter()
+            .map(|(id, at)| (id.to_string(), t(*at)))
+            .collect();
+        let input = gather(
+            &volume(AccessMode::ReadWriteOnce),
+            &va,
+            &mps,
+            &first_seen,
+            &now,
+            |_| true,
+        );
+        let requested: Vec<(String, Option<Time>)> = input
+            .tickets
+            .iter()
+            .map(|t| (t.ticket.id.clone(), t.requested_at.clone()))
+            .collect();
+        (input, requested)
+    };
+    // (first sightings remembered, requestedAt of "new" and "seen")
+    type Sighted<'a> = &'a [(&'a str, i64)];
+    let cases: [(Sighted, i64, i64); 3] = [
+        // A new ticket is seen now; a dated one keeps its date.
+        (&[], 100, 10),
+        // A ticket seen before and not dated yet keeps its first sighting.
+        (&[("new", 50)], 50, 10),
+        // The status's date wins over a remembered sighting.
+        (&[("new", 50), ("seen", 60)], 50, 10),
+    ];
+    for (first_seen, new_at, seen_at) in cases {
+        assert_eq!(
+            requested(first_seen).1,
+            vec![
+                ("new".to_string(), Some(t(new_at))),
+                ("seen".to_string(), Some(t(seen_at)))
+            ],
+            "{first_seen:?}"
+        );
+    }
+    let (input, _) = requested(&[]);
     assert_eq!(input.tickets[1].ticket, va.spec.attachment_tickets["seen"]);
     let mounts: Vec<(&str, &MountState)> = input
         .mounts
@@ -160,9 +188,14 @@ fn gather_names_the_ticket_nodes_that_do_not_exist() {
     ]);
     // A MountPod on a node no ticket names is not the tickets' business.
     let mps = vec![Arc::new(mountpod("elsewhere", Some(MountPhase::Ready)))];
-    let input = gather(&volume(AccessMode::ReadWriteMany), &va, &mps, &t(1), |n| {
-        n == "n1"
-    });
+    let input = gather(
+        &volume(AccessMode::ReadWriteMany),
+        &va,
+        &mps,
+        &Default::default(),
+        &t(1),
+        |n| n == "n1",
+    );
     assert_eq!(
         input.missing_nodes.iter().collect::<Vec<_>>(),
         ["gone", "never"]
@@ -212,7 +245,7 @@ fn gather_reads_deletion_and_the_pin_from_the_volume() {
         ),
     ];
     for (what, v, deleting, pinned) in cases {
-        let input = gather(&v, &va, &[], &now, |_| true);
+        let input = gather(&v, &va, &[], &Default::default(), &now, |_| true);
         assert_eq!(
             (input.deleting, input.pinned_node.as_deref()),
             (deleting, pinned),

@@ -11,9 +11,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::input::{gather, mount_view};
-use super::mountpods::{apply_body, desired_spec, same_controlled_fields};
-use super::needs_recheck;
+use super::mountpods::{apply_body, create_body, desired_spec, same_controlled_fields};
 use super::status::{attachment_status, newly_satisfied, satisfaction_latencies, volume_status};
+use super::{needs_recheck, recheck_nodes};
 use crate::api::{
     self, AccessMode, AttacherType, AttachmentTicket, AttachmentTicketStatus, BackendScope,
     CONDITION_SATISFIED, MountPhase, MountPod, MountPodSpec, MountPodStatus, MountTask,
@@ -203,5 +203,60 @@ fn only_a_newly_satisfied_single_node_ticket_is_rechecked() {
     ];
     for (what, mode, va, d, recheck) in cases {
         assert_eq!(needs_recheck(&volume(mode), &va, d), recheck, "{what}");
+    }
+}
+
+/// Which MountPods a re-check reads: those of every other node the volume could be on.
+#[test]
+fn a_recheck_reads_the_mountpods_of_the_other_candidate_nodes_only() {
+    use std::collections::BTreeSet;
+    let tickets = |nodes: &[&str]| -> Vec<AttachmentTicket> {
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ticket(&format!("t{i}"), AttacherType::CsiAttacher, n))
+            .collect()
+    };
+    // (what, ticket nodes, cached MountPod nodes, nodes being satisfied, nodes read)
+    let cases = vec![
+        (
+            "one ticket, its own node: nothing to read",
+            vec!["n1"],
+            vec!["n1"],
+            vec!["n1"],
+            vec![],
+        ),
+        (
+            "a second ticket elsewhere",
+            vec!["n1", "n2"],
+            vec!["n1"],
+            vec!["n1"],
+            vec!["n2"],
+        ),
+        (
+            "a cached MountPod elsewhere",
+            vec!["n1"],
+            vec!["n1", "n3"],
+            vec!["n1"],
+            vec!["n3"],
+        ),
+        (
+            "nothing being satisfied: every candidate",
+            vec!["n1", "n2"],
+            vec![],
+            vec![],
+            vec!["n1", "n2"],
+        ),
+    ];
+    for (what, ticket_nodes, cached, satisfying, want) in cases {
+        let va = va(&tickets(&ticket_nodes));
+        let mps: Vec<Arc<MountPod>> = cached
+            .iter()
+            .map(|n| Arc::new(mountpod(n, Some(MountPhase::Ready))))
+            .collect();
+        let satisfying: BTreeSet<&str> = satisfying.into_iter().collect();
+        let got = recheck_nodes(&va, &mps, &satisfying);
+        let want: BTreeSet<String> = want.into_iter().map(String::from).collect();
+        assert_eq!(got, want, "{what}");
     }
 }

@@ -112,3 +112,28 @@ fn the_apply_body_holds_only_what_the_controller_owns() {
         serde_json::to_value(MountTask::Serve).unwrap()
     );
 }
+
+#[test]
+fn a_created_mountpod_carries_the_agents_finalizer_only_where_an_agent_is_registered() {
+    let v = volume(AccessMode::ReadWriteOnce);
+    let desired = desired_spec(&v, "n1", false, MountTask::Serve).unwrap();
+    let apply = apply_body(&v, &Labels::default(), &desired);
+    // (agent registered on the node, finalizers of the created MountPod)
+    let cases = [
+        (true, serde_json::json!([api::MOUNT_FINALIZER])),
+        (false, serde_json::Value::Null),
+    ];
+    for (agent, finalizers) in cases {
+        let body = create_body(apply.clone(), agent);
+        assert_eq!(body["metadata"]["finalizers"], finalizers, "agent {agent}");
+        // Everything else is the apply body, and it parses as a MountPod.
+        let mut rest = body.clone();
+        rest["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("finalizers");
+        assert_eq!(rest, apply, "agent {agent}");
+        let mp: MountPod = serde_json::from_value(body).unwrap();
+        assert_eq!(mp.spec, desired, "agent {agent}");
+    }
+}

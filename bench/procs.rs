@@ -1,0 +1,89 @@
+//! What the benchmarks read about processes and the API server: CPU seconds from
+//! /proc, the local control plane's pids, and request counters from metrics text (the
+//! API server's own among them).
+
+use std::collections::BTreeMap;
+
+/// User+system CPU seconds of `pid` (and its reaped children), from /proc.
+pub fn proc_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may contain spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // utime, stime, cutime, cstime are fields 14..=17 (1-based); `rest` starts at field 3.
+    let ticks = f.get(11..15).map(|v| v.iter().sum()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+/// The pids of the local control plane's `components` (target/cluster/pids), when the
+/// benchmark runs against it (no other KUBECONFIG).
+pub fn cluster_pids(repo: &std::path::Path, components: &[&str]) -> BTreeMap<String, u32> {
+    let pids = repo.join("target/cluster/pids");
+    let local = repo.join("target/cluster/kubeconfig");
+    let mut out = BTreeMap::new();
+    if std::env::var_os("KUBECONFIG").is_none_or(|k| std::path::Path::new(&k) == local) {
+        for c in components {
+            if let Some(pid) = std::fs::read_to_string(pids.join(format!("{c}.pid")))
+                .ok()
+                .and_then(|p| p.trim().parse().ok())
+            {
+                out.insert(c.to_string(), pid);
+            }
+        }
+    }
+    out
+}
+
+/// The value of every sample of `metric` in Prometheus text, keyed by the values of
+/// `labels` joined with spaces (a missing label is empty).
+pub fn samples(text: &str, metric: &str, labels: &[&str]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for l in text.lines() {
+        let Some(rest) = l.strip_prefix(metric).and_then(|r| r.strip_prefix('{')) else {
+            continue;
+        };
+        let Some((set, value)) = rest.rsplit_once(' ') else {
+            continue;
+        };
+        let field = |k: &str| {
+            let start = set.find(&format!("{k}=\""))? + k.len() + 2;
+            let end = set[start..].find('"')? + start;
+            Some(set[start..end].to_string())
+        };
+        let key: Vec<String> = labels
+            .iter()
+            .map(|k| field(k).unwrap_or_default())
+            .collect();
+        if let Ok(v) = value.parse::<f64>() {
+            *out.entry(key.join(" ")).or_default() += v;
+        }
+    }
+    out
+}
+
+/// The API server's request counters for Tessera's kinds and Events (its own
+/// `apiserver_request_total`: every client counts), by "resource[/subresource] VERB",
+/// read with `kubectl get --raw /metrics`.
+pub fn apiserver_requests() -> BTreeMap<String, f64> {
+    let text = crate::support::kubectl_output(&["get", "--raw", "/metrics"]);
+    samples(
+        &text,
+        "apiserver_request_total",
+        &["group", "resource", "subresource", "verb"],
+    )
+    .into_iter()
+    .filter(|(k, _)| k.starts_with("tessera.io ") || k.contains(" events "))
+    .map(|(k, v)| {
+        let f: Vec<&str> = k.split(' ').collect();
+        let resource = if f[2].is_empty() {
+            f[1].to_string()
+        } else {
+            format!("{}/{}", f[1], f[2])
+        };
+        (format!("{resource} {}", f[3]), v)
+    })
+    .collect()
+}
