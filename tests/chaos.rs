@@ -589,12 +589,15 @@ async fn node_agent_kill_under_live_io() {
     let (mp_mounts, target_mounts) = (mount_ids(&agent.mountpoint(&vol)), mount_ids(&target));
     assert_eq!((mp_mounts.len(), target_mounts.len()), (1, 1));
 
-    // Publishing changes the MountPod's spec (its references), and the ticket reads
-    // "MountPod is starting" until the agent has observed it: a flip of its own, not
-    // this test's subject. Flips are counted from here on.
+    // Publishing changes the MountPod's spec (its references): the satisfied ticket
+    // must not read "MountPod is starting" while the agent catches up.
     fixtures::wait_satisfied(&client, &vol, "csi-io").await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let flips_at_publish = watch.seen().flips;
+    assert!(
+        flips_at_publish.is_empty(),
+        "publishing (a new reference) turned the satisfied ticket unsatisfied: {flips_at_publish:?}"
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let writes = Arc::new(AtomicU64::new(0));
     let thread = {

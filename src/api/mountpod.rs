@@ -180,6 +180,34 @@ pub struct MountPodStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The settings the running mount has (while Ready). A new reference changes the
+    /// spec's generation but not the mount; these tell whether the mount still is what
+    /// the spec asks while the agent catches up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<AppliedSettings>,
+}
+
+/// The spec settings a running mount was made with.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedSettings {
+    /// Mounted read-only.
+    #[serde(default)]
+    pub read_only: bool,
+    /// The FUSE mount options it was mounted with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), inner(length(max = 32)))]
+    pub mount_options: Vec<String>,
+}
+
+impl AppliedSettings {
+    /// The settings `spec` asks for.
+    pub fn of(spec: &MountPodSpec) -> Self {
+        AppliedSettings {
+            read_only: spec.read_only,
+            mount_options: spec.mount_options.clone(),
+        }
+    }
 }
 
 /// Life of a mount.
@@ -209,14 +237,23 @@ impl MountPod {
                 .is_some_and(|s| s.phase == Some(MountPhase::Ready) && s.mount_point.is_some())
     }
 
-    /// Whether the node agent reports this MountPod ready for its current spec.
+    /// Whether the node agent reports this MountPod ready for its current spec: Ready,
+    /// and either the agent has observed this generation or the running mount already
+    /// has the spec's `readOnly` and `mountOptions` (a new reference bumps the
+    /// generation, and a satisfied ticket must not read "starting" until the agent
+    /// has seen it).
     pub fn is_ready(&self) -> bool {
         let Some(status) = &self.status else {
             return false;
         };
+        let current = status.observed_generation == self.metadata.generation
+            || status
+                .applied
+                .as_ref()
+                .is_some_and(|a| *a == AppliedSettings::of(&self.spec));
         self.metadata.deletion_timestamp.is_none()
             && status.phase == Some(MountPhase::Ready)
-            && status.observed_generation == self.metadata.generation
+            && current
     }
 }
 

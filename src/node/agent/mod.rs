@@ -21,9 +21,11 @@
 //! time, `referenceCount` (= `spec.references`), conditions (`Ready`; `SpecApplied`
 //! when a remount waits for references to go; `References` when a reference is
 //! refused or could not be re-bound; `DataRemoved` for a RemoveData task) and
-//! `observedGeneration`. `observedGeneration` is left behind while the running mount
-//! does not have the spec's `readOnly`/`mountOptions`, so `MountPod::is_ready()` only
-//! holds for a mount that is what the spec says. [`status`] builds these fields
+//! `observedGeneration`, and `applied` (the running mount's `readOnly`/`mountOptions`).
+//! `observedGeneration` and `applied` are left behind while the running mount does not
+//! have the spec's `readOnly`/`mountOptions`, so `MountPod::is_ready()` only holds for
+//! a mount that is what the spec says, and keeps holding while a new reference waits
+//! for the agent. [`status`] builds these fields
 //! without I/O; this module writes them.
 
 use std::sync::Arc;

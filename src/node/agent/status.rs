@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::controller::Action;
 
 use super::host::{self, Served};
-use crate::api::{MountPhase, MountPod, MountPodStatus, condition_status};
+use crate::api::{AppliedSettings, MountPhase, MountPod, MountPodStatus, condition_status};
 
 /// What a reconcile has to say in the status.
 #[derive(Debug, Clone, PartialEq)]
@@ -112,6 +112,13 @@ pub(super) fn next_status(
             generation
         } else {
             prev.observed_generation
+        },
+        // What the running mount has: the spec's settings once observed Ready; the
+        // previous ones while a remount waits; none while it is not Ready.
+        applied: match (report.phase, report.observed) {
+            (MountPhase::Ready, true) => Some(AppliedSettings::of(&mp.spec)),
+            (MountPhase::Ready, false) => prev.applied.clone(),
+            _ => None,
         },
     }
 }
@@ -364,12 +371,71 @@ pub(super) mod tests {
             ready(42),
             jiff::Timestamp::now(),
         );
+        // readOnly changed while references remain: the remount waits.
         mp.metadata.generation = Some(2);
+        mp.spec.read_only = true;
         let mut r = ready(42);
         r.observed = false;
         let s2 = next_status(&s, &mp, r, jiff::Timestamp::now());
         assert_eq!(s2.observed_generation, Some(1));
+        assert_eq!(s2.applied.as_ref().map(|a| a.read_only), Some(false));
         mp.status = Some(s2);
         assert!(!mp.is_ready());
+    }
+
+    /// A spec change the agent has not seen yet: the mount stays ready only when it
+    /// already has the spec's readOnly and mountOptions (a new reference), whatever the
+    /// generation says.
+    #[test]
+    fn a_ready_mount_stays_ready_through_changes_that_keep_its_settings() {
+        type Change = fn(&mut MountPod);
+        let table: [(&str, Change, bool); 4] = [
+            (
+                "a new reference",
+                |mp| {
+                    mp.spec.references.push(MountReference {
+                        target_path: "/k/new".into(),
+                        owner: "pod/y".into(),
+                        read_only: false,
+                    })
+                },
+                true,
+            ),
+            ("a larger capacity", |mp| mp.spec.capacity_bytes = 2, true),
+            ("readOnly", |mp| mp.spec.read_only = true, false),
+            (
+                "mountOptions",
+                |mp| mp.spec.mount_options = vec!["noatime".into()],
+                false,
+            ),
+        ];
+        for (what, change, want) in table {
+            let mut mp = mountpod(1, 1);
+            mp.status = Some(next_status(
+                &MountPodStatus::default(),
+                &mp,
+                ready(42),
+                jiff::Timestamp::now(),
+            ));
+            assert!(mp.is_ready(), "{what}: ready before the change");
+            change(&mut mp);
+            mp.metadata.generation = Some(2);
+            assert_eq!(mp.is_ready(), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_mount_that_is_not_ready_has_no_applied_settings() {
+        let mp = mountpod(1, 0);
+        let s = next_status(
+            &MountPodStatus::default(),
+            &mp,
+            ready(42),
+            jiff::Timestamp::now(),
+        );
+        assert!(s.applied.is_some());
+        let failed = Report::failed("MountFailed", "daemon exited".into());
+        let s2 = next_status(&s, &mp, failed, jiff::Timestamp::now());
+        assert_eq!(s2.applied, None);
     }
 }
