@@ -18,3 +18,5 @@ mod posix;
 mod quota;
 mod readonly;
 mod security;
+#[path = "../support/sqlite.rs"]
+mod sqlite_workload;
