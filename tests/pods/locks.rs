@@ -93,12 +93,14 @@ fn locks_condition(mp: &MountPod) -> Option<&Condition> {
         .find(|c| c.type_ == "Locks")
 }
 
-/// Wait until the Pod has ended; its phase.
-async fn ended(client: &Client, ns: &str, name: &str) -> String {
-    eventually(WAIT, &format!("Pod {name} ended"), || async {
-        pod_phase(client, ns, name)
-            .await
-            .filter(|p| p == "Succeeded" || p == "Failed")
+/// Wait until both Pods have ended, or one has failed (the other may then wait for
+/// it forever); their phases.
+async fn ended(client: &Client, ns: &str) -> (String, String) {
+    eventually(WAIT, "both Pods ended, or one failed", || async {
+        let a = pod_phase(client, ns, "on-a").await.unwrap_or_default();
+        let b = pod_phase(client, ns, "on-b").await.unwrap_or_default();
+        let done = |p: &str| p == "Succeeded" || p == "Failed";
+        ((done(&a) && done(&b)) || a == "Failed" || b == "Failed").then_some((a, b))
     })
     .await
 }
@@ -143,10 +145,7 @@ async fn flock_fcntl_and_sqlite_cross_nodes_on_an_rwx_volume() {
 
     let start = Instant::now();
     std::fs::write(data.join("go"), b"").unwrap();
-    let phases = (
-        ended(&client, &ns, "on-a").await,
-        ended(&client, &ns, "on-b").await,
-    );
+    let phases = ended(&client, &ns).await;
     let took = start.elapsed();
     let b_saw = std::fs::read_to_string(data.join("b.out")).unwrap_or_default();
     assert_eq!(
