@@ -26,6 +26,9 @@ dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+# The real-Pod lock tests (tests/pods.rs) and their comparator (tests/fuse/locks.rs)
+# run the sqlite3 CLI; images.sh copies it into the tools image.
+command -v sqlite3 >/dev/null || need_apt+=(sqlite3)
 if ((${#need_apt[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

@@ -13,6 +13,9 @@
 
 mod support;
 
+#[path = "pods/locks.rs"]
+mod locks;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -147,8 +150,24 @@ async fn pvc(client: &Client, ns: &str, name: &str, mode: &str) -> PersistentVol
     .await
 }
 
+/// The harness's busybox image.
+const BUSYBOX: &str = "harness.tessera.io/busybox:1.35";
+
 /// A busybox Pod on `node` running `script` with the claim at /data.
 async fn pod(client: &Client, ns: &str, name: &str, node: &str, claim: &str, script: &str) {
+    pod_of(client, ns, name, node, claim, BUSYBOX, script).await;
+}
+
+/// A Pod of `image` on `node` running `script` (sh -c) with the claim at /data.
+async fn pod_of(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    claim: &str,
+    image: &str,
+    script: &str,
+) {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {
@@ -157,7 +176,7 @@ async fn pod(client: &Client, ns: &str, name: &str, node: &str, claim: &str, scr
             "terminationGracePeriodSeconds": 1,
             "containers": [{
                 "name": "app",
-                "image": "harness.tessera.io/busybox:1.35",
+                "image": image,
                 "imagePullPolicy": "Never",
                 "command": ["sh", "-c", script],
                 "volumeMounts": [{"name": "data", "mountPath": "/data"}],

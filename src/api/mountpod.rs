@@ -100,6 +100,14 @@ pub struct MountPodSpec {
     #[serde(default)]
     pub read_only: bool,
 
+    /// The backend root is shared with other nodes (the Volume's `backend.scope:
+    /// Shared`): the daemon then holds flock and fcntl locks on the backend and
+    /// revalidates on open (close-to-open) even when the backing filesystem's type is
+    /// a node-local one (`tessera mount --shared-backend`). Taken when the daemon
+    /// starts: a running daemon keeps the setting it was started with.
+    #[serde(default)]
+    pub shared_backend: bool,
+
     /// Options passed to the FUSE mount (the Volume's, from the same fixed list).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(validation = Rule::new(super::common::MOUNT_OPTIONS_RULE).message(super::common::MOUNT_OPTIONS_MESSAGE))]

@@ -449,6 +449,9 @@ impl Filesystem for Adapter {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         counters::op(Op::Open);
+        if self.stale(ino) {
+            return reply.error(Errno::from_i32(libc::ESTALE));
+        }
         let opened = match self.fs.open(ino.0, flags.0) {
             Ok(o) => o,
             Err(e) => return reply.error(errno(&e)),

@@ -133,6 +133,9 @@ pub struct Want {
     pub read_only: bool,
     /// Extra mount options.
     pub options: Vec<String>,
+    /// The backend is shared with other nodes: start the daemon with
+    /// `--shared-backend`. A running daemon is never restarted for this alone.
+    pub shared_backend: bool,
     /// The accepted references.
     pub references: Vec<Target>,
 }
@@ -196,6 +199,7 @@ pub fn want(
         capacity_bytes,
         read_only: spec.read_only,
         options: spec.mount_options.clone(),
+        shared_backend: spec.shared_backend,
         references,
     };
     Ok((want, refused))
@@ -244,6 +248,8 @@ pub struct Served {
     /// How long a repair took, from the decision to restart to the mount answering
     /// with every reference re-bound.
     pub repair_time: Option<Duration>,
+    /// The daemon was started with `--shared-backend`.
+    pub shared_backend: bool,
     /// Whether other nodes see the locks taken through the mount: `None` on a
     /// node-local backend (one mount serves the node), else whether the backend took
     /// an OFD lock and a flock on a probe file (`Err`: why not).
@@ -251,14 +257,15 @@ pub struct Served {
 }
 
 /// Whether the backend of `want` holds locks for other nodes to see, as the daemon
-/// decides it (`tessera mount` probes the same way): `None` on a node-local filesystem.
-fn backend_locks(want: &Want) -> Option<Result<(), String>> {
+/// decides it (`tessera mount` probes the same way): `None` on a node-local filesystem
+/// unless the daemon was started with `--shared-backend` (`shared`).
+fn backend_locks(want: &Want, shared: bool) -> Option<Result<(), String>> {
     let dir = match roots::create_beneath(&want.beneath) {
         Ok(dir) => dir,
         Err(errno) => return Some(Err(format!("opening the volume directory: {errno}"))),
     };
     let fs_type = nix::sys::statfs::fstatfs(&dir).ok()?.filesystem_type().0 as i64;
-    if crate::fuse::adapter::is_local_fs(fs_type) {
+    if crate::fuse::adapter::is_local_fs(fs_type) && !shared {
         return None;
     }
     Some(crate::fuse::fs::probe_locks(dir.as_fd(), !want.read_only).map_err(|e| e.to_string()))
@@ -312,7 +319,7 @@ impl Host {
     pub fn serve(&self, want: &Want, progress: &dyn Fn(Progress)) -> Result<Served, Error> {
         let mut served = self.serve_mount(want, progress)?;
         if served.answers {
-            served.locks = backend_locks(want);
+            served.locks = backend_locks(want, served.shared_backend);
         }
         Ok(served)
     }
@@ -373,6 +380,8 @@ impl Host {
             record.capacity_bytes = want.capacity_bytes;
             self.state.save(record)?;
         }
+        // Not `shared_backend`: a running daemon (one adopted from before the field
+        // existed, say) keeps serving, and the setting applies at its next start.
         let settings_changed =
             record.read_only != want.read_only || record.mount_options != want.options;
         if settings_changed && want.references.is_empty() {
@@ -381,6 +390,7 @@ impl Host {
         let mut served = Served {
             daemon: Some(record.daemon),
             answers: true,
+            shared_backend: record.shared_backend,
             remount_blocked: settings_changed,
             ..Served::default()
         };
@@ -448,6 +458,7 @@ impl Host {
             capacity_file: self.state.capacity_file(&want.volume),
             counters_file: self.state.counters_file(&want.volume),
             read_only: want.read_only,
+            shared_backend: want.shared_backend,
             options: want.options.clone(),
         };
         let daemon = self
@@ -464,6 +475,7 @@ impl Host {
             capacity_bytes: want.capacity_bytes,
             read_only: want.read_only,
             mount_options: want.options.clone(),
+            shared_backend: want.shared_backend,
             answered: false,
         };
         self.state.save(&record)?;
@@ -482,6 +494,7 @@ impl Host {
         let deadline = Instant::now() + self.config.start_timeout.saturating_sub(record.age());
         let mut served = Served {
             daemon: Some(record.daemon),
+            shared_backend: record.shared_backend,
             repaired: cause,
             ..Served::default()
         };

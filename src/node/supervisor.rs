@@ -90,6 +90,8 @@ pub struct DaemonSpec {
     pub counters_file: PathBuf,
     /// Mount read-only.
     pub read_only: bool,
+    /// Treat the backend as shared with other nodes (`--shared-backend`).
+    pub shared_backend: bool,
     /// Extra mount options.
     pub options: Vec<String>,
 }
@@ -223,6 +225,9 @@ impl Daemons for HostDaemons {
             .arg(&spec.counters_file);
         if spec.read_only {
             cmd.arg("--read-only");
+        }
+        if spec.shared_backend {
+            cmd.arg("--shared-backend");
         }
         if !spec.options.is_empty() {
             cmd.arg(format!("--options={}", spec.options.join(",")));
@@ -375,6 +380,10 @@ pub struct Record {
     pub read_only: bool,
     /// Mount options.
     pub mount_options: Vec<String>,
+    /// Started with `--shared-backend`. Records written before the flag existed lack
+    /// it: their daemons were started without it.
+    #[serde(default)]
+    pub shared_backend: bool,
     /// The mount has answered at least once. Only such mounts are watched by the
     /// health loop; one that never came up is retried by reconcile, with backoff.
     #[serde(default)]
@@ -629,6 +638,7 @@ mod tests {
             capacity_bytes: 1 << 30,
             read_only: false,
             mount_options: vec!["allow_other".into()],
+            shared_backend: true,
             answered: false,
         };
         state.save(&rec).unwrap();
@@ -649,6 +659,18 @@ mod tests {
         state.remove("v").unwrap();
         assert_eq!(state.load("v").unwrap(), None);
         state.remove("v").unwrap();
+    }
+
+    /// A record written before `sharedBackend` existed stands for a daemon started
+    /// without `--shared-backend`.
+    #[test]
+    fn records_without_shared_backend_load_as_not_shared() {
+        let json = r#"{"mountpod":"v-1","volume":"v","daemon":{"pid":42,"startTicks":7},
+            "startedAt":"2026-12-01T00:00:00Z","source":"/b/v","mountpoint":"/m/v",
+            "capacityBytes":1,"readOnly":false,"mountOptions":[],"answered":true}"#;
+        let rec: Record = serde_json::from_str(json).unwrap();
+        assert!(!rec.shared_backend);
+        assert!(rec.answered);
     }
 
     #[test]
@@ -677,6 +699,7 @@ mod tests {
             capacity_file: dir.path().join("cap"),
             counters_file: dir.path().join("counters"),
             read_only: false,
+            shared_backend: false,
             options: vec![],
         };
         // /bin/sleep exits at once on these arguments: the exit is reaped and described.

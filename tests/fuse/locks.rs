@@ -474,6 +474,53 @@ fn a_waiter_through_one_mount_wakes_when_the_other_releases() {
     });
 }
 
+/// Two SQLite writers, one per view, each 1,000 transactions into one database file
+/// at once (the workload of the real-node test, `crate::sqlite_workload`): the file
+/// is sound and holds every row. Through two mounts that each kept their locks to
+/// themselves, both writers would commit at once and the file would be corrupt or
+/// short of rows.
+#[test]
+fn sqlite_writers_through_both_mounts_keep_every_row() {
+    use crate::sqlite_workload as sql;
+    both_pairs(|p| {
+        let n = p.name();
+        let start = Instant::now();
+        let writers: Vec<_> = [("a", p.a("db")), ("b", p.b("db"))]
+            .into_iter()
+            .map(|(who, db)| {
+                let script = sql::script(db.to_str().unwrap(), who, sql::TRANSACTIONS);
+                let child = std::process::Command::new("sh")
+                    .arg("-c")
+                    .arg(script)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("sh");
+                (who, child)
+            })
+            .collect();
+        for (who, child) in writers {
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{n}: writer {who}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let took = start.elapsed();
+        assert_eq!(
+            sql::check(&p.source("db")),
+            sql::expected(&["a", "b"], sql::TRANSACTIONS),
+            "{n}"
+        );
+        eprintln!(
+            "{n}: 2 x {} SQLite transactions in {took:?}",
+            sql::TRANSACTIONS
+        );
+    });
+}
+
 #[test]
 fn exit_and_sigkill_release_every_lock() {
     both_pairs(|p| {

@@ -19,3 +19,5 @@ mod posix;
 mod quota;
 mod readonly;
 mod security;
+#[path = "../support/sqlite.rs"]
+mod sqlite_workload;

@@ -6,6 +6,8 @@
 #   images.sh build-base     pause + busybox archives (node start-up loads them)
 #   images.sh build          + tessera (release binary and the libraries ldd names;
 #                            TESSERA_IMAGE_BIN=PATH takes that binary instead)
+#                            + tools: busybox, sqlite3 and util-linux's flock (busybox
+#                            has none) from this machine, for tests/pods.rs's locks
 #                            + the CSI sidecars config/ runs, built by build.sh
 #   images.sh load [NODE...] import every archive into the nodes (default: all running)
 #
@@ -74,6 +76,22 @@ build_tessera() {
   log "tessera image: $(( $(stat -c %s "$IMAGES/tessera.tar") / 1048576 )) MiB, libraries: $((${#libs[@]} / 2))"
 }
 
+# busybox with the host's sqlite3 and flock(1) and their libraries: the real-Pod lock
+# tests take flock and (through SQLite) fcntl locks.
+build_tools() {
+  local b libs=()
+  mkdir -p "$IMAGES"
+  for b in /usr/bin/sqlite3 /usr/bin/flock; do
+    [[ -x "$b" ]] || die "$b missing (Debian's sqlite3 and util-linux): run .ci/install-deps.sh"
+  done
+  # One --file per library even where both binaries name it.
+  mapfile -t libs < <({ lib_args /usr/bin/sqlite3; lib_args /usr/bin/flock; } | paste - - | sort -u | tr '\t' '\n')
+  img --name "$REG/tools:1" --out "$IMAGES/tools.tar" --file /bin/busybox:/bin/busybox \
+    --busybox-applets /bin/busybox:/bin --file /usr/bin/sqlite3:/usr/bin/sqlite3 \
+    --file /usr/bin/flock:/usr/bin/flock "${libs[@]}" --dir /tmp:1777 --dir /root:700 --dir /etc --cmd sh
+  log "tools image: $(( $(stat -c %s "$IMAGES/tools.tar") / 1048576 )) MiB, libraries: $((${#libs[@]} / 2))"
+}
+
 build_sidecars() {
   local s name
   for s in "${SIDECARS[@]}"; do
@@ -114,7 +132,7 @@ load() {
 
 case "${1:-}" in
   build-base) build_base ;;
-  build) build_base; build_tessera; build_sidecars ;;
+  build) build_base; build_tessera; build_tools; build_sidecars ;;
   load) shift; load "$@" ;;
   *) echo "usage: $0 build-base|build|load [NODE...]" >&2; exit 2 ;;
 esac

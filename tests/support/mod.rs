@@ -206,6 +206,7 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 pub mod env;
 pub mod fixtures;
 pub mod invariants;
+pub mod sqlite;
 
 /// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `VmHWM`, ...), in KiB; 0 if the
 /// process or the field is gone.

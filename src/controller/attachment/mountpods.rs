@@ -237,6 +237,7 @@ pub(super) fn apply_body(
             "task": desired.task,
             "capacityBytes": desired.capacity_bytes,
             "readOnly": desired.read_only,
+            "sharedBackend": desired.shared_backend,
             "mountOptions": desired.mount_options,
         }
     })
@@ -247,6 +248,7 @@ pub(super) fn same_controlled_fields(a: &MountPodSpec, b: &MountPodSpec) -> bool
     a.source == b.source
         && a.capacity_bytes == b.capacity_bytes
         && a.read_only == b.read_only
+        && a.shared_backend == b.shared_backend
         && a.mount_options == b.mount_options
         && a.task == b.task
 }
@@ -282,6 +284,7 @@ pub fn desired_spec(
         task,
         capacity_bytes: capacity,
         read_only,
+        shared_backend: volume.spec.backend.scope == api::BackendScope::Shared,
         mount_options: volume.spec.mount_options.clone(),
         references: vec![],
         retain_seconds: None,

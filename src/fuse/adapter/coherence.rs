@@ -7,6 +7,12 @@
 //!   data of a non-passthrough open is dropped at open anyway, as Tessera never sets
 //!   FOPEN_KEEP_CACHE; FUSE_AUTO_INVAL_DATA drops it again when the fresh mtime or
 //!   size differs);
+//! - an open of a name this kernel still caches (the entry lifetime) whose backing
+//!   file another node has since deleted or replaced is answered ESTALE, so the
+//!   kernel looks the name up again (LOOKUP_REVAL) and opens, or creates, what the
+//!   name is now, as NFS's open revalidates it. Without it, SQLite's `O_CREAT` open of
+//!   its journal, deleted and created anew by another node a moment before, wrote into
+//!   the deleted file, and the journal's unlink then failed (a disk I/O error);
 //! - lock-to-read: taking a lock drops the file's cached attributes and pages before
 //!   the lock is answered, so what another node wrote under its lock is what is read
 //!   under this one, by a process that kept the file open all along (SQLite).
@@ -48,6 +54,14 @@ impl Adapter {
         if self.options.close_to_open {
             invalidate(&self.notifier, ino, -1);
         }
+    }
+
+    /// Whether an open of `ino` must be refused with ESTALE: on a shared backend, its
+    /// backing file is in no directory any more (another node deleted or replaced
+    /// it). The kernel then retries the open with a fresh lookup of the name; a file
+    /// opened through /proc/<pid>/fd after its deletion gets ESTALE itself.
+    pub(super) fn stale(&self, ino: INodeNo) -> bool {
+        self.options.close_to_open && self.fs.getattr(ino.0, None).is_ok_and(|a| a.nlink == 0)
     }
 
     /// What drops the cached attributes and pages of `ino` once a lock on it is

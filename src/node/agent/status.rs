@@ -257,6 +257,7 @@ pub(super) mod tests {
                 task: MountTask::Serve,
                 capacity_bytes: 1,
                 read_only: false,
+                shared_backend: false,
                 mount_options: vec![],
                 references: (0..refs)
                     .map(|i| MountReference {

@@ -213,6 +213,7 @@ impl Setup {
             task: MountTask::Serve,
             capacity_bytes: 1000,
             read_only: false,
+            shared_backend: false,
             mount_options: vec![],
             references: refs
                 .iter()
@@ -348,6 +349,7 @@ fn rebinds_references_left_on_an_earlier_instance() {
         capacity_file: s.host.state.capacity_file("vol1"),
         counters_file: s.host.state.counters_file("vol1"),
         read_only: false,
+        shared_backend: false,
         options: vec![],
     };
     let daemon = s.fake.start(&spec, Path::new("/dev/null")).unwrap();
@@ -412,6 +414,43 @@ fn settings_change_remounts_only_without_references() {
         vec![(first.daemon.unwrap().pid, Signal::SIGTERM)]
     );
     assert!(w.started[1].read_only);
+}
+
+#[test]
+fn shared_backend_is_given_at_start_and_never_restarts_a_daemon() {
+    let s = setup();
+    // The test's backend is a node-local filesystem: without the flag the agent
+    // claims nothing about locks, with it the backend is probed as the daemon does.
+    let plain = s.serve(&s.want(&s.spec(&[])));
+    assert_eq!(plain.locks, None);
+    s.host.teardown("vol1", &s.mountpoint()).unwrap();
+
+    let mut spec = s.spec(&[]);
+    spec.shared_backend = true;
+    let want = s.want(&spec);
+    let first = s.serve(&want);
+    assert!(first.shared_backend);
+    assert_eq!(first.locks, Some(Ok(())));
+    assert!(s.fake.w().started[1].shared_backend);
+    assert!(s.host.state.load("vol1").unwrap().unwrap().shared_backend);
+
+    // A daemon started before the field existed (its record lacks it) is adopted as
+    // it is: no restart, and no claim that its locks cross nodes.
+    let mut rec = s.host.state.load("vol1").unwrap().unwrap();
+    rec.shared_backend = false;
+    s.host.state.save(&rec).unwrap();
+    let adopted = s.serve(&want);
+    assert_eq!(adopted.daemon, first.daemon);
+    assert!(!adopted.shared_backend);
+    assert_eq!(adopted.locks, None);
+    assert_eq!(s.fake.w().started.len(), 2, "no restart");
+
+    // Its next start (here a repair) takes the flag.
+    s.fake.crash(first.daemon.unwrap().pid);
+    let repaired = s.serve(&want);
+    assert!(repaired.repaired.is_some());
+    assert!(repaired.shared_backend);
+    assert!(s.fake.w().started[2].shared_backend);
 }
 
 #[test]

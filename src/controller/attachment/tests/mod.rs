@@ -74,6 +74,7 @@ fn mountpod(node: &str, phase: Option<MountPhase>) -> MountPod {
             task: MountTask::Serve,
             capacity_bytes: 1 << 30,
             read_only: false,
+            shared_backend: false,
             mount_options: vec![],
             references: vec![],
             retain_seconds: None,

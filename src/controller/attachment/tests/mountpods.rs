@@ -16,11 +16,16 @@ fn desired_spec_from_the_volume() {
             task: MountTask::RemoveData,
             capacity_bytes: 1 << 30,
             read_only: true,
+            shared_backend: true,
             mount_options: vec!["allow_other".into()],
             references: vec![],
             retain_seconds: None,
         }
     );
+    let mut local = v.clone();
+    local.spec.backend.scope = api::BackendScope::NodeLocal;
+    let spec = desired_spec(&local, "n1", false, MountTask::Serve).unwrap();
+    assert!(!spec.shared_backend, "a NodeLocal backend is not shared");
     let mut bad = v.clone();
     bad.spec.size = Quantity("lots".into());
     let err = desired_spec(&bad, "n1", false, MountTask::Serve).unwrap_err();
@@ -67,6 +72,11 @@ fn only_controlled_fields_count_as_a_change() {
         ("source", changed(|s| s.source = "/c/v".into()), false),
         ("capacity", changed(|s| s.capacity_bytes += 1), false),
         ("read-only", changed(|s| s.read_only = true), false),
+        (
+            "shared backend",
+            changed(|s| s.shared_backend = false),
+            false,
+        ),
         ("mount options", changed(|s| s.mount_options.clear()), false),
         ("task", changed(|s| s.task = MountTask::RemoveData), false),
     ];
@@ -106,6 +116,7 @@ fn the_apply_body_holds_only_what_the_controller_owns() {
     );
     assert!(!spec.contains_key("retainSeconds"));
     assert_eq!(spec["source"], "/b/v");
+    assert_eq!(spec["sharedBackend"], true);
     assert_eq!(spec["capacityBytes"], 1 << 30);
     assert_eq!(
         spec["task"],
