@@ -21,20 +21,19 @@ use std::time::{Duration, SystemTime};
 
 use fuser::{
     AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
-    FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, RequestId, TimeOrNow, WriteFlags,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, RequestId, TimeOrNow, WriteFlags,
 };
 
 use super::counters::{self, Op, Slot};
-use super::fs::{
-    Attr, Caller, FileKind, FsError, IoMode, LockSpec, Opened, SetAttr, SetTime, VolumeFs, Waiters,
-    Xattr,
-};
+use super::fs::{Attr, FsError, IoMode, LockSpec, Opened, SetAttr, VolumeFs, Waiters, Xattr};
 use super::quota::Mode;
+use convert::{caller, file_attr, file_type, set_time};
 
 mod coherence;
+mod convert;
 mod locks;
 
 /// Largest write the kernel sends in one request.
@@ -89,52 +88,6 @@ pub struct Adapter {
 fn errno(e: &FsError) -> Errno {
     counters::table().error(e.errno());
     Errno::from_i32(e.errno())
-}
-
-fn caller(req: &Request) -> Caller {
-    Caller {
-        uid: req.uid(),
-        gid: req.gid(),
-    }
-}
-
-fn file_type(kind: FileKind) -> FileType {
-    match kind {
-        FileKind::Regular => FileType::RegularFile,
-        FileKind::Directory => FileType::Directory,
-        FileKind::Symlink => FileType::Symlink,
-        FileKind::Fifo => FileType::NamedPipe,
-        FileKind::Socket => FileType::Socket,
-        FileKind::CharDevice => FileType::CharDevice,
-        FileKind::BlockDevice => FileType::BlockDevice,
-    }
-}
-
-fn file_attr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.blocks,
-        atime: a.atime,
-        mtime: a.mtime,
-        ctime: a.ctime,
-        crtime: a.ctime,
-        kind: file_type(a.kind),
-        perm: a.perm,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev,
-        blksize: a.blksize,
-        flags: 0,
-    }
-}
-
-fn set_time(t: Option<TimeOrNow>) -> Option<SetTime> {
-    t.map(|t| match t {
-        TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(t) => SetTime::At(t),
-    })
 }
 
 thread_local! {
