@@ -6,6 +6,7 @@
 //! ```text
 //!  A: flock -x lock ──held──────────────▶ released      B: flock -n lock ─▶ refused (75)
 //!                                                         flock -x lock ─▶ granted only after
+//!  A: flock -x lock2 (a holder) ──held──▶ kill -9         B: flock -x lock2 ─▶ granted only after
 //!  A: BEGIN EXCLUSIVE (fcntl locks) ──held──▶ COMMIT      B: BEGIN IMMEDIATE ─▶ database is locked
 //!                                                         .timeout + BEGIN IMMEDIATE ─▶ sees A's row
 //!  A and B: 1,000 SQLite transactions each into one file ─▶ integrity ok, 2,000 rows
@@ -39,6 +40,8 @@ fn script_a() -> String {
         "set -e; {WAIT_FOR}; w go
 flock -x /data/lock -c 'touch /data/a-holds-flock; \
   until [ -f /data/b-waits-flock ]; do sleep 0.05; done; sleep 1; touch /data/a-releases-flock'
+flock -o -x /data/lock2 sh -c 'touch /data/a-holds-lock2; exec sleep 3600' & h=$!
+w b-waits-kill; sleep 1; touch /data/a-kills-holder; kill -9 $h
 {{ echo 'CREATE TABLE IF NOT EXISTS k(x); BEGIN EXCLUSIVE; INSERT INTO k VALUES (1);'
   echo '.shell touch /data/a-holds-db'
   w b-tried-db; sleep 1
@@ -62,6 +65,13 @@ touch /data/b-waits-flock
 flock -x -w 60 /data/lock -c '[ -f /data/a-releases-flock ]' ||
   {{ say 'flock -x granted before A released, or not within 60 s'; exit 1; }}
 say \"flock -x waited for A's release\"
+w a-holds-lock2
+rc=0; flock -n -E 75 /data/lock2 true || rc=$?
+[ $rc = 75 ] || {{ say \"flock -n while A's holder lives: exit $rc, not 75\"; exit 1; }}
+touch /data/b-waits-kill
+flock -x -w 60 /data/lock2 -c '[ -f /data/a-kills-holder ]' ||
+  {{ say 'flock -x granted before A killed its holder, or not within 60 s'; exit 1; }}
+say \"flock -x granted once A's holder was killed\"
 w a-holds-db
 rc=0; out=$(sqlite3 /data/locks.db 'BEGIN IMMEDIATE;' 2>&1) || rc=$?
 case \"$rc $out\" in
@@ -81,6 +91,7 @@ touch /data/b-ready-sql; w a-ready-sql
 /// What B saw when every lock crossed the nodes.
 const B_SAW: &str = "flock -n refused while A holds
 flock -x waited for A's release
+flock -x granted once A's holder was killed
 sqlite refused while A holds: database is locked
 sqlite waited for A's commit: rows 1
 ";
@@ -172,7 +183,7 @@ async fn flock_fcntl_and_sqlite_cross_nodes_on_an_rwx_volume() {
         .delete(&ns, &DeleteParams::default())
         .await;
     eprintln!(
-        "REAL NODES locks: flock and fcntl (SQLite) locks crossed {a} and {b}; \
+        "REAL NODES locks: flock and fcntl (SQLite) locks crossed {a} and {b}, a killed holder's lock went with it; \
          2 x {} SQLite transactions, integrity ok, every row; {:.1} s from go to both done",
         sqlite::TRANSACTIONS,
         took.as_secs_f64()
