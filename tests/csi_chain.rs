@@ -701,6 +701,33 @@ impl Chain {
             .unwrap_or_else(|e| panic!("creating Pod {name} on {node}: {e}"))
     }
 
+    /// Give every Pod of the test on `node` an update, as a kubelet's status update
+    /// would: the A/D controller looks at its volumes again.
+    async fn nudge_pods_on(&self, node: &str, n: u32) {
+        let Ok(pods) = self.pods().list(&ListParams::default()).await else {
+            return;
+        };
+        for pod in pods {
+            if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(node) {
+                continue;
+            }
+            let patch =
+                json!({"metadata": {"annotations": {"tessera.io/test-nudge": n.to_string()}}});
+            let _ = self
+                .pods()
+                .patch(
+                    &pod.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await;
+            eprintln!(
+                "[csi_chain] no storage VolumeAttachment yet: nudged Pod {} on {node} ({n})",
+                pod.name_any()
+            );
+        }
+    }
+
     /// Delete a pod the way kubectl --force --grace-period=0 does (there is no kubelet to
     /// confirm a graceful deletion) and wait until it is gone.
     async fn delete_pod(&self, name: &str) {
@@ -731,10 +758,29 @@ impl Chain {
     }
 
     async fn wait_attached(&self, handle: &str, node: &str) {
+        // The A/D controller reads a Pod's volumes on the Pod's own events. If, when the
+        // Pod came, its informers had not yet seen the node (or the bound PV) — after an
+        // API server restart a reflector can be in a backoff of up to 30 s — it skips the
+        // Pod until its next full re-list, 3 minutes later. A kubelet's status updates
+        // would give it new Pod events; this test plays the kubelet, so it gives one
+        // (an annotation) every 5 s until the storage VolumeAttachment exists.
+        let start = Instant::now();
+        let mut nudges = 0u32;
         eventually(
             WAIT,
             &format!("storage VolumeAttachment of {handle} on {node} attached"),
-            || async { (self.attached(handle, node).await == Some(true)).then_some(()) },
+            || {
+                let due = start.elapsed() > Duration::from_secs(5 * u64::from(nudges + 1));
+                if due {
+                    nudges += 1;
+                }
+                async move {
+                    if due && self.attached(handle, node).await.is_none() {
+                        self.nudge_pods_on(node, nudges).await;
+                    }
+                    (self.attached(handle, node).await == Some(true)).then_some(())
+                }
+            },
         )
         .await;
         let mp = fixtures::mountpod_on(&self.client, handle, node)
