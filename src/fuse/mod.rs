@@ -548,13 +548,15 @@ fn count_into(path: &Path, fs: Arc<VolumeFs>) {
 /// The daemon's last line: what it served, and the quota at the end.
 fn log_counters(fs: &VolumeFs, mountpoint: &Path, message: &'static str) {
     let stats = fs.stats();
+    // Reads and writes as the node agent sees them: the one count the adapter keeps.
+    let counted = counters::table().snapshot();
     let usage = fs.usage().ok();
     tracing::info!(
         mountpoint = %mountpoint.display(),
-        reads = stats.reads.load(Ordering::Relaxed),
-        read_bytes = stats.read_bytes.load(Ordering::Relaxed),
-        writes = stats.writes.load(Ordering::Relaxed),
-        write_bytes = stats.write_bytes.load(Ordering::Relaxed),
+        reads = counted.ops[counters::Op::Read as usize],
+        read_bytes = counted.read_bytes,
+        writes = counted.ops[counters::Op::Write as usize],
+        write_bytes = counted.written_bytes,
         opens_passthrough = stats.opens_passthrough.load(Ordering::Relaxed),
         opens_cached = stats.opens_cached.load(Ordering::Relaxed),
         opens_direct = stats.opens_direct.load(Ordering::Relaxed),

@@ -219,10 +219,6 @@ pub enum Xattr {
 /// Counters of what reached the daemon; logged when the mount ends.
 #[derive(Debug, Default)]
 pub struct Stats {
-    pub reads: AtomicU64,
-    pub read_bytes: AtomicU64,
-    pub writes: AtomicU64,
-    pub write_bytes: AtomicU64,
     pub opens_passthrough: AtomicU64,
     pub opens_cached: AtomicU64,
     pub opens_direct: AtomicU64,
