@@ -46,7 +46,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use support::env::Env;
-use support::fixtures::{self, AgentProcess, ControllerProcess, TEST_LABEL, eventually};
+use support::fixtures::{
+    self, AgentProcess, ControllerProcess, NodesGuard, TEST_LABEL, eventually,
+};
 use support::invariants::{MountPoller, SingleNodeWatch};
 use tessera::api::{MountPhase, MountPod, Volume, VolumeAttachment};
 
@@ -58,28 +60,6 @@ const WAIT: Duration = Duration::from_secs(60);
 const CLEAN_UP: Duration = Duration::from_secs(120);
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Deletes CSINodes and Nodes when dropped, even when the test panics: a leftover
-/// CSINode could be picked for another test's data cleanup.
-struct NodesGuard(Vec<String>);
-
-impl Drop for NodesGuard {
-    fn drop(&mut self) {
-        let names = std::mem::take(&mut self.0);
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let client = support::client().await;
-                fixtures::delete_csinodes(&client, &names).await;
-                fixtures::delete_nodes(&client, &names).await;
-            });
-        })
-        .join();
-    }
-}
 
 /// One test's cluster share, with a backend root shared by its agents.
 struct Rig {

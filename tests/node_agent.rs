@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
+use support::fixtures::{self, AgentProcess, ControllerProcess, NodesGuard, eventually};
 use tessera::api::{MountPhase, MountPod, Volume};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -68,28 +68,6 @@ impl Env {
 
     fn source(&self, volume: &str) -> PathBuf {
         self.backend.path().join(volume)
-    }
-}
-
-/// Deletes CSINodes and Nodes when dropped, even when the test panics: a leftover
-/// CSINode could be picked for another test's data cleanup.
-struct NodesGuard(Vec<String>);
-
-impl Drop for NodesGuard {
-    fn drop(&mut self) {
-        let names = std::mem::take(&mut self.0);
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let client = support::client().await;
-                fixtures::delete_csinodes(&client, &names).await;
-                fixtures::delete_nodes(&client, &names).await;
-            });
-        })
-        .join();
     }
 }
 

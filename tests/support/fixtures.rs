@@ -749,3 +749,25 @@ pub async fn mountpod_on(client: &Client, volume: &str, node: &str) -> Option<Mo
         .await
         .unwrap()
 }
+
+/// Deletes CSINodes and Nodes when dropped, even when the test panics: a leftover
+/// CSINode could be picked for another test's data cleanup.
+pub struct NodesGuard(pub Vec<String>);
+
+impl Drop for NodesGuard {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut self.0);
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let client = super::client().await;
+                delete_csinodes(&client, &names).await;
+                delete_nodes(&client, &names).await;
+            });
+        })
+        .join();
+    }
+}
