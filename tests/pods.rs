@@ -271,6 +271,32 @@ async fn tessera_volume(client: &Client, pv: &str) -> Volume {
         .unwrap()
 }
 
+/// What every real-Pod test starts from: a namespace of its own with one bound claim,
+/// its PV, the Tessera Volume behind it and that volume's directory in the backend.
+struct Claimed {
+    nodes: Nodes,
+    ns: String,
+    pv: String,
+    volume: Volume,
+    data: PathBuf,
+}
+
+async fn claimed(client: &Client, prefix: &str, claim: &str, mode: &str) -> Claimed {
+    let nodes = Nodes::load();
+    let ns = namespace(client, prefix).await;
+    let pvc = pvc(client, &ns, claim, mode).await;
+    let pv = pvc.spec.unwrap().volume_name.unwrap();
+    let volume = tessera_volume(client, &pv).await;
+    let data = backend_dir(&nodes, &volume);
+    Claimed {
+        nodes,
+        ns,
+        pv,
+        volume,
+        data,
+    }
+}
+
 /// Delete the claim and wait until the PV, the Volume and the data are gone.
 async fn delete_claim(client: &Client, ns: &str, claim: &str, pv: &str, volume: &str, data: &Path) {
     Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
@@ -293,16 +319,16 @@ async fn delete_claim(client: &Client, ns: &str, claim: &str, pv: &str, volume: 
 #[ignore = "needs real nodes with Tessera deployed (tests/run.sh: make cluster-up deploy, then --ignored)"]
 async fn rwo_volume_follows_its_pod_from_node_a_to_node_b() {
     let client = support::client().await;
-    let nodes = Nodes::load();
+    let Claimed {
+        nodes,
+        ns,
+        pv,
+        volume,
+        data,
+    } = claimed(&client, "pods-rwo", "data", "ReadWriteOnce").await;
     let names = nodes.names();
     assert!(names.len() >= 2, "two nodes needed: {names:?}");
     let (a, b) = (&names[0], &names[1]);
-    let ns = namespace(&client, "pods-rwo").await;
-
-    let claim = pvc(&client, &ns, "data", "ReadWriteOnce").await;
-    let pv = claim.spec.unwrap().volume_name.unwrap();
-    let volume = tessera_volume(&client, &pv).await;
-    let data = backend_dir(&nodes, &volume);
 
     let write = "dd if=/dev/urandom of=/data/big bs=1M count=8 2>/dev/null && \
                  cd /data && sha256sum big > big.sha256 && sync && touch /data/done && \
@@ -381,16 +407,16 @@ async fn rwo_volume_follows_its_pod_from_node_a_to_node_b() {
 #[ignore = "needs real nodes with Tessera deployed (tests/run.sh: make cluster-up deploy, then --ignored)"]
 async fn rwx_volume_serves_pods_on_two_nodes_at_once() {
     let client = support::client().await;
-    let nodes = Nodes::load();
+    let Claimed {
+        nodes,
+        ns,
+        pv,
+        volume,
+        data,
+    } = claimed(&client, "pods-rwx", "shared", "ReadWriteMany").await;
     let names = nodes.names();
     assert!(names.len() >= 2, "two nodes needed: {names:?}");
     let (a, b) = (&names[0], &names[1]);
-    let ns = namespace(&client, "pods-rwx").await;
-
-    let claim = pvc(&client, &ns, "shared", "ReadWriteMany").await;
-    let pv = claim.spec.unwrap().volume_name.unwrap();
-    let volume = tessera_volume(&client, &pv).await;
-    let data = backend_dir(&nodes, &volume);
 
     pod(
         &client,
@@ -458,13 +484,14 @@ async fn rwx_volume_serves_pods_on_two_nodes_at_once() {
 #[ignore = "needs real nodes with Tessera deployed (tests/run.sh: make cluster-up deploy, then --ignored)"]
 async fn a_kubelet_restart_keeps_the_mount_and_still_detaches() {
     let client = support::client().await;
-    let nodes = Nodes::load();
+    let Claimed {
+        nodes,
+        ns,
+        pv,
+        volume,
+        data,
+    } = claimed(&client, "pods-restart", "data", "ReadWriteOnce").await;
     let node = nodes.names()[0].clone();
-    let ns = namespace(&client, "pods-restart").await;
-    let claim = pvc(&client, &ns, "data", "ReadWriteOnce").await;
-    let pv = claim.spec.unwrap().volume_name.unwrap();
-    let volume = tessera_volume(&client, &pv).await;
-    let data = backend_dir(&nodes, &volume);
 
     // Appends a line a second; exits (failing the Pod) on the first failed write.
     let script = "i=0; while echo $i >> /data/log; do i=$((i+1)); sleep 1; done; exit 1";

@@ -120,15 +120,16 @@ async fn ended(client: &Client, ns: &str) -> (String, String) {
 #[ignore = "needs real nodes with Tessera deployed (tests/run.sh: make cluster-up deploy, then --ignored)"]
 async fn flock_fcntl_and_sqlite_cross_nodes_on_an_rwx_volume() {
     let client = support::client().await;
-    let nodes = Nodes::load();
+    let Claimed {
+        nodes,
+        ns,
+        pv,
+        volume,
+        data,
+    } = claimed(&client, "pods-locks", "shared", "ReadWriteMany").await;
     let names = nodes.names();
     assert!(names.len() >= 2, "two nodes needed: {names:?}");
     let (a, b) = (&names[0], &names[1]);
-    let ns = namespace(&client, "pods-locks").await;
-    let claim = pvc(&client, &ns, "shared", "ReadWriteMany").await;
-    let pv = claim.spec.unwrap().volume_name.unwrap();
-    let volume = tessera_volume(&client, &pv).await;
-    let data = backend_dir(&nodes, &volume);
 
     pod_of(&client, &ns, "on-a", a, "shared", TOOLS, &script_a()).await;
     pod_of(&client, &ns, "on-b", b, "shared", TOOLS, &script_b()).await;
