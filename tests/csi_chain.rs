@@ -775,10 +775,11 @@ impl Chain {
                     nudges += 1;
                 }
                 async move {
-                    if due && self.attached(handle, node).await.is_none() {
+                    let attached = self.attached(handle, node).await;
+                    if due && attached.is_none() {
                         self.nudge_pods_on(node, nudges).await;
                     }
-                    (self.attached(handle, node).await == Some(true)).then_some(())
+                    (attached == Some(true)).then_some(())
                 }
             },
         )
