@@ -16,6 +16,9 @@ mod support;
 #[path = "pods/locks.rs"]
 mod locks;
 
+#[path = "pods/csisurface.rs"]
+mod csisurface;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

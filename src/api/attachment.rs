@@ -63,7 +63,7 @@ pub struct AttachmentTicket {
 
     /// Who asks, which sets the priority: volume-restore, volume-expansion (2000) >
     /// manual (1000) > csi-attacher, share-manager (900) > snapshot, backup, clone,
-    /// cleanup (800, background: interruptible).
+    /// cleanup (800, background: interruptible) > idle-mount (700, background).
     #[serde(rename = "type")]
     pub type_: AttacherType,
 
@@ -129,11 +129,16 @@ pub enum AttacherType {
     Clone,
     /// Removing a deleted volume's data (background, system).
     Cleanup,
+    /// Keeping an idle mount for the volume's `idleMountDelaySeconds` after its last
+    /// workload left the node (background, lowest: yields to everything). Written by
+    /// the CSI driver's ControllerUnpublish in place of the `csi-attacher` ticket, with
+    /// `expiresAt` at the end of the delay.
+    IdleMount,
 }
 
 impl AttacherType {
     /// Every attacher type, in priority order.
-    pub const ALL: [AttacherType; 9] = [
+    pub const ALL: [AttacherType; 10] = [
         AttacherType::VolumeRestore,
         AttacherType::VolumeExpansion,
         AttacherType::Manual,
@@ -143,6 +148,7 @@ impl AttacherType {
         AttacherType::Backup,
         AttacherType::Clone,
         AttacherType::Cleanup,
+        AttacherType::IdleMount,
     ];
 
     /// The name used in manifests (`csi-attacher`, `manual`, …).
@@ -157,6 +163,7 @@ impl AttacherType {
             AttacherType::Backup => "backup",
             AttacherType::Clone => "clone",
             AttacherType::Cleanup => "cleanup",
+            AttacherType::IdleMount => "idle-mount",
         }
     }
 }

@@ -73,6 +73,16 @@ pub struct VolumeSpec {
     #[x_kube(validation = Rule::new(super::common::MOUNT_OPTIONS_RULE).message(super::common::MOUNT_OPTIONS_MESSAGE))]
     #[schemars(length(max = 32), inner(length(max = 32)))]
     pub mount_options: Vec<String>,
+
+    /// How long a node keeps its mount of the volume after the last workload there
+    /// left (seconds, at most a day; unset or 0: unmounted at once). A Pod that comes
+    /// back to the node within the delay finds the same mount, with no new mount. The
+    /// mount is held by an `idle-mount` ticket that expires at the end of the delay
+    /// and yields to a workload that wants the volume on another node. Read when the
+    /// last workload leaves: a change applies to the next idle period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub idle_mount_delay_seconds: Option<i64>,
 }
 
 /// The backend of a volume: a directory `root/<volume name>` on the node.

@@ -4,7 +4,10 @@
 //! - a `csi-attacher` ticket whose storage.k8s.io VolumeAttachment (same name) is gone;
 //! - a ticket whose Node does not exist (not a cleanup ticket: the volume controller
 //!   moves it to another node, or the operator gives the data up);
-//! - a ticket past its `expiresAt`.
+//! - a ticket past its `expiresAt`;
+//! - an `idle-mount` ticket that is no longer satisfied: its mount yielded to a
+//!   workload on another node, or the volume is being deleted (an idle mount is kept,
+//!   never brought back).
 //!
 //! Only tickets whose fields only Tessera's field managers own ([`written_by_tessera`],
 //! from `managedFields`) are removed. A ticket another manager owns (a GitOps tool, a
@@ -86,6 +89,8 @@ pub struct Seen {
     pub node_exists: bool,
     /// The storage.k8s.io VolumeAttachment of its id exists.
     pub storage_attachment_exists: bool,
+    /// Whether its status says satisfied (`None`: no status yet).
+    pub satisfied: Option<bool>,
 }
 
 /// Why a ticket should go, if it should.
@@ -102,6 +107,9 @@ pub fn reap_reason(
         && expires.0 <= now
     {
         return Some(format!("it expired at {}", expires.0));
+    }
+    if ticket.type_ == AttacherType::IdleMount && seen.satisfied == Some(false) {
+        return Some("its idle mount is gone (it yielded to a workload on another node, or the volume is being deleted)".into());
     }
     let old_enough = seen.age.is_some_and(|a| a >= grace);
     if !old_enough {
@@ -134,11 +142,8 @@ async fn reap_once(ctx: &Context) -> Result<(), Error> {
     for va in ctx.attachments.state() {
         let managed = va.metadata.managed_fields.as_deref().unwrap_or_default();
         for ticket in va.spec.attachment_tickets.values() {
-            let first_seen = va
-                .status
-                .as_ref()
-                .and_then(|s| s.attachment_ticket_statuses.get(&ticket.id))
-                .and_then(|s| s.requested_at.as_ref());
+            let status = va.ticket_status(&ticket.id);
+            let first_seen = status.and_then(|s| s.requested_at.as_ref());
             let seen = Seen {
                 ours: written_by_tessera(managed, &ticket.id),
                 age: first_seen.map(|t| {
@@ -146,6 +151,7 @@ async fn reap_once(ctx: &Context) -> Result<(), Error> {
                 }),
                 node_exists: ctx.node_exists(&ticket.node_id),
                 storage_attachment_exists: storage.contains(&ticket.id),
+                satisfied: status.map(|s| s.satisfies(ticket)),
             };
             if let Some(why) = reap_reason(ticket, &seen, ctx.reap_grace, now) {
                 remove_ticket(ctx, &va, ticket, &why).await?;
@@ -291,7 +297,14 @@ mod tests {
             age,
             node_exists,
             storage_attachment_exists,
+            satisfied: None,
         };
+        let idle_seen = |ours, satisfied| Seen {
+            satisfied,
+            ..seen(ours, young, true, false)
+        };
+        let mut idle = ticket("idle-x", AttacherType::IdleMount, "n1");
+        idle.expires_at = Some(Time(now + jiff::SignedDuration::from_secs(60)));
         let csi = ticket("csi-x", AttacherType::CsiAttacher, "n1");
         let manual = ticket("manual-a", AttacherType::Manual, "n2");
         let cleanup = ticket("cleanup-data", AttacherType::Cleanup, "n2");
@@ -360,6 +373,30 @@ mod tests {
                 "theirs, expired",
                 &expired,
                 seen(false, old, true, true),
+                None,
+            ),
+            (
+                "ours, idle mount kept, no storage VA (it has none)",
+                &idle,
+                idle_seen(true, Some(true)),
+                None,
+            ),
+            (
+                "ours, idle, no status yet",
+                &idle,
+                idle_seen(true, None),
+                None,
+            ),
+            (
+                "ours, idle mount gone: at once",
+                &idle,
+                idle_seen(true, Some(false)),
+                Some("idle mount is gone"),
+            ),
+            (
+                "theirs, idle mount gone",
+                &idle,
+                idle_seen(false, Some(false)),
                 None,
             ),
         ];

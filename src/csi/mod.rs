@@ -55,6 +55,13 @@ pub fn csi_ticket_id(volume_id: &str, node_id: &str) -> String {
     format!("csi-{}", hex::encode(digest))
 }
 
+/// The id of the `idle-mount` ticket that keeps an idle mount of a volume on a node
+/// ([`crate::api::AttacherType::IdleMount`]): one per (volume, node), like the CSI one.
+pub fn idle_ticket_id(volume_id: &str, node_id: &str) -> String {
+    let digest = Sha256::digest(format!("{volume_id}{CSI_DRIVER_NAME}{node_id}").as_bytes());
+    format!("idle-{}", hex::encode(digest))
+}
+
 /// How much of a caller's string (a volume id, a name, a parameter) an error echoes.
 pub const SHOWN: usize = 128;
 

@@ -163,6 +163,8 @@ pub fn priority(t: AttacherType) -> u32 {
         | AttacherType::Backup
         | AttacherType::Clone
         | AttacherType::Cleanup => 800,
+        // An idle mount kept for a while yields to any work that wants the volume.
+        AttacherType::IdleMount => 700,
     }
 }
 

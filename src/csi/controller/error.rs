@@ -57,8 +57,13 @@ pub enum Error {
     /// `backendRoot` names a directory the administrator did not allow.
     #[error("parameter backendRoot: {0}")]
     BackendRoot(#[source] crate::host::roots::RootError),
+    /// The `idleMountDelay` parameter is no duration of 0 s to a day.
+    #[error(
+        "parameter idleMountDelay must be a duration from 0s to 24h (such as 90, 90s, 5m or 1h), not {0:?}"
+    )]
+    IdleMountDelay(String),
     /// A StorageClass parameter nobody knows.
-    #[error("unknown StorageClass parameter {0:?} (known: backendRoot, scope)")]
+    #[error("unknown StorageClass parameter {0:?} (known: backendRoot, scope, idleMountDelay)")]
     UnknownParameter(String),
     /// More bytes than any Volume may have.
     #[error("{0} bytes is more than the largest volume, {max} bytes", max = crate::api::MAX_VOLUME_BYTES)]
@@ -172,6 +177,7 @@ impl Error {
             | Scope(_)
             | BackendRoot(_)
             | UnknownParameter(_)
+            | IdleMountDelay(_)
             | NegativeCapacity => Code::InvalidArgument,
             Pending(_) | BeingDeleted(_) | BadToken(_) | TokenPastEnd(_) => Code::Aborted,
             Kube(e) => kube_code(&e.source),
@@ -236,6 +242,7 @@ mod tests {
             (Error::Missing(Missing("volume_id")), Code::InvalidArgument),
             (Error::Block, Code::InvalidArgument),
             (Error::Scope("x".into()), Code::InvalidArgument),
+            (Error::IdleMountDelay("x".into()), Code::InvalidArgument),
             (
                 Error::CapacityAboveLimit {
                     required: 2,

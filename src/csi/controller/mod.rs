@@ -34,7 +34,7 @@ use super::proto::controller_server::Controller;
 use super::proto::controller_service_capability::{self, rpc};
 use super::proto::*;
 use super::watch::{WatchError, await_from};
-use super::{InFlight, csi_ticket_id, existing_id, required, shown};
+use super::{InFlight, csi_ticket_id, existing_id, idle_ticket_id, required, shown};
 use crate::api::{
     self, AttacherType, AttachmentTicket, BackendScope, MountPod, TicketReason, Volume,
     VolumeAttachment, quantity_of, tickets_removal_patch,
@@ -43,8 +43,8 @@ use crate::runtime::KubeContext;
 pub use error::Error;
 pub use request::{DEFAULT_SIZE, volume_name};
 use request::{
-    Parameters, access_mode_for, compatible, csi_volume, mount_options, size_fits, size_for,
-    topology_node, volume_bytes,
+    Parameters, access_mode_for, compatible, csi_volume, idle_ticket, mount_options, size_fits,
+    size_for, topology_node, volume_bytes,
 };
 
 /// Annotation on a Volume with the CSI name it was created for.
@@ -175,6 +175,7 @@ impl ControllerService {
                 "size": quantity_of(size), "accessMode": mode,
                 "backend": {"root": params.backend_root, "scope": params.scope, "node": node},
                 "mountOptions": mount_options(caps),
+                "idleMountDelaySeconds": params.idle_mount_delay,
             }
         }))
         .map_err(|source| Error::Encode {
@@ -286,19 +287,24 @@ impl ControllerService {
             });
         }
         let mut current = va.clone();
-        if !same {
+        // A workload back on a node that kept its idle mount: the CSI ticket takes the
+        // idle-mount ticket's place, in the same write (the node stays chosen, the
+        // mount stays as it is).
+        let idle_id = idle_ticket_id(volume_id, node_id);
+        let idle = va.spec.attachment_tickets.contains_key(&idle_id);
+        if !same || idle {
             let mut ticket = AttachmentTicket::new(&id, AttacherType::CsiAttacher, node_id);
             ticket.parameters = params.clone();
             ticket.generation = existing.map(|t| t.generation + 1).unwrap_or(0);
+            let mut patch = ticket.upsert_patch();
+            if idle {
+                patch["spec"]["attachmentTickets"][&idle_id] = serde_json::Value::Null;
+            }
             current = api
-                .patch(
-                    volume_id,
-                    &merge_params(),
-                    &Patch::Merge(ticket.upsert_patch()),
-                )
+                .patch(volume_id, &merge_params(), &Patch::Merge(patch))
                 .await
                 .context(|| format!("adding ticket {id} to VolumeAttachment {volume_id}"))?;
-            info!(ticket = %id, "ticket upserted");
+            info!(ticket = %id, replaced_idle = idle, "ticket upserted");
         }
         // Watch from the version just read or written: no list round trip before the
         // watch, and no change after it can be missed.
@@ -369,13 +375,37 @@ impl ControllerService {
             .iter()
             .filter(|id| va.spec.attachment_tickets.contains_key(*id))
             .collect();
+        // A volume that keeps idle mounts: the named node's satisfied CSI ticket is
+        // replaced by an idle-mount ticket, in the same write, so the mount stays for
+        // the delay (and, a ticket still wanting the node, this returns at once).
+        let idle = match ids.as_slice() {
+            [id] if !node.is_empty() && va.ticket_satisfied(id) => self
+                .volumes()
+                .get_opt(volume_id)
+                .await
+                .context(|| format!("reading Volume {volume_id}"))?
+                .and_then(|v| idle_ticket(&v, &va, id, jiff::Timestamp::now())),
+            _ => None,
+        };
         if !present.is_empty() {
-            let patch = tickets_removal_patch(present.iter().map(|id| id.as_str()));
+            let mut patch = tickets_removal_patch(present.iter().map(|id| id.as_str()));
+            if let Some(t) = &idle {
+                patch["spec"]["attachmentTickets"][&t.id] =
+                    serde_json::to_value(t).map_err(|source| Error::Encode {
+                        name: t.id.clone(),
+                        source,
+                    })?;
+            }
             va = api
                 .patch(volume_id, &merge_params(), &Patch::Merge(&patch))
                 .await
                 .context(|| format!("removing tickets from VolumeAttachment {volume_id}"))?;
-            info!(tickets = ?present, "tickets removed");
+            match &idle {
+                Some(t) => {
+                    info!(tickets = ?present, idle = %t.id, "tickets removed; the idle mount stays")
+                }
+                None => info!(tickets = ?present, "tickets removed"),
+            }
         }
         // Detached when no ticket of ours is left and, for a named node that no other
         // ticket still wants, its MountPod is gone: watched, from the versions in hand.
@@ -624,6 +654,9 @@ impl Controller for ControllerService {
             rpc::Type::GetCapacity,
             rpc::Type::ExpandVolume,
             rpc::Type::PublishReadonly,
+            // So that Kubernetes tells ReadWriteOnce (SINGLE_NODE_MULTI_WRITER) from
+            // ReadWriteOncePod (SINGLE_NODE_SINGLE_WRITER).
+            rpc::Type::SingleNodeMultiWriter,
         ]
         .into_iter()
         .map(|t| ControllerServiceCapability {

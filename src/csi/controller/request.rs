@@ -8,7 +8,11 @@ use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
 use super::Error;
-use crate::api::{self, AccessMode, BackendScope, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::{
+    self, AccessMode, AttacherType, AttachmentTicket, BackendScope, Volume, VolumeAttachment,
+};
 use crate::csi::proto::volume_capability::{AccessType, access_mode};
 use crate::csi::proto::{self, CapacityRange, CreateVolumeRequest, Topology, VolumeCapability};
 use crate::csi::{TOPOLOGY_NODE_KEY, is_object_name, shown};
@@ -123,6 +127,36 @@ pub struct Parameters {
     pub backend_root: String,
     /// `scope`: `Shared` (default) or `NodeLocal`.
     pub scope: BackendScope,
+    /// `idleMountDelay`: how long a node keeps an idle mount, in seconds (default: none).
+    pub idle_mount_delay: Option<i64>,
+}
+
+/// The longest idle-mount delay: a day.
+pub const MAX_IDLE_MOUNT_DELAY: i64 = 86_400;
+
+/// An `idleMountDelay` parameter: whole seconds, bare or with a unit (`90`, `90s`,
+/// `5m`, `1h`), from 0 to a day.
+pub fn idle_mount_delay(v: &str) -> Result<i64, Error> {
+    let bad = || Error::IdleMountDelay(shown(v));
+    let (digits, unit) = match v.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => v.split_at(i),
+        None => (v, "s"),
+    };
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(bad()),
+    };
+    // At most 9 digits: no overflow before the bound is checked.
+    if digits.is_empty() || digits.len() > 9 {
+        return Err(bad());
+    }
+    let secs = digits.parse::<i64>().map_err(|_| bad())? * scale;
+    if secs > MAX_IDLE_MOUNT_DELAY {
+        return Err(bad());
+    }
+    Ok(secs)
 }
 
 impl Parameters {
@@ -132,6 +166,7 @@ impl Parameters {
         let mut out = Parameters {
             backend_root: default_root.to_string(),
             scope: BackendScope::Shared,
+            idle_mount_delay: None,
         };
         for (k, v) in params {
             match k.as_str() {
@@ -142,6 +177,9 @@ impl Parameters {
                         "NodeLocal" => BackendScope::NodeLocal,
                         other => return Err(Error::Scope(shown(other))),
                     }
+                }
+                "idleMountDelay" => {
+                    out.idle_mount_delay = Some(idle_mount_delay(v)?).filter(|s| *s > 0)
                 }
                 k if k.starts_with("csi.storage.k8s.io/") => {}
                 other => return Err(Error::UnknownParameter(shown(other))),
@@ -170,6 +208,33 @@ pub fn topology_node(req: &CreateVolumeRequest) -> Option<String> {
         .iter()
         .chain(reqs.requisite.iter())
         .find_map(|t| t.segments.get(TOPOLOGY_NODE_KEY).cloned())
+}
+
+/// The `idle-mount` ticket that ControllerUnpublish leaves on `node` in place of the
+/// CSI ticket `csi_id` it removes, ending `now` + the volume's delay: only when the
+/// volume keeps idle mounts, is not being deleted, and the CSI ticket is satisfied
+/// (the mount is there to keep). It has the CSI ticket's parameters, so the mount
+/// stays as it is (a read-only mount stays read-only).
+pub fn idle_ticket(
+    volume: &Volume,
+    va: &VolumeAttachment,
+    csi_id: &str,
+    now: jiff::Timestamp,
+) -> Option<AttachmentTicket> {
+    let delay = volume
+        .spec
+        .idle_mount_delay_seconds
+        .filter(|d| *d > 0)?
+        .min(MAX_IDLE_MOUNT_DELAY);
+    if volume.metadata.deletion_timestamp.is_some() || !va.ticket_satisfied(csi_id) {
+        return None;
+    }
+    let csi = va.spec.attachment_tickets.get(csi_id)?;
+    let id = crate::csi::idle_ticket_id(&volume.name_any(), &csi.node_id);
+    let mut t = AttachmentTicket::new(id, AttacherType::IdleMount, &csi.node_id);
+    t.parameters = csi.parameters.clone();
+    t.expires_at = Some(Time(now + jiff::SignedDuration::from_secs(delay)));
+    Some(t)
 }
 
 /// The size of a Volume in bytes.
@@ -328,6 +393,97 @@ mod tests {
     }
 
     #[test]
+    fn an_unpublish_leaves_an_idle_mount_ticket_only_where_a_mount_is_kept() {
+        use crate::api::{AttachmentTicketStatus, VolumeAttachmentSpec, VolumeAttachmentStatus};
+        let volume = |delay: Option<i64>, deleting: bool| -> Volume {
+            let mut v: Volume = serde_json::from_value(serde_json::json!({
+                "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
+                "metadata": {"name": "v"},
+                "spec": {"size": "1Gi", "accessMode": "ReadWriteOnce",
+                         "backend": {"root": "/r"}, "idleMountDelaySeconds": delay},
+            }))
+            .unwrap();
+            if deleting {
+                v.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+            }
+            v
+        };
+        let va = |satisfied: bool| {
+            let mut csi = AttachmentTicket::new("csi-1", AttacherType::CsiAttacher, "node-a");
+            csi.parameters.insert("readOnly".into(), "true".into());
+            let mut spec = VolumeAttachmentSpec::default();
+            spec.attachment_tickets.insert("csi-1".into(), csi);
+            let mut va = VolumeAttachment::new("v", spec);
+            let status = AttachmentTicketStatus {
+                id: "csi-1".into(),
+                satisfied,
+                ..Default::default()
+            };
+            va.status = Some(VolumeAttachmentStatus {
+                attachment_ticket_statuses: [("csi-1".to_string(), status)].into(),
+                ..Default::default()
+            });
+            va
+        };
+        let now = jiff::Timestamp::from_second(1_700_000_000).unwrap();
+        let t = idle_ticket(&volume(Some(30), false), &va(true), "csi-1", now).unwrap();
+        assert_eq!(t.id, crate::csi::idle_ticket_id("v", "node-a"));
+        assert_eq!(t.type_, AttacherType::IdleMount);
+        assert_eq!(t.node_id, "node-a");
+        assert_eq!(
+            t.parameters.get("readOnly").map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(
+            t.expires_at,
+            Some(Time(now + jiff::SignedDuration::from_secs(30)))
+        );
+        for (what, v, va, id) in [
+            ("no delay", volume(None, false), va(true), "csi-1"),
+            ("delay 0", volume(Some(0), false), va(true), "csi-1"),
+            (
+                "volume being deleted",
+                volume(Some(30), true),
+                va(true),
+                "csi-1",
+            ),
+            (
+                "nothing mounted for it",
+                volume(Some(30), false),
+                va(false),
+                "csi-1",
+            ),
+            ("no such ticket", volume(Some(30), false), va(true), "csi-2"),
+        ] {
+            assert_eq!(idle_ticket(&v, &va, id, now), None, "{what}");
+        }
+    }
+
+    #[test]
+    fn idle_mount_delays() {
+        for (v, want) in [
+            ("0", Some(0)),
+            ("90", Some(90)),
+            ("90s", Some(90)),
+            ("5m", Some(300)),
+            ("1h", Some(3600)),
+            ("24h", Some(86_400)),
+            ("86400", Some(86_400)),
+            ("86401", None),
+            ("25h", None),
+            ("", None),
+            ("s", None),
+            ("-5", None),
+            ("1.5m", None),
+            ("5 m", None),
+            ("1d", None),
+            ("99999999999999999999", None),
+        ] {
+            assert_eq!(idle_mount_delay(v).ok(), want, "{v:?}");
+        }
+    }
+
+    #[test]
     fn storage_class_parameters() {
         let p = |kv: &[(&str, &str)]| {
             let m: HashMap<String, String> = kv
@@ -340,9 +496,23 @@ mod tests {
             p(&[]).unwrap(),
             Parameters {
                 backend_root: "/default".into(),
-                scope: BackendScope::Shared
+                scope: BackendScope::Shared,
+                idle_mount_delay: None,
             }
         );
+        assert_eq!(
+            p(&[("idleMountDelay", "2m")]).unwrap().idle_mount_delay,
+            Some(120)
+        );
+        assert_eq!(
+            p(&[("idleMountDelay", "0")]).unwrap().idle_mount_delay,
+            None,
+            "0 is off"
+        );
+        assert!(matches!(
+            p(&[("idleMountDelay", "soon")]),
+            Err(Error::IdleMountDelay(_))
+        ));
         let local = p(&[("backendRoot", "/data"), ("scope", "NodeLocal")]).unwrap();
         assert_eq!(local.backend_root, "/data");
         assert_eq!(local.scope, BackendScope::NodeLocal);

@@ -79,6 +79,18 @@ pub enum Error {
     /// The MountPod is Ready without a mount point (the agent writes both at once).
     #[error("MountPod has no mount point yet")]
     NoMountPoint,
+    /// A single-writer (ReadWriteOncePod) volume is published to another target.
+    #[error(
+        "volume {volume} is ReadWriteOncePod and already published to {target} (owner {owner}): one target at a time"
+    )]
+    SingleWriter {
+        /// The volume.
+        volume: String,
+        /// The target that holds it.
+        target: String,
+        /// Who owns that target.
+        owner: String,
+    },
     /// Something else is mounted on the target path.
     #[error("{0} is mounted from something else")]
     TargetTaken(String),
@@ -123,7 +135,9 @@ impl Error {
             Kube(_) | NoMountPoint => Code::Unavailable,
             Mount(_) | Dir { .. } | Statfs(_) | Size { .. } => Code::Internal,
             UnknownPath { .. } | PathMissing(_) | VolumeNotFound(_) => Code::NotFound,
-            NotAttached { .. } | NotReady { .. } | MountPodGone(_) => Code::FailedPrecondition,
+            NotAttached { .. } | NotReady { .. } | MountPodGone(_) | SingleWriter { .. } => {
+                Code::FailedPrecondition
+            }
             TargetTaken(_) => Code::AlreadyExists,
         }
     }
@@ -173,6 +187,14 @@ mod tests {
                 Code::FailedPrecondition,
             ),
             (Error::TargetTaken("/t".into()), Code::AlreadyExists),
+            (
+                Error::SingleWriter {
+                    volume: "v".into(),
+                    target: "/t".into(),
+                    owner: "pod/1".into(),
+                },
+                Code::FailedPrecondition,
+            ),
             (Error::KeptChanging("mp".into()), Code::Aborted),
             (Error::NoMountPoint, Code::Unavailable),
             (

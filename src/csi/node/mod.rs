@@ -11,6 +11,15 @@
 //!
 //! No staging (STAGE_UNSTAGE_VOLUME is not offered): see [`NodeService::publish`].
 //!
+//! **One writer (ReadWriteOncePod).** A volume whose Volume says ReadWriteOncePod, or
+//! a publish whose capability says SINGLE_NODE_SINGLE_WRITER, is published to one
+//! target at a time: a second target is FAILED_PRECONDITION, whoever calls (the
+//! kubelet's own check and the scheduler's are not relied on). The MountPod's
+//! references are the record: checked before the bind, and again in the reference
+//! write, which carries the resourceVersion it read, so two racing publishes on one
+//! node cannot both pass ([`single_writer_conflict`]). The ticket model keeps the
+//! volume on one node, so one MountPod holds every reference there is.
+//!
 //! Every path in a request is checked by [`paths::under_without_symlinks`]: absolute,
 //! no `..`, under the kubelet directory, no symlinks; then created, bound and
 //! unmounted only through file descriptors resolved beneath the kubelet directory
@@ -132,7 +141,7 @@ impl NodeService {
         &self,
         volume_id: &str,
         target: &Path,
-        add: Option<(String, bool)>,
+        add: Option<(String, bool, bool)>,
     ) -> Result<(), Error> {
         let api: Api<MountPod> = Api::all(self.client.clone());
         let name = api::mountpod_name(volume_id, &self.node_name);
@@ -148,9 +157,12 @@ impl NodeService {
                     None => Ok(()),
                 };
             };
+            if let Some((_, _, true)) = &add {
+                single_writer_conflict(volume_id, &mp.spec.references, Path::new(&target))?;
+            }
             let mut refs = mp.spec.references.clone();
             refs.retain(|r| r.target_path != target);
-            if let Some((owner, read_only)) = &add {
+            if let Some((owner, read_only, _)) = &add {
                 refs.push(MountReference {
                     target_path: target.clone(),
                     owner: owner.clone(),
@@ -209,11 +221,17 @@ impl NodeService {
             Error::VolumeNotFound,
         )?;
         let target = required("target_path", &req.target_path)?;
-        check_capability(req.volume_capability.as_ref())?;
+        let single_cap = check_capability(req.volume_capability.as_ref())?;
         let target = self.path("target_path", target)?;
         let _guard = self.inflight.start(volume_id)?;
-        self.volume(volume_id).await?;
-        let mount_point = self.ready_mount_point(volume_id).await?;
+        let volume = self.volume(volume_id).await?;
+        let single = single_cap || volume.spec.access_mode == api::AccessMode::ReadWriteOncePod;
+        let (mp, mount_point) = self.ready_mount_point(volume_id).await?;
+        if single {
+            // Refused before anything is bound; checked again where the reference is
+            // written, against the version read there.
+            single_writer_conflict(volume_id, &mp.spec.references, &target)?;
+        }
         let owner = req
             .volume_context
             .get("csi.storage.k8s.io/pod.uid")
@@ -230,7 +248,7 @@ impl NodeService {
             }
         }
         if let Err(e) = self
-            .set_reference(volume_id, &target, Some((owner, req.readonly)))
+            .set_reference(volume_id, &target, Some((owner, req.readonly, single)))
             .await
         {
             // Without its reference the mount could be torn down under the pod: undo.
@@ -244,9 +262,9 @@ impl NodeService {
         Ok(NodePublishVolumeResponse {})
     }
 
-    /// The mount point of the volume's MountPod on this node, once it is Ready. (A mount
-    /// that breaks later is repaired by the agent, which re-binds every reference.)
-    async fn ready_mount_point(&self, volume_id: &str) -> Result<PathBuf, Error> {
+    /// The volume's MountPod on this node and its mount point, once it is Ready. (A
+    /// mount that breaks later is repaired by the agent, which re-binds every reference.)
+    async fn ready_mount_point(&self, volume_id: &str) -> Result<(MountPod, PathBuf), Error> {
         let mp = self
             .mountpod(volume_id)
             .await?
@@ -272,7 +290,7 @@ impl NodeService {
                 .and_then(|s| s.mount_point.clone())
                 .ok_or(Error::NoMountPoint)?,
         );
-        Ok(mount_point)
+        Ok((mp, mount_point))
     }
 
     async fn unpublish(
@@ -380,13 +398,35 @@ impl NodeService {
     }
 }
 
-fn check_capability(cap: Option<&VolumeCapability>) -> Result<(), Error> {
+/// Check a publish's capability; whether it asks for a single writer
+/// (SINGLE_NODE_SINGLE_WRITER: a ReadWriteOncePod claim).
+fn check_capability(cap: Option<&VolumeCapability>) -> Result<bool, Error> {
     let cap = required("volume_capability", cap)?;
     if let Some(AccessType::Block(_)) = cap.access_type {
         return Err(Error::Block);
     }
-    required("volume_capability.access_mode", cap.access_mode.as_ref())?;
-    Ok(())
+    let mode = required("volume_capability.access_mode", cap.access_mode.as_ref())?;
+    Ok(mode.mode == volume_capability::access_mode::Mode::SingleNodeSingleWriter as i32)
+}
+
+/// For a single-writer volume: refuse publishing to `target` while another target
+/// holds it (a reference of `target` itself is a repeated publish, which is fine).
+pub fn single_writer_conflict(
+    volume_id: &str,
+    references: &[MountReference],
+    target: &Path,
+) -> Result<(), Error> {
+    match references
+        .iter()
+        .find(|r| Path::new(&r.target_path) != target)
+    {
+        Some(other) => Err(Error::SingleWriter {
+            volume: shown(volume_id),
+            target: shown(&other.target_path),
+            owner: shown(&other.owner),
+        }),
+        None => Ok(()),
+    }
 }
 
 #[tonic::async_trait]
@@ -451,6 +491,9 @@ impl Node for NodeService {
             rpc::Type::GetVolumeStats,
             rpc::Type::VolumeCondition,
             rpc::Type::ExpandVolume,
+            // ReadWriteOnce arrives as SINGLE_NODE_MULTI_WRITER and ReadWriteOncePod as
+            // SINGLE_NODE_SINGLE_WRITER (SINGLE_NODE_WRITER still accepted).
+            rpc::Type::SingleNodeMultiWriter,
         ]
         .into_iter()
         .map(|t| NodeServiceCapability {
@@ -473,5 +516,62 @@ impl Node for NodeService {
             max_volumes_per_node: 0,
             accessible_topology: Some(Topology { segments }),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use volume_capability::access_mode::Mode;
+
+    fn reference(target: &str) -> MountReference {
+        MountReference {
+            target_path: target.into(),
+            owner: "pod/a".into(),
+            read_only: false,
+        }
+    }
+
+    #[test]
+    fn one_target_at_a_time_for_a_single_writer() {
+        let t = Path::new("/k/pods/b/mount");
+        for (refs, ok) in [
+            (vec![], true),
+            // The same target again: a repeated publish.
+            (vec![reference("/k/pods/b/mount")], true),
+            (vec![reference("/k/pods/a/mount")], false),
+            (
+                vec![reference("/k/pods/b/mount"), reference("/k/pods/a/mount")],
+                false,
+            ),
+        ] {
+            let res = single_writer_conflict("v", &refs, t);
+            assert_eq!(res.is_ok(), ok, "{refs:?}");
+            if let Err(e) = res {
+                assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+                assert!(e.to_string().contains("/k/pods/a/mount"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_capability_says_whether_one_writer_is_asked() {
+        let cap = |m: Mode| VolumeCapability {
+            access_mode: Some(volume_capability::AccessMode { mode: m as i32 }),
+            access_type: Some(AccessType::Mount(Default::default())),
+        };
+        for (mode, single) in [
+            (Mode::SingleNodeSingleWriter, true),
+            (Mode::SingleNodeMultiWriter, false),
+            (Mode::SingleNodeWriter, false),
+            (Mode::MultiNodeMultiWriter, false),
+        ] {
+            assert_eq!(
+                check_capability(Some(&cap(mode))).unwrap(),
+                single,
+                "{mode:?}"
+            );
+        }
+        assert!(check_capability(None).is_err());
     }
 }

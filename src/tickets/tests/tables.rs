@@ -669,3 +669,65 @@ fn decide_is_deterministic() {
     );
     assert_eq!(decide(&i), decide(&i));
 }
+
+/// An idle mount (the `idle-mount` ticket that replaces a workload's CSI ticket when
+/// the volume keeps idle mounts): kept while nothing else wants the volume, and
+/// until it expires; on a single-node volume it yields to a workload on another node
+/// (no waiting for the delay), and to any other background work.
+#[test]
+fn an_idle_mount_is_kept_until_it_expires_or_something_else_wants_the_volume() {
+    let mut idle = tk("idle-a", T::IdleMount, "node-a").at(0);
+    idle.ticket.expires_at = Some(time(30));
+    // Alone: kept, satisfied by the mount that is there.
+    let d = decide(&input(RWO, vec![idle.clone()], &[("node-a", ready())]));
+    assert_eq!(nodes(&d), [("node-a", false)]);
+    assert_reason(&d, "idle-a", R::Attached, &[]);
+
+    // A workload on another node: interrupted at once, the volume moves.
+    let i = input(
+        RWO,
+        vec![idle.clone(), tk("csi-b", T::CsiAttacher, "node-b").at(5)],
+        &[("node-a", ready())],
+    );
+    let trace = converge(i, 10);
+    assert_reason(
+        &trace[0].1,
+        "idle-a",
+        R::Interrupted,
+        &["csi-b (csi-attacher)", "node-b"],
+    );
+    let (_, last) = trace.last().unwrap();
+    assert_eq!(nodes(last), [("node-b", false)]);
+    assert_reason(last, "csi-b", R::Attached, &[]);
+
+    // Other background work elsewhere goes first too (lowest priority).
+    let d = decide(&input(
+        RWO,
+        vec![idle.clone(), tk("snapshot-b", T::Snapshot, "node-b").at(5)],
+        &[],
+    ));
+    assert_eq!(nodes(&d), [("node-b", false)]);
+    assert_reason(&d, "idle-a", R::LowerPriority, &["priority 800 > 700"]);
+
+    // A read-only idle mount stays read-only (the ticket keeps the CSI ticket's
+    // parameters), and an RWX volume keeps it beside a workload elsewhere.
+    let d = decide(&input(
+        RWX,
+        vec![
+            idle.clone().read_only(),
+            tk("csi-b", T::CsiAttacher, "node-b").at(5),
+        ],
+        &[
+            ("node-a", mount(MountState::Ready, true)),
+            ("node-b", ready()),
+        ],
+    ));
+    assert_eq!(nodes(&d), [("node-a", true), ("node-b", false)]);
+
+    // Expired: the node is dropped.
+    let mut later = input(RWO, vec![idle], &[("node-a", ready())]);
+    later.now = time(30);
+    let d = decide(&later);
+    assert!(d.nodes.is_empty(), "{d:#?}");
+    assert_reason(&d, "idle-a", R::Expired, &[]);
+}

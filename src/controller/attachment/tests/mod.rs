@@ -39,6 +39,7 @@ fn volume(mode: AccessMode) -> Volume {
                 node: None,
             },
             mount_options: vec!["allow_other".into()],
+            idle_mount_delay_seconds: None,
         },
     );
     v.metadata.uid = Some("uid-v".into());
