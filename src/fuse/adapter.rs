@@ -77,7 +77,7 @@ struct Backing {
 pub struct Adapter {
     fs: Arc<VolumeFs>,
     options: AdapterOptions,
-    backing: Mutex<Backing>,
+    backing: Arc<Mutex<Backing>>,
     /// Flags of every regular-file open (see `init`).
     open_flags: FopenFlags,
     waiters: Arc<Waiters>,
@@ -101,7 +101,7 @@ impl Adapter {
         Adapter {
             fs,
             options,
-            backing: Mutex::default(),
+            backing: Arc::default(),
             open_flags: FopenFlags::empty(),
             waiters: Waiters::new(locks::MAX_WAITS),
             notifier: Arc::default(),
@@ -122,6 +122,12 @@ impl Adapter {
         }
     }
 
+    /// What takes over a predecessor daemon's passthrough backing ids once the
+    /// session (and so the connection's notifier) exists.
+    pub fn backing_adopter(&self) -> BackingAdopter {
+        BackingAdopter(self.backing.clone())
+    }
+
     /// The kernel's backing id for `fh`'s inode: the inode's existing one, or a new
     /// registration of `fh`'s backing file.
     fn backing_id(
@@ -140,6 +146,7 @@ impl Adapter {
             }
         };
         b.by_fh.insert(opened.fh, id.clone());
+        self.fs.note_backing_id(opened.fh, id.id());
         Ok(id)
     }
 
@@ -162,6 +169,36 @@ impl Adapter {
             self.fs.set_passthrough(false);
         }
         tracing::warn!(fh, error = %err, permanent, "kernel passthrough refused; using cached I/O");
+    }
+}
+
+/// Takes over the passthrough backing ids a predecessor daemon registered on the
+/// connection (see [`Adapter::backing_adopter`]): the inode's later passthrough opens
+/// share them, and the last release unregisters them, as if this daemon had
+/// registered them.
+#[derive(Debug)]
+pub struct BackingAdopter(Arc<Mutex<Backing>>);
+
+impl BackingAdopter {
+    /// `fh` (of inode `ino`) was opened with backing id `id`.
+    pub fn adopt(&self, notifier: &Notifier, fh: u64, ino: u64, id: u32) {
+        let mut b = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let shared = b
+            .by_ino
+            .get(&ino)
+            .and_then(Weak::upgrade)
+            .filter(|held| held.id() == id);
+        let held = match shared {
+            Some(held) => held,
+            None => {
+                // SAFETY: the predecessor registered `id` on this connection and is
+                // gone; nothing else closes it.
+                let held = Arc::new(unsafe { notifier.wrap_backing(id) });
+                b.by_ino.insert(ino, Arc::downgrade(&held));
+                held
+            }
+        };
+        b.by_fh.insert(fh, held);
     }
 }
 

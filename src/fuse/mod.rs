@@ -47,6 +47,7 @@
 pub mod adapter;
 pub mod counters;
 pub mod fs;
+pub mod handoff;
 pub mod projquota;
 pub mod quota;
 mod sys;
@@ -130,6 +131,17 @@ pub struct MountArgs {
     /// daemon restarts (see `fuse::counters`).
     #[arg(long)]
     pub counters_file: Option<PathBuf>,
+    /// The fd holder's socket (the node agent's `holder.sock`): the daemon hands it a
+    /// duplicate of the mount's /dev/fuse descriptor, and on start takes over the
+    /// connection it holds for `--mountpoint`, if any, instead of mounting (see
+    /// `docs/handoff.md`). Needs `--handoff-state`.
+    #[arg(long, requires = "handoff_state")]
+    pub holder: Option<PathBuf>,
+    /// Where the daemon keeps what the kernel refers to (inodes, open handles, the
+    /// negotiated INIT) for a successor: a file in shared memory, beside the counters
+    /// file. Needs `--holder`.
+    #[arg(long, requires = "holder")]
+    pub handoff_state: Option<PathBuf>,
 }
 
 fn parse_grace(s: &str) -> Result<f64, String> {
@@ -443,17 +455,48 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         },
     );
     let notifier = adapter.notifier_slot();
+    let adopter = adapter.backing_adopter();
 
     let mut config = Config::default();
     config.mount_options = mount_options;
     config.acl = SessionACL::All;
     config.n_threads = Some(args.threads as usize);
-    config.clone_fd = true;
+    // With a holder, every worker reads the one descriptor the holder duplicates:
+    // the kernel fails what a closed clone had read instead of resending it.
+    config.clone_fd = args.holder.is_none();
+
+    // Handoff: take over a held connection, with the predecessor's state.
+    let takeover = match (&args.holder, &args.handoff_state) {
+        (Some(socket), Some(state)) => handoff::find(socket, &args.mountpoint, state),
+        _ => None,
+    };
+    if let Some(t) = &takeover {
+        let r = fs.restore(&t.snapshot);
+        tracing::info!(
+            inodes = r.inodes,
+            inodes_lost = r.inodes_lost,
+            handles = r.handles,
+            handles_lost = r.handles_lost,
+            "handoff: predecessor's state restored"
+        );
+    }
+    let state = args.handoff_state.as_ref().and_then(|path| {
+        match handoff::state::StateFile::create(path) {
+            Ok(s) => Some(Arc::new(s)),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "no handoff state: a successor cannot take over");
+                None
+            }
+        }
+    });
+    if let Some(state) = &state {
+        fs.record_into(state.clone());
+    }
 
     // Only the signal thread takes these signals: block them before fuser starts its
     // workers, which inherit the mask.
     let mut signals = SigSet::empty();
-    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGUSR1] {
         signals.add(s);
     }
     signals.thread_block().map_err(Error::Signals)?;
@@ -462,12 +505,52 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         count_into(path, fs.clone());
     }
 
-    let mut session =
-        fuser::Session::new(adapter, &args.mountpoint, &config).map_err(|source| Error::Mount {
-            mountpoint: args.mountpoint.clone(),
-            source,
-        })?;
+    let resumed = takeover.is_some();
+    let mount_err = |source| Error::Mount {
+        mountpoint: args.mountpoint.clone(),
+        source,
+    };
+    let mut session = match takeover {
+        Some(t) => {
+            let handles = t.snapshot.handles.clone();
+            let session = fuser::Session::resume_fd(adapter, t.fd, SessionACL::All, config, t.init)
+                .map_err(mount_err)?;
+            let n = session.notifier();
+            for h in handles {
+                if let Some(id) = h.backing_id {
+                    adopter.adopt(&n, h.fh, h.ino, id);
+                }
+            }
+            session
+        }
+        None => fuser::Session::new(adapter, &args.mountpoint, &config).map_err(mount_err)?,
+    };
     let _ = notifier.set(session.notifier());
+    if let (Some(state), Some(init)) = (&state, session.negotiated()) {
+        state.set_init(handoff::init_record(init));
+        if let Err(e) = state.publish() {
+            tracing::warn!(error = %e, "handoff state not published: a successor cannot take over");
+        }
+    }
+    if let Some(socket) = &args.holder {
+        match session.as_fd().try_clone_to_owned() {
+            Ok(fd) => {
+                if let Err(e) =
+                    handoff::holder::hand_over(socket.clone(), args.mountpoint.clone(), fd)
+                {
+                    tracing::warn!(error = %e, "the FUSE descriptor is not handed to the holder");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "the FUSE descriptor is not handed to the holder"),
+        }
+    }
+    if resumed {
+        // What the predecessor had read and not answered: queued again, for us.
+        match session.notifier().resend() {
+            Ok(()) => tracing::info!("handoff: the kernel resends what the predecessor had not answered"),
+            Err(e) => tracing::warn!(error = %e, "handoff: FUSE_NOTIFY_RESEND refused; requests the predecessor had read may hang"),
+        }
+    }
     let unmounter = session.unmount_callable();
     let signal_ctx = SignalContext {
         signals,
@@ -477,6 +560,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         mountpoint: args.mountpoint.clone(),
         grace: Duration::from_secs_f64(args.stop_grace),
         fs: fs.clone(),
+        holder: args.holder.clone(),
     };
     std::thread::Builder::new()
         .name("signals".into())
@@ -490,7 +574,9 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         read_only = options.read_only,
         devices = options.devices,
         threads = args.threads,
-        "mounted"
+        resumed,
+        "{}",
+        if resumed { "serving the held connection" } else { "mounted" }
     );
 
     let served = session.run();
@@ -631,6 +717,8 @@ struct SignalContext {
     /// How long the connection may outlive the unmount after a stop signal.
     grace: Duration,
     fs: Arc<VolumeFs>,
+    /// The fd holder to tell before an unmount on purpose.
+    holder: Option<PathBuf>,
 }
 
 impl SignalContext {
@@ -663,6 +751,16 @@ impl SignalContext {
             };
             match signal {
                 Signal::SIGHUP => self.reload_capacity(),
+                Signal::SIGUSR1 if self.holder.is_some() => {
+                    // A planned replacement: the holder keeps the connection, the
+                    // successor takes it over; nothing is unmounted.
+                    tracing::info!("SIGUSR1: exiting for a successor, the mount stays");
+                    log_counters(&self.fs, &self.mountpoint, "handed over");
+                    std::process::exit(0);
+                }
+                Signal::SIGUSR1 => {
+                    tracing::warn!("SIGUSR1 without --holder: nobody would keep the mount; ignored");
+                }
                 _ if deadline.is_some() => {
                     tracing::warn!(%signal, "second stop signal: exiting, open files lose the mount");
                     self.exit(1);
@@ -702,7 +800,20 @@ impl SignalContext {
     }
 
     fn unmount(&mut self) {
-        match self.unmounter.unmount() {
+        if let Some(socket) = &self.holder
+            && let Err(e) = handoff::holder::forget(socket, &self.mountpoint)
+        {
+            tracing::warn!(error = %e, "the holder was not told to forget the connection");
+        }
+        // A session that took over a held connection did not mount: unmount by name.
+        let unmounted = match self.unmounter.unmount() {
+            Ok(()) if is_mounted(&self.mountpoint) => {
+                nix::mount::umount2(&self.mountpoint, nix::mount::MntFlags::empty())
+                    .map_err(io::Error::from)
+            }
+            r => r,
+        };
+        match unmounted {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                 // Files are open: detach now, keep serving them until they are closed.
@@ -716,6 +827,17 @@ impl SignalContext {
             Err(e) => tracing::error!(error = %e, "unmount failed"),
         }
     }
+}
+
+/// Whether `path` is a FUSE mount point (from mountinfo, never touching the mount).
+fn is_mounted(path: &Path) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| {
+            crate::host::mounts::parse_mountinfo(&t)
+                .iter()
+                .any(|m| m.mount_point == path && m.fs_type.starts_with("fuse"))
+        })
+        .unwrap_or(false)
 }
 
 /// The next of `signals` (blocked in this thread) before `deadline`, or None.

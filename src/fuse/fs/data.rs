@@ -50,7 +50,7 @@ impl VolumeFs {
             writable,
             append: flags & libc::O_APPEND != 0,
             dir: None,
-        });
+        }, flags);
         Ok(Opened { fh, mode })
     }
 

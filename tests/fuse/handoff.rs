@@ -1,0 +1,202 @@
+//! /dev/fuse handoff: a daemon killed with `kill -9` is replaced by a successor that
+//! takes over the held connection (the holder, `tessera::fuse::handoff::holder`, runs
+//! in the test process as the library type the node agent runs), and no application
+//! sees an error: a writer's every write succeeds, its records are complete and in
+//! order, a directory handle keeps listing, an inode looked up before keeps working.
+
+use std::fs;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tessera::fuse::handoff::holder::Holder;
+
+use crate::support::Mount;
+
+/// A holder socket and a state file outside the mount's own directory.
+struct Held {
+    dir: tempfile::TempDir,
+}
+
+impl Held {
+    fn new() -> Held {
+        Held {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("holder.sock")
+    }
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("mount.handoff")
+    }
+    fn mount(&self) -> Mount {
+        Mount::builder()
+            .arg("--holder")
+            .arg(self.socket().to_str().unwrap())
+            .arg("--handoff-state")
+            .arg(self.state().to_str().unwrap())
+            // Every stat reaches the daemon: an inode looked up before the switch
+            // must be served by the successor, not the kernel's cache.
+            .arg("--attr-timeout=0")
+            .mount()
+    }
+}
+
+/// Writes a 16-byte record every 50 ms through one descriptor, checking each write.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<(u64, Duration, Option<String>)>,
+}
+
+impl Writer {
+    fn start(path: &Path) -> Writer {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut n, mut longest) = (0u64, Duration::ZERO);
+            while !s.load(Ordering::Acquire) {
+                let rec = format!("record {n:08}\n");
+                let t = Instant::now();
+                let r = f.write_all(rec.as_bytes());
+                longest = longest.max(t.elapsed());
+                if let Err(e) = r {
+                    return (n, longest, Some(format!("write {n}: {e}")));
+                }
+                n += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (n, longest, None)
+        });
+        Writer { stop, thread }
+    }
+
+    fn finish(self) -> (u64, Duration, Option<String>) {
+        self.stop.store(true, Ordering::Release);
+        self.thread.join().unwrap()
+    }
+}
+
+fn check_records(path: &Path, n: u64) {
+    let text = fs::read_to_string(path).unwrap();
+    let want: String = (0..n).map(|i| format!("record {i:08}\n")).collect();
+    assert!(
+        text == want,
+        "records incomplete or out of order: {} bytes, want {} ({n} records)",
+        text.len(),
+        want.len()
+    );
+}
+
+fn wait_log(m: &Mount, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !m.log().contains(what) {
+        assert!(Instant::now() < deadline, "no {what:?} in:\n{}", m.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn names(dir: &mut nix::dir::Dir) -> Vec<String> {
+    let mut v: Vec<String> = dir
+        .iter()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    v.sort();
+    v
+}
+
+/// The daemon is killed mid-stream and a successor takes the held connection over.
+fn crash_and_take_over(restart_holder: bool) {
+    let held = Held::new();
+    let mut holder = Some(Holder::serve(&held.socket()).unwrap());
+    let mut m = held.mount();
+    wait_log(&m, "FUSE descriptor handed to the holder");
+    fs::create_dir(m.path("d")).unwrap();
+    for f in ["a", "b", "c"] {
+        fs::write(m.path(&format!("d/{f}")), f).unwrap();
+    }
+    let mut dir = nix::dir::Dir::open(
+        &m.path("d"),
+        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
+        nix::sys::stat::Mode::empty(),
+    )
+    .unwrap();
+    assert_eq!(names(&mut dir), ["a", "b", "c"]);
+    // Looked up before the switch, and only ever named by its node id after.
+    let looked_up = fs::File::open(m.path("d/a")).unwrap();
+    let before = nix::sys::stat::fstat(looked_up.as_raw_fd()).unwrap();
+
+    let writer = Writer::start(&m.path("log"));
+    std::thread::sleep(Duration::from_millis(600));
+    if restart_holder {
+        // The holder (the agent) restarts while the daemon runs: the daemon hands its
+        // descriptor to the new one, which then has it for the successor.
+        drop(holder.take());
+        holder = Some(Holder::serve(&held.socket()).unwrap());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !holder.as_ref().unwrap().holds(&m.mnt) {
+            assert!(Instant::now() < deadline, "the daemon did not come back to the restarted holder:\n{}", m.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    m.kill_daemon();
+    // Dead for a while: the application waits, it does not fail.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(holder.as_ref().unwrap().holds(&m.mnt), "the holder lost the connection");
+    m.respawn();
+    wait_log(&m, "serving the held connection");
+    std::thread::sleep(Duration::from_millis(800));
+    let (n, longest, err) = writer.finish();
+    println!("handoff (holder restarted: {restart_holder}): {n} records, longest write {longest:?}");
+    assert!(err.is_none(), "a write failed across the takeover: {err:?}\n{}", m.log());
+    assert!(longest < Duration::from_secs(10), "a write stalled {longest:?}");
+    check_records(&m.backing("log"), n);
+    assert_eq!(names(&mut dir), ["a", "b", "c"], "the directory handle lists");
+    let after = nix::sys::stat::fstat(looked_up.as_raw_fd()).unwrap();
+    assert_eq!((after.st_ino, after.st_size), (before.st_ino, before.st_size));
+    assert_eq!(fs::read_to_string(m.path("d/b")).unwrap(), "b");
+    let log = m.log();
+    assert!(
+        log.contains("handoff: predecessor's state restored"),
+        "no restore:\n{log}"
+    );
+    assert!(!log.contains("not restored"), "something was lost:\n{log}");
+    drop(dir);
+    drop(looked_up);
+    m.stop();
+    // An unmount on purpose: the holder forgets the connection.
+    assert!(!holder.as_ref().unwrap().holds(&m.mnt));
+}
+
+#[test]
+fn a_killed_daemon_is_taken_over_without_an_application_error() {
+    crash_and_take_over(false);
+}
+
+#[test]
+fn a_restarted_holder_gets_the_descriptor_back_before_the_crash() {
+    crash_and_take_over(true);
+}
+
+#[test]
+fn without_a_held_connection_the_daemon_mounts_afresh() {
+    let held = Held::new();
+    // No holder at all: a fresh mount, which serves as always.
+    let mut m = held.mount();
+    fs::write(m.path("f"), b"x").unwrap();
+    assert_eq!(fs::read(m.path("f")).unwrap(), b"x");
+    assert!(m.log().contains("mounted"));
+    m.stop();
+}
