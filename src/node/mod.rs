@@ -54,6 +54,7 @@ use std::time::Duration;
 use kube::Client;
 use tracing::warn;
 
+use crate::fuse::handoff::holder::Holder;
 use crate::host::mounts::HostMounts;
 use crate::host::paths;
 use crate::host::roots::{AllowedRoots, RootArgs};
@@ -166,6 +167,15 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
         message: e.to_string(),
     })?;
     let state = supervisor::StateDir::open(&state_dir)?;
+    // The fd holder: daemons hand it their /dev/fuse descriptors, so one that dies is
+    // taken over by a successor instead of remounted. Without it, repairs remount.
+    let holder = match Holder::serve(&state.holder_socket()) {
+        Ok(h) => Some(Arc::new(h)),
+        Err(e) => {
+            warn!(socket = %state.holder_socket().display(), error = %e, "no fd holder: crashed daemons are repaired by remounting");
+            None
+        }
+    };
     Ok(Host {
         config: host::Config {
             mount_root,
@@ -181,6 +191,7 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
             "/proc/self/exe",
         ))),
         state,
+        holder,
     })
 }
 

@@ -319,6 +319,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            negotiated: _,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
