@@ -33,7 +33,7 @@ use tracing::{info, warn};
 
 use super::supervisor::{self, Daemon, DaemonSpec, Daemons, Liveness, Record, StateDir};
 use crate::api::MountPodSpec;
-use crate::fuse::handoff::holder::Holder;
+use super::holder::HolderProcess;
 use crate::host::mounts::{self, Mounts, Probe};
 use crate::host::paths;
 use crate::host::roots::{self, AllowedRoots, Beneath, RootError};
@@ -287,7 +287,7 @@ pub struct Host {
     pub state: StateDir,
     /// The fd holder daemons hand their /dev/fuse descriptors to (`None`: no
     /// handoff; a dead daemon is repaired by remounting).
-    pub holder: Option<Arc<Holder>>,
+    pub holder: Option<Arc<HolderProcess>>,
 }
 
 impl Host {
@@ -385,7 +385,7 @@ impl Host {
     fn can_take_over(&self, record: &Record) -> bool {
         self.holder
             .as_ref()
-            .is_some_and(|h| h.holds(&record.mountpoint))
+            .is_some_and(|h| h.ensure().is_ok() && h.holds(&record.mountpoint))
             && matches!(
                 self.daemons.liveness(record.daemon, &record.mountpoint),
                 Liveness::Exited(_)

@@ -42,6 +42,7 @@
 
 pub mod agent;
 pub mod backoff;
+pub mod holder;
 pub mod host;
 pub mod mount_counters;
 pub mod supervisor;
@@ -54,7 +55,6 @@ use std::time::Duration;
 use kube::Client;
 use tracing::warn;
 
-use crate::fuse::handoff::holder::Holder;
 use crate::host::mounts::HostMounts;
 use crate::host::paths;
 use crate::host::roots::{AllowedRoots, RootArgs};
@@ -169,8 +169,13 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
     let state = supervisor::StateDir::open(&state_dir)?;
     // The fd holder: daemons hand it their /dev/fuse descriptors, so one that dies is
     // taken over by a successor instead of remounted. Without it, repairs remount.
-    let holder = match Holder::serve(&state.holder_socket()) {
-        Ok(h) => Some(Arc::new(h)),
+    let holder = holder::HolderProcess::new(
+        PathBuf::from("/proc/self/exe"),
+        state.holder_socket(),
+        state.log_file("_fd-holder"),
+    );
+    let holder = match holder.ensure() {
+        Ok(()) => Some(Arc::new(holder)),
         Err(e) => {
             warn!(socket = %state.holder_socket().display(), error = %e, "no fd holder: crashed daemons are repaired by remounting");
             None

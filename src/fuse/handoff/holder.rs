@@ -407,3 +407,27 @@ pub fn hand_over(socket: PathBuf, key: PathBuf, fd: OwnedFd) -> io::Result<()> {
         })?;
     Ok(())
 }
+
+/// Command line of `tessera fd-holder`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct HolderArgs {
+    /// The unix socket to serve (created 0600; a stale one is replaced).
+    #[arg(long)]
+    pub socket: PathBuf,
+}
+
+/// `tessera fd-holder`: serve the holder until SIGTERM or SIGINT. The node agent
+/// starts it as a process of its own session, so the descriptors it holds outlive
+/// the agent (a restart, a crash) as the daemons do.
+pub fn run(args: HolderArgs) -> io::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGTERM);
+    signals.add(Signal::SIGINT);
+    signals.thread_block().map_err(io::Error::from)?;
+    let holder = Holder::serve(&args.socket)?;
+    tracing::info!(socket = %args.socket.display(), "fd holder serving");
+    let signal = signals.wait().map_err(io::Error::from)?;
+    tracing::info!(%signal, held = holder.len(), "fd holder stopping");
+    Ok(())
+}
