@@ -496,7 +496,12 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     // Only the signal thread takes these signals: block them before fuser starts its
     // workers, which inherit the mask.
     let mut signals = SigSet::empty();
-    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGUSR1] {
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGUSR1,
+    ] {
         signals.add(s);
     }
     signals.thread_block().map_err(Error::Signals)?;
@@ -547,8 +552,12 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     if resumed {
         // What the predecessor had read and not answered: queued again, for us.
         match session.notifier().resend() {
-            Ok(()) => tracing::info!("handoff: the kernel resends what the predecessor had not answered"),
-            Err(e) => tracing::warn!(error = %e, "handoff: FUSE_NOTIFY_RESEND refused; requests the predecessor had read may hang"),
+            Ok(()) => {
+                tracing::info!("handoff: the kernel resends what the predecessor had not answered")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "handoff: FUSE_NOTIFY_RESEND refused; requests the predecessor had read may hang")
+            }
         }
     }
     let unmounter = session.unmount_callable();
@@ -759,7 +768,9 @@ impl SignalContext {
                     std::process::exit(0);
                 }
                 Signal::SIGUSR1 => {
-                    tracing::warn!("SIGUSR1 without --holder: nobody would keep the mount; ignored");
+                    tracing::warn!(
+                        "SIGUSR1 without --holder: nobody would keep the mount; ignored"
+                    );
                 }
                 _ if deadline.is_some() => {
                     tracing::warn!(%signal, "second stop signal: exiting, open files lose the mount");

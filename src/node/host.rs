@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use tracing::{info, warn};
 
+use super::holder::HolderProcess;
 use super::supervisor::{self, Daemon, DaemonSpec, Daemons, Liveness, Record, StateDir};
 use crate::api::MountPodSpec;
-use super::holder::HolderProcess;
 use crate::host::mounts::{self, Mounts, Probe};
 use crate::host::paths;
 use crate::host::roots::{self, AllowedRoots, Beneath, RootError};
@@ -404,8 +404,7 @@ impl Host {
             .holder
             .as_ref()
             .is_some_and(|h| h.holds(&record.mountpoint));
-        if !held || self.daemons.liveness(record.daemon, &record.mountpoint) != Liveness::Running
-        {
+        if !held || self.daemons.liveness(record.daemon, &record.mountpoint) != Liveness::Running {
             return Ok(None);
         }
         let begun = Instant::now();
@@ -622,7 +621,11 @@ impl Host {
             answered.answered = true;
             self.state.save(&answered)?;
         }
-        let rebind = if taken_over { &[][..] } else { &want.references[..] };
+        let rebind = if taken_over {
+            &[][..]
+        } else {
+            &want.references[..]
+        };
         for target in rebind {
             match self.rebind(&want.mountpoint, target) {
                 Ok(()) => served.rebound += 1,

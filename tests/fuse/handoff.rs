@@ -146,7 +146,11 @@ fn crash_and_take_over(restart_holder: bool) {
         holder = Some(Holder::serve(&held.socket()).unwrap());
         let deadline = Instant::now() + Duration::from_secs(10);
         while !holder.as_ref().unwrap().holds(&m.mnt) {
-            assert!(Instant::now() < deadline, "the daemon did not come back to the restarted holder:\n{}", m.log());
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not come back to the restarted holder:\n{}",
+                m.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         std::thread::sleep(Duration::from_millis(300));
@@ -154,18 +158,37 @@ fn crash_and_take_over(restart_holder: bool) {
     m.kill_daemon();
     // Dead for a while: the application waits, it does not fail.
     std::thread::sleep(Duration::from_millis(300));
-    assert!(holder.as_ref().unwrap().holds(&m.mnt), "the holder lost the connection");
+    assert!(
+        holder.as_ref().unwrap().holds(&m.mnt),
+        "the holder lost the connection"
+    );
     m.respawn();
     wait_log(&m, "serving the held connection");
     std::thread::sleep(Duration::from_millis(800));
     let (n, longest, err) = writer.finish();
-    println!("handoff (holder restarted: {restart_holder}): {n} records, longest write {longest:?}");
-    assert!(err.is_none(), "a write failed across the takeover: {err:?}\n{}", m.log());
-    assert!(longest < Duration::from_secs(10), "a write stalled {longest:?}");
+    println!(
+        "handoff (holder restarted: {restart_holder}): {n} records, longest write {longest:?}"
+    );
+    assert!(
+        err.is_none(),
+        "a write failed across the takeover: {err:?}\n{}",
+        m.log()
+    );
+    assert!(
+        longest < Duration::from_secs(10),
+        "a write stalled {longest:?}"
+    );
     check_records(&m.backing("log"), n);
-    assert_eq!(names(&mut dir), ["a", "b", "c"], "the directory handle lists");
+    assert_eq!(
+        names(&mut dir),
+        ["a", "b", "c"],
+        "the directory handle lists"
+    );
     let after = nix::sys::stat::fstat(looked_up.as_raw_fd()).unwrap();
-    assert_eq!((after.st_ino, after.st_size), (before.st_ino, before.st_size));
+    assert_eq!(
+        (after.st_ino, after.st_size),
+        (before.st_ino, before.st_size)
+    );
     assert_eq!(fs::read_to_string(m.path("d/b")).unwrap(), "b");
     let log = m.log();
     assert!(

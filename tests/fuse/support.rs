@@ -276,10 +276,7 @@ impl Mount {
     /// the first one's, without waiting for anything.
     pub fn respawn(&mut self) {
         assert!(self.child.is_none(), "the daemon still runs");
-        let log = fs::OpenOptions::new()
-            .append(true)
-            .open(&self.log)
-            .unwrap();
+        let log = fs::OpenOptions::new().append(true).open(&self.log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
             .args(&self.argv)
             .env("RUST_LOG", "info")

@@ -50,14 +50,17 @@ impl VolumeFs {
             0,
         )
         .op("opendir")?;
-        Ok(self.handles.add(Handle {
-            inode,
-            file,
-            mode: AtomicU8::new(IoMode::Cached as u8),
-            writable: false,
-            append: false,
-            dir: Some(Mutex::new(DirStream::new())),
-        }, libc::O_RDONLY | libc::O_DIRECTORY))
+        Ok(self.handles.add(
+            Handle {
+                inode,
+                file,
+                mode: AtomicU8::new(IoMode::Cached as u8),
+                writable: false,
+                append: false,
+                dir: Some(Mutex::new(DirStream::new())),
+            },
+            libc::O_RDONLY | libc::O_DIRECTORY,
+        ))
     }
 
     pub fn releasedir(&self, fh: u64) -> Result<()> {

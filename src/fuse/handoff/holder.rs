@@ -270,7 +270,11 @@ fn encode(op: u8, key: &[u8]) -> io::Result<Vec<u8>> {
 fn serve_conn(stream: &UnixStream, entries: &Entries) -> io::Result<()> {
     let cred = getsockopt(stream, PeerCredentials)?;
     if cred.uid() != 0 {
-        tracing::warn!(uid = cred.uid(), pid = cred.pid(), "fd holder: refused a non-root peer");
+        tracing::warn!(
+            uid = cred.uid(),
+            pid = cred.pid(),
+            "fd holder: refused a non-root peer"
+        );
         let _ = send(stream, b"E", None);
         return Ok(());
     }
@@ -334,7 +338,10 @@ fn answer(stream: &UnixStream) -> io::Result<(u8, Option<OwnedFd>)> {
         }
     }
     if msg.bytes == 0 {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "holder closed"));
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "holder closed",
+        ));
     }
     Ok((b[0], fd))
 }

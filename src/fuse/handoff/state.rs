@@ -258,7 +258,10 @@ impl StateFile {
         w[1].store(rec.ino, Ordering::Relaxed);
         w[2].store(u64::from(rec.flags as u32), Ordering::Relaxed);
         w[3].store(u64::from(rec.mode), Ordering::Relaxed);
-        w[4].store(rec.backing_id.map_or(0, |id| u64::from(id) + 1), Ordering::Relaxed);
+        w[4].store(
+            rec.backing_id.map_or(0, |id| u64::from(id) + 1),
+            Ordering::Relaxed,
+        );
         w[5].store(
             match rec.kind {
                 HandleKind::File => 1,
