@@ -116,8 +116,20 @@ fn names(dir: &mut nix::dir::Dir) -> Vec<String> {
     v
 }
 
-/// The daemon is killed mid-stream and a successor takes the held connection over.
-fn crash_and_take_over(restart_holder: bool) {
+/// How the first daemon goes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum End {
+    /// `kill -9`.
+    Kill,
+    /// The holder restarts first, then `kill -9`.
+    HolderRestartThenKill,
+    /// SIGUSR1: a planned replacement (exit without unmounting).
+    Planned,
+}
+
+/// The daemon goes mid-stream and a successor takes the held connection over.
+fn crash_and_take_over(end: End) {
+    let restart_holder = end == End::HolderRestartThenKill;
     let held = Held::new();
     let mut holder = Some(Holder::serve(&held.socket()).unwrap());
     let mut m = held.mount();
@@ -155,7 +167,16 @@ fn crash_and_take_over(restart_holder: bool) {
         }
         std::thread::sleep(Duration::from_millis(300));
     }
-    m.kill_daemon();
+    if end == End::Planned {
+        m.signal(nix::sys::signal::Signal::SIGUSR1);
+        let status = m
+            .wait_exit(Duration::from_secs(10))
+            .expect("exits on SIGUSR1");
+        assert!(status.success(), "{status}\n{}", m.log());
+        assert!(m.log().contains("exiting for a successor"));
+    } else {
+        m.kill_daemon();
+    }
     // Dead for a while: the application waits, it does not fail.
     std::thread::sleep(Duration::from_millis(300));
     assert!(
@@ -166,9 +187,7 @@ fn crash_and_take_over(restart_holder: bool) {
     wait_log(&m, "serving the held connection");
     std::thread::sleep(Duration::from_millis(800));
     let (n, longest, err) = writer.finish();
-    println!(
-        "handoff (holder restarted: {restart_holder}): {n} records, longest write {longest:?}"
-    );
+    println!("handoff ({end:?}): {n} records, longest write {longest:?}");
     assert!(
         err.is_none(),
         "a write failed across the takeover: {err:?}\n{}",
@@ -205,12 +224,17 @@ fn crash_and_take_over(restart_holder: bool) {
 
 #[test]
 fn a_killed_daemon_is_taken_over_without_an_application_error() {
-    crash_and_take_over(false);
+    crash_and_take_over(End::Kill);
 }
 
 #[test]
 fn a_restarted_holder_gets_the_descriptor_back_before_the_crash() {
-    crash_and_take_over(true);
+    crash_and_take_over(End::HolderRestartThenKill);
+}
+
+#[test]
+fn a_planned_replacement_exits_without_unmounting_and_is_taken_over() {
+    crash_and_take_over(End::Planned);
 }
 
 #[test]
