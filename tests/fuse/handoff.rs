@@ -6,7 +6,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -146,8 +146,13 @@ fn crash_and_take_over(end: End) {
     .unwrap();
     assert_eq!(names(&mut dir), ["a", "b", "c"]);
     // Looked up before the switch, and only ever named by its node id after.
-    let looked_up = fs::File::open(m.path("d/a")).unwrap();
-    let before = nix::sys::stat::fstat(looked_up.as_raw_fd()).unwrap();
+    // (An O_PATH descriptor: no open file on the daemon's side, only the inode.)
+    let looked_up = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(m.path("d/a"))
+        .unwrap();
+    let before = nix::sys::stat::fstat(&looked_up).unwrap();
 
     let writer = Writer::start(&m.path("log"));
     std::thread::sleep(Duration::from_millis(600));
@@ -203,7 +208,7 @@ fn crash_and_take_over(end: End) {
         ["a", "b", "c"],
         "the directory handle lists"
     );
-    let after = nix::sys::stat::fstat(looked_up.as_raw_fd()).unwrap();
+    let after = nix::sys::stat::fstat(&looked_up).unwrap();
     assert_eq!(
         (after.st_ino, after.st_size),
         (before.st_ino, before.st_size)
@@ -245,5 +250,44 @@ fn without_a_held_connection_the_daemon_mounts_afresh() {
     fs::write(m.path("f"), b"x").unwrap();
     assert_eq!(fs::read(m.path("f")).unwrap(), b"x");
     assert!(m.log().contains("mounted"));
+    m.stop();
+}
+
+/// A request the dead daemon had read and not answered (a writable open waiting for
+/// a passthrough reader's release, which the daemon does for up to a second) is
+/// answered by the successor: the kernel queues it again (FUSE_NOTIFY_RESEND). The
+/// reader's release, sent while no daemon ran, frees the file for it.
+#[test]
+fn a_request_the_dead_daemon_had_read_is_answered_by_the_successor() {
+    let held = Held::new();
+    let _holder = Holder::serve(&held.socket()).unwrap();
+    let mut m = held.mount();
+    wait_log(&m, "FUSE descriptor handed to the holder");
+    fs::write(m.path("busy"), b"data").unwrap();
+    let reader = fs::File::open(m.path("busy")).unwrap();
+    let path = m.path("busy");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let t = Instant::now();
+        let r = fs::OpenOptions::new().write(true).open(&path).map(drop);
+        let _ = tx.send((r.map_err(|e| e.to_string()), t.elapsed()));
+    });
+    // The daemon has read the open and waits for the reader's release.
+    std::thread::sleep(Duration::from_millis(300));
+    m.kill_daemon();
+    drop(reader);
+    std::thread::sleep(Duration::from_millis(200));
+    m.respawn();
+    wait_log(&m, "serving the held connection");
+    let (r, took) = rx
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|_| {
+            panic!(
+                "the open read by the dead daemon was never answered:\n{}",
+                m.log()
+            )
+        });
+    println!("open read by the dead daemon answered after {took:?}");
+    assert_eq!(r, Ok(()), "{}", m.log());
     m.stop();
 }
