@@ -17,9 +17,10 @@
 //! Modules: [`fs`] is the filesystem core (no FUSE types), [`adapter`] the thin
 //! `fuser::Filesystem` over it, [`counters`] what the daemon counts for the node
 //! agent's metrics, [`quota`] the quota modes and the daemon's accounting,
-//! [`projquota`] the XFS project quota, [`sys`] the syscalls. This module owns the
-//! process: it chooses the quota mode, mounts, serves until unmounted, and handles
-//! signals.
+//! [`projquota`] the XFS project quota, [`handoff`] the fd holder, the state file
+//! and the takeover of a held connection, `signals` the signal thread, [`sys`] the
+//! syscalls. This module owns the process: it chooses the quota mode, mounts (or
+//! takes a held connection over), and serves until unmounted.
 //!
 //! **Quota mode** (`--quota`, default `auto`). `backend` when the volume directory is
 //! on XFS with project quotas accounted and enforced: the directory gets a project id
@@ -39,6 +40,13 @@
 //! re-reads `--capacity-file` (in backend mode: sets the project's new limit). When the kernel ends the connection (unmount, by us or
 //! anyone), the daemon logs its counters and exits 0.
 //!
+//! **Handoff** (`--holder S --handoff-state F`, see `docs/handoff.md`): the daemon
+//! hands a duplicate of its `/dev/fuse` descriptor to the fd holder at `S` and keeps
+//! what the kernel refers to in `F`; on start it takes over the connection the holder
+//! keeps for its mount point instead of mounting, if there is one. SIGUSR1 then exits
+//! without unmounting (a planned replacement); a stop signal first tells the holder
+//! to let go.
+//!
 //! **Permissions.** The mount is `allow_other` (pods run as any uid) and
 //! `default_permissions` (the kernel checks mode bits with the caller's credentials
 //! before a request reaches the daemon), and `nosuid,nodev` unless `--options` says
@@ -50,6 +58,7 @@ pub mod fs;
 pub mod handoff;
 pub mod projquota;
 pub mod quota;
+mod signals;
 mod sys;
 
 use std::io;
@@ -57,7 +66,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fuser::{Config, MountOption, SessionACL};
 use nix::sys::signal::{SigSet, Signal};
@@ -455,7 +464,6 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         },
     );
     let notifier = adapter.notifier_slot();
-    let adopter = adapter.backing_adopter();
 
     let mut config = Config::default();
     config.mount_options = mount_options;
@@ -465,33 +473,14 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     // the kernel fails what a closed clone had read instead of resending it.
     config.clone_fd = args.holder.is_none();
 
-    // Handoff: take over a held connection, with the predecessor's state.
-    let takeover = match (&args.holder, &args.handoff_state) {
-        (Some(socket), Some(state)) => handoff::find(socket, &args.mountpoint, state),
-        _ => None,
-    };
-    if let Some(t) = &takeover {
-        let r = fs.restore(&t.snapshot);
-        tracing::info!(
-            inodes = r.inodes,
-            inodes_lost = r.inodes_lost,
-            handles = r.handles,
-            handles_lost = r.handles_lost,
-            "handoff: predecessor's state restored"
-        );
-    }
-    let state = args.handoff_state.as_ref().and_then(|path| {
-        match handoff::state::StateFile::create(path) {
-            Ok(s) => Some(Arc::new(s)),
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "no handoff state: a successor cannot take over");
-                None
-            }
-        }
-    });
-    if let Some(state) = &state {
-        fs.record_into(state.clone());
-    }
+    // Handoff: a held connection to take over (its state restored), or none; and
+    // the state file this daemon keeps for its own successor.
+    let prepared = handoff::prepare(
+        args.holder.as_deref(),
+        args.handoff_state.as_deref(),
+        &args.mountpoint,
+        &fs,
+    );
 
     // Only the signal thread takes these signals: block them before fuser starts its
     // workers, which inherit the mask.
@@ -510,58 +499,20 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         count_into(path, fs.clone());
     }
 
-    let resumed = takeover.is_some();
-    let mount_err = |source| Error::Mount {
+    let (mut session, resumed) = handoff::open_session(
+        adapter,
+        &args.mountpoint,
+        config,
+        prepared,
+        args.holder.as_deref(),
+    )
+    .map_err(|source| Error::Mount {
         mountpoint: args.mountpoint.clone(),
         source,
-    };
-    let mut session = match takeover {
-        Some(t) => {
-            let handles = t.snapshot.handles.clone();
-            let session = fuser::Session::resume_fd(adapter, t.fd, SessionACL::All, config, t.init)
-                .map_err(mount_err)?;
-            let n = session.notifier();
-            for h in handles {
-                if let Some(id) = h.backing_id {
-                    adopter.adopt(&n, h.fh, h.ino, id);
-                }
-            }
-            session
-        }
-        None => fuser::Session::new(adapter, &args.mountpoint, &config).map_err(mount_err)?,
-    };
+    })?;
     let _ = notifier.set(session.notifier());
-    if let (Some(state), Some(init)) = (&state, session.negotiated()) {
-        state.set_init(handoff::init_record(init));
-        if let Err(e) = state.publish() {
-            tracing::warn!(error = %e, "handoff state not published: a successor cannot take over");
-        }
-    }
-    if let Some(socket) = &args.holder {
-        match session.as_fd().try_clone_to_owned() {
-            Ok(fd) => {
-                if let Err(e) =
-                    handoff::holder::hand_over(socket.clone(), args.mountpoint.clone(), fd)
-                {
-                    tracing::warn!(error = %e, "the FUSE descriptor is not handed to the holder");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "the FUSE descriptor is not handed to the holder"),
-        }
-    }
-    if resumed {
-        // What the predecessor had read and not answered: queued again, for us.
-        match session.notifier().resend() {
-            Ok(()) => {
-                tracing::info!("handoff: the kernel resends what the predecessor had not answered")
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "handoff: FUSE_NOTIFY_RESEND refused; requests the predecessor had read may hang")
-            }
-        }
-    }
     let unmounter = session.unmount_callable();
-    let signal_ctx = SignalContext {
+    let signal_ctx = signals::SignalContext {
         signals,
         unmounter,
         quota: quota.clone(),
@@ -712,162 +663,6 @@ impl CachePolicy {
             local,
             ttl,
             negative_ttl,
-        }
-    }
-}
-
-/// What the signal thread needs.
-struct SignalContext {
-    signals: SigSet,
-    unmounter: fuser::SessionUnmounter,
-    quota: Arc<Enforcement>,
-    capacity_file: Option<PathBuf>,
-    mountpoint: PathBuf,
-    /// How long the connection may outlive the unmount after a stop signal.
-    grace: Duration,
-    fs: Arc<VolumeFs>,
-    /// The fd holder to tell before an unmount on purpose.
-    holder: Option<PathBuf>,
-}
-
-impl SignalContext {
-    /// Takes SIGHUP (reload the capacity) and the stop signals. The first stop signal
-    /// unmounts (lazily when busy); the serving loop ends by itself once nothing refers
-    /// to the connection any more. Open files and mounts elsewhere (a bind, a copy
-    /// propagated to another mount namespace) would keep it alive for ever, so after
-    /// the grace period, or at a second stop signal, the daemon exits anyway, which
-    /// ends the connection for them.
-    fn run(mut self) {
-        let mut deadline: Option<Instant> = None;
-        loop {
-            let signal = match deadline {
-                None => self.signals.wait().map(Some),
-                Some(d) => wait_signal_until(&self.signals, d),
-            };
-            let signal = match signal {
-                Ok(Some(s)) => s,
-                Ok(None) => {
-                    tracing::warn!(
-                        grace = ?self.grace,
-                        "still referenced after the unmount (open files, or the mount bound elsewhere): exiting; they lose the mount"
-                    );
-                    self.exit(0);
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "waiting for signals failed");
-                    return;
-                }
-            };
-            match signal {
-                Signal::SIGHUP => self.reload_capacity(),
-                Signal::SIGUSR1 if self.holder.is_some() => {
-                    // A planned replacement: the holder keeps the connection, the
-                    // successor takes it over; nothing is unmounted.
-                    tracing::info!("SIGUSR1: exiting for a successor, the mount stays");
-                    log_counters(&self.fs, &self.mountpoint, "handed over");
-                    std::process::exit(0);
-                }
-                Signal::SIGUSR1 => {
-                    tracing::warn!(
-                        "SIGUSR1 without --holder: nobody would keep the mount; ignored"
-                    );
-                }
-                _ if deadline.is_some() => {
-                    tracing::warn!(%signal, "second stop signal: exiting, open files lose the mount");
-                    self.exit(1);
-                }
-                _ => {
-                    tracing::info!(%signal, mountpoint = %self.mountpoint.display(), "unmounting");
-                    self.unmount();
-                    deadline = Some(Instant::now() + self.grace);
-                }
-            }
-        }
-    }
-
-    fn exit(&self, code: i32) -> ! {
-        log_counters(&self.fs, &self.mountpoint, "unmounted");
-        std::process::exit(code)
-    }
-
-    fn reload_capacity(&self) {
-        let Some(path) = &self.capacity_file else {
-            tracing::warn!("SIGHUP without --capacity-file: nothing to reload");
-            return;
-        };
-        match read_capacity(path) {
-            Ok(capacity) => match self.quota.set_capacity(capacity) {
-                Ok(old) => {
-                    let used = self.quota.usage().ok().map(|u| u.used);
-                    let quota = self.quota.mode().as_str();
-                    tracing::info!(quota, old, capacity, used, "capacity reloaded");
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "capacity not set; keeping the old one");
-                }
-            },
-            Err(e) => tracing::error!(error = %e, "capacity not reloaded; keeping the old one"),
-        }
-    }
-
-    fn unmount(&mut self) {
-        if let Some(socket) = &self.holder
-            && let Err(e) = handoff::holder::forget(socket, &self.mountpoint)
-        {
-            tracing::warn!(error = %e, "the holder was not told to forget the connection");
-        }
-        // A session that took over a held connection did not mount: unmount by name.
-        let unmounted = match self.unmounter.unmount() {
-            Ok(()) if is_mounted(&self.mountpoint) => {
-                nix::mount::umount2(&self.mountpoint, nix::mount::MntFlags::empty())
-                    .map_err(io::Error::from)
-            }
-            r => r,
-        };
-        match unmounted {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                // Files are open: detach now, keep serving them until they are closed.
-                tracing::warn!("mount busy: detaching lazily");
-                if let Err(e) =
-                    nix::mount::umount2(&self.mountpoint, nix::mount::MntFlags::MNT_DETACH)
-                {
-                    tracing::error!(error = %e, "lazy unmount failed");
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "unmount failed"),
-        }
-    }
-}
-
-/// Whether `path` is a FUSE mount point (from mountinfo, never touching the mount).
-fn is_mounted(path: &Path) -> bool {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|t| {
-            crate::host::mounts::parse_mountinfo(&t)
-                .iter()
-                .any(|m| m.mount_point == path && m.fs_type.starts_with("fuse"))
-        })
-        .unwrap_or(false)
-}
-
-/// The next of `signals` (blocked in this thread) before `deadline`, or None.
-fn wait_signal_until(signals: &SigSet, deadline: Instant) -> nix::Result<Option<Signal>> {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let ts = libc::timespec {
-            tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_nsec: libc::c_long::from(left.subsec_nanos()),
-        };
-        // SAFETY: a valid signal set and timespec; no siginfo wanted.
-        let r = unsafe { libc::sigtimedwait(signals.as_ref(), std::ptr::null_mut(), &ts) };
-        if r >= 0 {
-            return Signal::try_from(r).map(Some);
-        }
-        match nix::errno::Errno::last() {
-            nix::errno::Errno::EAGAIN => return Ok(None),
-            nix::errno::Errno::EINTR => continue,
-            e => return Err(e),
         }
     }
 }

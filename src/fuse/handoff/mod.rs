@@ -23,11 +23,16 @@
 pub mod holder;
 pub mod state;
 
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use self::state::{InitRecord, Snapshot};
+use fuser::{Config, Session, SessionACL};
+
+use self::state::{InitRecord, Snapshot, StateFile};
+use super::adapter::Adapter;
+use super::fs::VolumeFs;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -44,7 +49,7 @@ pub struct Takeover {
 /// Whether `mountpoint` is a FUSE mount in this mount namespace (read from
 /// mountinfo: never a syscall on the mount point itself, which would wait for a
 /// daemon that is not there).
-fn is_fuse_mount(mountpoint: &Path) -> bool {
+pub(crate) fn is_fuse_mount(mountpoint: &Path) -> bool {
     std::fs::read_to_string("/proc/self/mountinfo")
         .map(|text| {
             crate::host::mounts::parse_mountinfo(&text)
@@ -114,4 +119,107 @@ pub fn init_record(init: fuser::ResumeInit) -> InitRecord {
         flags: init.flags,
         max_readahead: init.max_readahead,
     }
+}
+
+/// What a daemon's start decided about the handoff, before its session exists.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    /// A held connection to serve, its predecessor's state restored into the core.
+    takeover: Option<Takeover>,
+    /// The state file this daemon keeps (not yet published).
+    state: Option<Arc<StateFile>>,
+}
+
+/// With `--holder` and `--handoff-state`: look for a held connection of
+/// `mountpoint` and restore its predecessor's state into `fs`; then start this
+/// daemon's own state file and record `fs`'s tables in it.
+pub fn prepare(
+    holder: Option<&Path>,
+    state: Option<&Path>,
+    mountpoint: &Path,
+    fs: &VolumeFs,
+) -> Prepared {
+    let (Some(socket), Some(path)) = (holder, state) else {
+        return Prepared::default();
+    };
+    let takeover = find(socket, mountpoint, path);
+    if let Some(t) = &takeover {
+        let r = fs.restore(&t.snapshot);
+        tracing::info!(
+            inodes = r.inodes,
+            inodes_lost = r.inodes_lost,
+            handles = r.handles,
+            handles_lost = r.handles_lost,
+            "handoff: predecessor's state restored"
+        );
+    }
+    let state = match StateFile::create(path) {
+        Ok(s) => Some(Arc::new(s)),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "no handoff state: a successor cannot take over");
+            None
+        }
+    };
+    if let Some(state) = &state {
+        fs.record_into(state.clone());
+    }
+    Prepared { takeover, state }
+}
+
+/// The session of the daemon: the held connection resumed (the predecessor's
+/// passthrough backing ids adopted), or a fresh mount. Then the state file is
+/// published with the connection's INIT, the descriptor handed to the holder, and,
+/// after a takeover, the kernel asked to resend what the predecessor had read and
+/// not answered. Returns the session and whether it took over.
+pub fn open_session(
+    adapter: Adapter,
+    mountpoint: &Path,
+    config: Config,
+    prepared: Prepared,
+    holder: Option<&Path>,
+) -> io::Result<(Session<Adapter>, bool)> {
+    let Prepared { takeover, state } = prepared;
+    let resumed = takeover.is_some();
+    let session = match takeover {
+        Some(t) => {
+            let adopter = adapter.backing_adopter();
+            let session = Session::resume_fd(adapter, t.fd, SessionACL::All, config, t.init)?;
+            let notifier = session.notifier();
+            for h in &t.snapshot.handles {
+                if let Some(id) = h.backing_id {
+                    adopter.adopt(&notifier, h.fh, h.ino, id);
+                }
+            }
+            session
+        }
+        None => Session::new(adapter, mountpoint, &config)?,
+    };
+    if let (Some(state), Some(init)) = (&state, session.negotiated()) {
+        state.set_init(init_record(init));
+        if let Err(e) = state.publish() {
+            tracing::warn!(error = %e, "handoff state not published: a successor cannot take over");
+        }
+    }
+    if let Some(socket) = holder {
+        let handed = session
+            .as_fd()
+            .try_clone_to_owned()
+            .and_then(|fd| holder::hand_over(socket.to_path_buf(), mountpoint.to_path_buf(), fd));
+        if let Err(e) = handed {
+            tracing::warn!(error = %e, "the FUSE descriptor is not handed to the holder");
+        }
+    }
+    if resumed {
+        // What the predecessor had read and not answered: queued again, for us.
+        match session.notifier().resend() {
+            Ok(()) => {
+                tracing::info!("handoff: the kernel resends what the predecessor had not answered")
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "handoff: FUSE_NOTIFY_RESEND refused; requests the predecessor had read may hang"
+            ),
+        }
+    }
+    Ok((session, resumed))
 }
