@@ -617,8 +617,10 @@ impl AgentProcess {
 
 impl Drop for AgentProcess {
     fn drop(&mut self) {
-        self.kill();
+        // The holder first: a connection it holds for a dead daemon blocks whatever
+        // touches the mount (the agent included) until it ends.
         kill_fd_holders_under(&self.state_dir());
+        self.kill();
         kill_mount_daemons_under(&self.mount_root());
         detach_mounts_under(&[self.mount_root(), self.kubelet_dir()]);
     }
