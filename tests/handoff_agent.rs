@@ -11,9 +11,6 @@ mod support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, Patch, PatchParams};
@@ -85,38 +82,81 @@ async fn add_reference(e: &Env, agent: &AgentProcess, volume: &str) -> PathBuf {
     target
 }
 
-/// An application: one descriptor, a record every 50 ms, each write checked.
+/// An application: its own process (this test binary, `writer_process`), so that
+/// the test process forking the agent does not carry its descriptor (a fork-exec
+/// closes it, and on a mount with FLUSH that close waits for a daemon). One
+/// descriptor, a record every 50 ms, each write checked; told to stop by a file,
+/// it leaves `records longest_ms error` in another.
 struct Writer {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<(u64, Duration, Option<String>)>,
+    ctl: tempfile::TempDir,
+    child: std::process::Child,
 }
+
+const WRITER_ENV: &str = "TESSERA_HANDOFF_WRITER";
+const WRITER_CTL_ENV: &str = "TESSERA_HANDOFF_WRITER_CTL";
 
 impl Writer {
     fn start(path: &Path) -> Writer {
-        let mut f = std::fs::File::create(path).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let (mut n, mut longest) = (0u64, Duration::ZERO);
-            while !s.load(Ordering::Acquire) {
-                let t = Instant::now();
-                let r = f.write_all(format!("record {n:08}\n").as_bytes());
-                longest = longest.max(t.elapsed());
-                if let Err(e) = r {
-                    return (n, longest, Some(format!("write {n}: {e}")));
-                }
-                n += 1;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            (n, longest, None)
-        });
-        Writer { stop, thread }
+        let ctl = tempfile::tempdir().unwrap();
+        let child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "writer_process", "--ignored", "--nocapture"])
+            .env(WRITER_ENV, path)
+            .env(WRITER_CTL_ENV, ctl.path())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = ctl.path().join("started");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !started.exists() {
+            assert!(Instant::now() < deadline, "the writer did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Writer { ctl, child }
     }
 
-    fn finish(self) -> (u64, Duration, Option<String>) {
-        self.stop.store(true, Ordering::Release);
-        self.thread.join().unwrap()
+    fn finish(mut self) -> (u64, Duration, Option<String>) {
+        std::fs::write(self.ctl.path().join("stop"), b"").unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "writer: {status}");
+        let out = std::fs::read_to_string(self.ctl.path().join("result")).unwrap();
+        let mut f = out.splitn(3, ' ');
+        let n = f.next().unwrap().parse().unwrap();
+        let ms = f.next().unwrap().parse().unwrap();
+        let err = f.next().filter(|e| !e.is_empty()).map(str::to_owned);
+        (n, Duration::from_millis(ms), err)
     }
+}
+
+/// The writer process of [`Writer`] (does nothing unless started by it).
+#[test]
+#[ignore = "the writer process the handoff tests start"]
+fn writer_process() {
+    let (Some(path), Some(ctl)) = (
+        std::env::var_os(WRITER_ENV).map(PathBuf::from),
+        std::env::var_os(WRITER_CTL_ENV).map(PathBuf::from),
+    ) else {
+        return;
+    };
+    let mut f = std::fs::File::create(&path).unwrap();
+    std::fs::write(ctl.join("started"), b"").unwrap();
+    let stop = ctl.join("stop");
+    let (mut n, mut longest, mut err) = (0u64, Duration::ZERO, String::new());
+    while !stop.exists() {
+        let t = Instant::now();
+        let r = f.write_all(format!("record {n:08}\n").as_bytes());
+        longest = longest.max(t.elapsed());
+        if let Err(e) = r {
+            err = format!("write {n}: {e}");
+            break;
+        }
+        n += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::write(
+        ctl.join("result"),
+        format!("{n} {} {err}", longest.as_millis()),
+    )
+    .unwrap();
 }
 
 fn check_records(path: &Path, n: u64) {
@@ -158,7 +198,7 @@ async fn takeover(prefix: &str, agent_down: bool) {
     })
     .await;
 
-    let writer = Writer::start(&target.join("log"));
+    let writer = Writer::start(&target.join("log.txt"));
     tokio::time::sleep(Duration::from_millis(600)).await;
     if agent_down {
         agent.kill();
@@ -198,7 +238,7 @@ async fn takeover(prefix: &str, agent_down: bool) {
         longest < Duration::from_secs(10),
         "a write stalled {longest:?}"
     );
-    check_records(&e.backend.path().join(&vol).join("log"), n);
+    check_records(&e.backend.path().join(&vol).join("log.txt"), n);
     let st = status(&mp);
     assert_eq!(st.restarts, 1, "{st:?}");
     assert_eq!(fixtures::mounts_at(&mountpoint).len(), 1, "one mount");
