@@ -219,6 +219,10 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A live connection is held for the mount point but cannot be taken over; the
+    /// holder was told to let it go (the agent then repairs by remounting).
+    #[error("taking over the held connection of the mount point")]
+    Handoff(#[from] handoff::Refused),
     /// Serving ended with an error.
     #[error("serving {mountpoint}")]
     Serve {
@@ -480,7 +484,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         args.handoff_state.as_deref(),
         &args.mountpoint,
         &fs,
-    );
+    )?;
 
     // Only the signal thread takes these signals: block them before fuser starts its
     // workers, which inherit the mask.

@@ -291,3 +291,35 @@ fn a_request_the_dead_daemon_had_read_is_answered_by_the_successor() {
     assert_eq!(r, Ok(()), "{}", m.log());
     m.stop();
 }
+
+/// A live connection is held but the successor cannot take it over (its state is
+/// gone): it lets the holder drop it and exits, so the connection ends and nothing
+/// stays blocked on it (the agent then remounts), instead of mounting on top.
+#[test]
+fn a_held_connection_without_state_is_let_go_not_mounted_over() {
+    let held = Held::new();
+    let holder = Holder::serve(&held.socket()).unwrap();
+    let mut m = held.mount();
+    wait_log(&m, "FUSE descriptor handed to the holder");
+    fs::write(m.path("f"), b"x").unwrap();
+    m.kill_daemon();
+    fs::write(held.state(), b"not a state file").unwrap();
+    m.respawn();
+    let status = m
+        .wait_exit(Duration::from_secs(10))
+        .expect("the successor exits");
+    assert!(!status.success(), "{}", m.log());
+    assert!(m.log().contains("cannot be taken over"), "{}", m.log());
+    assert!(!holder.holds(&m.mnt), "the holder let go");
+    let mnt = m.mnt.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(fs::metadata(mnt.join("f")).map_err(|e| e.raw_os_error()));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a stat of the abandoned mount returns");
+    assert_eq!(r.err(), Some(Some(libc::ENOTCONN)), "the connection ended");
+    // Nothing answers statfs there any more, so `Mount`'s drop would not see it.
+    nix::mount::umount2(&m.mnt, nix::mount::MntFlags::MNT_DETACH).unwrap();
+}

@@ -59,48 +59,58 @@ pub(crate) fn is_fuse_mount(mountpoint: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// What the holder at `socket` and the state at `state` offer for `mountpoint`:
-/// a takeover, or `None` (with the reason logged) when the daemon must mount anew.
-pub fn find(socket: &Path, mountpoint: &Path, state: &Path) -> Option<Takeover> {
+/// Why a held, live connection cannot be taken over.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    #[error("a connection is held, but the mount point is not a FUSE mount")]
+    NotMounted,
+    #[error("no handoff state of this layout at {0}")]
+    NoState(std::path::PathBuf),
+    #[error("the handoff state is unreadable")]
+    Unreadable(#[source] io::Error),
+    #[error("the handoff state has no recorded INIT")]
+    NoInit,
+    #[error("the handoff state overflowed its tables")]
+    Overflow,
+}
+
+/// What the holder at `socket` and the state at `state` offer for `mountpoint`: a
+/// takeover; `Ok(None)` (the reason logged) when nothing live is held, and the
+/// daemon mounts anew; `Err` when a live connection is held but cannot be served.
+/// Mounting over it would leave the applications on it blocked for ever, so the
+/// caller makes the holder let go (which ends it: they see ENOTCONN) and exits, and
+/// the agent repairs by remounting.
+pub fn find(socket: &Path, mountpoint: &Path, state: &Path) -> Result<Option<Takeover>, Refused> {
     let fd = match holder::take(socket, mountpoint) {
         Ok(Some(fd)) => fd,
         Ok(None) => {
             tracing::info!("handoff: the holder has no connection for this mount point");
-            return None;
+            return Ok(None);
         }
         Err(e) => {
             tracing::info!(error = %e, "handoff: no holder to ask");
-            return None;
+            return Ok(None);
         }
     };
     if holder::connection_ended(fd.as_fd()) {
         tracing::info!("handoff: the held connection has ended");
-        return None;
+        return Ok(None);
     }
     if !is_fuse_mount(mountpoint) {
-        tracing::warn!("handoff: a connection is held, but the mount point is not a FUSE mount");
-        return None;
+        return Err(Refused::NotMounted);
     }
     let snapshot = match state::read(state) {
         Ok(Some(s)) => s,
-        Ok(None) => {
-            tracing::warn!(state = %state.display(), "handoff: no state file of this layout");
-            return None;
-        }
-        Err(e) => {
-            tracing::warn!(state = %state.display(), error = %e, "handoff: state file unreadable");
-            return None;
-        }
+        Ok(None) => return Err(Refused::NoState(state.to_path_buf())),
+        Err(e) => return Err(Refused::Unreadable(e)),
     };
     let Some(init) = snapshot.init else {
-        tracing::warn!("handoff: the state has no recorded INIT");
-        return None;
+        return Err(Refused::NoInit);
     };
     if snapshot.overflow {
-        tracing::warn!("handoff: the state overflowed its tables; cannot take over");
-        return None;
+        return Err(Refused::Overflow);
     }
-    Some(Takeover {
+    Ok(Some(Takeover {
         fd,
         init: fuser::ResumeInit {
             abi: fuser::Version(init.abi_major, init.abi_minor),
@@ -108,7 +118,7 @@ pub fn find(socket: &Path, mountpoint: &Path, state: &Path) -> Option<Takeover> 
             max_readahead: init.max_readahead,
         },
         snapshot,
-    })
+    }))
 }
 
 /// The state file's record of a negotiated INIT.
@@ -132,17 +142,27 @@ pub struct Prepared {
 
 /// With `--holder` and `--handoff-state`: look for a held connection of
 /// `mountpoint` and restore its predecessor's state into `fs`; then start this
-/// daemon's own state file and record `fs`'s tables in it.
+/// daemon's own state file and record `fs`'s tables in it. A live connection that
+/// cannot be taken over is let go (see [`find`]) and refused.
 pub fn prepare(
     holder: Option<&Path>,
     state: Option<&Path>,
     mountpoint: &Path,
     fs: &VolumeFs,
-) -> Prepared {
+) -> Result<Prepared, Refused> {
     let (Some(socket), Some(path)) = (holder, state) else {
-        return Prepared::default();
+        return Ok(Prepared::default());
     };
-    let takeover = find(socket, mountpoint, path);
+    let takeover = match find(socket, mountpoint, path) {
+        Ok(t) => t,
+        Err(refused) => {
+            tracing::error!(error = %refused, "handoff: the held connection cannot be taken over; letting it go");
+            if let Err(e) = holder::forget(socket, mountpoint) {
+                tracing::warn!(error = %e, "the holder was not told to let go");
+            }
+            return Err(refused);
+        }
+    };
     if let Some(t) = &takeover {
         let r = fs.restore(&t.snapshot);
         tracing::info!(
@@ -163,7 +183,7 @@ pub fn prepare(
     if let Some(state) = &state {
         fs.record_into(state.clone());
     }
-    Prepared { takeover, state }
+    Ok(Prepared { takeover, state })
 }
 
 /// The session of the daemon: the held connection resumed (the predecessor's
