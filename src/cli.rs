@@ -8,6 +8,7 @@
 //! | `controller` | Volume, VolumeAttachment and reaper controllers + CSI Identity and Controller |
 //! | `node`       | node agent: FUSE mounts for this node's MountPods + CSI Identity and Node |
 //! | `mount`      | the FUSE filesystem of one volume on one node |
+//! | `fd-holder`  | keeps the mounts' /dev/fuse descriptors for successor daemons (the agent starts it) |
 //!
 //! The long-running roles start the same way ([`crate::runtime`]): tracing, a client,
 //! the metrics endpoint, SIGINT/SIGTERM, the CSI socket; then their own work until a
@@ -48,6 +49,8 @@ pub enum Command {
     Node(crate::node::NodeArgs),
     /// Serve one volume through FUSE.
     Mount(crate::fuse::MountArgs),
+    /// Hold the mounts' /dev/fuse descriptors for successor daemons.
+    FdHolder(crate::fuse::handoff::holder::HolderArgs),
 }
 
 /// Run the role named on the command line.
@@ -61,6 +64,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Command::Mount(mount) => {
             runtime::init_tracing(&args.log);
             Ok(crate::fuse::run(mount)?)
+        }
+        Command::FdHolder(holder) => {
+            runtime::init_tracing(&args.log);
+            Ok(crate::fuse::handoff::holder::run(holder)?)
         }
         Command::Controller(args_) => {
             runtime::init_tracing(&args.log);

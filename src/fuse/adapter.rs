@@ -5,7 +5,8 @@
 //! the connection in `init` (max write, readdirplus, passthrough), the kernel's
 //! passthrough backing ids (one per inode, shared by that inode's passthrough opens,
 //! dropped with the last of them), the open flags that tell the kernel which I/O mode
-//! a file uses, and the attribute/entry cache lifetimes. Locks: [`locks`].
+//! a file uses, and the attribute/entry cache lifetimes. Locks: [`locks`]; backing ids:
+//! [`backing`].
 //!
 //! Every failure from the core reaches the kernel through [`errno`], using
 //! [`super::fs::FsError::errno`], the single errno mapping. Every request is counted
@@ -13,25 +14,25 @@
 //! success ([`super::counters`]: one relaxed atomic add each).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    AccessFlags, BackingId, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle,
-    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
-    Request, RequestId, TimeOrNow, WriteFlags,
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, Filesystem,
+    FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    RequestId, TimeOrNow, WriteFlags,
 };
 
 use super::counters::{self, Op, Slot};
-use super::fs::{Attr, FsError, IoMode, LockSpec, Opened, SetAttr, VolumeFs, Waiters, Xattr};
+use super::fs::{Attr, FsError, IoMode, LockSpec, SetAttr, VolumeFs, Waiters, Xattr};
 use super::quota::Mode;
 use convert::{caller, file_attr, file_type, set_time};
 
+mod backing;
 mod coherence;
 mod convert;
 mod locks;
@@ -44,6 +45,8 @@ pub const MAX_WRITE: u32 = 1 << 20;
 const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
+use self::backing::Backing;
+pub use self::backing::BackingAdopter;
 pub use self::coherence::is_local_fs;
 
 /// How the adapter talks to the kernel.
@@ -63,21 +66,12 @@ pub struct AdapterOptions {
     pub close_to_open: bool,
 }
 
-/// Backing ids registered with the kernel for passthrough.
-#[derive(Debug, Default)]
-struct Backing {
-    /// The inode's id while any passthrough open holds it (the kernel refuses two
-    /// different backing files for one inode).
-    by_ino: HashMap<u64, Weak<BackingId>>,
-    by_fh: HashMap<u64, Arc<BackingId>>,
-}
-
 /// The FUSE face of a volume.
 #[derive(Debug)]
 pub struct Adapter {
     fs: Arc<VolumeFs>,
     options: AdapterOptions,
-    backing: Mutex<Backing>,
+    backing: Arc<Mutex<Backing>>,
     /// Flags of every regular-file open (see `init`).
     open_flags: FopenFlags,
     waiters: Arc<Waiters>,
@@ -101,7 +95,7 @@ impl Adapter {
         Adapter {
             fs,
             options,
-            backing: Mutex::default(),
+            backing: Arc::default(),
             open_flags: FopenFlags::empty(),
             waiters: Waiters::new(locks::MAX_WAITS),
             notifier: Arc::default(),
@@ -115,34 +109,6 @@ impl Adapter {
         }
     }
 
-    fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    /// The kernel's backing id for `fh`'s inode: the inode's existing one, or a new
-    /// registration of `fh`'s backing file.
-    fn backing_id(
-        &self,
-        opened: Opened,
-        register: impl FnOnce(&VolumeFs) -> std::io::Result<BackingId>,
-    ) -> Result<Arc<BackingId>, std::io::Error> {
-        let handle = self.fs.handle(opened.fh).map_err(std::io::Error::other)?;
-        let mut b = self.backing.lock().unwrap_or_else(|p| p.into_inner());
-        let id = match b.by_ino.get(&handle.ino()).and_then(Weak::upgrade) {
-            Some(id) => id,
-            None => {
-                let id = Arc::new(register(&self.fs)?);
-                b.by_ino.insert(handle.ino(), Arc::downgrade(&id));
-                id
-            }
-        };
-        b.by_fh.insert(opened.fh, id.clone());
-        Ok(id)
-    }
-
     fn fopen_flags(&self, mode: IoMode) -> FopenFlags {
         match mode {
             IoMode::Direct => self.open_flags | FopenFlags::FOPEN_DIRECT_IO,
@@ -150,18 +116,11 @@ impl Adapter {
         }
     }
 
-    /// Registering a backing file failed: fall back to cached I/O for this open, and
-    /// stop trying passthrough if the kernel will never accept it.
-    fn passthrough_failed(&self, fh: u64, err: &std::io::Error) {
-        let _ = self.fs.passthrough_failed(fh);
-        let permanent = matches!(
-            err.raw_os_error(),
-            Some(libc::EPERM | libc::ENOTTY | libc::EOPNOTSUPP | libc::ENOSYS | libc::ELOOP)
-        );
-        if permanent {
-            self.fs.set_passthrough(false);
+    fn empty(reply: ReplyEmpty, r: Result<(), FsError>) {
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
         }
-        tracing::warn!(fh, error = %err, permanent, "kernel passthrough refused; using cached I/O");
     }
 }
 
@@ -544,16 +503,7 @@ impl Filesystem for Adapter {
     ) {
         counters::op(Op::Release);
         self.release_flock(fh.0, lock_owner.is_some());
-        if let Ok(handle) = self.fs.handle(fh.0) {
-            let mut b = self.backing.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(id) = b.by_fh.remove(&fh.0)
-                && Arc::strong_count(&id) == 1
-            {
-                // The inode's last passthrough open: forget it; dropping `id`
-                // unregisters the backing file from the kernel.
-                b.by_ino.remove(&handle.ino());
-            }
-        }
+        self.release_backing(fh.0);
         Self::empty(reply, self.fs.release(fh.0));
     }
 

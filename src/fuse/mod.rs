@@ -17,9 +17,10 @@
 //! Modules: [`fs`] is the filesystem core (no FUSE types), [`adapter`] the thin
 //! `fuser::Filesystem` over it, [`counters`] what the daemon counts for the node
 //! agent's metrics, [`quota`] the quota modes and the daemon's accounting,
-//! [`projquota`] the XFS project quota, [`sys`] the syscalls. This module owns the
-//! process: it chooses the quota mode, mounts, serves until unmounted, and handles
-//! signals.
+//! [`projquota`] the XFS project quota, [`handoff`] the fd holder, the state file
+//! and the takeover of a held connection, `signals` the signal thread, [`sys`] the
+//! syscalls. This module owns the process: it chooses the quota mode, mounts (or
+//! takes a held connection over), and serves until unmounted.
 //!
 //! **Quota mode** (`--quota`, default `auto`). `backend` when the volume directory is
 //! on XFS with project quotas accounted and enforced: the directory gets a project id
@@ -39,6 +40,13 @@
 //! re-reads `--capacity-file` (in backend mode: sets the project's new limit). When the kernel ends the connection (unmount, by us or
 //! anyone), the daemon logs its counters and exits 0.
 //!
+//! **Handoff** (`--holder S --handoff-state F`, see `docs/handoff.md`): the daemon
+//! hands a duplicate of its `/dev/fuse` descriptor to the fd holder at `S` and keeps
+//! what the kernel refers to in `F`; on start it takes over the connection the holder
+//! keeps for its mount point instead of mounting, if there is one. SIGUSR1 then exits
+//! without unmounting (a planned replacement); a stop signal first tells the holder
+//! to let go.
+//!
 //! **Permissions.** The mount is `allow_other` (pods run as any uid) and
 //! `default_permissions` (the kernel checks mode bits with the caller's credentials
 //! before a request reaches the daemon), and `nosuid,nodev` unless `--options` says
@@ -47,8 +55,10 @@
 pub mod adapter;
 pub mod counters;
 pub mod fs;
+pub mod handoff;
 pub mod projquota;
 pub mod quota;
+mod signals;
 mod sys;
 
 use std::io;
@@ -56,7 +66,7 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fuser::{Config, MountOption, SessionACL};
 use nix::sys::signal::{SigSet, Signal};
@@ -130,6 +140,17 @@ pub struct MountArgs {
     /// daemon restarts (see `fuse::counters`).
     #[arg(long)]
     pub counters_file: Option<PathBuf>,
+    /// The fd holder's socket (the node agent's `holder.sock`): the daemon hands it a
+    /// duplicate of the mount's /dev/fuse descriptor, and on start takes over the
+    /// connection it holds for `--mountpoint`, if any, instead of mounting (see
+    /// `docs/handoff.md`). Needs `--handoff-state`.
+    #[arg(long, requires = "handoff_state")]
+    pub holder: Option<PathBuf>,
+    /// Where the daemon keeps what the kernel refers to (inodes, open handles, the
+    /// negotiated INIT) for a successor: a file in shared memory, beside the counters
+    /// file. Needs `--holder`.
+    #[arg(long, requires = "holder")]
+    pub handoff_state: Option<PathBuf>,
 }
 
 fn parse_grace(s: &str) -> Result<f64, String> {
@@ -198,6 +219,10 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A live connection is held for the mount point but cannot be taken over; the
+    /// holder was told to let it go (the agent then repairs by remounting).
+    #[error("taking over the held connection of the mount point")]
+    Handoff(#[from] handoff::Refused),
     /// Serving ended with an error.
     #[error("serving {mountpoint}")]
     Serve {
@@ -448,12 +473,28 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     config.mount_options = mount_options;
     config.acl = SessionACL::All;
     config.n_threads = Some(args.threads as usize);
-    config.clone_fd = true;
+    // With a holder, every worker reads the one descriptor the holder duplicates:
+    // the kernel fails what a closed clone had read instead of resending it.
+    config.clone_fd = args.holder.is_none();
+
+    // Handoff: a held connection to take over (its state restored), or none; and
+    // the state file this daemon keeps for its own successor.
+    let prepared = handoff::prepare(
+        args.holder.as_deref(),
+        args.handoff_state.as_deref(),
+        &args.mountpoint,
+        &fs,
+    )?;
 
     // Only the signal thread takes these signals: block them before fuser starts its
     // workers, which inherit the mask.
     let mut signals = SigSet::empty();
-    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGUSR1,
+    ] {
         signals.add(s);
     }
     signals.thread_block().map_err(Error::Signals)?;
@@ -462,14 +503,20 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         count_into(path, fs.clone());
     }
 
-    let mut session =
-        fuser::Session::new(adapter, &args.mountpoint, &config).map_err(|source| Error::Mount {
-            mountpoint: args.mountpoint.clone(),
-            source,
-        })?;
+    let (mut session, resumed) = handoff::open_session(
+        adapter,
+        &args.mountpoint,
+        config,
+        prepared,
+        args.holder.as_deref(),
+    )
+    .map_err(|source| Error::Mount {
+        mountpoint: args.mountpoint.clone(),
+        source,
+    })?;
     let _ = notifier.set(session.notifier());
     let unmounter = session.unmount_callable();
-    let signal_ctx = SignalContext {
+    let signal_ctx = signals::SignalContext {
         signals,
         unmounter,
         quota: quota.clone(),
@@ -477,6 +524,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         mountpoint: args.mountpoint.clone(),
         grace: Duration::from_secs_f64(args.stop_grace),
         fs: fs.clone(),
+        holder: args.holder.clone(),
     };
     std::thread::Builder::new()
         .name("signals".into())
@@ -490,7 +538,9 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         read_only = options.read_only,
         devices = options.devices,
         threads = args.threads,
-        "mounted"
+        resumed,
+        "{}",
+        if resumed { "serving the held connection" } else { "mounted" }
     );
 
     let served = session.run();
@@ -617,124 +667,6 @@ impl CachePolicy {
             local,
             ttl,
             negative_ttl,
-        }
-    }
-}
-
-/// What the signal thread needs.
-struct SignalContext {
-    signals: SigSet,
-    unmounter: fuser::SessionUnmounter,
-    quota: Arc<Enforcement>,
-    capacity_file: Option<PathBuf>,
-    mountpoint: PathBuf,
-    /// How long the connection may outlive the unmount after a stop signal.
-    grace: Duration,
-    fs: Arc<VolumeFs>,
-}
-
-impl SignalContext {
-    /// Takes SIGHUP (reload the capacity) and the stop signals. The first stop signal
-    /// unmounts (lazily when busy); the serving loop ends by itself once nothing refers
-    /// to the connection any more. Open files and mounts elsewhere (a bind, a copy
-    /// propagated to another mount namespace) would keep it alive for ever, so after
-    /// the grace period, or at a second stop signal, the daemon exits anyway, which
-    /// ends the connection for them.
-    fn run(mut self) {
-        let mut deadline: Option<Instant> = None;
-        loop {
-            let signal = match deadline {
-                None => self.signals.wait().map(Some),
-                Some(d) => wait_signal_until(&self.signals, d),
-            };
-            let signal = match signal {
-                Ok(Some(s)) => s,
-                Ok(None) => {
-                    tracing::warn!(
-                        grace = ?self.grace,
-                        "still referenced after the unmount (open files, or the mount bound elsewhere): exiting; they lose the mount"
-                    );
-                    self.exit(0);
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "waiting for signals failed");
-                    return;
-                }
-            };
-            match signal {
-                Signal::SIGHUP => self.reload_capacity(),
-                _ if deadline.is_some() => {
-                    tracing::warn!(%signal, "second stop signal: exiting, open files lose the mount");
-                    self.exit(1);
-                }
-                _ => {
-                    tracing::info!(%signal, mountpoint = %self.mountpoint.display(), "unmounting");
-                    self.unmount();
-                    deadline = Some(Instant::now() + self.grace);
-                }
-            }
-        }
-    }
-
-    fn exit(&self, code: i32) -> ! {
-        log_counters(&self.fs, &self.mountpoint, "unmounted");
-        std::process::exit(code)
-    }
-
-    fn reload_capacity(&self) {
-        let Some(path) = &self.capacity_file else {
-            tracing::warn!("SIGHUP without --capacity-file: nothing to reload");
-            return;
-        };
-        match read_capacity(path) {
-            Ok(capacity) => match self.quota.set_capacity(capacity) {
-                Ok(old) => {
-                    let used = self.quota.usage().ok().map(|u| u.used);
-                    let quota = self.quota.mode().as_str();
-                    tracing::info!(quota, old, capacity, used, "capacity reloaded");
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "capacity not set; keeping the old one");
-                }
-            },
-            Err(e) => tracing::error!(error = %e, "capacity not reloaded; keeping the old one"),
-        }
-    }
-
-    fn unmount(&mut self) {
-        match self.unmounter.unmount() {
-            Ok(()) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                // Files are open: detach now, keep serving them until they are closed.
-                tracing::warn!("mount busy: detaching lazily");
-                if let Err(e) =
-                    nix::mount::umount2(&self.mountpoint, nix::mount::MntFlags::MNT_DETACH)
-                {
-                    tracing::error!(error = %e, "lazy unmount failed");
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "unmount failed"),
-        }
-    }
-}
-
-/// The next of `signals` (blocked in this thread) before `deadline`, or None.
-fn wait_signal_until(signals: &SigSet, deadline: Instant) -> nix::Result<Option<Signal>> {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let ts = libc::timespec {
-            tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_nsec: libc::c_long::from(left.subsec_nanos()),
-        };
-        // SAFETY: a valid signal set and timespec; no siginfo wanted.
-        let r = unsafe { libc::sigtimedwait(signals.as_ref(), std::ptr::null_mut(), &ts) };
-        if r >= 0 {
-            return Signal::try_from(r).map(Some);
-        }
-        match nix::errno::Errno::last() {
-            nix::errno::Errno::EAGAIN => return Ok(None),
-            nix::errno::Errno::EINTR => continue,
-            e => return Err(e),
         }
     }
 }

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use tracing::{info, warn};
 
+use super::holder::HolderProcess;
 use super::supervisor::{self, Daemon, DaemonSpec, Daemons, Liveness, Record, StateDir};
 use crate::api::MountPodSpec;
 use crate::host::mounts::{self, Mounts, Probe};
@@ -248,6 +249,9 @@ pub struct Served {
     /// How long a repair took, from the decision to restart to the mount answering
     /// with every reference re-bound.
     pub repair_time: Option<Duration>,
+    /// The repair was a takeover: a successor serves the held connection, the mount
+    /// never went away, nothing was re-bound.
+    pub taken_over: bool,
     /// The daemon was started with `--shared-backend`.
     pub shared_backend: bool,
     /// Whether other nodes see the locks taken through the mount: `None` on a
@@ -281,6 +285,9 @@ pub struct Host {
     pub daemons: Arc<dyn Daemons>,
     /// Records, capacity files, logs.
     pub state: StateDir,
+    /// The fd holder daemons hand their /dev/fuse descriptors to (`None`: no
+    /// handoff; a dead daemon is repaired by remounting).
+    pub holder: Option<Arc<HolderProcess>>,
 }
 
 impl Host {
@@ -336,7 +343,16 @@ impl Host {
                     info!(volume = %want.volume, "remounting for new readOnly/mountOptions");
                 }
                 Health::Starting if same_place => {
-                    return self.await_answer(&record, want, None, Instant::now());
+                    return self.await_answer(&record, want, None, Instant::now(), false);
+                }
+                Health::Broken(why) if same_place && self.can_take_over(&record) => {
+                    warn!(volume = %want.volume, cause = %why, "fuse daemon gone, its connection held: starting a successor");
+                    let begun = Instant::now();
+                    progress(Progress::Starting {
+                        cause: Some(why.clone()),
+                    });
+                    let record = self.start_successor(want)?;
+                    return self.await_answer(&record, want, Some(why), begun, true);
                 }
                 Health::Broken(why) if same_place => {
                     warn!(volume = %want.volume, cause = %why, "mount broken; repairing");
@@ -361,7 +377,59 @@ impl Host {
             cause: cause.clone(),
         });
         let record = self.start(want)?;
-        self.await_answer(&record, want, cause, begun)
+        self.await_answer(&record, want, cause, begun, false)
+    }
+
+    /// Whether `record`'s daemon is gone and the holder has its live connection, so
+    /// a successor can take the mount over as it is.
+    fn can_take_over(&self, record: &Record) -> bool {
+        self.holder
+            .as_ref()
+            .is_some_and(|h| h.ensure().is_ok() && h.holds(&record.mountpoint))
+            && matches!(
+                self.daemons.liveness(record.daemon, &record.mountpoint),
+                Liveness::Exited(_)
+            )
+    }
+
+    /// Replace the daemon of `want` on purpose (an upgrade): it exits without
+    /// unmounting (SIGUSR1), and a successor takes its held connection over.
+    /// Applications see a pause, never an error. Refused (`Ok(None)`) when no
+    /// connection is held for the mount or no daemon serves it.
+    pub fn replace_daemon(&self, want: &Want) -> Result<Option<Served>, Error> {
+        let Some(record) = self.state.load(&want.volume)? else {
+            return Ok(None);
+        };
+        let held = self
+            .holder
+            .as_ref()
+            .is_some_and(|h| h.holds(&record.mountpoint));
+        if !held || self.daemons.liveness(record.daemon, &record.mountpoint) != Liveness::Running {
+            return Ok(None);
+        }
+        let begun = Instant::now();
+        self.daemons
+            .signal(record.daemon, &record.mountpoint, Signal::SIGUSR1)?;
+        let deadline = Instant::now() + self.config.stop_grace;
+        while self.daemons.liveness(record.daemon, &record.mountpoint) == Liveness::Running {
+            if Instant::now() >= deadline {
+                // It did not go: stop it the hard way; the holder keeps the mount.
+                let _ = self
+                    .daemons
+                    .signal(record.daemon, &record.mountpoint, Signal::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let record = self.start_successor(want)?;
+        let why = "planned replacement".to_string();
+        self.await_answer(&record, want, Some(why), begun, true)
+            .map(Some)
+    }
+
+    /// Start a daemon that takes over the held connection of `want`'s mount point:
+    /// nothing is unmounted, the mount point stays as it is.
+    fn start_successor(&self, want: &Want) -> Result<Record, Error> {
+        self.spawn(want)
     }
 
     /// Capacity and mount-setting changes on a healthy mount. `None`: the mount must
@@ -432,6 +500,10 @@ impl Host {
     fn start(&self, want: &Want) -> Result<Record, Error> {
         // A mount left behind without a record (an agent killed mid-start).
         self.mounts.unmount_all_lazy(&want.mountpoint, 16)?;
+        // Nothing held for a mount point that is gone (the daemon had died).
+        if let Some(h) = &self.holder {
+            h.remove(&want.mountpoint);
+        }
         let backend_root = want.source.parent().unwrap_or(Path::new("/"));
         if !backend_root.is_dir() {
             return Err(Error::NoBackendRoot(backend_root.to_path_buf()));
@@ -448,6 +520,11 @@ impl Host {
             path: want.mountpoint.clone(),
             source,
         })?;
+        self.spawn(want)
+    }
+
+    /// Start the daemon of `want` and record it.
+    fn spawn(&self, want: &Want) -> Result<Record, Error> {
         self.state
             .write_capacity(&want.volume, want.capacity_bytes)?;
         let spec = DaemonSpec {
@@ -460,6 +537,12 @@ impl Host {
             read_only: want.read_only,
             shared_backend: want.shared_backend,
             options: want.options.clone(),
+            handoff: self.holder.as_ref().map(|h| {
+                (
+                    h.path().to_path_buf(),
+                    self.state.handoff_file(&want.volume),
+                )
+            }),
         };
         let daemon = self
             .daemons
@@ -483,19 +566,22 @@ impl Host {
     }
 
     /// Wait (up to the start timeout, counted from the daemon's start) until the
-    /// mount answers, then re-bind the references.
+    /// mount answers, then re-bind the references (not after a takeover: the mount
+    /// they are bound to never went away).
     fn await_answer(
         &self,
         record: &Record,
         want: &Want,
         cause: Option<String>,
         begun: Instant,
+        taken_over: bool,
     ) -> Result<Served, Error> {
         let deadline = Instant::now() + self.config.start_timeout.saturating_sub(record.age());
         let mut served = Served {
             daemon: Some(record.daemon),
             shared_backend: record.shared_backend,
             repaired: cause,
+            taken_over,
             ..Served::default()
         };
         loop {
@@ -535,7 +621,12 @@ impl Host {
             answered.answered = true;
             self.state.save(&answered)?;
         }
-        for target in &want.references {
+        let rebind = if taken_over {
+            &[][..]
+        } else {
+            &want.references[..]
+        };
+        for target in rebind {
             match self.rebind(&want.mountpoint, target) {
                 Ok(()) => served.rebound += 1,
                 Err(e) => served.rebind_errors.push(format!(
@@ -590,9 +681,17 @@ impl Host {
         if let Some(record) = self.state.load(volume)? {
             self.daemons
                 .stop(record.daemon, &record.mountpoint, self.config.stop_grace)?;
+            // Dropping the held descriptor of a connection no daemon serves any more
+            // ends it: nothing stays blocked on a mount that is going away.
+            if let Some(h) = &self.holder {
+                h.remove(&record.mountpoint);
+            }
             if record.mountpoint != mountpoint {
                 self.unmount_and_remove(&record.mountpoint)?;
             }
+        }
+        if let Some(h) = &self.holder {
+            h.remove(mountpoint);
         }
         self.unmount_and_remove(mountpoint)?;
         self.state.remove(volume)?;

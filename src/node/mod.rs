@@ -42,6 +42,7 @@
 
 pub mod agent;
 pub mod backoff;
+pub mod holder;
 pub mod host;
 pub mod mount_counters;
 pub mod supervisor;
@@ -166,6 +167,20 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
         message: e.to_string(),
     })?;
     let state = supervisor::StateDir::open(&state_dir)?;
+    // The fd holder: daemons hand it their /dev/fuse descriptors, so one that dies is
+    // taken over by a successor instead of remounted. Without it, repairs remount.
+    let holder = holder::HolderProcess::new(
+        PathBuf::from("/proc/self/exe"),
+        state.holder_socket(),
+        state.log_file("_fd-holder"),
+    );
+    let holder = match holder.ensure() {
+        Ok(()) => Some(Arc::new(holder)),
+        Err(e) => {
+            warn!(socket = %state.holder_socket().display(), error = %e, "no fd holder: crashed daemons are repaired by remounting");
+            None
+        }
+    };
     Ok(Host {
         config: host::Config {
             mount_root,
@@ -181,6 +196,7 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
             "/proc/self/exe",
         ))),
         state,
+        holder,
     })
 }
 

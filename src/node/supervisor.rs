@@ -94,6 +94,9 @@ pub struct DaemonSpec {
     pub shared_backend: bool,
     /// Extra mount options.
     pub options: Vec<String>,
+    /// The fd holder's socket and the handoff state file (`--holder`,
+    /// `--handoff-state`), when the agent runs a holder.
+    pub handoff: Option<(PathBuf, PathBuf)>,
 }
 
 /// A running daemon: its pid and the start time that tells it apart from a later
@@ -231,6 +234,12 @@ impl Daemons for HostDaemons {
         }
         if !spec.options.is_empty() {
             cmd.arg(format!("--options={}", spec.options.join(",")));
+        }
+        if let Some((holder, state)) = &spec.handoff {
+            cmd.arg("--holder")
+                .arg(holder)
+                .arg("--handoff-state")
+                .arg(state);
         }
         cmd.stdin(Stdio::null())
             .stdout(out)
@@ -439,6 +448,16 @@ impl StateDir {
         self.root.join("mounts").join(format!("{volume}.counters"))
     }
 
+    /// The file `volume`'s daemon keeps its handoff state in (`--handoff-state`).
+    pub fn handoff_file(&self, volume: &str) -> PathBuf {
+        self.root.join("mounts").join(format!("{volume}.handoff"))
+    }
+
+    /// The fd holder's socket.
+    pub fn holder_socket(&self) -> PathBuf {
+        self.root.join("holder.sock")
+    }
+
     /// The directory of the records and the capacity and counters files.
     pub fn mounts_dir(&self) -> PathBuf {
         self.root.join("mounts")
@@ -513,6 +532,7 @@ impl StateDir {
             self.record_path(volume),
             self.capacity_file(volume),
             self.counters_file(volume),
+            self.handoff_file(volume),
             self.log_file(volume),
         ] {
             match std::fs::remove_file(&path) {
@@ -701,6 +721,7 @@ mod tests {
             read_only: false,
             shared_backend: false,
             options: vec![],
+            handoff: None,
         };
         // /bin/sleep exits at once on these arguments: the exit is reaped and described.
         let d = daemons.start(&spec, &dir.path().join("log")).unwrap();

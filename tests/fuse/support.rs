@@ -170,8 +170,10 @@ impl Builder {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(fs::File::create(&log).unwrap());
+        let argv = cmd.get_args().map(|a| a.to_owned()).collect();
         let child = cmd.spawn().expect("spawn tessera mount");
         let mut m = Mount {
+            argv,
             source,
             mnt,
             capacity_file,
@@ -197,6 +199,8 @@ fn require_root() {
 
 /// A running `tessera mount`.
 pub struct Mount {
+    /// The daemon's command line, to start a successor with.
+    argv: Vec<std::ffi::OsString>,
     pub source: PathBuf,
     pub mnt: PathBuf,
     pub capacity_file: PathBuf,
@@ -258,6 +262,30 @@ impl Mount {
 
     pub fn signal(&self, signal: Signal) {
         kill(self.pid(), signal).expect("signal the daemon");
+    }
+
+    /// `kill -9` the daemon and reap it; the mount stays (dead, or held).
+    pub fn kill_daemon(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start a daemon with the same command line (a successor), its log appended to
+    /// the first one's, without waiting for anything.
+    pub fn respawn(&mut self) {
+        assert!(self.child.is_none(), "the daemon still runs");
+        let log = fs::OpenOptions::new().append(true).open(&self.log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(&self.argv)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn the successor");
+        self.child = Some(child);
     }
 
     /// What the daemon has logged so far.

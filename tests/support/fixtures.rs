@@ -617,6 +617,9 @@ impl AgentProcess {
 
 impl Drop for AgentProcess {
     fn drop(&mut self) {
+        // The holder first: a connection it holds for a dead daemon blocks whatever
+        // touches the mount (the agent included) until it ends.
+        kill_fd_holders_under(&self.state_dir());
         self.kill();
         kill_mount_daemons_under(&self.mount_root());
         detach_mounts_under(&[self.mount_root(), self.kubelet_dir()]);
@@ -633,8 +636,25 @@ pub fn kill_mount_daemons_under(root: &std::path::Path) {
     }
 }
 
+/// SIGKILL every `tessera fd-holder` process whose `--socket` is under `root` (an
+/// agent's state dir): the held connections of dead daemons end with it.
+pub fn kill_fd_holders_under(root: &std::path::Path) {
+    for pid in processes_under("fd-holder", "--socket", root) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
 /// Pids of the `tessera mount` processes whose `--mountpoint` is under `root`.
 pub fn mount_daemons_under(root: &std::path::Path) -> Vec<i32> {
+    processes_under("mount", "--mountpoint", root)
+}
+
+/// Pids of the live `tessera <subcommand>` processes whose `flag` names a path under
+/// `root`.
+pub fn processes_under(subcommand: &str, flag: &str, root: &std::path::Path) -> Vec<i32> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return out;
@@ -650,10 +670,10 @@ pub fn mount_daemons_under(root: &std::path::Path) -> Vec<i32> {
             .split(|b| *b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        let is_mount = args.get(1).is_some_and(|a| a == "mount");
+        let is_mount = args.get(1).is_some_and(|a| a == subcommand);
         let under = args
             .windows(2)
-            .any(|w| w[0] == "--mountpoint" && std::path::Path::new(&w[1]).starts_with(root));
+            .any(|w| w[0] == flag && std::path::Path::new(&w[1]).starts_with(root));
         let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
             .and_then(|s| {

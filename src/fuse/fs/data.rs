@@ -43,14 +43,17 @@ impl VolumeFs {
     ) -> Result<Opened> {
         let writable = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let mode = self.choose_mode(&inode, file.as_fd(), flags)?;
-        let fh = self.handles.add(Handle {
-            inode,
-            file,
-            mode: AtomicU8::new(mode as u8),
-            writable,
-            append: flags & libc::O_APPEND != 0,
-            dir: None,
-        });
+        let fh = self.handles.add(
+            Handle {
+                inode,
+                file,
+                mode: AtomicU8::new(mode as u8),
+                writable,
+                append: flags & libc::O_APPEND != 0,
+                dir: None,
+            },
+            flags,
+        );
         Ok(Opened { fh, mode })
     }
 

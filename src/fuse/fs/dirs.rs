@@ -21,6 +21,19 @@ pub(super) struct DirStream {
     pos: i64,
 }
 
+impl DirStream {
+    /// At the start; a `readdir` at another offset seeks there first (which is how a
+    /// successor daemon's stream resumes where the kernel's offset says).
+    pub(super) fn new() -> Self {
+        DirStream {
+            buf: vec![0; 32 * 1024],
+            start: 0,
+            end: 0,
+            pos: 0,
+        }
+    }
+}
+
 impl VolumeFs {
     pub fn opendir(&self, id: NodeId) -> Result<u64> {
         let inode = self.inode(id)?;
@@ -37,19 +50,17 @@ impl VolumeFs {
             0,
         )
         .op("opendir")?;
-        Ok(self.handles.add(Handle {
-            inode,
-            file,
-            mode: AtomicU8::new(IoMode::Cached as u8),
-            writable: false,
-            append: false,
-            dir: Some(Mutex::new(DirStream {
-                buf: vec![0; 32 * 1024],
-                start: 0,
-                end: 0,
-                pos: 0,
-            })),
-        }))
+        Ok(self.handles.add(
+            Handle {
+                inode,
+                file,
+                mode: AtomicU8::new(IoMode::Cached as u8),
+                writable: false,
+                append: false,
+                dir: Some(Mutex::new(DirStream::new())),
+            },
+            libc::O_RDONLY | libc::O_DIRECTORY,
+        ))
     }
 
     pub fn releasedir(&self, fh: u64) -> Result<()> {

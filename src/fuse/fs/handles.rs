@@ -4,11 +4,12 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use super::dirs::DirStream;
 use super::inodes::Inode;
 use super::{FsError, IoMode, NodeId, Result, VolumeFs};
+use crate::fuse::handoff::state::{HandleKind, HandleSlot, StateFile};
 
 /// An open file or directory.
 #[derive(Debug)]
@@ -39,11 +40,43 @@ impl Handle {
     }
 }
 
+/// What the handoff state file keeps of an open handle besides the handle itself.
+#[derive(Debug, Clone, Copy)]
+struct Recorded {
+    flags: i32,
+    backing_id: Option<u32>,
+    slot: Option<u32>,
+}
+
+/// An entry of the table.
+#[derive(Debug)]
+struct Entry {
+    handle: Arc<Handle>,
+    rec: Recorded,
+}
+
 /// The open handles of a mount, by `fh`.
 #[derive(Debug)]
 pub(super) struct HandleTable {
-    handles: RwLock<HashMap<u64, Arc<Handle>>>,
+    handles: RwLock<HashMap<u64, Entry>>,
     next_fh: AtomicU64,
+    /// The handoff state file every change is recorded in (see `fuse::handoff`).
+    state: OnceLock<Arc<StateFile>>,
+}
+
+fn slot_of(fh: u64, h: &Handle, rec: Recorded) -> HandleSlot {
+    HandleSlot {
+        fh,
+        ino: h.inode.id,
+        flags: rec.flags,
+        mode: h.mode() as u8,
+        backing_id: rec.backing_id,
+        kind: if h.dir.is_some() {
+            HandleKind::Dir
+        } else {
+            HandleKind::File
+        },
+    }
 }
 
 impl HandleTable {
@@ -51,6 +84,58 @@ impl HandleTable {
         HandleTable {
             handles: RwLock::default(),
             next_fh: AtomicU64::new(1),
+            state: OnceLock::new(),
+        }
+    }
+
+    /// Record every handle in `state` from now on, starting with those open now.
+    pub(super) fn record_into(&self, state: Arc<StateFile>) {
+        let mut t = self.handles.write().unwrap_or_else(|p| p.into_inner());
+        for (fh, e) in t.iter_mut() {
+            if e.rec.slot.is_none() {
+                e.rec.slot = state.add_handle(&slot_of(*fh, &e.handle, e.rec));
+            }
+        }
+        let _ = self.state.set(state);
+    }
+
+    /// Put back handle `fh` of a predecessor daemon, with the same number.
+    pub(super) fn restore(&self, fh: u64, handle: Handle, flags: i32, backing_id: Option<u32>) {
+        self.next_fh.fetch_max(fh + 1, Ordering::Relaxed);
+        self.handles
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                fh,
+                Entry {
+                    handle: Arc::new(handle),
+                    rec: Recorded {
+                        flags,
+                        backing_id,
+                        slot: None,
+                    },
+                },
+            );
+    }
+
+    /// `fh`'s open has a kernel passthrough backing id.
+    pub(super) fn set_backing_id(&self, fh: u64, id: u32) {
+        let mut t = self.handles.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = t.get_mut(&fh) {
+            e.rec.backing_id = Some(id);
+            if let (Some(slot), Some(state)) = (e.rec.slot, self.state.get()) {
+                state.set_backing_id(slot, id);
+            }
+        }
+    }
+
+    /// `fh`'s I/O mode changed.
+    pub(super) fn mode_changed(&self, fh: u64) {
+        let t = self.handles.read().unwrap_or_else(|p| p.into_inner());
+        if let (Some(e), Some(state)) = (t.get(&fh), self.state.get())
+            && let Some(slot) = e.rec.slot
+        {
+            state.set_handle_mode(slot, e.handle.mode() as u8);
         }
     }
 
@@ -59,17 +144,31 @@ impl HandleTable {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(&fh)
-            .cloned()
+            .map(|e| e.handle.clone())
             .ok_or(FsError::UnknownHandle(fh))
     }
 
-    /// Add an open handle; returns its new `fh`.
-    pub(super) fn add(&self, handle: Handle) -> u64 {
+    /// Add an open handle, opened with `flags`; returns its new `fh`.
+    pub(super) fn add(&self, handle: Handle, flags: i32) -> u64 {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let mut rec = Recorded {
+            flags,
+            backing_id: None,
+            slot: None,
+        };
+        if let Some(state) = self.state.get() {
+            rec.slot = state.add_handle(&slot_of(fh, &handle, rec));
+        }
         self.handles
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, Arc::new(handle));
+            .insert(
+                fh,
+                Entry {
+                    handle: Arc::new(handle),
+                    rec,
+                },
+            );
         fh
     }
 
@@ -79,7 +178,7 @@ impl HandleTable {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .any(|h| h.inode.id == ino)
+            .any(|e| e.handle.inode.id == ino)
     }
 
     /// Remove `fh` (release); the file closes when the last user lets go.
@@ -88,6 +187,12 @@ impl HandleTable {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fh)
+            .map(|e| {
+                if let (Some(slot), Some(state)) = (e.rec.slot, self.state.get()) {
+                    state.remove_handle(slot);
+                }
+                e.handle
+            })
             .ok_or(FsError::UnknownHandle(fh))
     }
 }

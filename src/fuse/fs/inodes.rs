@@ -48,11 +48,12 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 use super::fhandle::FileHandle;
 use super::iomode::IoState;
 use super::{FileKind, FsError, NodeId, ROOT_ID, Result, lock};
+use crate::fuse::handoff::state::{InodeSlot, StateFile};
 use crate::fuse::sys::{self, Errno, Op, SysError};
 
 /// Ids handed out when an inode's own number cannot be used (another device, or a
@@ -134,6 +135,8 @@ pub struct InodeRecord {
 struct TableEntry {
     inode: Arc<Inode>,
     lookups: u64,
+    /// Its slot in the handoff state file, if one is kept.
+    slot: Option<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -165,6 +168,32 @@ pub(super) struct InodeTable {
     hot_capacity: usize,
     clock: Mutex<Clock>,
     tables: Mutex<Tables>,
+    /// The handoff state file every change is recorded in (see `fuse::handoff`).
+    state: OnceLock<Arc<StateFile>>,
+}
+
+/// The code a state file keeps for a kind: its `S_IFMT` bits, shifted.
+pub(super) fn kind_code(kind: FileKind) -> u8 {
+    let mode = match kind {
+        FileKind::Regular => libc::S_IFREG,
+        FileKind::Directory => libc::S_IFDIR,
+        FileKind::Symlink => libc::S_IFLNK,
+        FileKind::Fifo => libc::S_IFIFO,
+        FileKind::Socket => libc::S_IFSOCK,
+        FileKind::CharDevice => libc::S_IFCHR,
+        FileKind::BlockDevice => libc::S_IFBLK,
+    };
+    (mode >> 12) as u8
+}
+
+fn slot_of(inode: &Inode, lookups: u64) -> InodeSlot {
+    InodeSlot {
+        id: inode.id,
+        key: inode.key,
+        kind: kind_code(inode.kind),
+        handle: inode.handle.clone(),
+        lookups,
+    }
 }
 
 impl InodeTable {
@@ -182,6 +211,7 @@ impl InodeTable {
             hot_capacity: hot_capacity.max(1),
             clock: Mutex::default(),
             tables: Mutex::default(),
+            state: OnceLock::new(),
         };
         table.add(root, st, root_handle);
         table
@@ -321,6 +351,9 @@ impl InodeTable {
             // otherwise the number may have been reused, and the handles tell.
             if entry.inode.pinned.is_some() || entry.inode.handle == handle {
                 entry.lookups += 1;
+                if let (Some(slot), Some(state)) = (entry.slot, self.state.get()) {
+                    state.set_lookups(slot, entry.lookups);
+                }
                 let inode = entry.inode.clone();
                 drop(t);
                 if inode.pinned.is_none() {
@@ -368,11 +401,16 @@ impl InodeTable {
             size_lock: Mutex::new(()),
         });
         t.by_key.insert(key, id);
+        let slot = self
+            .state
+            .get()
+            .and_then(|state| state.add_inode(&slot_of(&inode, 1)));
         t.by_id.insert(
             id,
             TableEntry {
                 inode: inode.clone(),
                 lookups: 1,
+                slot,
             },
         );
         drop(t);
@@ -386,6 +424,9 @@ impl InodeTable {
         let mut t = lock(&self.tables);
         let e = t.by_id.get_mut(&id).ok_or(FsError::UnknownInode(id))?;
         e.lookups += 1;
+        if let (Some(slot), Some(state)) = (e.slot, self.state.get()) {
+            state.set_lookups(slot, e.lookups);
+        }
         Ok(())
     }
 
@@ -396,8 +437,15 @@ impl InodeTable {
                 return;
             };
             e.lookups = e.lookups.saturating_sub(n);
+            let state = self.state.get();
             if e.lookups > 0 || id == ROOT_ID {
+                if let (Some(slot), Some(state)) = (e.slot, state) {
+                    state.set_lookups(slot, e.lookups);
+                }
                 return;
+            }
+            if let (Some(slot), Some(state)) = (e.slot, state) {
+                state.remove_inode(slot);
             }
             let key = e.inode.key;
             if t.by_key.get(&key) == Some(&id) {
@@ -437,6 +485,77 @@ impl InodeTable {
             .filter(|inode| lock(&inode.hot).is_some())
             .count();
         pinned + hot
+    }
+
+    /// Record every inode in `state` from now on, starting with those known now.
+    pub(super) fn record_into(&self, state: Arc<StateFile>) {
+        let mut t = lock(&self.tables);
+        for e in t.by_id.values_mut() {
+            if e.slot.is_none() {
+                e.slot = state.add_inode(&slot_of(&e.inode, e.lookups));
+            }
+        }
+        let _ = self.state.set(state);
+    }
+
+    /// Serve again an inode a predecessor daemon served (read from its state file):
+    /// reopen it by its handle (only handles a daemon made itself reach the state
+    /// file, which is root's), and check it is still the same (dev, ino) and kind, on
+    /// the root's filesystem. The root is the table's own already.
+    pub(super) fn restore(&self, rec: &InodeSlot) -> Result<()> {
+        let stale = FsError::Sys(SysError {
+            op: "open by handle",
+            errno: Errno::ESTALE,
+        });
+        if rec.id == ROOT_ID {
+            return Ok(());
+        }
+        let (Some(handle), Some(mount)) = (&rec.handle, &self.mount) else {
+            return Err(stale);
+        };
+        let kind = FileKind::from_mode(u32::from(rec.kind) << 12);
+        if rec.key.0 != self.root_key.0 {
+            return Err(stale);
+        }
+        let fd = handle
+            .open(mount.fd.as_fd(), libc::O_PATH | libc::O_NOFOLLOW)
+            .op("open by handle")?;
+        let st = sys::fstat(fd.as_fd()).op("stat")?;
+        if (st.st_dev, st.st_ino) != rec.key || FileKind::from_mode(st.st_mode) != kind {
+            return Err(stale);
+        }
+        let inode = Arc::new(Inode {
+            id: rec.id,
+            key: rec.key,
+            kind,
+            handle: Some(handle.clone()),
+            pinned: None,
+            hot: Mutex::default(),
+            referenced: AtomicBool::new(true),
+            io: Mutex::default(),
+            io_released: Condvar::new(),
+            size_lock: Mutex::new(()),
+        });
+        {
+            let mut t = lock(&self.tables);
+            if t.by_id.contains_key(&rec.id) {
+                return Ok(());
+            }
+            t.by_key.insert(rec.key, rec.id);
+            if rec.id > PRIVATE_IDS {
+                t.next_private = t.next_private.max(rec.id - PRIVATE_IDS);
+            }
+            t.by_id.insert(
+                rec.id,
+                TableEntry {
+                    inode: inode.clone(),
+                    lookups: rec.lookups.max(1),
+                    slot: None,
+                },
+            );
+        }
+        self.make_hot(&inode, fd);
+        Ok(())
     }
 
     /// Every inode the kernel knows, as a successor would need it.

@@ -213,6 +213,8 @@ impl VolumeFs {
             io.passthrough -= 1;
             io.cached += 1;
             h.inode.io_released.notify_all();
+            drop(io);
+            self.handles.mode_changed(fh);
             self.stats
                 .passthrough_failures
                 .fetch_add(1, Ordering::Relaxed);

@@ -25,6 +25,7 @@
 //! | `inodes` | the inode table: node ids, file handles, hot `O_PATH` descriptors, the kernel's lookup counts |
 //! | `fhandle` | kernel file handles (`name_to_handle_at`, `open_by_handle_at`) |
 //! | `handles` | the open-handle table |
+//! | `handoff` | recording both tables in the handoff state file; restoring them in a successor |
 //! | `iomode` | passthrough, cached or direct I/O per open, and the rules that pick one |
 //! | `locks` | POSIX and flock locks taken on the backing files, waits for them |
 //! | `entries` | lookup, create, mknod, mkdir, symlink, link, unlink, rmdir, rename; confinement, ownership |
@@ -44,6 +45,7 @@ mod entries;
 mod error;
 mod fhandle;
 mod handles;
+mod handoff;
 mod inodes;
 mod iomode;
 mod locks;
@@ -63,6 +65,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use self::error::{FsError, Result};
 pub use self::fhandle::FileHandle;
 pub use self::handles::Handle;
+pub use self::handoff::Restored;
 pub use self::inodes::{InodeRecord, Naming};
 pub use self::iomode::IoMode;
 pub use self::locks::wait::WaitEnd;

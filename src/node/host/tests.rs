@@ -200,6 +200,7 @@ fn setup() -> Setup {
         mounts: Arc::new(fake.clone()),
         daemons: Arc::new(fake.clone()),
         state: StateDir::open(&dir.path().join("state")).unwrap(),
+        holder: None,
     };
     Setup { dir, fake, host }
 }
@@ -351,6 +352,7 @@ fn rebinds_references_left_on_an_earlier_instance() {
         read_only: false,
         shared_backend: false,
         options: vec![],
+        handoff: None,
     };
     let daemon = s.fake.start(&spec, Path::new("/dev/null")).unwrap();
     let mut rec = s.host.state.load("vol1").unwrap().unwrap();

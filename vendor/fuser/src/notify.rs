@@ -104,6 +104,25 @@ impl Notifier {
         self.send_inval(notify_code::FUSE_NOTIFY_DELETE, &notif)
     }
 
+    /// Ask the kernel to queue again every request that was read from this connection
+    /// and not answered yet (`FUSE_NOTIFY_RESEND`, Linux 6.9; Tessera patch 3): a
+    /// successor then answers what a dead predecessor had read.
+    /// # Errors
+    /// Returns an error if the kernel rejects the notification (older kernels: EINVAL).
+    pub fn resend(&self) -> io::Result<()> {
+        let notif = Notification::Bare(Default::default());
+        self.send(notify_code::FUSE_NOTIFY_RESEND, &notif)
+    }
+
+    /// Take over the backing id `id` that another process registered on this
+    /// connection (Tessera patch 3): dropping the result unregisters it.
+    ///
+    /// # Safety
+    /// `id` must be a live backing id of this connection that nothing else closes.
+    pub unsafe fn wrap_backing(&self, id: u32) -> crate::BackingId {
+        unsafe { self.0.wrap_backing(id) }
+    }
+
     #[allow(unused)]
     fn send_inval(&self, code: notify_code, notification: &Notification<'_>) -> io::Result<()> {
         match self.send(code, notification) {

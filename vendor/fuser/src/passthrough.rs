@@ -75,6 +75,12 @@ impl BackingId {
         }
     }
 
+    /// The raw `backing_id` (Tessera patch 3: recorded so a successor can take it over
+    /// with [`crate::Notifier::wrap_backing`]); ownership stays with `self`.
+    pub fn id(&self) -> u32 {
+        self.backing_id
+    }
+
     /// Converts this backing file reference into the raw `backing_id` value as returned by the kernel.
     ///
     /// This method transfers ownership of the backing file to the caller, who must invoke the

@@ -139,6 +139,20 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// What the handshake settled (Tessera patch 3), for a successor to resume with.
+    negotiated: Option<ResumeInit>,
+}
+
+/// What a FUSE connection's INIT settled (Tessera patch 3): enough for a successor
+/// process to serve the same connection without a handshake ([`Session::resume_fd`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumeInit {
+    /// The kernel's protocol version (major, minor).
+    pub abi: Version,
+    /// The capability flags both sides agreed on.
+    pub flags: u64,
+    /// The read-ahead the kernel offered.
+    pub max_readahead: u32,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +200,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            negotiated: None,
         };
 
         session.handshake()?;
@@ -214,11 +229,63 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            negotiated: None,
         };
 
         session.handshake()?;
 
         Ok(session)
+    }
+
+    /// Serve an existing, already initialised /dev/fuse connection (Tessera patch 3):
+    /// `fd` is a descriptor of a connection whose INIT another process answered with
+    /// `init`. No handshake: the filesystem's `init` is called with the capabilities
+    /// agreed then, so it settles on the same choices, and nothing is sent to the
+    /// kernel. Nothing is mounted or unmounted by this session.
+    pub fn resume_fd(
+        filesystem: FS,
+        fd: OwnedFd,
+        acl: SessionACL,
+        config: Config,
+        init: ResumeInit,
+    ) -> io::Result<Self> {
+        let mut filesystem = filesystem;
+        let mut kernel = KernelConfig::new(
+            InitFlags::from_bits_retain(init.flags),
+            init.max_readahead,
+            init.abi,
+        );
+        let header = abi::fuse_in_header {
+            len: 0,
+            opcode: 26, // FUSE_INIT
+            unique: 0,
+            nodeid: 0,
+            uid: 0,
+            gid: 0,
+            pid: 0,
+            padding: 0,
+        };
+        filesystem.init(Request::ref_cast(&header), &mut kernel)?;
+        let ch = Channel::new(Arc::new(DevFuse(File::from(fd))));
+        Ok(Session {
+            filesystem: FilesystemHolder {
+                fs: Some(filesystem),
+            },
+            ch,
+            mount: UmountOnDrop {
+                mount: Arc::new(Mutex::new(None)),
+            },
+            allowed: acl,
+            session_owner: geteuid(),
+            proto_version: Some(init.abi),
+            config,
+            negotiated: Some(init),
+        })
+    }
+
+    /// What the handshake settled (`None` before it), for [`Session::resume_fd`].
+    pub fn negotiated(&self) -> Option<ResumeInit> {
+        self.negotiated
     }
 
     /// Run the session loop in a background thread. If the returned handle is dropped,
@@ -252,6 +319,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            negotiated: _,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -431,6 +499,11 @@ impl<FS: Filesystem> Session<FS> {
 
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
+            self.negotiated = Some(ResumeInit {
+                abi: v,
+                flags: (init.capabilities() & config.requested).bits(),
+                max_readahead: init.max_readahead(),
+            });
 
             // Log capability status for debugging
             for bit in 0..64 {

@@ -1,0 +1,440 @@
+//! The fd holder: a unix socket server that keeps a duplicate of each mount's
+//! `/dev/fuse` descriptor, so the kernel connection outlives the daemon serving it,
+//! and gives it to a successor. The node agent runs it (`<state-dir>/holder.sock`);
+//! the FUSE tests run it in the test process.
+//!
+//! ```text
+//!  tessera mount ──connect── PUT key + fd (SCM_RIGHTS) ──▶ holder: key → fd
+//!     (keeps the connection; on EOF reconnects with backoff and PUTs again, which is
+//!      how a restarted holder recovers the descriptors of the running daemons)
+//!  successor     ──connect── GET key ──▶ fd of a live connection, or none
+//!  daemon stop   ──connect── DROP key ─▶ forgotten (the agent may also drop in process)
+//!  sweeper, every second: poll each fd; POLLERR (connection ended) ─▶ forgotten
+//! ```
+//!
+//! Wire format, one message per `sendmsg`: `op: u8`, `key length: u16 LE`, key bytes
+//! (the mount point), with one descriptor attached to a PUT; the answer is one byte
+//! (`K` done, `Y` + descriptor, `N` none, `E` refused). Bounded: keys of at most
+//! [`MAX_KEY`] bytes, [`MAX_ENTRIES`] descriptors, [`MAX_CONNECTIONS`] connections.
+//! The socket is mode 0600 and only peers with uid 0 (`SO_PEERCRED`) are served.
+
+use std::collections::HashMap;
+use std::io::{self, IoSlice, IoSliceMut, Read};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::socket::{
+    ControlMessage, ControlMessageOwned, MsgFlags, UnixAddr, getsockopt, recvmsg, sendmsg,
+    sockopt::PeerCredentials,
+};
+
+/// Longest key (a mount point path).
+pub const MAX_KEY: usize = 4096;
+/// Descriptors held at once.
+pub const MAX_ENTRIES: usize = 1024;
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 1100;
+
+const OP_PUT: u8 = b'P';
+const OP_GET: u8 = b'G';
+const OP_DROP: u8 = b'D';
+
+/// The descriptors held, by key.
+type Entries = Arc<Mutex<HashMap<Vec<u8>, OwnedFd>>>;
+
+/// A running holder. Dropping it stops serving and closes every descriptor it held
+/// (what an agent restart does).
+#[derive(Debug)]
+pub struct Holder {
+    path: PathBuf,
+    entries: Entries,
+    stop: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<UnixStream>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether the FUSE connection behind `fd` has ended (POLLERR).
+pub fn connection_ended(fd: BorrowedFd<'_>) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r == 1 && p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0
+}
+
+impl Holder {
+    /// Serve at `path` (a stale socket there is replaced).
+    pub fn serve(path: &Path) -> io::Result<Holder> {
+        let _ = std::fs::remove_file(path);
+        let listener = UnixListener::bind(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        let holder = Holder {
+            path: path.to_owned(),
+            entries: Entries::default(),
+            stop: Arc::new(AtomicBool::new(false)),
+            conns: Arc::default(),
+        };
+        let (entries, stop, conns) = (
+            holder.entries.clone(),
+            holder.stop.clone(),
+            holder.conns.clone(),
+        );
+        let active = Arc::new(AtomicUsize::new(0));
+        std::thread::Builder::new()
+            .name("fd-holder".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    if active.load(Ordering::Acquire) >= MAX_CONNECTIONS {
+                        tracing::warn!("fd holder: too many connections, refusing one");
+                        continue;
+                    }
+                    if let Ok(c) = stream.try_clone() {
+                        lock(&conns).push(c);
+                    }
+                    let (entries, active) = (entries.clone(), active.clone());
+                    active.fetch_add(1, Ordering::AcqRel);
+                    let _ = std::thread::Builder::new()
+                        .name("fd-holder-conn".into())
+                        .spawn(move || {
+                            if let Err(e) = serve_conn(&stream, &entries) {
+                                tracing::debug!(error = %e, "fd holder: connection ended");
+                            }
+                            active.fetch_sub(1, Ordering::AcqRel);
+                        });
+                }
+            })?;
+        let (entries, stop) = (holder.entries.clone(), holder.stop.clone());
+        std::thread::Builder::new()
+            .name("fd-holder-sweep".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    lock(&entries).retain(|key, fd| {
+                        let ended = connection_ended(fd.as_fd());
+                        if ended {
+                            tracing::info!(key = %String::from_utf8_lossy(key), "fd holder: connection ended, descriptor dropped");
+                        }
+                        !ended
+                    });
+                }
+            })?;
+        Ok(holder)
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A duplicate of the descriptor held for `key`, if its connection is alive.
+    pub fn get(&self, key: &Path) -> Option<OwnedFd> {
+        let entries = lock(&self.entries);
+        let fd = entries.get(key.as_os_str().as_encoded_bytes())?;
+        (!connection_ended(fd.as_fd()))
+            .then(|| fd.try_clone().ok())
+            .flatten()
+    }
+
+    /// Whether a live descriptor is held for `key`.
+    pub fn holds(&self, key: &Path) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Forget `key`'s descriptor (the volume is being unmounted on purpose); returns
+    /// it, so the caller may abort the connection or let it go.
+    pub fn remove(&self, key: &Path) -> Option<OwnedFd> {
+        lock(&self.entries).remove(key.as_os_str().as_encoded_bytes())
+    }
+
+    /// How many descriptors are held.
+    pub fn len(&self) -> usize {
+        lock(&self.entries).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        for c in lock(&self.conns).drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        // Wake the acceptor so it sees `stop`.
+        let _ = UnixStream::connect(&self.path);
+        let _ = std::fs::remove_file(&self.path);
+        lock(&self.entries).clear();
+    }
+}
+
+/// A message: op, key, and the descriptor sent with it.
+struct Message {
+    op: u8,
+    key: Vec<u8>,
+    fd: Option<OwnedFd>,
+}
+
+/// Read one message (`None` at end of stream).
+fn receive(stream: &UnixStream) -> io::Result<Option<Message>> {
+    let mut head = [0u8; 3];
+    let mut cmsg = nix::cmsg_space!([RawFd; 1]);
+    let mut fd = None;
+    let n = {
+        let mut iov = [IoSliceMut::new(&mut head)];
+        let msg = recvmsg::<UnixAddr>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )?;
+        for c in msg.cmsgs()? {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for raw in fds {
+                    // SAFETY: the kernel just gave us this descriptor; we own it.
+                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                    if fd.is_none() {
+                        fd = Some(owned);
+                    }
+                }
+            }
+        }
+        msg.bytes
+    };
+    if n == 0 {
+        return Ok(None);
+    }
+    let mut s = stream;
+    if n < head.len() {
+        s.read_exact(&mut head[n..])?;
+    }
+    let len = usize::from(u16::from_le_bytes([head[1], head[2]]));
+    if len == 0 || len > MAX_KEY {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "bad key length"));
+    }
+    let mut key = vec![0; len];
+    s.read_exact(&mut key)?;
+    Ok(Some(Message {
+        op: head[0],
+        key,
+        fd,
+    }))
+}
+
+fn send(stream: &UnixStream, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+    let raw = fd.map(|f| [f.as_raw_fd()]);
+    let cmsgs: Vec<ControlMessage<'_>> = raw
+        .as_ref()
+        .map(|r| vec![ControlMessage::ScmRights(r)])
+        .unwrap_or_default();
+    let n = sendmsg::<UnixAddr>(
+        stream.as_raw_fd(),
+        &[IoSlice::new(bytes)],
+        &cmsgs,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    if n != bytes.len() {
+        return Err(io::Error::new(io::ErrorKind::WriteZero, "short send"));
+    }
+    Ok(())
+}
+
+fn encode(op: u8, key: &[u8]) -> io::Result<Vec<u8>> {
+    if key.is_empty() || key.len() > MAX_KEY {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "key length"));
+    }
+    let mut v = Vec::with_capacity(3 + key.len());
+    v.push(op);
+    v.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    v.extend_from_slice(key);
+    Ok(v)
+}
+
+fn serve_conn(stream: &UnixStream, entries: &Entries) -> io::Result<()> {
+    let cred = getsockopt(stream, PeerCredentials)?;
+    if cred.uid() != 0 {
+        tracing::warn!(
+            uid = cred.uid(),
+            pid = cred.pid(),
+            "fd holder: refused a non-root peer"
+        );
+        let _ = send(stream, b"E", None);
+        return Ok(());
+    }
+    while let Some(m) = receive(stream)? {
+        match (m.op, m.fd) {
+            (OP_PUT, Some(fd)) => {
+                let mut e = lock(entries);
+                if e.len() >= MAX_ENTRIES && !e.contains_key(&m.key) {
+                    drop(e);
+                    send(stream, b"E", None)?;
+                    continue;
+                }
+                tracing::info!(key = %String::from_utf8_lossy(&m.key), "fd holder: holding a FUSE connection");
+                e.insert(m.key, fd);
+                drop(e);
+                send(stream, b"K", None)?;
+            }
+            (OP_GET, None) => {
+                let fd = lock(entries).get(&m.key).and_then(|fd| {
+                    (!connection_ended(fd.as_fd()))
+                        .then(|| fd.try_clone().ok())
+                        .flatten()
+                });
+                match fd {
+                    Some(fd) => send(stream, b"Y", Some(fd.as_fd()))?,
+                    None => send(stream, b"N", None)?,
+                }
+            }
+            (OP_DROP, None) => {
+                lock(entries).remove(&m.key);
+                send(stream, b"K", None)?;
+            }
+            _ => {
+                send(stream, b"E", None)?;
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Read the one-byte answer (and a descriptor).
+fn answer(stream: &UnixStream) -> io::Result<(u8, Option<OwnedFd>)> {
+    let mut b = [0u8; 1];
+    let mut cmsg = nix::cmsg_space!([RawFd; 1]);
+    let mut iov = [IoSliceMut::new(&mut b)];
+    let msg = recvmsg::<UnixAddr>(
+        stream.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let mut fd = None;
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            for raw in fds {
+                // SAFETY: the kernel just gave us this descriptor; we own it.
+                let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                fd.get_or_insert(owned);
+            }
+        }
+    }
+    if msg.bytes == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "holder closed",
+        ));
+    }
+    Ok((b[0], fd))
+}
+
+/// Ask the holder at `socket` for the descriptor held for `key`.
+pub fn take(socket: &Path, key: &Path) -> io::Result<Option<OwnedFd>> {
+    let stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    send(
+        &stream,
+        &encode(OP_GET, key.as_os_str().as_encoded_bytes())?,
+        None,
+    )?;
+    match answer(&stream)? {
+        (b'Y', Some(fd)) => Ok(Some(fd)),
+        (b'N', _) => Ok(None),
+        _ => Err(io::Error::other("the holder refused")),
+    }
+}
+
+/// Tell the holder at `socket` to forget `key` (an unmount on purpose).
+pub fn forget(socket: &Path, key: &Path) -> io::Result<()> {
+    let stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    send(
+        &stream,
+        &encode(OP_DROP, key.as_os_str().as_encoded_bytes())?,
+        None,
+    )?;
+    match answer(&stream)? {
+        (b'K', _) => Ok(()),
+        _ => Err(io::Error::other("the holder refused")),
+    }
+}
+
+/// Hand `fd` to the holder at `socket` under `key`, and keep doing so: a thread keeps
+/// the connection open and, whenever it ends (the holder restarted), connects again
+/// with backoff (50 ms doubling to 2 s) and hands the descriptor over again.
+pub fn hand_over(socket: PathBuf, key: PathBuf, fd: OwnedFd) -> io::Result<()> {
+    let msg = encode(OP_PUT, key.as_os_str().as_encoded_bytes())?;
+    std::thread::Builder::new()
+        .name("fd-handover".into())
+        .spawn(move || {
+            let mut backoff = Duration::from_millis(50);
+            loop {
+                let r = UnixStream::connect(&socket).and_then(|stream| {
+                    send(&stream, &msg, Some(fd.as_fd()))?;
+                    match answer(&stream)? {
+                        (b'K', _) => {}
+                        _ => return Err(io::Error::other("the holder refused the descriptor")),
+                    }
+                    tracing::info!(socket = %socket.display(), "FUSE descriptor handed to the holder");
+                    // Held: wait for the holder to go away.
+                    let mut b = [0u8; 1];
+                    let _ = (&stream).read(&mut b);
+                    Ok(())
+                });
+                match r {
+                    Ok(()) => {
+                        backoff = Duration::from_millis(50);
+                        tracing::warn!("the fd holder went away: handing the descriptor over again");
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "fd holder not reachable");
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                    }
+                }
+                std::thread::sleep(backoff);
+            }
+        })?;
+    Ok(())
+}
+
+/// Command line of `tessera fd-holder`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct HolderArgs {
+    /// The unix socket to serve (created 0600; a stale one is replaced).
+    #[arg(long)]
+    pub socket: PathBuf,
+}
+
+/// `tessera fd-holder`: serve the holder until SIGTERM or SIGINT. The node agent
+/// starts it as a process of its own session, so the descriptors it holds outlive
+/// the agent (a restart, a crash) as the daemons do.
+pub fn run(args: HolderArgs) -> io::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut signals = SigSet::empty();
+    signals.add(Signal::SIGTERM);
+    signals.add(Signal::SIGINT);
+    signals.thread_block().map_err(io::Error::from)?;
+    let holder = Holder::serve(&args.socket)?;
+    tracing::info!(socket = %args.socket.display(), "fd holder serving");
+    let signal = signals.wait().map_err(io::Error::from)?;
+    tracing::info!(%signal, held = holder.len(), "fd holder stopping");
+    Ok(())
+}

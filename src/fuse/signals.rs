@@ -1,0 +1,160 @@
+//! The daemon's signal thread: SIGHUP re-reads the capacity; the first SIGTERM or
+//! SIGINT unmounts (telling the fd holder first) and the daemon exits once nothing
+//! refers to the connection or the grace period ends; SIGUSR1 (with `--holder`) exits
+//! without unmounting, for a successor to take the held connection over.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{SigSet, Signal};
+
+use super::fs::VolumeFs;
+use super::quota::Enforcement;
+use super::{handoff, log_counters, read_capacity};
+
+/// What the signal thread needs.
+pub(super) struct SignalContext {
+    pub(super) signals: SigSet,
+    pub(super) unmounter: fuser::SessionUnmounter,
+    pub(super) quota: Arc<Enforcement>,
+    pub(super) capacity_file: Option<PathBuf>,
+    pub(super) mountpoint: PathBuf,
+    /// How long the connection may outlive the unmount after a stop signal.
+    pub(super) grace: Duration,
+    pub(super) fs: Arc<VolumeFs>,
+    /// The fd holder to tell before an unmount on purpose.
+    pub(super) holder: Option<PathBuf>,
+}
+
+impl SignalContext {
+    /// Takes SIGHUP (reload the capacity) and the stop signals. The first stop signal
+    /// unmounts (lazily when busy); the serving loop ends by itself once nothing refers
+    /// to the connection any more. Open files and mounts elsewhere (a bind, a copy
+    /// propagated to another mount namespace) would keep it alive for ever, so after
+    /// the grace period, or at a second stop signal, the daemon exits anyway, which
+    /// ends the connection for them.
+    pub(super) fn run(mut self) {
+        let mut deadline: Option<Instant> = None;
+        loop {
+            let signal = match deadline {
+                None => self.signals.wait().map(Some),
+                Some(d) => wait_signal_until(&self.signals, d),
+            };
+            let signal = match signal {
+                Ok(Some(s)) => s,
+                Ok(None) => {
+                    tracing::warn!(
+                        grace = ?self.grace,
+                        "still referenced after the unmount (open files, or the mount bound elsewhere): exiting; they lose the mount"
+                    );
+                    self.exit(0);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "waiting for signals failed");
+                    return;
+                }
+            };
+            match signal {
+                Signal::SIGHUP => self.reload_capacity(),
+                Signal::SIGUSR1 if self.holder.is_some() => {
+                    // A planned replacement: the holder keeps the connection, the
+                    // successor takes it over; nothing is unmounted.
+                    tracing::info!("SIGUSR1: exiting for a successor, the mount stays");
+                    log_counters(&self.fs, &self.mountpoint, "handed over");
+                    std::process::exit(0);
+                }
+                Signal::SIGUSR1 => {
+                    tracing::warn!(
+                        "SIGUSR1 without --holder: nobody would keep the mount; ignored"
+                    );
+                }
+                _ if deadline.is_some() => {
+                    tracing::warn!(%signal, "second stop signal: exiting, open files lose the mount");
+                    self.exit(1);
+                }
+                _ => {
+                    tracing::info!(%signal, mountpoint = %self.mountpoint.display(), "unmounting");
+                    self.unmount();
+                    deadline = Some(Instant::now() + self.grace);
+                }
+            }
+        }
+    }
+
+    fn exit(&self, code: i32) -> ! {
+        log_counters(&self.fs, &self.mountpoint, "unmounted");
+        std::process::exit(code)
+    }
+
+    fn reload_capacity(&self) {
+        let Some(path) = &self.capacity_file else {
+            tracing::warn!("SIGHUP without --capacity-file: nothing to reload");
+            return;
+        };
+        match read_capacity(path) {
+            Ok(capacity) => match self.quota.set_capacity(capacity) {
+                Ok(old) => {
+                    let used = self.quota.usage().ok().map(|u| u.used);
+                    let quota = self.quota.mode().as_str();
+                    tracing::info!(quota, old, capacity, used, "capacity reloaded");
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "capacity not set; keeping the old one");
+                }
+            },
+            Err(e) => tracing::error!(error = %e, "capacity not reloaded; keeping the old one"),
+        }
+    }
+
+    fn unmount(&mut self) {
+        if let Some(socket) = &self.holder
+            && let Err(e) = handoff::holder::forget(socket, &self.mountpoint)
+        {
+            tracing::warn!(error = %e, "the holder was not told to forget the connection");
+        }
+        // A session that took over a held connection did not mount: unmount by name.
+        let unmounted = match self.unmounter.unmount() {
+            Ok(()) if handoff::is_fuse_mount(&self.mountpoint) => {
+                nix::mount::umount2(&self.mountpoint, nix::mount::MntFlags::empty())
+                    .map_err(io::Error::from)
+            }
+            r => r,
+        };
+        match unmounted {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                // Files are open: detach now, keep serving them until they are closed.
+                tracing::warn!("mount busy: detaching lazily");
+                if let Err(e) =
+                    nix::mount::umount2(&self.mountpoint, nix::mount::MntFlags::MNT_DETACH)
+                {
+                    tracing::error!(error = %e, "lazy unmount failed");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "unmount failed"),
+        }
+    }
+}
+
+/// The next of `signals` (blocked in this thread) before `deadline`, or None.
+fn wait_signal_until(signals: &SigSet, deadline: Instant) -> nix::Result<Option<Signal>> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(left.subsec_nanos()),
+        };
+        // SAFETY: a valid signal set and timespec; no siginfo wanted.
+        let r = unsafe { libc::sigtimedwait(signals.as_ref(), std::ptr::null_mut(), &ts) };
+        if r >= 0 {
+            return Signal::try_from(r).map(Some);
+        }
+        match nix::errno::Errno::last() {
+            nix::errno::Errno::EAGAIN => return Ok(None),
+            nix::errno::Errno::EINTR => continue,
+            e => return Err(e),
+        }
+    }
+}

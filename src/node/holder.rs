@@ -1,0 +1,115 @@
+//! The agent's fd holder: a `tessera fd-holder` process of its own session (like the
+//! FUSE daemons), so the /dev/fuse descriptors it holds outlive the agent; the agent
+//! talks to it over its socket (`<state-dir>/holder.sock`) and starts it when nothing
+//! answers there. See `docs/handoff.md`.
+//!
+//! ```text
+//!  agent ── ensure: connect? ──no──▶ /proc/self/exe fd-holder --socket S (setsid)
+//!        ── holds(M): GET M ──▶ a live descriptor? (dropped at once)
+//!        ── remove(M): DROP M ──▶ the holder closes it (ending a connection no daemon serves)
+//! ```
+
+use std::fs::OpenOptions;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::fuse::handoff::holder;
+
+/// The holder process, as the agent sees it.
+#[derive(Debug)]
+pub struct HolderProcess {
+    program: PathBuf,
+    socket: PathBuf,
+    log: PathBuf,
+    /// The holder this agent started (reaped when it exits).
+    child: Mutex<Option<Child>>,
+}
+
+impl HolderProcess {
+    /// A holder at `socket`, started from `program` (logging to `log`) when none
+    /// answers there.
+    pub fn new(program: PathBuf, socket: PathBuf, log: PathBuf) -> Self {
+        HolderProcess {
+            program,
+            socket,
+            log,
+            child: Mutex::default(),
+        }
+    }
+
+    /// The holder's socket.
+    pub fn path(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Start the holder unless one answers (one from a previous agent is used as it
+    /// is); wait up to a second for it to answer.
+    pub fn ensure(&self) -> std::io::Result<()> {
+        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = child.as_mut()
+            && let Ok(Some(_)) = c.try_wait()
+        {
+            *child = None;
+        }
+        if UnixStream::connect(&self.socket).is_ok() {
+            return Ok(());
+        }
+        let out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let err = out.try_clone()?;
+        let mut cmd = Command::new(&self.program);
+        if let Ok(exe) = std::env::current_exe() {
+            cmd.arg0(exe);
+        }
+        cmd.arg("fd-holder")
+            .arg("--socket")
+            .arg(&self.socket)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .env("NO_COLOR", "1")
+            .env_remove("KUBECONFIG");
+        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::unistd::setsid()
+                    .map(drop)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        *child = Some(cmd.spawn()?);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while UnixStream::connect(&self.socket).is_err() {
+            if Instant::now() >= deadline {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the fd holder did not come up",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        tracing::info!(socket = %self.socket.display(), "fd holder started");
+        Ok(())
+    }
+
+    /// Whether the holder has a live connection for `mountpoint`.
+    pub fn holds(&self, mountpoint: &Path) -> bool {
+        matches!(holder::take(&self.socket, mountpoint), Ok(Some(_)))
+    }
+
+    /// Make the holder let go of `mountpoint`'s connection.
+    pub fn remove(&self, mountpoint: &Path) {
+        if let Err(e) = holder::forget(&self.socket, mountpoint)
+            && e.kind() != std::io::ErrorKind::NotFound
+            && e.kind() != std::io::ErrorKind::ConnectionRefused
+        {
+            tracing::warn!(mountpoint = %mountpoint.display(), error = %e, "the fd holder was not told to let go");
+        }
+    }
+}

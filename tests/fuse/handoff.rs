@@ -1,0 +1,325 @@
+//! /dev/fuse handoff: a daemon killed with `kill -9` is replaced by a successor that
+//! takes over the held connection (the holder, `tessera::fuse::handoff::holder`, runs
+//! in the test process as the library type the node agent runs), and no application
+//! sees an error: a writer's every write succeeds, its records are complete and in
+//! order, a directory handle keeps listing, an inode looked up before keeps working.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tessera::fuse::handoff::holder::Holder;
+
+use crate::support::Mount;
+
+/// A holder socket and a state file outside the mount's own directory.
+struct Held {
+    dir: tempfile::TempDir,
+}
+
+impl Held {
+    fn new() -> Held {
+        Held {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("holder.sock")
+    }
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("mount.handoff")
+    }
+    fn mount(&self) -> Mount {
+        Mount::builder()
+            .arg("--holder")
+            .arg(self.socket().to_str().unwrap())
+            .arg("--handoff-state")
+            .arg(self.state().to_str().unwrap())
+            // Every stat reaches the daemon: an inode looked up before the switch
+            // must be served by the successor, not the kernel's cache.
+            .arg("--attr-timeout=0")
+            .mount()
+    }
+}
+
+/// Writes a 16-byte record every 50 ms through one descriptor, checking each write.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<(u64, Duration, Option<String>)>,
+}
+
+impl Writer {
+    fn start(path: &Path) -> Writer {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut n, mut longest) = (0u64, Duration::ZERO);
+            while !s.load(Ordering::Acquire) {
+                let rec = format!("record {n:08}\n");
+                let t = Instant::now();
+                let r = f.write_all(rec.as_bytes());
+                longest = longest.max(t.elapsed());
+                if let Err(e) = r {
+                    return (n, longest, Some(format!("write {n}: {e}")));
+                }
+                n += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (n, longest, None)
+        });
+        Writer { stop, thread }
+    }
+
+    fn finish(self) -> (u64, Duration, Option<String>) {
+        self.stop.store(true, Ordering::Release);
+        self.thread.join().unwrap()
+    }
+}
+
+fn check_records(path: &Path, n: u64) {
+    let text = fs::read_to_string(path).unwrap();
+    let want: String = (0..n).map(|i| format!("record {i:08}\n")).collect();
+    assert!(
+        text == want,
+        "records incomplete or out of order: {} bytes, want {} ({n} records)",
+        text.len(),
+        want.len()
+    );
+}
+
+fn wait_log(m: &Mount, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !m.log().contains(what) {
+        assert!(Instant::now() < deadline, "no {what:?} in:\n{}", m.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn names(dir: &mut nix::dir::Dir) -> Vec<String> {
+    let mut v: Vec<String> = dir
+        .iter()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    v.sort();
+    v
+}
+
+/// How the first daemon goes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum End {
+    /// `kill -9`.
+    Kill,
+    /// The holder restarts first, then `kill -9`.
+    HolderRestartThenKill,
+    /// SIGUSR1: a planned replacement (exit without unmounting).
+    Planned,
+}
+
+/// The daemon goes mid-stream and a successor takes the held connection over.
+fn crash_and_take_over(end: End) {
+    let restart_holder = end == End::HolderRestartThenKill;
+    let held = Held::new();
+    let mut holder = Some(Holder::serve(&held.socket()).unwrap());
+    let mut m = held.mount();
+    wait_log(&m, "FUSE descriptor handed to the holder");
+    fs::create_dir(m.path("d")).unwrap();
+    for f in ["a", "b", "c"] {
+        fs::write(m.path(&format!("d/{f}")), f).unwrap();
+    }
+    let mut dir = nix::dir::Dir::open(
+        &m.path("d"),
+        nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
+        nix::sys::stat::Mode::empty(),
+    )
+    .unwrap();
+    assert_eq!(names(&mut dir), ["a", "b", "c"]);
+    // Looked up before the switch, and only ever named by its node id after.
+    // (An O_PATH descriptor: no open file on the daemon's side, only the inode.)
+    let looked_up = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(m.path("d/a"))
+        .unwrap();
+    let before = nix::sys::stat::fstat(&looked_up).unwrap();
+
+    let writer = Writer::start(&m.path("log"));
+    std::thread::sleep(Duration::from_millis(600));
+    if restart_holder {
+        // The holder (the agent) restarts while the daemon runs: the daemon hands its
+        // descriptor to the new one, which then has it for the successor.
+        drop(holder.take());
+        holder = Some(Holder::serve(&held.socket()).unwrap());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !holder.as_ref().unwrap().holds(&m.mnt) {
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not come back to the restarted holder:\n{}",
+                m.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    if end == End::Planned {
+        m.signal(nix::sys::signal::Signal::SIGUSR1);
+        let status = m
+            .wait_exit(Duration::from_secs(10))
+            .expect("exits on SIGUSR1");
+        assert!(status.success(), "{status}\n{}", m.log());
+        assert!(m.log().contains("exiting for a successor"));
+    } else {
+        m.kill_daemon();
+    }
+    // Dead for a while: the application waits, it does not fail.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        holder.as_ref().unwrap().holds(&m.mnt),
+        "the holder lost the connection"
+    );
+    m.respawn();
+    wait_log(&m, "serving the held connection");
+    std::thread::sleep(Duration::from_millis(800));
+    let (n, longest, err) = writer.finish();
+    println!("handoff ({end:?}): {n} records, longest write {longest:?}");
+    assert!(
+        err.is_none(),
+        "a write failed across the takeover: {err:?}\n{}",
+        m.log()
+    );
+    assert!(
+        longest < Duration::from_secs(10),
+        "a write stalled {longest:?}"
+    );
+    check_records(&m.backing("log"), n);
+    assert_eq!(
+        names(&mut dir),
+        ["a", "b", "c"],
+        "the directory handle lists"
+    );
+    let after = nix::sys::stat::fstat(&looked_up).unwrap();
+    assert_eq!(
+        (after.st_ino, after.st_size),
+        (before.st_ino, before.st_size)
+    );
+    assert_eq!(fs::read_to_string(m.path("d/b")).unwrap(), "b");
+    let log = m.log();
+    assert!(
+        log.contains("handoff: predecessor's state restored"),
+        "no restore:\n{log}"
+    );
+    assert!(!log.contains("not restored"), "something was lost:\n{log}");
+    drop(dir);
+    drop(looked_up);
+    m.stop();
+    // An unmount on purpose: the holder forgets the connection.
+    assert!(!holder.as_ref().unwrap().holds(&m.mnt));
+}
+
+#[test]
+fn a_killed_daemon_is_taken_over_without_an_application_error() {
+    crash_and_take_over(End::Kill);
+}
+
+#[test]
+fn a_restarted_holder_gets_the_descriptor_back_before_the_crash() {
+    crash_and_take_over(End::HolderRestartThenKill);
+}
+
+#[test]
+fn a_planned_replacement_exits_without_unmounting_and_is_taken_over() {
+    crash_and_take_over(End::Planned);
+}
+
+#[test]
+fn without_a_held_connection_the_daemon_mounts_afresh() {
+    let held = Held::new();
+    // No holder at all: a fresh mount, which serves as always.
+    let mut m = held.mount();
+    fs::write(m.path("f"), b"x").unwrap();
+    assert_eq!(fs::read(m.path("f")).unwrap(), b"x");
+    assert!(m.log().contains("mounted"));
+    m.stop();
+}
+
+/// A request the dead daemon had read and not answered (a writable open waiting for
+/// a passthrough reader's release, which the daemon does for up to a second) is
+/// answered by the successor: the kernel queues it again (FUSE_NOTIFY_RESEND). The
+/// reader's release, sent while no daemon ran, frees the file for it.
+#[test]
+fn a_request_the_dead_daemon_had_read_is_answered_by_the_successor() {
+    let held = Held::new();
+    let _holder = Holder::serve(&held.socket()).unwrap();
+    let mut m = held.mount();
+    wait_log(&m, "FUSE descriptor handed to the holder");
+    fs::write(m.path("busy"), b"data").unwrap();
+    let reader = fs::File::open(m.path("busy")).unwrap();
+    let path = m.path("busy");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let t = Instant::now();
+        let r = fs::OpenOptions::new().write(true).open(&path).map(drop);
+        let _ = tx.send((r.map_err(|e| e.to_string()), t.elapsed()));
+    });
+    // The daemon has read the open and waits for the reader's release.
+    std::thread::sleep(Duration::from_millis(300));
+    m.kill_daemon();
+    drop(reader);
+    std::thread::sleep(Duration::from_millis(200));
+    m.respawn();
+    wait_log(&m, "serving the held connection");
+    let (r, took) = rx
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|_| {
+            panic!(
+                "the open read by the dead daemon was never answered:\n{}",
+                m.log()
+            )
+        });
+    println!("open read by the dead daemon answered after {took:?}");
+    assert_eq!(r, Ok(()), "{}", m.log());
+    m.stop();
+}
+
+/// A live connection is held but the successor cannot take it over (its state is
+/// gone): it lets the holder drop it and exits, so the connection ends and nothing
+/// stays blocked on it (the agent then remounts), instead of mounting on top.
+#[test]
+fn a_held_connection_without_state_is_let_go_not_mounted_over() {
+    let held = Held::new();
+    let holder = Holder::serve(&held.socket()).unwrap();
+    let mut m = held.mount();
+    wait_log(&m, "FUSE descriptor handed to the holder");
+    fs::write(m.path("f"), b"x").unwrap();
+    m.kill_daemon();
+    fs::write(held.state(), b"not a state file").unwrap();
+    m.respawn();
+    let status = m
+        .wait_exit(Duration::from_secs(10))
+        .expect("the successor exits");
+    assert!(!status.success(), "{}", m.log());
+    assert!(m.log().contains("cannot be taken over"), "{}", m.log());
+    assert!(!holder.holds(&m.mnt), "the holder let go");
+    let mnt = m.mnt.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(fs::metadata(mnt.join("f")).map_err(|e| e.raw_os_error()));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("a stat of the abandoned mount returns");
+    assert_eq!(r.err(), Some(Some(libc::ENOTCONN)), "the connection ended");
+    // Nothing answers statfs there any more, so `Mount`'s drop would not see it.
+    nix::mount::umount2(&m.mnt, nix::mount::MntFlags::MNT_DETACH).unwrap();
+}
