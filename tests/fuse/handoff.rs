@@ -323,3 +323,40 @@ fn a_held_connection_without_state_is_let_go_not_mounted_over() {
     // Nothing answers statfs there any more, so `Mount`'s drop would not see it.
     nix::mount::umount2(&m.mnt, nix::mount::MntFlags::MNT_DETACH).unwrap();
 }
+
+/// A daemon dies and no successor comes (the agent is gone too): the holder lets the
+/// connection go after its orphan grace, so an application gets ENOTCONN instead of
+/// waiting, uninterruptibly, for ever.
+#[test]
+fn an_orphaned_connection_is_let_go_after_the_grace() {
+    let held = Held::new();
+    let holder = Holder::serve_with_grace(&held.socket(), Duration::from_secs(2)).unwrap();
+    let mut m = held.mount();
+    wait_log(&m, "FUSE descriptor handed to the holder");
+    fs::write(m.path("f"), b"x").unwrap();
+    m.kill_daemon();
+    let mnt = m.mnt.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = Instant::now();
+    std::thread::spawn(move || {
+        let _ = tx.send(fs::metadata(mnt.join("f")).map_err(|e| e.raw_os_error()));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(15))
+        .expect("a stat of the orphaned mount returns once the grace is over");
+    println!("orphaned connection let go after {:?}", t.elapsed());
+    // The stat that waited was aborted with the connection; what follows finds none.
+    let waited = r.err().flatten();
+    assert!(
+        waited == Some(libc::ECONNABORTED) || waited == Some(libc::ENOTCONN),
+        "the waiting stat ends with the connection: {waited:?}"
+    );
+    let after = fs::metadata(m.path("f")).map_err(|e| e.raw_os_error());
+    assert_eq!(
+        after.err(),
+        Some(Some(libc::ENOTCONN)),
+        "the connection ended"
+    );
+    assert!(!holder.holds(&m.mnt), "the holder let go");
+    nix::mount::umount2(&m.mnt, nix::mount::MntFlags::MNT_DETACH).unwrap();
+}

@@ -9,7 +9,9 @@
 //!      how a restarted holder recovers the descriptors of the running daemons)
 //!  successor     ──connect── GET key ──▶ fd of a live connection, or none
 //!  daemon stop   ──connect── DROP key ─▶ forgotten (the agent may also drop in process)
-//!  sweeper, every second: poll each fd; POLLERR (connection ended) ─▶ forgotten
+//!  sweeper, every second: poll each fd; POLLERR (connection ended) ─▶ forgotten;
+//!           no daemon connected for it for the orphan grace (60 s) ─▶ let go, so the
+//!           connection ends and applications get ENOTCONN instead of waiting for ever
 //! ```
 //!
 //! Wire format, one message per `sendmsg`: `op: u8`, `key length: u16 LE`, key bytes
@@ -26,7 +28,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::socket::{
     ControlMessage, ControlMessageOwned, MsgFlags, UnixAddr, getsockopt, recvmsg, sendmsg,
@@ -39,13 +41,28 @@ pub const MAX_KEY: usize = 4096;
 pub const MAX_ENTRIES: usize = 1024;
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 1100;
+/// How long a descriptor is held after its daemon went away with no successor taking
+/// it. While it is held, requests on the mount wait (uninterruptibly, for those the
+/// dead daemon had read) for a successor; after it the connection ends and they fail
+/// with ENOTCONN, as without a holder, and the agent's repair remounts.
+pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(60);
 
 const OP_PUT: u8 = b'P';
 const OP_GET: u8 = b'G';
 const OP_DROP: u8 = b'D';
 
+/// A descriptor held, and whether a daemon still serves it.
+#[derive(Debug)]
+struct Entry {
+    fd: OwnedFd,
+    /// The holder connection of the daemon that handed it over, while it lasts.
+    owner: Option<u64>,
+    /// Since when no daemon has held a connection to us for it.
+    orphaned: Option<Instant>,
+}
+
 /// The descriptors held, by key.
-type Entries = Arc<Mutex<HashMap<Vec<u8>, OwnedFd>>>;
+type Entries = Arc<Mutex<HashMap<Vec<u8>, Entry>>>;
 
 /// A running holder. Dropping it stops serving and closes every descriptor it held
 /// (what an agent restart does).
@@ -76,6 +93,12 @@ pub fn connection_ended(fd: BorrowedFd<'_>) -> bool {
 impl Holder {
     /// Serve at `path` (a stale socket there is replaced).
     pub fn serve(path: &Path) -> io::Result<Holder> {
+        Holder::serve_with_grace(path, DEFAULT_ORPHAN_GRACE)
+    }
+
+    /// Serve at `path`, letting go of a descriptor whose daemon has been gone for
+    /// `grace` with no successor (see [`DEFAULT_ORPHAN_GRACE`]).
+    pub fn serve_with_grace(path: &Path, grace: Duration) -> io::Result<Holder> {
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
@@ -91,6 +114,7 @@ impl Holder {
             holder.conns.clone(),
         );
         let active = Arc::new(AtomicUsize::new(0));
+        let mut next_id = 0u64;
         std::thread::Builder::new()
             .name("fd-holder".into())
             .spawn(move || {
@@ -108,12 +132,15 @@ impl Holder {
                     }
                     let (entries, active) = (entries.clone(), active.clone());
                     active.fetch_add(1, Ordering::AcqRel);
+                    next_id += 1;
+                    let id = next_id;
                     let _ = std::thread::Builder::new()
                         .name("fd-holder-conn".into())
                         .spawn(move || {
-                            if let Err(e) = serve_conn(&stream, &entries) {
+                            if let Err(e) = serve_conn(&stream, &entries, id) {
                                 tracing::debug!(error = %e, "fd holder: connection ended");
                             }
+                            orphan(&entries, id);
                             active.fetch_sub(1, Ordering::AcqRel);
                         });
                 }
@@ -124,12 +151,17 @@ impl Holder {
             .spawn(move || {
                 while !stop.load(Ordering::Acquire) {
                     std::thread::sleep(Duration::from_secs(1));
-                    lock(&entries).retain(|key, fd| {
-                        let ended = connection_ended(fd.as_fd());
-                        if ended {
-                            tracing::info!(key = %String::from_utf8_lossy(key), "fd holder: connection ended, descriptor dropped");
+                    lock(&entries).retain(|key, e| {
+                        let key = String::from_utf8_lossy(key);
+                        if connection_ended(e.fd.as_fd()) {
+                            tracing::info!(%key, "fd holder: connection ended, descriptor dropped");
+                            return false;
                         }
-                        !ended
+                        if e.orphaned.is_some_and(|t| t.elapsed() >= grace) {
+                            tracing::warn!(%key, grace_seconds = grace.as_secs_f64(), "fd holder: no daemon took the connection over within the grace; letting it go (requests on the mount now fail with ENOTCONN)");
+                            return false;
+                        }
+                        true
                     });
                 }
             })?;
@@ -144,9 +176,9 @@ impl Holder {
     /// A duplicate of the descriptor held for `key`, if its connection is alive.
     pub fn get(&self, key: &Path) -> Option<OwnedFd> {
         let entries = lock(&self.entries);
-        let fd = entries.get(key.as_os_str().as_encoded_bytes())?;
-        (!connection_ended(fd.as_fd()))
-            .then(|| fd.try_clone().ok())
+        let e = entries.get(key.as_os_str().as_encoded_bytes())?;
+        (!connection_ended(e.fd.as_fd()))
+            .then(|| e.fd.try_clone().ok())
             .flatten()
     }
 
@@ -158,7 +190,9 @@ impl Holder {
     /// Forget `key`'s descriptor (the volume is being unmounted on purpose); returns
     /// it, so the caller may abort the connection or let it go.
     pub fn remove(&self, key: &Path) -> Option<OwnedFd> {
-        lock(&self.entries).remove(key.as_os_str().as_encoded_bytes())
+        lock(&self.entries)
+            .remove(key.as_os_str().as_encoded_bytes())
+            .map(|e| e.fd)
     }
 
     /// How many descriptors are held.
@@ -267,7 +301,17 @@ fn encode(op: u8, key: &[u8]) -> io::Result<Vec<u8>> {
     Ok(v)
 }
 
-fn serve_conn(stream: &UnixStream, entries: &Entries) -> io::Result<()> {
+/// The daemon behind connection `id` is gone: its descriptors start their grace.
+fn orphan(entries: &Entries, id: u64) {
+    for e in lock(entries).values_mut() {
+        if e.owner == Some(id) {
+            e.owner = None;
+            e.orphaned = Some(Instant::now());
+        }
+    }
+}
+
+fn serve_conn(stream: &UnixStream, entries: &Entries, id: u64) -> io::Result<()> {
     let cred = getsockopt(stream, PeerCredentials)?;
     if cred.uid() != 0 {
         tracing::warn!(
@@ -288,14 +332,21 @@ fn serve_conn(stream: &UnixStream, entries: &Entries) -> io::Result<()> {
                     continue;
                 }
                 tracing::info!(key = %String::from_utf8_lossy(&m.key), "fd holder: holding a FUSE connection");
-                e.insert(m.key, fd);
+                e.insert(
+                    m.key,
+                    Entry {
+                        fd,
+                        owner: Some(id),
+                        orphaned: None,
+                    },
+                );
                 drop(e);
                 send(stream, b"K", None)?;
             }
             (OP_GET, None) => {
-                let fd = lock(entries).get(&m.key).and_then(|fd| {
-                    (!connection_ended(fd.as_fd()))
-                        .then(|| fd.try_clone().ok())
+                let fd = lock(entries).get(&m.key).and_then(|e| {
+                    (!connection_ended(e.fd.as_fd()))
+                        .then(|| e.fd.try_clone().ok())
                         .flatten()
                 });
                 match fd {
