@@ -331,13 +331,17 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
     let label = json!({"metadata": {"labels": {"x": "y"}}});
     let mut wrong = Vec::new();
     // RBAC may take a moment to be in force after the apply.
-    eventually(Duration::from_secs(20), "the agent creates its mount Pod", || async {
-        match mine.create(&PostParams::default(), &own).await {
-            Ok(_) => Some(()),
-            Err(kube::Error::Api(s)) if s.code == 403 => None,
-            Err(e) => panic!("creating the mount Pod as the agent: {e}"),
-        }
-    })
+    eventually(
+        Duration::from_secs(20),
+        "the agent creates its mount Pod",
+        || async {
+            match mine.create(&PostParams::default(), &own).await {
+                Ok(_) => Some(()),
+                Err(kube::Error::Api(s)) if s.code == 403 => None,
+                Err(e) => panic!("creating the mount Pod as the agent: {e}"),
+            }
+        },
+    )
     .await;
     let tries: Vec<(&str, u16, Result<(), kube::Error>)> = vec![
         ("get its mount Pod", 200, mine.get(&name).await.map(drop)),
@@ -349,7 +353,9 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
         (
             "patch its mount Pod",
             403,
-            mine.patch(&name, &pp, &Patch::Merge(&label)).await.map(drop),
+            mine.patch(&name, &pp, &Patch::Merge(&label))
+                .await
+                .map(drop),
         ),
         (
             "patch a mount Pod's status",
@@ -399,7 +405,10 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
             .output()
             .unwrap();
         let got = String::from_utf8_lossy(&out.stdout).trim() == "yes";
-        println!("agent: {verb} {resource}: {}", if got { "yes" } else { "no" });
+        println!(
+            "agent: {verb} {resource}: {}",
+            if got { "yes" } else { "no" }
+        );
         if got != allowed {
             wrong.push(format!("agent {verb} {resource}: {got}"));
         }

@@ -217,7 +217,11 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
 
 /// In pod mode, replace `host`'s daemons by mount Pods: the image is `--mount-image`
 /// or the agent's own (its Pod's container that runs `node`, with its pull policy).
-pub async fn use_mount_pods(args: &NodeArgs, client: &Client, host: &mut Host) -> Result<(), Error> {
+pub async fn use_mount_pods(
+    args: &NodeArgs,
+    client: &Client,
+    host: &mut Host,
+) -> Result<(), Error> {
     if args.mount_mode != MountMode::Pod {
         return Ok(());
     }

@@ -294,9 +294,9 @@ pub fn proc_liveness(daemon: Daemon, mountpoint: &Path) -> Liveness {
         Some((state, _)) if state == 'Z' || state == 'X' => {
             Liveness::Exited("fuse daemon exited".into())
         }
-        Some((_, ticks)) if ticks != daemon.start_ticks => Liveness::Exited(
-            "fuse daemon exited (its pid now belongs to another process)".into(),
-        ),
+        Some((_, ticks)) if ticks != daemon.start_ticks => {
+            Liveness::Exited("fuse daemon exited (its pid now belongs to another process)".into())
+        }
         Some(_) if !is_mount_daemon(daemon.pid, mountpoint) => {
             Liveness::Exited("fuse daemon exited (its pid now runs another program)".into())
         }

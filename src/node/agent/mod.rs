@@ -33,12 +33,12 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::channel::mpsc;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
-use k8s_openapi::api::core::v1::Pod;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{Instrument, debug, info, info_span, warn};

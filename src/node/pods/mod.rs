@@ -127,11 +127,18 @@ impl PodDaemons {
             if begun.elapsed() >= firm && !forced {
                 forced = true;
                 if let Some((d, _)) = daemon.filter(|_| running) {
-                    warn!(pod = name, pid = d.pid, "mount Pod did not stop in time; SIGKILL");
+                    warn!(
+                        pod = name,
+                        pid = d.pid,
+                        "mount Pod did not stop in time; SIGKILL"
+                    );
                     let _ = kill(Pid::from_raw(d.pid), Signal::SIGKILL);
                 }
                 if there {
-                    warn!(pod = name, "mount Pod still there; deleting it without grace");
+                    warn!(
+                        pod = name,
+                        "mount Pod still there; deleting it without grace"
+                    );
                     self.delete(name, Duration::ZERO)?;
                 }
             }
@@ -147,7 +154,12 @@ impl PodDaemons {
 
     /// The Pod's uid once created: a Pod of the same name left over (its daemon no
     /// longer recorded, or a repair racing the kubelet) is deleted first.
-    fn create(&self, name: &str, pod: &Pod, deadline: Instant) -> Result<String, supervisor::Error> {
+    fn create(
+        &self,
+        name: &str,
+        pod: &Pod,
+        deadline: Instant,
+    ) -> Result<String, supervisor::Error> {
         loop {
             let created = self.rt.block_on(async {
                 tokio::time::timeout(CALL_TIMEOUT, self.pods.create(&PostParams::default(), pod))
@@ -157,7 +169,10 @@ impl PodDaemons {
                 Err(_) => return Err(pod_err(name, "the API server did not answer in time")),
                 Ok(Ok(p)) => return Ok(p.uid().unwrap_or_default()),
                 Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
-                    info!(pod = name, "a mount Pod of this name is left over; replacing it");
+                    info!(
+                        pod = name,
+                        "a mount Pod of this name is left over; replacing it"
+                    );
                     self.remove(name, None, Duration::from_secs(2))?;
                 }
                 Ok(Err(e)) => return Err(pod_err(name, crate::runtime::error_chain(&e))),
@@ -269,7 +284,11 @@ impl Daemons for PodDaemons {
 fn find_daemon(uid: &str, mountpoint: &Path) -> Option<Daemon> {
     let entries = std::fs::read_dir("/proc").ok()?;
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         if !is_mount_daemon(pid, mountpoint) {
@@ -331,7 +350,10 @@ mod tests {
                 "12:pids:/kubepods/pod3f0c7c1e-1b7a-4e6b-9d2d-0a1b2c3d4e5f/x\n1:name=systemd:/\n",
                 true,
             ),
-            ("0::/kubepods/burstable/pod3f0c7c1e-1b7a-4e6b-9d2d-0a1b2c3d4e5e/abc\n", false),
+            (
+                "0::/kubepods/burstable/pod3f0c7c1e-1b7a-4e6b-9d2d-0a1b2c3d4e5e/abc\n",
+                false,
+            ),
             ("0::/kubepods/burstable/pod3f0c7c1e/abc\n", false),
             ("0::/\n", false),
         ];

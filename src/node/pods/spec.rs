@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, HostPathVolumeSource, Pod, PodSpec, ResourceRequirements,
-    SecurityContext, Toleration, Volume, VolumeMount,
+    Container, EnvVar, HostPathVolumeSource, Pod, PodSpec, ResourceRequirements, SecurityContext,
+    Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -220,7 +220,11 @@ mod tests {
     fn names_are_the_mountpods_and_always_valid() {
         let long = "x".repeat(300);
         let table = [
-            ("pvc-1", "n1", Some(crate::api::mountpod_name("pvc-1", "n1"))),
+            (
+                "pvc-1",
+                "n1",
+                Some(crate::api::mountpod_name("pvc-1", "n1")),
+            ),
             ("pvc-1", "n2", None),
             ("Vol_ume", "n1", None),
             ("-.x", "n1", None),
@@ -327,6 +331,11 @@ mod tests {
     fn no_owner_without_a_uid() {
         let mut s = spec();
         s.mountpod_uid.clear();
-        assert!(mount_pod(&template(), &s).metadata.owner_references.is_none());
+        assert!(
+            mount_pod(&template(), &s)
+                .metadata
+                .owner_references
+                .is_none()
+        );
     }
 }

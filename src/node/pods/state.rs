@@ -51,7 +51,12 @@ fn terminated(t: &ContainerStateTerminated) -> String {
     if let Some(sig) = t.signal.filter(|s| *s != 0) {
         s.push_str(&format!(", signal {sig}"));
     }
-    if let Some(m) = t.message.as_deref().map(str::trim).filter(|m| !m.is_empty()) {
+    if let Some(m) = t
+        .message
+        .as_deref()
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+    {
         s.push_str(": ");
         s.push_str(&crate::runtime::truncated(m, 512));
     }
@@ -196,7 +201,11 @@ mod tests {
                 Starting("mount Pod Pending".into()),
                 None,
             ),
-            (Pod::default(), Starting("mount Pod not scheduled yet".into()), None),
+            (
+                Pod::default(),
+                Starting("mount Pod not scheduled yet".into()),
+                None,
+            ),
             (
                 pod("Pending", Some(waiting("ContainerCreating", "")), None),
                 Starting("tessera-mount waiting: ContainerCreating".into()),
