@@ -393,28 +393,32 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
             wrong.push(format!("{what}: HTTP {got}, want {want}"));
         }
     }
-    for (verb, resource, allowed) in [
-        ("watch", "pods", true),
-        ("create", "pods/exec", false),
-        ("update", "pods", false),
-        ("create", "pods/eviction", false),
+    // (`pods/exec` would be the Pod named exec to `kubectl auth can-i`: --subresource.)
+    for (verb, subresource, allowed) in [
+        ("watch", "", true),
+        ("update", "", false),
+        ("create", "exec", false),
+        ("create", "eviction", false),
+        ("patch", "status", false),
     ] {
         let out = support::kubectl()
-            .args(["auth", "can-i", verb, resource, "-n", "tessera-system"])
+            .args(["auth", "can-i", verb, "pods", "-n", "tessera-system"])
+            .arg(format!("--subresource={subresource}"))
             .args(["--as", NODE_SA, "--as-group", "system:serviceaccounts"])
             .output()
             .unwrap();
         let got = String::from_utf8_lossy(&out.stdout).trim() == "yes";
         println!(
-            "agent: {verb} {resource}: {}",
+            "agent: {verb} pods {subresource}: {}",
             if got { "yes" } else { "no" }
         );
         if got != allowed {
-            wrong.push(format!("agent {verb} {resource}: {got}"));
+            wrong.push(format!("agent {verb} pods {subresource}: {got}"));
         }
     }
+    // No kubelet confirms the deletion here (its node does not exist): remove it now.
     let _ = Api::<Pod>::namespaced(client.clone(), "tessera-system")
-        .delete(&name, &Default::default())
+        .delete(&name, &kube::api::DeleteParams::default().grace_period(0))
         .await;
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
