@@ -91,6 +91,12 @@ async fn an_agent_rollout_restart_breaks_no_write() {
             .and_then(|p| p.is_none().then_some(()))
     })
     .await;
+    // The daemon unmounted on SIGTERM (or the agent after it): nothing left on the node.
+    assert!(
+        !kubelet_sees_mount_root(&nodes, &node, &volume.name_any()),
+        "a FUSE mount of {} is left on {node}",
+        volume.name_any()
+    );
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())
         .await;
