@@ -79,7 +79,8 @@ pub(crate) mod tests {
     fn arguments_of_each_setting() {
         let base = "mount --source /b/v --mountpoint /m/v --capacity-bytes 1024 \
                     --capacity-file /s/mounts/v.capacity --counters-file /s/mounts/v.counters";
-        let table: [(fn(&mut DaemonSpec), &str); 5] = [
+        type Change = fn(&mut DaemonSpec);
+        let table: [(Change, &str); 5] = [
             (|_| {}, ""),
             (|s| s.read_only = true, " --read-only"),
             (|s| s.shared_backend = true, " --shared-backend"),
