@@ -118,9 +118,19 @@ impl PodDaemons {
         let begun = Instant::now();
         let firm = grace + Duration::from_secs(5);
         let mut forced = false;
+        let mut told = None;
         loop {
             let running = daemon.is_some_and(|(d, m)| proc_liveness(d, m) == Liveness::Running);
-            let there = self.get(name)?.is_some();
+            let pod = self.get(name)?;
+            // How the container ended, once the kubelet says (with its log's last lines:
+            // FallbackToLogsOnError): the Pod and its log are about to go.
+            if let Some(e) = pod.as_ref().and_then(state::last_error)
+                && told.as_ref() != Some(&e)
+            {
+                info!(pod = name, ended = %e, "mount Pod's container ended");
+                told = Some(e);
+            }
+            let there = pod.is_some();
             if !running && !there {
                 return Ok(());
             }

@@ -152,6 +152,9 @@ pub fn mount_pod(t: &Template, spec: &DaemonSpec) -> Pod {
                 image_pull_policy: t.pull_policy.clone(),
                 // The image's entrypoint is `tessera`.
                 args: Some(mount_args_strings(spec)),
+                // A failed daemon's last log lines become its terminated message, and
+                // so the MountPod's lastError.
+                termination_message_policy: Some("FallbackToLogsOnError".into()),
                 env: Some(vec![EnvVar {
                     name: "NO_COLOR".into(),
                     value: Some("1".into()),
@@ -274,6 +277,10 @@ mod tests {
         assert_eq!(c.image_pull_policy.as_deref(), Some("Never"));
         assert_eq!(c.args.as_ref().unwrap(), &mount_args_strings(&s));
         assert_eq!(c.command, None, "the image's entrypoint, tessera");
+        assert_eq!(
+            c.termination_message_policy.as_deref(),
+            Some("FallbackToLogsOnError")
+        );
         assert_eq!(c.security_context.as_ref().unwrap().privileged, Some(true));
         assert!(c.resources.as_ref().unwrap().limits.is_none());
         // Every path the arguments name is inside a hostPath, at the same path.
