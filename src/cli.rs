@@ -86,7 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// mounts, until SIGINT or SIGTERM. The FUSE daemons keep running when it stops;
 /// the next agent adopts them.
 pub async fn node(args: crate::node::NodeArgs) -> Result<(), crate::node::Error> {
-    let host = Arc::new(crate::node::host_for(&args)?);
+    let mut host = crate::node::host_for(&args)?;
     let metrics = crate::metrics::Metrics::agent().with_collector(Box::new(
         crate::node::mount_counters::MountCounters::new(
             host.state.mounts_dir(),
@@ -94,6 +94,8 @@ pub async fn node(args: crate::node::NodeArgs) -> Result<(), crate::node::Error>
         ),
     ));
     let client = runtime::connect(&metrics.api_requests).await?;
+    crate::node::use_mount_pods(&args, &client, &mut host).await?;
+    let host = Arc::new(host);
     let metrics = runtime::start_metrics(args.metrics_addr, metrics).await?;
     let shutdown = Shutdown::listen()?;
     if let Some(endpoint) = &args.csi_endpoint {

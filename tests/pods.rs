@@ -15,6 +15,10 @@ mod support;
 
 #[path = "pods/locks.rs"]
 mod locks;
+#[path = "pods/rollout.rs"]
+mod rollout;
+#[path = "pods/writer.rs"]
+mod writer;
 
 #[path = "pods/csisurface.rs"]
 mod csisurface;

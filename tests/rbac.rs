@@ -279,3 +279,147 @@ async fn the_node_agent_acts_only_on_its_own_nodes_mountpods() {
     fixtures::delete_volumes(&client, &[format!("{id}-v")]).await;
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// Pod mode (issue 14): the agent creates, reads, watches and deletes the mount Pods
+/// of its MountPods in its own namespace, under its own identity: the very Pod
+/// `tessera::node::pods` builds is accepted; nothing else of Pods is allowed, and
+/// nothing in any other namespace.
+#[tokio::test]
+async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
+    use k8s_openapi::api::core::v1::Pod;
+    use tessera::node::pods::spec::{Template, mount_pod};
+    use tessera::node::supervisor::DaemonSpec;
+
+    let client = support::client().await;
+    support::ensure_crds(&client).await;
+    apply_config(&["namespace.yaml", "rbac-node.yaml"]);
+    let id = support::unique_name("rbacpod");
+    let agent = impersonating(NODE_SA, Some(&format!("{id}-a"))).await;
+    let template = |namespace: &str| Template {
+        namespace: namespace.into(),
+        node: format!("{id}-a"),
+        image: "tessera:0.1.0".into(),
+        pull_policy: Some("Never".into()),
+        mount_root: "/var/lib/tessera/mounts".into(),
+        state_dir: "/var/lib/tessera/node".into(),
+        termination_grace_seconds: 30,
+    };
+    let spec = DaemonSpec {
+        volume: format!("{id}-v"),
+        mountpod: format!("{id}-v-a"),
+        // No owner: a made-up uid would have the garbage collector race the test.
+        mountpod_uid: String::new(),
+        source: format!("/var/lib/tessera/test/{id}-v").into(),
+        mountpoint: format!("/var/lib/tessera/mounts/{id}-v").into(),
+        capacity_bytes: 1 << 20,
+        capacity_file: format!("/var/lib/tessera/node/mounts/{id}-v.capacity").into(),
+        counters_file: format!("/var/lib/tessera/node/mounts/{id}-v.counters").into(),
+        read_only: false,
+        shared_backend: false,
+        options: vec![],
+        handoff: None,
+    };
+    let own = mount_pod(&template("tessera-system"), &spec);
+    let name = own.metadata.name.clone().unwrap();
+    let mine: Api<Pod> = Api::namespaced(agent.clone(), "tessera-system");
+    let elsewhere: Api<Pod> = Api::namespaced(agent.clone(), "default");
+    let code = |r: Result<(), kube::Error>| match r {
+        Ok(()) => 200,
+        Err(kube::Error::Api(s)) => s.code,
+        Err(e) => panic!("{e}"),
+    };
+    let pp = PatchParams::default();
+    let label = json!({"metadata": {"labels": {"x": "y"}}});
+    let mut wrong = Vec::new();
+    // RBAC may take a moment to be in force after the apply.
+    eventually(
+        Duration::from_secs(20),
+        "the agent creates its mount Pod",
+        || async {
+            match mine.create(&PostParams::default(), &own).await {
+                Ok(_) => Some(()),
+                Err(kube::Error::Api(s)) if s.code == 403 => None,
+                Err(e) => panic!("creating the mount Pod as the agent: {e}"),
+            }
+        },
+    )
+    .await;
+    let tries: Vec<(&str, u16, Result<(), kube::Error>)> = vec![
+        ("get its mount Pod", 200, mine.get(&name).await.map(drop)),
+        (
+            "list mount Pods",
+            200,
+            mine.list(&Default::default()).await.map(drop),
+        ),
+        (
+            "patch its mount Pod",
+            403,
+            mine.patch(&name, &pp, &Patch::Merge(&label))
+                .await
+                .map(drop),
+        ),
+        (
+            "patch a mount Pod's status",
+            403,
+            mine.patch_status(&name, &pp, &Patch::Merge(&label))
+                .await
+                .map(drop),
+        ),
+        (
+            "create a Pod in another namespace",
+            403,
+            elsewhere
+                .create(
+                    &PostParams::default(),
+                    &mount_pod(&template("default"), &spec),
+                )
+                .await
+                .map(drop),
+        ),
+        (
+            "list Pods in another namespace",
+            403,
+            elsewhere.list(&Default::default()).await.map(drop),
+        ),
+        (
+            "delete its mount Pod",
+            200,
+            mine.delete(&name, &Default::default()).await.map(drop),
+        ),
+    ];
+    for (what, want, res) in tries {
+        let got = code(res);
+        println!("agent: {what}: HTTP {got}");
+        if got != want {
+            wrong.push(format!("{what}: HTTP {got}, want {want}"));
+        }
+    }
+    // (`pods/exec` would be the Pod named exec to `kubectl auth can-i`: --subresource.)
+    for (verb, subresource, allowed) in [
+        ("watch", "", true),
+        ("update", "", false),
+        ("create", "exec", false),
+        ("create", "eviction", false),
+        ("patch", "status", false),
+    ] {
+        let out = support::kubectl()
+            .args(["auth", "can-i", verb, "pods", "-n", "tessera-system"])
+            .arg(format!("--subresource={subresource}"))
+            .args(["--as", NODE_SA, "--as-group", "system:serviceaccounts"])
+            .output()
+            .unwrap();
+        let got = String::from_utf8_lossy(&out.stdout).trim() == "yes";
+        println!(
+            "agent: {verb} pods {subresource}: {}",
+            if got { "yes" } else { "no" }
+        );
+        if got != allowed {
+            wrong.push(format!("agent {verb} pods {subresource}: {got}"));
+        }
+    }
+    // No kubelet confirms the deletion here (its node does not exist): remove it now.
+    let _ = Api::<Pod>::namespaced(client.clone(), "tessera-system")
+        .delete(&name, &kube::api::DeleteParams::default().grace_period(0))
+        .await;
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}

@@ -120,6 +120,8 @@ pub struct Target {
 pub struct Want {
     /// The MountPod's name.
     pub mountpod: String,
+    /// The MountPod's uid (the owner of its mount Pod); empty when not known.
+    pub mountpod_uid: String,
     /// The volume (one path component).
     pub volume: String,
     /// The volume's directory.
@@ -193,6 +195,7 @@ pub fn want(
     }
     let want = Want {
         mountpod: mountpod.to_string(),
+        mountpod_uid: String::new(),
         volume: volume.to_string(),
         mountpoint: config.mount_root.join(volume),
         source,
@@ -529,6 +532,8 @@ impl Host {
             .write_capacity(&want.volume, want.capacity_bytes)?;
         let spec = DaemonSpec {
             volume: want.volume.clone(),
+            mountpod: want.mountpod.clone(),
+            mountpod_uid: want.mountpod_uid.clone(),
             source: want.source.clone(),
             mountpoint: want.mountpoint.clone(),
             capacity_bytes: want.capacity_bytes,

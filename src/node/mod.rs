@@ -19,8 +19,10 @@
 //! |---|---|
 //! | [`agent`] | the watch, finalizer `tessera.io/mount`, status, Events, the health loop |
 //! | [`backoff`] | per-MountPod exponential backoff of failing mounts (no write storm) |
+//! | [`daemon_args`] | the command line of `tessera mount`, one builder for both mount modes |
 //! | [`host`] | the work on this host: start, adopt, repair + re-bind, online resize, remount, teardown, data removal |
 //! | [`mount_counters`] | the per-mount FUSE metrics, read from the daemons' counters files on each scrape |
+//! | [`pods`] | pod mode: each daemon in a mount Pod on this node (spec, state, create/find/delete) |
 //! | [`supervisor`] | daemon processes (spawn detached, liveness with pid-reuse check, signals, reaping) and the state directory |
 //!
 //! The mount table, the mount syscalls and path validation are [`crate::host`]'s,
@@ -42,9 +44,11 @@
 
 pub mod agent;
 pub mod backoff;
+pub mod daemon_args;
 pub mod holder;
 pub mod host;
 pub mod mount_counters;
+pub mod pods;
 pub mod supervisor;
 
 use std::net::SocketAddr;
@@ -52,8 +56,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::Client;
-use tracing::warn;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Api, Client};
+use tracing::{info, warn};
 
 use crate::host::mounts::HostMounts;
 use crate::host::paths;
@@ -102,9 +107,35 @@ pub struct NodeArgs {
     /// How long a new daemon may take before its mount answers.
     #[arg(long, default_value_t = 30)]
     pub start_timeout_seconds: u64,
+    /// Where the FUSE daemons run: `process`, as `setsid` children of the agent (bare
+    /// hosts, and tests without nodes); `pod`, each in a mount Pod on this node, so
+    /// that a restart or rollout of the agent's container touches no mount (the
+    /// DaemonSet in `config/`, which then needs `hostPID`).
+    #[arg(long, value_enum, default_value_t = MountMode::Process)]
+    pub mount_mode: MountMode,
+    /// Image of the mount Pods. Default: the image of the agent's own container
+    /// (read from its Pod, `POD_NAME`), so `kustomize edit set image` and the Helm
+    /// chart's image move both together.
+    #[arg(long, env = "MOUNT_IMAGE")]
+    pub mount_image: Option<String>,
+    /// Namespace of the mount Pods: the agent's own.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "tessera-system")]
+    pub mount_namespace: String,
+    /// The agent's own Pod (its image is the mount Pods' by default).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
     /// The backend roots MountPods may name (the node administrator's).
     #[command(flatten)]
     pub roots: RootArgs,
+}
+
+/// Where the FUSE daemons run.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountMode {
+    /// `setsid` children of the agent.
+    Process,
+    /// One mount Pod per MountPod.
+    Pod,
 }
 
 pub use crate::labels::Labels;
@@ -169,17 +200,25 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
     let state = supervisor::StateDir::open(&state_dir)?;
     // The fd holder: daemons hand it their /dev/fuse descriptors, so one that dies is
     // taken over by a successor instead of remounted. Without it, repairs remount.
-    let holder = holder::HolderProcess::new(
-        PathBuf::from("/proc/self/exe"),
-        state.holder_socket(),
-        state.log_file("_fd-holder"),
-    );
-    let holder = match holder.ensure() {
-        Ok(()) => Some(Arc::new(holder)),
-        Err(e) => {
-            warn!(socket = %state.holder_socket().display(), error = %e, "no fd holder: crashed daemons are repaired by remounting");
-            None
+    // Process mode only, for now: in pod mode the kubelet restarts a dead daemon's
+    // container on its own and the agent replaces the mount Pod, neither of which is
+    // a takeover yet (docs/handoff.md), so mount Pods repair by remounting.
+    let holder = match args.mount_mode {
+        MountMode::Process => {
+            let holder = holder::HolderProcess::new(
+                PathBuf::from("/proc/self/exe"),
+                state.holder_socket(),
+                state.log_file("_fd-holder"),
+            );
+            match holder.ensure() {
+                Ok(()) => Some(Arc::new(holder)),
+                Err(e) => {
+                    warn!(socket = %state.holder_socket().display(), error = %e, "no fd holder: crashed daemons are repaired by remounting");
+                    None
+                }
+            }
         }
+        MountMode::Pod => None,
     };
     Ok(Host {
         config: host::Config {
@@ -200,9 +239,68 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
     })
 }
 
+/// In pod mode, replace `host`'s daemons by mount Pods: the image is `--mount-image`
+/// or the agent's own (its Pod's container that runs `node`, with its pull policy).
+pub async fn use_mount_pods(
+    args: &NodeArgs,
+    client: &Client,
+    host: &mut Host,
+) -> Result<(), Error> {
+    if args.mount_mode != MountMode::Pod {
+        return Ok(());
+    }
+    let invalid = |message: String| Error::InvalidArg {
+        arg: "mount-image",
+        message,
+    };
+    let (image, pull_policy) = match &args.mount_image {
+        Some(image) => (image.clone(), None),
+        None => {
+            let Some(own) = &args.pod_name else {
+                return Err(invalid(
+                    "not given, and POD_NAME does not name the agent's Pod to take it from".into(),
+                ));
+            };
+            let pod = Api::<Pod>::namespaced(client.clone(), &args.mount_namespace)
+                .get(own)
+                .await
+                .map_err(|e| invalid(format!("reading the agent's Pod {own}: {e}")))?;
+            let c = pod
+                .spec
+                .iter()
+                .flat_map(|s| &s.containers)
+                .find(|c| c.args.iter().flatten().next().map(String::as_str) == Some("node"))
+                .ok_or_else(|| invalid(format!("no container of Pod {own} runs `node`")))?;
+            let image = c
+                .image
+                .clone()
+                .ok_or_else(|| invalid(format!("the agent's container in {own} names no image")))?;
+            (image, c.image_pull_policy.clone())
+        }
+    };
+    info!(%image, namespace = %args.mount_namespace, "pod mode: each mount in a mount Pod");
+    let template = pods::Template {
+        namespace: args.mount_namespace.clone(),
+        node: args.node_name.clone(),
+        image,
+        pull_policy,
+        mount_root: host.config.mount_root.clone(),
+        state_dir: host.state.root().to_path_buf(),
+        termination_grace_seconds: 30,
+    };
+    host.daemons = Arc::new(pods::PodDaemons::new(
+        client.clone(),
+        tokio::runtime::Handle::current(),
+        template,
+        host.config.start_timeout,
+    ));
+    Ok(())
+}
+
 /// Run the agent of `args.node_name` over `host` until the future is dropped. The
 /// FUSE daemons keep running when the agent stops; the next agent adopts them.
 pub async fn run_agent(args: &NodeArgs, client: Client, metrics: Arc<Metrics>, host: Arc<Host>) {
+    let mount_pods = (args.mount_mode == MountMode::Pod).then(|| args.mount_namespace.clone());
     agent::run(
         client,
         metrics,
@@ -210,6 +308,7 @@ pub async fn run_agent(args: &NodeArgs, client: Client, metrics: Arc<Metrics>, h
         args.node_name.clone(),
         args.watch_selector.clone().unwrap_or_default(),
         Duration::from_millis(args.health_interval_ms.max(10)),
+        mount_pods,
     )
     .await
 }
@@ -242,5 +341,8 @@ mod tests {
         assert_eq!(cli.node.kubelet_dir, PathBuf::from("/var/lib/kubelet"));
         assert_eq!(cli.node.metrics_addr.port(), 8081);
         assert_eq!(cli.node.health_interval_ms, 500);
+        assert_eq!(cli.node.mount_mode, MountMode::Process);
+        let cli = Cli::try_parse_from(["t", "--node-name", "n1", "--mount-mode=pod"]).unwrap();
+        assert_eq!(cli.node.mount_mode, MountMode::Pod);
     }
 }

@@ -65,6 +65,14 @@ pub enum Error {
         /// Why not.
         errno: nix::errno::Errno,
     },
+    /// A mount Pod (pod mode) could not be created, started or deleted.
+    #[error("mount Pod {name}: {message}")]
+    MountPod {
+        /// The Pod.
+        name: String,
+        /// What went wrong, in words (the container's last error when known).
+        message: String,
+    },
     /// The daemon did not exit after SIGKILL.
     #[error("fuse daemon {pid} did not exit after SIGKILL")]
     Unkillable {
@@ -78,6 +86,10 @@ pub enum Error {
 pub struct DaemonSpec {
     /// The volume (names the log, capacity and record files).
     pub volume: String,
+    /// The MountPod served (a mount Pod's owner).
+    pub mountpod: String,
+    /// Its uid (empty when unknown: a mount Pod then has no owner reference).
+    pub mountpod_uid: String,
     /// The volume's directory.
     pub source: PathBuf,
     /// Where to mount.
@@ -215,32 +227,7 @@ impl Daemons for HostDaemons {
         if let Ok(exe) = std::env::current_exe() {
             cmd.arg0(exe);
         }
-        cmd.arg("mount")
-            .arg("--source")
-            .arg(&spec.source)
-            .arg("--mountpoint")
-            .arg(&spec.mountpoint)
-            .arg("--capacity-bytes")
-            .arg(spec.capacity_bytes.to_string())
-            .arg("--capacity-file")
-            .arg(&spec.capacity_file)
-            .arg("--counters-file")
-            .arg(&spec.counters_file);
-        if spec.read_only {
-            cmd.arg("--read-only");
-        }
-        if spec.shared_backend {
-            cmd.arg("--shared-backend");
-        }
-        if !spec.options.is_empty() {
-            cmd.arg(format!("--options={}", spec.options.join(",")));
-        }
-        if let Some((holder, state)) = &spec.handoff {
-            cmd.arg("--holder")
-                .arg(holder)
-                .arg("--handoff-state")
-                .arg(state);
-        }
+        cmd.args(super::daemon_args::mount_args(spec));
         cmd.stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -272,19 +259,7 @@ impl Daemons for HostDaemons {
         if let Some(status) = self.exit_of(daemon.pid) {
             return Liveness::Exited(describe_exit(status));
         }
-        match proc_stat(daemon.pid) {
-            None => Liveness::Exited("fuse daemon exited".into()),
-            Some((state, _)) if state == 'Z' || state == 'X' => {
-                Liveness::Exited("fuse daemon exited".into())
-            }
-            Some((_, ticks)) if ticks != daemon.start_ticks => Liveness::Exited(
-                "fuse daemon exited (its pid now belongs to another process)".into(),
-            ),
-            Some(_) if !is_mount_daemon(daemon.pid, mountpoint) => {
-                Liveness::Exited("fuse daemon exited (its pid now runs another program)".into())
-            }
-            Some(_) => Liveness::Running,
-        }
+        proc_liveness(daemon, mountpoint)
     }
 
     fn signal(&self, daemon: Daemon, mountpoint: &Path, signal: Signal) -> Result<(), Error> {
@@ -311,6 +286,24 @@ impl Daemons for HostDaemons {
             children.remove(&pid);
             exits.insert(pid, status);
         }
+    }
+}
+
+/// Whether `daemon` runs, from `/proc` alone (a daemon that is not this process's
+/// child: adopted, or in a mount Pod).
+pub fn proc_liveness(daemon: Daemon, mountpoint: &Path) -> Liveness {
+    match proc_stat(daemon.pid) {
+        None => Liveness::Exited("fuse daemon exited".into()),
+        Some((state, _)) if state == 'Z' || state == 'X' => {
+            Liveness::Exited("fuse daemon exited".into())
+        }
+        Some((_, ticks)) if ticks != daemon.start_ticks => {
+            Liveness::Exited("fuse daemon exited (its pid now belongs to another process)".into())
+        }
+        Some(_) if !is_mount_daemon(daemon.pid, mountpoint) => {
+            Liveness::Exited("fuse daemon exited (its pid now runs another program)".into())
+        }
+        Some(_) => Liveness::Running,
     }
 }
 
@@ -437,6 +430,11 @@ impl StateDir {
         Ok(StateDir {
             root: root.to_path_buf(),
         })
+    }
+
+    /// The directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
     }
 
     fn record_path(&self, volume: &str) -> PathBuf {
@@ -713,6 +711,8 @@ mod tests {
         let daemons = HostDaemons::new("/bin/sleep".into());
         let spec = DaemonSpec {
             volume: "v".into(),
+            mountpod: "v-1".into(),
+            mountpod_uid: String::new(),
             source: dir.path().join("src"),
             mountpoint: dir.path().join("mnt"),
             capacity_bytes: 1,

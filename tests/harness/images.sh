@@ -69,6 +69,8 @@ build_tessera() {
   [[ -x "$bin" ]] || die "$bin missing"
   local libs=()
   mapfile -t libs < <(lib_args "$bin")
+  # The node agent's image is also its mount Pods' (pod mode: `tessera mount` as the
+  # container's args, the entrypoint being /usr/bin/tessera); in process mode
   # /proc/self/exe re-executes the binary for `tessera mount`; /tmp for the
   # readOnlyRootFilesystem controller is not needed (it writes nothing).
   img --name "$REG/tessera:0.1.0" --out "$IMAGES/tessera.tar" --file "$bin:/usr/bin/tessera:755" \

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::channel::mpsc;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -81,6 +82,7 @@ pub async fn run(
     node: String,
     selector: Labels,
     health_interval: Duration,
+    mount_pods: Option<String>,
 ) {
     let mut labels = selector.0.clone();
     labels.insert(crate::api::LABEL_NODE.into(), node.clone());
@@ -103,7 +105,20 @@ pub async fn run(
         backoff: Default::default(),
     });
     let (trigger, triggered) = mpsc::unbounded();
-    let controller = Controller::new(api, wc).reconcile_on(triggered);
+    let mut controller = Controller::new(api, wc).reconcile_on(triggered);
+    if let Some(namespace) = mount_pods {
+        // Pod mode: a change of a mount Pod reconciles its MountPod (its owner).
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+        let pwc = watcher::Config::default()
+            .labels(&crate::node::pods::spec::selector())
+            .fields(&format!("spec.nodeName={}", ctx.node));
+        controller = controller.watches(pods, pwc, |pod: Pod| {
+            pod.owner_references()
+                .iter()
+                .find(|o| o.kind == "MountPod" && o.controller == Some(true))
+                .map(|o| ObjectRef::new(&o.name))
+        });
+    }
     let store = controller.store();
     let health = health_loop(ctx.clone(), store.clone(), trigger, health_interval);
     let ready = {
@@ -213,10 +228,11 @@ async fn refuse(mp: &MountPod, ctx: &Context, msg: String) -> Result<Action, Err
 async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     let name = mp.name_any();
     let mut current = mp.status.clone().unwrap_or_default();
-    let (want, refused) = match host::want(&name, &mp.spec, &ctx.host.config) {
+    let (mut want, refused) = match host::want(&name, &mp.spec, &ctx.host.config) {
         Ok(w) => w,
         Err(msg) => return refuse(mp, ctx, msg).await,
     };
+    want.mountpod_uid = mp.uid().unwrap_or_default();
     let prev = mp.status.clone().unwrap_or_default();
     let now = jiff::Timestamp::now();
     let (tx, mut rx) = mpsc::unbounded();

@@ -344,6 +344,8 @@ fn rebinds_references_left_on_an_earlier_instance() {
     s.host.mounts.unmount_lazy(&s.mountpoint()).unwrap();
     let spec = DaemonSpec {
         volume: "vol1".into(),
+        mountpod: "vol1-abc".into(),
+        mountpod_uid: String::new(),
         source: want.source.clone(),
         mountpoint: want.mountpoint.clone(),
         capacity_bytes: 1000,

@@ -1,0 +1,375 @@
+//! Pod mode: each MountPod of this node is served by a real mount Pod (image:
+//! Tessera's own, `tessera mount …`), so that the daemons live outside the agent's
+//! container: a restart or a rollout of the agent touches no mount.
+//!
+//! ```text
+//!  host::Host ──Daemons──▶ PodDaemons
+//!    start   create Pod <pod_name(volume, node)> (spec::mount_pod), a leftover of
+//!            the same name deleted first; then find its daemon in /proc (hostPID):
+//!            `tessera mount … --mountpoint M` in a cgroup of the Pod's uid ──▶ Daemon
+//!            (a failed Pod: its container's last error, state::pod_state)
+//!    liveness/signal   /proc, pid + start time + command line, as in process mode
+//!    stop    delete the Pod with the grace asked (the kubelet sends SIGTERM: the
+//!            daemon unmounts), wait until both the process and the Pod are gone
+//! ```
+//!
+//! The agent adopts a running daemon from its record after a restart as in process
+//! mode: the Pod is not touched. A daemon that died (crash, Pod deleted) is a broken
+//! mount: the repair deletes the Pod and creates it again, then re-binds. The agent
+//! needs `hostPID` to see the daemons; the Pods are owned by their MountPod, so the
+//! garbage collector removes one whose MountPod is gone.
+
+pub mod spec;
+pub mod state;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::{Client, ResourceExt};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tracing::{info, warn};
+
+use super::supervisor::{
+    self, Daemon, DaemonSpec, Daemons, Liveness, is_mount_daemon, proc_liveness, proc_stat,
+};
+pub use spec::Template;
+use state::PodState;
+
+/// How long one API call of the blocking side may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Daemons in mount Pods. Its methods block (the agent calls them on the blocking
+/// pool) and reach the API server through `rt`.
+pub struct PodDaemons {
+    pods: Api<Pod>,
+    rt: tokio::runtime::Handle,
+    template: Template,
+    start_timeout: Duration,
+}
+
+fn pod_err(name: &str, message: impl Into<String>) -> supervisor::Error {
+    supervisor::Error::MountPod {
+        name: name.to_string(),
+        message: message.into(),
+    }
+}
+
+impl PodDaemons {
+    /// Mount Pods from `template`, created through `client` on the runtime `rt`.
+    pub fn new(
+        client: Client,
+        rt: tokio::runtime::Handle,
+        template: Template,
+        start_timeout: Duration,
+    ) -> Self {
+        PodDaemons {
+            pods: Api::namespaced(client, &template.namespace),
+            rt,
+            template,
+            start_timeout,
+        }
+    }
+
+    fn call<T>(
+        &self,
+        name: &str,
+        fut: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, supervisor::Error> {
+        self.rt
+            .block_on(async { tokio::time::timeout(CALL_TIMEOUT, fut).await })
+            .map_err(|_| pod_err(name, "the API server did not answer in time"))?
+            .map_err(|e| pod_err(name, crate::runtime::error_chain(&e)))
+    }
+
+    fn get(&self, name: &str) -> Result<Option<Pod>, supervisor::Error> {
+        self.call(name, self.pods.get_opt(name))
+    }
+
+    /// Delete `name` (if there) with `grace`; `Some(uid)` of the Pod being deleted.
+    fn delete(&self, name: &str, grace: Duration) -> Result<(), supervisor::Error> {
+        let dp = DeleteParams {
+            grace_period_seconds: Some(grace.as_secs() as u32),
+            ..DeleteParams::default()
+        };
+        match self.rt.block_on(async {
+            tokio::time::timeout(CALL_TIMEOUT, self.pods.delete(name, &dp)).await
+        }) {
+            Err(_) => Err(pod_err(name, "the API server did not answer in time")),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => Ok(()),
+            Ok(Err(e)) => Err(pod_err(name, crate::runtime::error_chain(&e))),
+        }
+    }
+
+    /// Delete `name` and wait until it is gone from the API server (the kubelet has
+    /// stopped its container), and `daemon` with it. Past `grace` + 5 s a daemon still
+    /// running is killed, and a Pod whose process is gone is removed at once (a
+    /// kubelet that does not answer).
+    fn remove(
+        &self,
+        name: &str,
+        daemon: Option<(Daemon, &Path)>,
+        grace: Duration,
+    ) -> Result<(), supervisor::Error> {
+        self.delete(name, grace)?;
+        let begun = Instant::now();
+        let firm = grace + Duration::from_secs(5);
+        let mut forced = false;
+        let mut told = None;
+        loop {
+            let running = daemon.is_some_and(|(d, m)| proc_liveness(d, m) == Liveness::Running);
+            let pod = self.get(name)?;
+            // How the container ended, once the kubelet says (with its log's last lines:
+            // FallbackToLogsOnError): the Pod and its log are about to go.
+            if let Some(e) = pod.as_ref().and_then(state::last_error)
+                && told.as_ref() != Some(&e)
+            {
+                info!(pod = name, ended = %e, "mount Pod's container ended");
+                told = Some(e);
+            }
+            let there = pod.is_some();
+            if !running && !there {
+                return Ok(());
+            }
+            if begun.elapsed() >= firm && !forced {
+                forced = true;
+                if let Some((d, _)) = daemon.filter(|_| running) {
+                    warn!(
+                        pod = name,
+                        pid = d.pid,
+                        "mount Pod did not stop in time; SIGKILL"
+                    );
+                    let _ = kill(Pid::from_raw(d.pid), Signal::SIGKILL);
+                }
+                if there {
+                    warn!(
+                        pod = name,
+                        "mount Pod still there; deleting it without grace"
+                    );
+                    self.delete(name, Duration::ZERO)?;
+                }
+            }
+            if begun.elapsed() >= firm + Duration::from_secs(25) {
+                return Err(match daemon.filter(|_| running) {
+                    Some((d, _)) => supervisor::Error::Unkillable { pid: d.pid },
+                    None => pod_err(name, "still not deleted"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The Pod's uid once created: a Pod of the same name left over (its daemon no
+    /// longer recorded, or a repair racing the kubelet) is deleted first.
+    fn create(
+        &self,
+        name: &str,
+        pod: &Pod,
+        deadline: Instant,
+    ) -> Result<String, supervisor::Error> {
+        loop {
+            let created = self.rt.block_on(async {
+                tokio::time::timeout(CALL_TIMEOUT, self.pods.create(&PostParams::default(), pod))
+                    .await
+            });
+            match created {
+                Err(_) => return Err(pod_err(name, "the API server did not answer in time")),
+                Ok(Ok(p)) => return Ok(p.uid().unwrap_or_default()),
+                Ok(Err(kube::Error::Api(s))) if s.code == 409 => {
+                    info!(
+                        pod = name,
+                        "a mount Pod of this name is left over; replacing it"
+                    );
+                    self.remove(name, None, Duration::from_secs(2))?;
+                }
+                Ok(Err(e)) => return Err(pod_err(name, crate::runtime::error_chain(&e))),
+            }
+            if Instant::now() >= deadline {
+                return Err(pod_err(name, "a Pod of this name is still being deleted"));
+            }
+        }
+    }
+}
+
+impl Daemons for PodDaemons {
+    fn start(&self, spec: &DaemonSpec, _log: &Path) -> Result<Daemon, supervisor::Error> {
+        let pod = spec::mount_pod(&self.template, spec);
+        let name = pod.name_any();
+        let deadline = Instant::now() + self.start_timeout;
+        let uid = self.create(&name, &pod, deadline)?;
+        info!(pod = %name, uid = %uid, "mount Pod created");
+        let mut next_look = Instant::now();
+        loop {
+            if let Some(d) = find_daemon(&uid, &spec.mountpoint) {
+                return Ok(d);
+            }
+            let now = Instant::now();
+            if now >= next_look {
+                next_look = now + Duration::from_millis(500);
+                let p = self.get(&name)?;
+                match p {
+                    None => return Err(pod_err(&name, "deleted while starting")),
+                    Some(p) if p.uid().as_deref() != Some(uid.as_str()) => {
+                        return Err(pod_err(&name, "replaced while starting"));
+                    }
+                    Some(p) => match state::pod_state(&p) {
+                        PodState::Failed(why) => return Err(pod_err(&name, why)),
+                        PodState::Starting(why) if now >= deadline => {
+                            return Err(pod_err(
+                                &name,
+                                format!("did not start within {:?}: {why}", self.start_timeout),
+                            ));
+                        }
+                        _ if now >= deadline => {
+                            return Err(pod_err(
+                                &name,
+                                format!(
+                                    "runs, but no `tessera mount` of {} is visible in /proc (does the agent run with hostPID?)",
+                                    spec.mountpoint.display()
+                                ),
+                            ));
+                        }
+                        _ => {}
+                    },
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn liveness(&self, daemon: Daemon, mountpoint: &Path) -> Liveness {
+        match proc_liveness(daemon, mountpoint) {
+            Liveness::Running => Liveness::Running,
+            Liveness::Exited(why) => {
+                let name = spec::pod_name(&spec::volume_of(mountpoint), &self.template.node);
+                let detail = match self.get(&name) {
+                    Ok(Some(p)) => state::last_error(&p),
+                    Ok(None) => Some(format!("mount Pod {name} is gone")),
+                    Err(_) => None,
+                };
+                Liveness::Exited(match detail {
+                    Some(d) => format!("{why}; {d}"),
+                    None => why,
+                })
+            }
+        }
+    }
+
+    fn signal(
+        &self,
+        daemon: Daemon,
+        mountpoint: &Path,
+        signal: Signal,
+    ) -> Result<(), supervisor::Error> {
+        if proc_liveness(daemon, mountpoint) != Liveness::Running {
+            return Ok(());
+        }
+        kill(Pid::from_raw(daemon.pid), signal).map_err(|errno| supervisor::Error::Signal {
+            pid: daemon.pid,
+            signal,
+            errno,
+        })
+    }
+
+    /// Delete the mount Pod (a dead daemon's too: the kubelet would restart it).
+    fn stop(
+        &self,
+        daemon: Daemon,
+        mountpoint: &Path,
+        grace: Duration,
+    ) -> Result<(), supervisor::Error> {
+        let name = spec::pod_name(&spec::volume_of(mountpoint), &self.template.node);
+        self.remove(&name, Some((daemon, mountpoint)), grace)
+    }
+
+    /// The kubelet's runtime reaps the daemons.
+    fn reap(&self) {}
+}
+
+/// The daemon of the Pod `uid` serving `mountpoint`, found in `/proc` (the agent runs
+/// with the host's PID namespace).
+fn find_daemon(uid: &str, mountpoint: &Path) -> Option<Daemon> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if !is_mount_daemon(pid, mountpoint) {
+            continue;
+        }
+        let Ok(cgroup) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+            continue;
+        };
+        if !cgroup_of_pod(&cgroup, uid) {
+            continue;
+        }
+        if let Some((state, start_ticks)) = proc_stat(pid)
+            && state != 'Z'
+            && state != 'X'
+        {
+            return Some(Daemon { pid, start_ticks });
+        }
+    }
+    None
+}
+
+/// Whether a `/proc/<pid>/cgroup` text places the process in the Pod `uid`: the
+/// kubelet names a Pod's cgroup `pod<uid>` (cgroupfs driver) or
+/// `kubepods-…-pod<uid with _>.slice` (systemd driver).
+fn cgroup_of_pod(text: &str, uid: &str) -> bool {
+    if uid.is_empty() {
+        return false;
+    }
+    let systemd = uid.replace('-', "_");
+    text.lines().any(|l| {
+        l.split('/').any(|c| {
+            c.strip_prefix("pod") == Some(uid)
+                || (c.ends_with(".slice") && c.contains(&format!("pod{systemd}.slice")))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_pod_in_a_cgroup_path() {
+        let uid = "3f0c7c1e-1b7a-4e6b-9d2d-0a1b2c3d4e5f";
+        let table = [
+            (
+                "0::/kubepods/burstable/pod3f0c7c1e-1b7a-4e6b-9d2d-0a1b2c3d4e5f/abc123\n",
+                true,
+            ),
+            (
+                "0::/../../burstable/pod3f0c7c1e-1b7a-4e6b-9d2d-0a1b2c3d4e5f/abc123\n",
+                true,
+            ),
+            (
+                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod3f0c7c1e_1b7a_4e6b_9d2d_0a1b2c3d4e5f.slice/cri-containerd-abc.scope\n",
+                true,
+            ),
+            (
+                "12:pids:/kubepods/pod3f0c7c1e-1b7a-4e6b-9d2d-0a1b2c3d4e5f/x\n1:name=systemd:/\n",
+                true,
+            ),
+            (
+                "0::/kubepods/burstable/pod3f0c7c1e-1b7a-4e6b-9d2d-0a1b2c3d4e5e/abc\n",
+                false,
+            ),
+            ("0::/kubepods/burstable/pod3f0c7c1e/abc\n", false),
+            ("0::/\n", false),
+        ];
+        for (text, want) in table {
+            assert_eq!(cgroup_of_pod(text, uid), want, "{text}");
+        }
+        assert!(!cgroup_of_pod("0::/kubepods/pod/x", ""));
+    }
+}

@@ -1,0 +1,348 @@
+//! The mount Pod of one MountPod, built without I/O: what the agent creates in pod
+//! mode (see [`super`]). Every setting a daemon gets from the agent is here.
+//!
+//! ```text
+//!  Template (agent: namespace, node, image, paths) ─┐
+//!  DaemonSpec (host::start) ─────────────────────────┴─ mount_pod() ─▶ Pod
+//!     name        pod_name(volume, node): the MountPod's name, DNS-valid, ≤ 253
+//!     owner       the MountPod (controller), so deleting it deletes the Pod
+//!     container   `tessera mount …` = daemon_args::mount_args, privileged, /dev/fuse
+//!     hostPaths   mount root (Bidirectional), state dir, backend root (HostToContainer)
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, HostPathVolumeSource, Pod, PodSpec, ResourceRequirements, SecurityContext,
+    Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::node::daemon_args::mount_args_strings;
+use crate::node::supervisor::DaemonSpec;
+
+/// `app.kubernetes.io/component` of every mount Pod (the agent's watch selects on it).
+pub const COMPONENT: &str = "mount";
+/// The mount Pod's one container.
+pub const CONTAINER: &str = "tessera-mount";
+/// Annotation naming the MountPod a mount Pod serves.
+pub const ANNOTATION_MOUNTPOD: &str = "tessera.io/mountpod";
+
+/// What every mount Pod of this agent shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    /// The agent's namespace.
+    pub namespace: String,
+    /// This node.
+    pub node: String,
+    /// The image (the agent's own unless `--mount-image` says otherwise).
+    pub image: String,
+    /// Its pull policy (the agent's own; `None`: the cluster's default).
+    pub pull_policy: Option<String>,
+    /// `<mount root>/<volume>` is where daemons mount.
+    pub mount_root: PathBuf,
+    /// The agent's state directory (capacity and counters files, and the takeover
+    /// socket and state to come).
+    pub state_dir: PathBuf,
+    /// Seconds between SIGTERM and SIGKILL when a mount Pod is deleted without a grace
+    /// of its own (owner GC): time for the daemon to unmount.
+    pub termination_grace_seconds: i64,
+}
+
+/// The label selector of this agent's mount Pods (with `spec.nodeName` as field selector).
+pub fn selector() -> String {
+    format!("app.kubernetes.io/name=tessera,app.kubernetes.io/component={COMPONENT}")
+}
+
+/// The mount Pod's name: the MountPod's (`api::mountpod_name(volume, node)`), with
+/// anything a Pod name cannot hold replaced, so every volume name makes a valid one.
+pub fn pod_name(volume: &str, node: &str) -> String {
+    let clean: String = volume
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' | '.' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '-',
+        })
+        .collect();
+    let clean = clean.trim_start_matches(['-', '.']);
+    let clean = if clean.is_empty() { "v" } else { clean };
+    crate::api::mountpod_name(clean, node)
+}
+
+/// The volume a mount point `<mount root>/<volume>` serves.
+pub fn volume_of(mountpoint: &Path) -> String {
+    mountpoint
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn host_path(name: &str, path: &Path, type_: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.display().to_string(),
+            type_: Some(type_.into()),
+        }),
+        ..Volume::default()
+    }
+}
+
+fn mount(name: &str, path: &Path, propagation: Option<&str>) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.display().to_string(),
+        mount_propagation: propagation.map(Into::into),
+        ..VolumeMount::default()
+    }
+}
+
+/// The mount Pod serving `spec` on `t.node`.
+pub fn mount_pod(t: &Template, spec: &DaemonSpec) -> Pod {
+    let backend_root = spec.source.parent().unwrap_or(Path::new("/"));
+    let labels = BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "tessera".to_string()),
+        ("app.kubernetes.io/component".into(), COMPONENT.into()),
+    ]);
+    let owner = (!spec.mountpod_uid.is_empty()).then(|| {
+        vec![OwnerReference {
+            api_version: "tessera.io/v1alpha1".into(),
+            kind: "MountPod".into(),
+            name: spec.mountpod.clone(),
+            uid: spec.mountpod_uid.clone(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }]
+    });
+    let requests = BTreeMap::from([
+        ("cpu".to_string(), Quantity("10m".into())),
+        ("memory".to_string(), Quantity("32Mi".into())),
+    ]);
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(&spec.volume, &t.node)),
+            namespace: Some(t.namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([(
+                ANNOTATION_MOUNTPOD.to_string(),
+                spec.mountpod.clone(),
+            )])),
+            owner_references: owner,
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some(t.node.clone()),
+            restart_policy: Some("Always".into()),
+            priority_class_name: Some("system-node-critical".into()),
+            // Like the agent's: a volume is served wherever a Pod needs it.
+            tolerations: Some(vec![Toleration {
+                operator: Some("Exists".into()),
+                ..Toleration::default()
+            }]),
+            // The daemon talks to no API server.
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(t.termination_grace_seconds),
+            containers: vec![Container {
+                name: CONTAINER.into(),
+                image: Some(t.image.clone()),
+                image_pull_policy: t.pull_policy.clone(),
+                // The image's entrypoint is `tessera`.
+                args: Some(mount_args_strings(spec)),
+                // A failed daemon's last log lines become its terminated message, and
+                // so the MountPod's lastError.
+                termination_message_policy: Some("FallbackToLogsOnError".into()),
+                env: Some(vec![EnvVar {
+                    name: "NO_COLOR".into(),
+                    value: Some("1".into()),
+                    ..EnvVar::default()
+                }]),
+                // FUSE mounts need CAP_SYS_ADMIN and /dev/fuse, and Bidirectional
+                // propagation is allowed to privileged containers only.
+                security_context: Some(SecurityContext {
+                    privileged: Some(true),
+                    ..SecurityContext::default()
+                }),
+                // No limits: a limit reached would kill the data path of a volume.
+                resources: Some(ResourceRequirements {
+                    requests: Some(requests),
+                    ..ResourceRequirements::default()
+                }),
+                volume_mounts: Some(vec![
+                    mount("mounts", &t.mount_root, Some("Bidirectional")),
+                    mount("state", &t.state_dir, None),
+                    mount("backend", backend_root, Some("HostToContainer")),
+                    mount("fuse", Path::new("/dev/fuse"), None),
+                ]),
+                ..Container::default()
+            }],
+            volumes: Some(vec![
+                host_path("mounts", &t.mount_root, "DirectoryOrCreate"),
+                host_path("state", &t.state_dir, "DirectoryOrCreate"),
+                host_path("backend", backend_root, "Directory"),
+                host_path("fuse", Path::new("/dev/fuse"), "CharDevice"),
+            ]),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::daemon_args::tests::spec;
+
+    fn template() -> Template {
+        Template {
+            namespace: "tessera-system".into(),
+            node: "n1".into(),
+            image: "reg/tessera:1".into(),
+            pull_policy: Some("Never".into()),
+            mount_root: "/var/lib/tessera/mounts".into(),
+            state_dir: "/var/lib/tessera/node".into(),
+            termination_grace_seconds: 30,
+        }
+    }
+
+    fn valid_pod_name(n: &str) -> bool {
+        n.len() <= 253
+            && n.split('.').all(|l| {
+                !l.is_empty()
+                    && l.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+            })
+    }
+
+    #[test]
+    fn names_are_the_mountpods_and_always_valid() {
+        let long = "x".repeat(300);
+        let table = [
+            (
+                "pvc-1",
+                "n1",
+                Some(crate::api::mountpod_name("pvc-1", "n1")),
+            ),
+            ("pvc-1", "n2", None),
+            ("Vol_ume", "n1", None),
+            ("-.x", "n1", None),
+            ("___", "n1", None),
+            (long.as_str(), "n1", None),
+        ];
+        for (volume, node, exact) in table {
+            let n = pod_name(volume, node);
+            assert!(valid_pod_name(&n), "{volume:?} → {n:?}");
+            if let Some(e) = exact {
+                assert_eq!(n, e);
+            }
+        }
+        assert_ne!(pod_name("v", "n1"), pod_name("v", "n2"), "one per node");
+        assert_eq!(volume_of(Path::new("/m/pvc-1")), "pvc-1");
+    }
+
+    #[test]
+    fn the_pod_runs_the_daemon_as_process_mode_would() {
+        let t = template();
+        let mut s = spec();
+        s.read_only = true;
+        let pod = mount_pod(&t, &s);
+        let meta = &pod.metadata;
+        assert_eq!(meta.name.as_deref(), Some(pod_name("v", "n1").as_str()));
+        assert_eq!(meta.namespace.as_deref(), Some("tessera-system"));
+        let owner = &meta.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("MountPod", "v-1", "uid-1")
+        );
+        assert_eq!(owner.controller, Some(true));
+        let ps = pod.spec.as_ref().unwrap();
+        assert_eq!(ps.node_name.as_deref(), Some("n1"));
+        assert_eq!(ps.restart_policy.as_deref(), Some("Always"));
+        assert_eq!(
+            ps.priority_class_name.as_deref(),
+            Some("system-node-critical")
+        );
+        assert_eq!(ps.automount_service_account_token, Some(false));
+        assert_eq!(
+            ps.tolerations.as_ref().unwrap()[0].operator.as_deref(),
+            Some("Exists")
+        );
+        let c = &ps.containers[0];
+        assert_eq!(c.image.as_deref(), Some("reg/tessera:1"));
+        assert_eq!(c.image_pull_policy.as_deref(), Some("Never"));
+        assert_eq!(c.args.as_ref().unwrap(), &mount_args_strings(&s));
+        assert_eq!(c.command, None, "the image's entrypoint, tessera");
+        assert_eq!(
+            c.termination_message_policy.as_deref(),
+            Some("FallbackToLogsOnError")
+        );
+        assert_eq!(c.security_context.as_ref().unwrap().privileged, Some(true));
+        assert!(c.resources.as_ref().unwrap().limits.is_none());
+        // Every path the arguments name is inside a hostPath, at the same path.
+        let mounts: Vec<(String, Option<String>)> = c
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|m| (m.mount_path.clone(), m.mount_propagation.clone()))
+            .collect();
+        let want = |p: &str, prop: Option<&str>| (p.to_string(), prop.map(String::from));
+        assert_eq!(
+            mounts,
+            vec![
+                want("/var/lib/tessera/mounts", Some("Bidirectional")),
+                want("/var/lib/tessera/node", None),
+                want("/b", Some("HostToContainer")),
+                want("/dev/fuse", None),
+            ]
+        );
+        let volumes = ps.volumes.as_ref().unwrap();
+        for (m, v) in c.volume_mounts.as_ref().unwrap().iter().zip(volumes) {
+            assert_eq!(m.name, v.name);
+            assert_eq!(v.host_path.as_ref().unwrap().path, m.mount_path);
+        }
+    }
+
+    #[test]
+    fn every_path_of_the_arguments_is_mounted() {
+        let t = template();
+        let mut s = spec();
+        s.source = "/mnt/shared/tessera/pvc-1".into();
+        s.mountpoint = "/var/lib/tessera/mounts/pvc-1".into();
+        s.capacity_file = "/var/lib/tessera/node/mounts/pvc-1.capacity".into();
+        s.counters_file = "/var/lib/tessera/node/mounts/pvc-1.counters".into();
+        let pod = mount_pod(&t, &s);
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        let mounted: Vec<PathBuf> = c
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|m| PathBuf::from(&m.mount_path))
+            .collect();
+        for path in [&s.source, &s.mountpoint, &s.capacity_file, &s.counters_file] {
+            assert!(
+                mounted.iter().any(|m| path.starts_with(m) && path != m),
+                "{} not beneath a hostPath of the mount Pod",
+                path.display()
+            );
+        }
+    }
+
+    #[test]
+    fn no_owner_without_a_uid() {
+        let mut s = spec();
+        s.mountpod_uid.clear();
+        assert!(
+            mount_pod(&template(), &s)
+                .metadata
+                .owner_references
+                .is_none()
+        );
+    }
+}

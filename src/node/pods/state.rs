@@ -1,0 +1,262 @@
+//! What a mount Pod's status says, in the MountPod's terms, without I/O: is it
+//! starting, running or failed, and the container's last error, in words, for
+//! `status.lastError`.
+//!
+//! ```text
+//!  Pod.status ─▶ pod_state() ─▶ Starting(why) | Running | Failed(why)
+//!             ─▶ last_error() ─▶ "tessera-mount terminated: Error, exit code 1: …"
+//! ```
+
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
+
+use super::spec::CONTAINER;
+
+/// Waiting reasons after which the container does not start without a change.
+const FAILED_WAITING: [&str; 7] = [
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "CrashLoopBackOff",
+];
+
+/// Where a mount Pod is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodState {
+    /// Not running yet (scheduled, pulling, creating); why, in words.
+    Starting(String),
+    /// Its container runs.
+    Running,
+    /// It will not run without a change (image missing, crash loop, Pod failed).
+    Failed(String),
+}
+
+fn container(pod: &Pod) -> Option<&ContainerStatus> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == CONTAINER)
+}
+
+fn terminated(t: &ContainerStateTerminated) -> String {
+    let mut s = format!(
+        "{CONTAINER} terminated: {}, exit code {}",
+        t.reason.as_deref().unwrap_or("unknown reason"),
+        t.exit_code
+    );
+    if let Some(sig) = t.signal.filter(|s| *s != 0) {
+        s.push_str(&format!(", signal {sig}"));
+    }
+    if let Some(m) = t
+        .message
+        .as_deref()
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+    {
+        s.push_str(": ");
+        s.push_str(&crate::runtime::truncated(m, 512));
+    }
+    s
+}
+
+/// The container's last error: how it last terminated (now or before its last
+/// restart), or why it waits when that is a failure.
+pub fn last_error(pod: &Pod) -> Option<String> {
+    let c = container(pod)?;
+    let now = c.state.as_ref();
+    if let Some(t) = now.and_then(|s| s.terminated.as_ref()) {
+        return Some(terminated(t));
+    }
+    let before = c
+        .last_state
+        .as_ref()
+        .and_then(|s| s.terminated.as_ref())
+        .map(terminated);
+    let waiting = now
+        .and_then(|s| s.waiting.as_ref())
+        .filter(|w| FAILED_WAITING.contains(&w.reason.as_deref().unwrap_or("")))
+        .map(|w| {
+            let mut s = format!("{CONTAINER} waiting: {}", w.reason.as_deref().unwrap_or(""));
+            if let Some(m) = w.message.as_deref().filter(|m| !m.is_empty()) {
+                s.push_str(": ");
+                s.push_str(&crate::runtime::truncated(m, 512));
+            }
+            s
+        });
+    match (waiting, before) {
+        (Some(w), Some(b)) => Some(format!("{w}; last {b}")),
+        (w, b) => w.or(b),
+    }
+}
+
+/// How many times the kubelet restarted the container.
+pub fn restarts(pod: &Pod) -> i32 {
+    container(pod).map(|c| c.restart_count).unwrap_or(0)
+}
+
+/// Where the mount Pod is.
+pub fn pod_state(pod: &Pod) -> PodState {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if matches!(phase, Some("Failed") | Some("Succeeded")) {
+        let why = last_error(pod).unwrap_or_else(|| {
+            let s = pod.status.as_ref();
+            format!(
+                "mount Pod {}: {}",
+                phase.unwrap_or_default(),
+                s.and_then(|s| s.message.clone().or(s.reason.clone()))
+                    .unwrap_or_default()
+            )
+        });
+        return PodState::Failed(why);
+    }
+    let Some(c) = container(pod) else {
+        return PodState::Starting(format!(
+            "mount Pod {}",
+            phase.unwrap_or("not scheduled yet")
+        ));
+    };
+    let state = c.state.as_ref();
+    if state.and_then(|s| s.running.as_ref()).is_some() {
+        return PodState::Running;
+    }
+    if let Some(w) = state.and_then(|s| s.waiting.as_ref()) {
+        let reason = w.reason.as_deref().unwrap_or("");
+        if FAILED_WAITING.contains(&reason) {
+            return PodState::Failed(last_error(pod).unwrap_or_else(|| reason.into()));
+        }
+        return PodState::Starting(format!("{CONTAINER} waiting: {reason}"));
+    }
+    match last_error(pod) {
+        Some(e) => PodState::Starting(e),
+        None => PodState::Starting(format!("{CONTAINER} not running yet")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateWaiting, PodStatus,
+    };
+
+    fn pod(phase: &str, state: Option<ContainerState>, last: Option<ContainerState>) -> Pod {
+        Pod {
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                container_statuses: state.map(|s| {
+                    vec![ContainerStatus {
+                        name: CONTAINER.into(),
+                        state: Some(s),
+                        last_state: last,
+                        restart_count: 2,
+                        ..ContainerStatus::default()
+                    }]
+                }),
+                ..PodStatus::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    fn waiting(reason: &str, message: &str) -> ContainerState {
+        ContainerState {
+            waiting: Some(ContainerStateWaiting {
+                reason: Some(reason.into()),
+                message: Some(message.into()),
+            }),
+            ..ContainerState::default()
+        }
+    }
+
+    fn exited(code: i32, reason: &str, message: &str) -> ContainerState {
+        ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: code,
+                reason: Some(reason.into()),
+                message: Some(message.into()),
+                ..ContainerStateTerminated::default()
+            }),
+            ..ContainerState::default()
+        }
+    }
+
+    fn running() -> ContainerState {
+        ContainerState {
+            running: Some(ContainerStateRunning::default()),
+            ..ContainerState::default()
+        }
+    }
+
+    #[test]
+    fn states_and_errors() {
+        use PodState::*;
+        let crash = "tessera-mount terminated: Error, exit code 1: mount failed";
+        let table: Vec<(Pod, PodState, Option<&str>)> = vec![
+            (
+                pod("Pending", None, None),
+                Starting("mount Pod Pending".into()),
+                None,
+            ),
+            (
+                Pod::default(),
+                Starting("mount Pod not scheduled yet".into()),
+                None,
+            ),
+            (
+                pod("Pending", Some(waiting("ContainerCreating", "")), None),
+                Starting("tessera-mount waiting: ContainerCreating".into()),
+                None,
+            ),
+            (pod("Running", Some(running()), None), Running, None),
+            // Running again after a crash: running, and the crash is the last error.
+            (
+                pod(
+                    "Running",
+                    Some(running()),
+                    Some(exited(1, "Error", "mount failed")),
+                ),
+                Running,
+                Some(crash),
+            ),
+            (
+                pod("Pending", Some(waiting("ErrImagePull", "not found")), None),
+                Failed("tessera-mount waiting: ErrImagePull: not found".into()),
+                Some("tessera-mount waiting: ErrImagePull: not found"),
+            ),
+            (
+                pod(
+                    "Running",
+                    Some(waiting("CrashLoopBackOff", "back-off 10s")),
+                    Some(exited(1, "Error", "mount failed")),
+                ),
+                Failed(format!(
+                    "tessera-mount waiting: CrashLoopBackOff: back-off 10s; last {crash}"
+                )),
+                None,
+            ),
+            (
+                pod("Running", Some(exited(137, "Error", "")), None),
+                Starting("tessera-mount terminated: Error, exit code 137".into()),
+                Some("tessera-mount terminated: Error, exit code 137"),
+            ),
+            (
+                pod("Failed", Some(exited(2, "Error", "bad flag")), None),
+                Failed("tessera-mount terminated: Error, exit code 2: bad flag".into()),
+                None,
+            ),
+        ];
+        for (p, state, error) in table {
+            assert_eq!(pod_state(&p), state, "{:?}", p.status);
+            if let Some(e) = error {
+                assert_eq!(last_error(&p).as_deref(), Some(e));
+            }
+        }
+        assert_eq!(restarts(&pod("Running", Some(running()), None)), 2);
+        assert_eq!(restarts(&Pod::default()), 0);
+        assert_eq!(last_error(&Pod::default()), None);
+    }
+}
