@@ -128,3 +128,51 @@ fn data_written_under_a_lock_is_read_under_the_next_lock() {
         }
     });
 }
+
+/// A name another client made after this mount's kernel saw it missing (two nodes
+/// creating one file at once; made certain here by a long negative cache and a file
+/// created on the backend): `open(O_CREAT)` without `O_EXCL` opens what is there, as
+/// it does on the backend itself, never EEXIST (SQLite then falls back to a read-only
+/// open and fails its writes); with `O_TRUNC` it truncates it; `O_EXCL` is EEXIST.
+#[test]
+fn create_of_a_name_made_elsewhere_opens_it() {
+    let m = crate::support::Mount::builder()
+        .arg("--negative-timeout=60")
+        .mount();
+    for name in ["late", "late-trunc", "late-excl"] {
+        let missing = fs::metadata(m.path(name)).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound, "{name}");
+        fs::write(m.backing(name), b"theirs").unwrap();
+    }
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(m.path("late"))
+        .expect("O_CREAT of a name made elsewhere opens it");
+    let mut s = String::new();
+    f.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "theirs");
+    f.write_all(b", ours").unwrap();
+    drop(f);
+    assert_eq!(fs::read(m.backing("late")).unwrap(), b"theirs, ours");
+
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.path("late-trunc"))
+        .expect("O_CREAT|O_TRUNC of a name made elsewhere opens it");
+    assert_eq!(f.metadata().unwrap().len(), 0);
+    drop(f);
+    assert_eq!(fs::metadata(m.backing("late-trunc")).unwrap().len(), 0);
+
+    let e = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(m.path("late-excl"))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+    assert_eq!(fs::read(m.backing("late-excl")).unwrap(), b"theirs");
+}

@@ -23,7 +23,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::inodes::Inode;
-use super::{Attr, Caller, FileKind, FsError, NodeId, Opened, ROOT_ID, Result, VolumeFs, lock};
+use super::{
+    Attr, Caller, FileKind, FsError, NodeId, Opened, ROOT_ID, Result, SetAttr, VolumeFs, lock,
+};
 use crate::fuse::sys::{self, Op};
 
 /// A single name component, as the kernel may send it (no `/`, not empty, no NUL).
@@ -198,16 +200,21 @@ impl VolumeFs {
         self.writable()?;
         let p = self.inode(parent)?;
         let c = component(name)?;
-        // O_EXCL always: the kernel only creates after a negative lookup, so an
-        // existing file here was made behind our back; never truncate or reuse it.
+        // O_EXCL always, so we know we made the inode. The kernel creates only after
+        // a negative lookup, but the name may have been made since by another client
+        // of the backend (another node of a shared volume) or beside the mount.
         let pfd = self.fd(&p)?;
-        let file = sys::openat(
+        let file = match sys::openat(
             pfd.as_fd(),
             &c,
             Self::backing_flags(flags) | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
             mode & 0o7777,
-        )
-        .op("create")?;
+        ) {
+            Err(sys::Errno::EEXIST) if flags & libc::O_EXCL == 0 => {
+                return self.open_existing(caller, parent, name, flags);
+            }
+            r => r.op("create")?,
+        };
         let finish = || -> Result<(Arc<Inode>, Attr)> {
             self.set_owner(caller, &p, file.as_fd(), FileKind::Regular, mode)?;
             // The O_PATH descriptor of the very inode we created (no second name lookup).
@@ -226,6 +233,70 @@ impl VolumeFs {
         let id = inode.id;
         match self.new_file_handle(inode, file, flags) {
             Ok(opened) => Ok((attr, opened)),
+            Err(e) => {
+                // The kernel gets no entry: drop the lookup we counted.
+                self.inodes.forget(id, 1);
+                Err(e)
+            }
+        }
+    }
+
+    /// `create` of a name that exists after all, without `O_EXCL`: open it, as
+    /// `open(2)` does on the backend — never EEXIST, which applications do not expect
+    /// without `O_EXCL` (SQLite then opens its database read-only). The kernel checked
+    /// only the directory's permissions, so the file's are checked here with the
+    /// caller's ids, as `default_permissions` would have. Anything but a regular file
+    /// stays EEXIST (a symlink would have to be followed by the kernel).
+    fn open_existing(
+        &self,
+        caller: Caller,
+        parent: NodeId,
+        name: &OsStr,
+        flags: i32,
+    ) -> Result<(Attr, Opened)> {
+        let attr = self.lookup(parent, name)?;
+        let id = attr.ino;
+        let opened = (|| {
+            if attr.kind != FileKind::Regular {
+                return Err(FsError::Sys(sys::SysError {
+                    op: "create",
+                    errno: sys::Errno::EEXIST,
+                }));
+            }
+            let mut mask = match flags & libc::O_ACCMODE {
+                libc::O_RDONLY => libc::R_OK,
+                libc::O_WRONLY => libc::W_OK,
+                _ => libc::R_OK | libc::W_OK,
+            };
+            if flags & libc::O_TRUNC != 0 {
+                mask |= libc::W_OK;
+            }
+            self.access(caller, id, mask)?;
+            self.open(id, flags)
+        })();
+        let opened = opened.and_then(|opened| {
+            if flags & libc::O_TRUNC == 0 {
+                return Ok((attr, opened));
+            }
+            // The kernel truncates through setattr after an open, not after a create
+            // (it made the file empty, it thinks): truncate here, where the quota
+            // sees it, and as the kernel would for a caller without CAP_FSETID.
+            let set = SetAttr {
+                size: Some(0),
+                fh: Some(opened.fh),
+                kill_suidgid: caller.uid != 0,
+                ..SetAttr::default()
+            };
+            match self.setattr(id, set) {
+                Ok(attr) => Ok((attr, opened)),
+                Err(e) => {
+                    let _ = self.release(opened.fh);
+                    Err(e)
+                }
+            }
+        });
+        match opened {
+            Ok(r) => Ok(r),
             Err(e) => {
                 // The kernel gets no entry: drop the lookup we counted.
                 self.inodes.forget(id, 1);
