@@ -81,9 +81,8 @@ fn fuse_mounts(nodes: &Nodes, node: &str, volume: &str, pv: &str) -> Vec<(String
 #[ignore = "needs real nodes with Tessera deployed (tests/run.sh: make cluster-up deploy, then --ignored)"]
 async fn a_mount_daemon_kill_breaks_no_write() {
     let client = support::client().await;
-    let nodes = Nodes::load();
     let Claimed {
-        nodes: _,
+        nodes,
         ns,
         pv,
         volume,
@@ -106,14 +105,16 @@ async fn a_mount_daemon_kill_breaks_no_write() {
     let pid = daemon_pid(&vol, &uid).expect("the mount daemon in /proc");
     // The holder has been handed the connection (the daemon does so once mounted).
     let holder_log = eventually(WAIT, "the fd holder holding the connection", || async {
+        let selector = format!("spec.nodeName={node}");
         let out = support::kubectl()
-            .args([
-                "-n",
-                NS,
-                "logs",
-                "daemonset/tessera-fd-holder",
-                "--all-containers",
-            ])
+            .args(["-n", NS, "get", "pods", "-o", "name"])
+            .args(["-l", "app.kubernetes.io/component=fd-holder"])
+            .args(["--field-selector", &selector])
+            .output()
+            .ok()?;
+        let holder = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let out = support::kubectl()
+            .args(["-n", NS, "logs", &holder])
             .output()
             .ok()?;
         let text = String::from_utf8_lossy(&out.stdout).to_string();
