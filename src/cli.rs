@@ -8,7 +8,7 @@
 //! | `controller` | Volume, VolumeAttachment and reaper controllers + CSI Identity and Controller |
 //! | `node`       | node agent: FUSE mounts for this node's MountPods + CSI Identity and Node |
 //! | `mount`      | the FUSE filesystem of one volume on one node |
-//! | `fd-holder`  | keeps the mounts' /dev/fuse descriptors for successor daemons (the agent starts it) |
+//! | `fd-holder`  | keeps the mounts' /dev/fuse descriptors for successor daemons (process mode: the agent starts it; pod mode: its DaemonSet) |
 //!
 //! The long-running roles start the same way ([`crate::runtime`]): tracing, a client,
 //! the metrics endpoint, SIGINT/SIGTERM, the CSI socket; then their own work until a

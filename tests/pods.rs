@@ -13,6 +13,8 @@
 
 mod support;
 
+#[path = "pods/daemon_kill.rs"]
+mod daemon_kill;
 #[path = "pods/locks.rs"]
 mod locks;
 #[path = "pods/rollout.rs"]

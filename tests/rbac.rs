@@ -423,3 +423,39 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
         .await;
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// The fd holder of pod mode (config/fd-holder.yaml) talks to nothing but its socket:
+/// its ServiceAccount mounts no token, and may do nothing on the API server.
+#[tokio::test]
+async fn the_fd_holder_may_do_nothing() {
+    let client = support::client().await;
+    support::ensure_crds(&client).await;
+    apply_config(&["namespace.yaml", "rbac-node.yaml", "rbac-controller.yaml"]);
+    let holder = "system:serviceaccount:tessera-system:tessera-fd-holder";
+    let mut allowed = vec![];
+    for (verb, resource) in [
+        ("get", "pods"),
+        ("list", "pods"),
+        ("create", "pods"),
+        ("get", "secrets"),
+        ("list", "mountpods.tessera.io"),
+        ("get", "volumes.tessera.io"),
+        ("list", "nodes"),
+        ("create", "events"),
+    ] {
+        if can_i(holder, verb, resource) {
+            allowed.push(format!("{verb} {resource}"));
+        }
+    }
+    assert!(allowed.is_empty(), "the fd holder may: {allowed:?}");
+    let yaml = std::fs::read_to_string(support::repo_root().join("config/fd-holder.yaml")).unwrap();
+    assert_eq!(
+        yaml.matches("automountServiceAccountToken: false").count(),
+        2,
+        "neither the ServiceAccount nor the Pods mount a token"
+    );
+    assert!(
+        !yaml.contains("privileged"),
+        "the fd holder needs no privileges"
+    );
+}

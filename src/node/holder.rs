@@ -8,6 +8,9 @@
 //!        ── holds(M): GET M ──▶ a live descriptor? (dropped at once)
 //!        ── remove(M): DROP M ──▶ the holder closes it (ending a connection no daemon serves)
 //! ```
+//!
+//! In pod mode the agent starts no holder (`connect_only`): the `tessera-fd-holder`
+//! DaemonSet runs one on the same socket, outside the agent's container.
 
 use std::fs::OpenOptions;
 use std::os::unix::net::UnixStream;
@@ -27,6 +30,9 @@ pub struct HolderProcess {
     log: PathBuf,
     /// The holder this agent started (reaped when it exits).
     child: Mutex<Option<Child>>,
+    /// Whether the agent starts the holder when none answers (process mode), or one
+    /// runs on its own (pod mode: the `tessera-fd-holder` DaemonSet).
+    spawns: bool,
 }
 
 impl HolderProcess {
@@ -38,6 +44,19 @@ impl HolderProcess {
             socket,
             log,
             child: Mutex::default(),
+            spawns: true,
+        }
+    }
+
+    /// A holder the agent only talks to: it runs on its own (pod mode: a DaemonSet of
+    /// its own, so it outlives the agent's container and every mount Pod).
+    pub fn connect_only(socket: PathBuf) -> Self {
+        HolderProcess {
+            program: PathBuf::new(),
+            socket,
+            log: PathBuf::new(),
+            child: Mutex::default(),
+            spawns: false,
         }
     }
 
@@ -47,8 +66,12 @@ impl HolderProcess {
     }
 
     /// Start the holder unless one answers (one from a previous agent is used as it
-    /// is); wait up to a second for it to answer.
+    /// is); wait up to a second for it to answer. A connect-only holder: whether it
+    /// answers.
     pub fn ensure(&self) -> std::io::Result<()> {
+        if !self.spawns {
+            return UnixStream::connect(&self.socket).map(drop);
+        }
         let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = child.as_mut()
             && let Ok(Some(_)) = c.try_wait()

@@ -354,8 +354,15 @@ impl Host {
                     progress(Progress::Starting {
                         cause: Some(why.clone()),
                     });
-                    let record = self.start_successor(want)?;
-                    return self.await_answer(&record, want, Some(why), begun, true);
+                    match self.start_successor(want, Some(record.daemon)) {
+                        Ok(record) => {
+                            return self.await_answer(&record, want, Some(why), begun, true);
+                        }
+                        Err(e) => {
+                            warn!(volume = %want.volume, error = %error_chain(&e), "no successor took the connection over; repairing");
+                            cause = Some(why);
+                        }
+                    }
                 }
                 Health::Broken(why) if same_place => {
                     warn!(volume = %want.volume, cause = %why, "mount broken; repairing");
@@ -423,16 +430,17 @@ impl Host {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        let record = self.start_successor(want)?;
+        let record = self.start_successor(want, None)?;
         let why = "planned replacement".to_string();
         self.await_answer(&record, want, Some(why), begun, true)
             .map(Some)
     }
 
     /// Start a daemon that takes over the held connection of `want`'s mount point:
-    /// nothing is unmounted, the mount point stays as it is.
-    fn start_successor(&self, want: &Want) -> Result<Record, Error> {
-        self.spawn(want)
+    /// nothing is unmounted, the mount point stays as it is. `dead`: the daemon that
+    /// died (the daemons may restart it on their own, as the kubelet does in pod mode).
+    fn start_successor(&self, want: &Want, dead: Option<Daemon>) -> Result<Record, Error> {
+        self.spawn(want, dead)
     }
 
     /// Capacity and mount-setting changes on a healthy mount. `None`: the mount must
@@ -523,11 +531,11 @@ impl Host {
             path: want.mountpoint.clone(),
             source,
         })?;
-        self.spawn(want)
+        self.spawn(want, None)
     }
 
-    /// Start the daemon of `want` and record it.
-    fn spawn(&self, want: &Want) -> Result<Record, Error> {
+    /// Start the daemon of `want` (the successor of `dead`, if given) and record it.
+    fn spawn(&self, want: &Want, dead: Option<Daemon>) -> Result<Record, Error> {
         self.state
             .write_capacity(&want.volume, want.capacity_bytes)?;
         let spec = DaemonSpec {
@@ -542,16 +550,24 @@ impl Host {
             read_only: want.read_only,
             shared_backend: want.shared_backend,
             options: want.options.clone(),
-            handoff: self.holder.as_ref().map(|h| {
-                (
-                    h.path().to_path_buf(),
-                    self.state.handoff_file(&want.volume),
-                )
-            }),
+            // Only when a holder answers: a daemon started without one serves, but
+            // its crash is repaired by remounting.
+            handoff: self
+                .holder
+                .as_ref()
+                .filter(|h| h.ensure().is_ok())
+                .map(|h| {
+                    (
+                        h.path().to_path_buf(),
+                        self.state.handoff_file(&want.volume),
+                    )
+                }),
         };
-        let daemon = self
-            .daemons
-            .start(&spec, &self.state.log_file(&want.volume))?;
+        let log = self.state.log_file(&want.volume);
+        let daemon = match dead {
+            Some(dead) => self.daemons.successor(&spec, &log, dead)?,
+            None => self.daemons.start(&spec, &log)?,
+        };
         info!(volume = %want.volume, pid = daemon.pid, mountpoint = %want.mountpoint.display(), "fuse daemon started");
         let record = Record {
             mountpod: want.mountpod.clone(),

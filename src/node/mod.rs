@@ -200,9 +200,9 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
     let state = supervisor::StateDir::open(&state_dir)?;
     // The fd holder: daemons hand it their /dev/fuse descriptors, so one that dies is
     // taken over by a successor instead of remounted. Without it, repairs remount.
-    // Process mode only, for now: in pod mode the kubelet restarts a dead daemon's
-    // container on its own and the agent replaces the mount Pod, neither of which is
-    // a takeover yet (docs/handoff.md), so mount Pods repair by remounting.
+    // Process mode: the agent starts it (its own session). Pod mode: it runs in a
+    // DaemonSet of its own (config/fd-holder.yaml) on the same socket, and the
+    // successor of a dead daemon is the kubelet's restart of its mount container.
     let holder = match args.mount_mode {
         MountMode::Process => {
             let holder = holder::HolderProcess::new(
@@ -218,7 +218,13 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
                 }
             }
         }
-        MountMode::Pod => None,
+        MountMode::Pod => {
+            let holder = holder::HolderProcess::connect_only(state.holder_socket());
+            if let Err(e) = holder.ensure() {
+                warn!(socket = %state.holder_socket().display(), error = %e, "no fd holder answers (yet): mount Pods started now are repaired by remounting");
+            }
+            Some(Arc::new(holder))
+        }
     };
     Ok(Host {
         config: host::Config {

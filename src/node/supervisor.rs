@@ -136,6 +136,14 @@ pub enum Liveness {
 pub trait Daemons: Send + Sync {
     /// Start a daemon for `spec`, appending its output to `log`.
     fn start(&self, spec: &DaemonSpec, log: &Path) -> Result<Daemon, Error>;
+    /// A successor for `spec` after its daemon `dead` died while the fd holder keeps
+    /// the mount's connection: it takes that connection over. A new daemon, unless the
+    /// daemons restart on their own (a mount Pod's container, restarted by the
+    /// kubelet): then the restarted one.
+    fn successor(&self, spec: &DaemonSpec, log: &Path, dead: Daemon) -> Result<Daemon, Error> {
+        let _ = dead;
+        self.start(spec, log)
+    }
     /// Whether `daemon` still runs and still is a `tessera mount` of `mountpoint`.
     fn liveness(&self, daemon: Daemon, mountpoint: &Path) -> Liveness;
     /// Send `signal` to `daemon` if it still is that process.

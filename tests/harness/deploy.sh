@@ -61,6 +61,7 @@ images:
 patches:
   - path: controller.yaml
   - path: node.yaml
+  - path: fd-holder.yaml
 EOF
   cat >"$OVERLAY/controller.yaml" <<EOF
 apiVersion: apps/v1
@@ -86,6 +87,16 @@ spec:
         - {name: tessera, imagePullPolicy: Never, $api}
         - {name: node-driver-registrar, imagePullPolicy: Never}
 EOF
+  cat >"$OVERLAY/fd-holder.yaml" <<EOF
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: tessera-fd-holder, namespace: $NS}
+spec:
+  template:
+    spec:
+      containers:
+        - {name: fd-holder, imagePullPolicy: Never}
+EOF
 }
 
 wait_registered() { # every Ready node's CSINode lists the driver (written by its kubelet)
@@ -109,7 +120,8 @@ cmd_up() {
   write_overlay
   k apply -k "$OVERLAY" >&2
   if ! k -n "$NS" rollout status deployment/tessera-controller --timeout="${TIMEOUT}s" >&2 ||
-     ! k -n "$NS" rollout status daemonset/tessera-node --timeout="${TIMEOUT}s" >&2; then
+     ! k -n "$NS" rollout status daemonset/tessera-node --timeout="${TIMEOUT}s" >&2 ||
+     ! k -n "$NS" rollout status daemonset/tessera-fd-holder --timeout="${TIMEOUT}s" >&2; then
     k -n "$NS" get pods -o wide >&2 || true
     k -n "$NS" get events --sort-by=.lastTimestamp 2>/dev/null | tail -n 20 >&2 || true
     die "Tessera did not become Ready (pod logs: target/cluster/nodes/<node>/log/pods/)"

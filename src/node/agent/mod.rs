@@ -323,7 +323,14 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     if let Some(cause) = &served.repaired {
         let took = served.repair_time.unwrap_or_default();
         info!(cause = %cause, repair_ms = took.as_millis() as u64, rebound = served.rebound, "mount repaired");
-        if served.answers {
+        if served.answers && served.taken_over {
+            // The same mount, on the same kernel connection: nothing was re-bound.
+            let note = format!(
+                "{cause}; a successor took the held connection over in {} ms (no remount)",
+                took.as_millis()
+            );
+            publish(ctx, mp, EventType::Warning, "TakenOver", &note).await;
+        } else if served.answers {
             let note = format!(
                 "{cause}; remounted and re-bound {} reference(s) in {} ms",
                 served.rebound,

@@ -14,8 +14,11 @@
 //! ```
 //!
 //! The agent adopts a running daemon from its record after a restart as in process
-//! mode: the Pod is not touched. A daemon that died (crash, Pod deleted) is a broken
-//! mount: the repair deletes the Pod and creates it again, then re-binds. The agent
+//! mode: the Pod is not touched. A daemon that died while the fd holder (the
+//! `tessera-fd-holder` DaemonSet) keeps its connection is taken over by the kubelet's
+//! restart of the container (`successor`: the Pod is left alone). Otherwise (no
+//! holder, Pod deleted, no restart in time) it is a broken mount: the repair deletes
+//! the Pod and creates it again, then re-binds. The agent
 //! needs `hostPID` to see the daemons; the Pods are owned by their MountPod, so the
 //! garbage collector removes one whose MountPod is gone.
 
@@ -234,6 +237,55 @@ impl Daemons for PodDaemons {
                         }
                         _ => {}
                     },
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The kubelet restarts the mount container of a dead daemon (restartPolicy
+    /// Always, same args: `--holder …`), and that daemon takes the held connection
+    /// over: wait for it in the same Pod (never delete the Pod here: its deletion
+    /// would SIGTERM the successor, which then drops the connection and unmounts). A
+    /// Pod that is gone or being deleted is created again, with the same args.
+    fn successor(
+        &self,
+        spec: &DaemonSpec,
+        log: &Path,
+        dead: Daemon,
+    ) -> Result<Daemon, supervisor::Error> {
+        let name = spec::pod_name(&spec.volume, &self.template.node);
+        let pod = match self.get(&name)? {
+            Some(p) if p.metadata.deletion_timestamp.is_none() => p,
+            _ => return self.start(spec, log),
+        };
+        let uid = pod.uid().unwrap_or_default();
+        info!(pod = %name, uid = %uid, "mount daemon died; waiting for the kubelet's restart of its container to take the connection over");
+        let deadline = Instant::now() + self.start_timeout;
+        let mut next_look = Instant::now() + Duration::from_millis(500);
+        loop {
+            if let Some(d) = find_daemon(&uid, &spec.mountpoint).filter(|d| *d != dead) {
+                return Ok(d);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(pod_err(
+                    &name,
+                    format!(
+                        "no restarted daemon within {:?} to take the connection over",
+                        self.start_timeout
+                    ),
+                ));
+            }
+            if now >= next_look {
+                next_look = now + Duration::from_millis(500);
+                match self.get(&name)? {
+                    Some(p) if p.uid().as_deref() == Some(uid.as_str()) => {
+                        if let PodState::Failed(why) = state::pod_state(&p) {
+                            return Err(pod_err(&name, why));
+                        }
+                    }
+                    _ => return Err(pod_err(&name, "deleted while its daemon restarted")),
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
