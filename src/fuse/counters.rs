@@ -31,7 +31,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::OnceLock;
@@ -324,26 +324,7 @@ unsafe impl Sync for Mapping {}
 
 impl Mapping {
     fn new(file: &File, writable: bool) -> io::Result<Mapping> {
-        let prot = if writable {
-            libc::PROT_READ | libc::PROT_WRITE
-        } else {
-            libc::PROT_READ
-        };
-        // SAFETY: a fresh mapping of FILE_LEN bytes of an open file; the address is
-        // the kernel's choice, so no existing memory is touched.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                FILE_LEN,
-                prot,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        let addr = super::sys::mmap_shared(file.as_fd(), FILE_LEN, writable)?;
         Ok(Mapping { addr })
     }
 

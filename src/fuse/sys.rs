@@ -74,6 +74,34 @@ fn retry<T>(mut f: impl FnMut() -> SysResult<T>) -> SysResult<T> {
 }
 
 /// A NUL-free copy of `s` for the kernel.
+/// A shared mapping (`MAP_SHARED`) of the first `len` bytes of `fd`, read-only or
+/// read-write: how a daemon shares a file with the node agent or a successor (the
+/// counters, the handoff state). Page-aligned; the caller unmaps it with `munmap`, or
+/// keeps it for the life of the process.
+pub fn mmap_shared(fd: BorrowedFd<'_>, len: usize, writable: bool) -> SysResult<*mut libc::c_void> {
+    let prot = if writable {
+        libc::PROT_READ | libc::PROT_WRITE
+    } else {
+        libc::PROT_READ
+    };
+    // SAFETY: a fresh mapping of an open file; the address is the kernel's choice, so
+    // no existing memory is touched.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            prot,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(Errno::last());
+    }
+    Ok(addr)
+}
+
 pub fn cstring(s: &OsStr) -> SysResult<CString> {
     CString::new(s.as_bytes()).map_err(|_| Errno::EINVAL)
 }

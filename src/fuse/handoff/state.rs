@@ -20,7 +20,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -126,29 +126,10 @@ pub struct StateFile {
 }
 
 fn map(file: &File, writable: bool) -> io::Result<&'static [AtomicU64]> {
-    let prot = if writable {
-        libc::PROT_READ | libc::PROT_WRITE
-    } else {
-        libc::PROT_READ
-    };
-    // SAFETY: a fresh shared mapping of FILE_LEN bytes of an open file of that length;
-    // the address is the kernel's choice, so no existing memory is touched.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            FILE_LEN,
-            prot,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if addr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
+    let addr = crate::fuse::sys::mmap_shared(file.as_fd(), FILE_LEN, writable)?;
     // SAFETY: page-aligned, FILE_LEN bytes = WORDS u64s, valid for any bit pattern;
-    // never unmapped (the daemon writes it until it exits; readers are one-shot and
-    // leak at most one mapping per takeover).
+    // the writer's mapping is never unmapped (the daemon writes it until it exits);
+    // the reader unmaps its own once it has parsed it and no longer uses the slice.
     Ok(unsafe { std::slice::from_raw_parts(addr as *const AtomicU64, WORDS) })
 }
 
