@@ -15,37 +15,15 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
+use support::fixtures::{self, AgentProcess, eventually};
 use tessera::api::{MountPhase, MountPod};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-struct Env {
-    base: support::env::Env,
-    backend: tempfile::TempDir,
-    _ctrl: ControllerProcess,
-}
-
-impl std::ops::Deref for Env {
-    type Target = support::env::Env;
-
-    fn deref(&self) -> &support::env::Env {
-        &self.base
-    }
-}
+use support::env::AgentEnv as Env;
 
 async fn env(prefix: &str) -> Env {
-    let base = support::env::Env::new(prefix, 1, WAIT).await;
-    let backend = tempfile::Builder::new()
-        .prefix("tessera-backend-")
-        .tempdir()
-        .unwrap();
-    let ctrl = ControllerProcess::start(&base.id, &["--no-leader-election"]);
-    Env {
-        base,
-        backend,
-        _ctrl: ctrl,
-    }
+    Env::new(prefix, 1, WAIT).await
 }
 
 fn status(mp: &MountPod) -> tessera::api::MountPodStatus {

@@ -15,41 +15,19 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use support::fixtures::{self, AgentProcess, ControllerProcess, NodesGuard, eventually};
+use support::fixtures::{self, AgentProcess, NodesGuard, eventually};
 use tessera::api::{MountPhase, MountPod, Volume};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The shared set-up ([`support::env::Env`], waits bounded by [`WAIT`]) with a backend root
-/// for the test's volumes and the test's controller.
-struct Env {
-    base: support::env::Env,
-    backend: tempfile::TempDir,
-    _ctrl: ControllerProcess,
-}
-
-impl std::ops::Deref for Env {
-    type Target = support::env::Env;
-
-    fn deref(&self) -> &support::env::Env {
-        &self.base
-    }
-}
+// The shared set-up with a backend root and the test's controller, waits bounded by
+// WAIT.
+use support::env::AgentEnv as Env;
 
 /// Nodes are named `<prefix>-<test id>-n<i>`: `prefix` lets a test sort its nodes
 /// first among CSINodes (the controller picks the first one for data cleanup).
 async fn env(prefix: &str, nodes: usize) -> Env {
-    let base = support::env::Env::new(prefix, nodes, WAIT).await;
-    let backend = tempfile::Builder::new()
-        .prefix("tessera-backend-")
-        .tempdir()
-        .unwrap();
-    let ctrl = ControllerProcess::start(&base.id, &["--no-leader-election"]);
-    Env {
-        base,
-        backend,
-        _ctrl: ctrl,
-    }
+    Env::new(prefix, nodes, WAIT).await
 }
 
 impl Env {

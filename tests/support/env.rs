@@ -151,3 +151,38 @@ impl Env {
         fixtures::delete_nodes(&self.client, &self.nodes).await;
     }
 }
+
+/// [`Env`] with a backend root for the test's volumes (a temporary directory) and the
+/// test's own controller: the set-up of the tests that run node agents against it
+/// (tests/node_agent.rs, tests/handoff_agent.rs).
+pub struct AgentEnv {
+    pub base: Env,
+    pub backend: tempfile::TempDir,
+    _ctrl: fixtures::ControllerProcess,
+}
+
+impl std::ops::Deref for AgentEnv {
+    type Target = Env;
+
+    fn deref(&self) -> &Env {
+        &self.base
+    }
+}
+
+impl AgentEnv {
+    /// [`Env::new`], a backend root `tessera-backend-…`, and a controller without
+    /// leader election.
+    pub async fn new(prefix: &str, nodes: usize, wait: Duration) -> AgentEnv {
+        let base = Env::new(prefix, nodes, wait).await;
+        let backend = tempfile::Builder::new()
+            .prefix("tessera-backend-")
+            .tempdir()
+            .unwrap();
+        let ctrl = fixtures::ControllerProcess::start(&base.id, &["--no-leader-election"]);
+        AgentEnv {
+            base,
+            backend,
+            _ctrl: ctrl,
+        }
+    }
+}
