@@ -18,8 +18,9 @@
 //! `fuser::Filesystem` over it, [`counters`] what the daemon counts for the node
 //! agent's metrics, [`quota`] the quota modes and the daemon's accounting,
 //! [`projquota`] the XFS project quota, [`handoff`] the fd holder, the state file
-//! and the takeover of a held connection, `signals` the signal thread, [`sys`] the
-//! syscalls. This module owns the process: it chooses the quota mode, mounts (or
+//! and the takeover of a held connection, [`budget`] the memory limit and what is
+//! sized to it (worker threads, hot descriptors), `signals` the signal thread, [`sys`]
+//! the syscalls. This module owns the process: it chooses the quota mode, mounts (or
 //! takes a held connection over), and serves until unmounted.
 //!
 //! **Quota mode** (`--quota`, default `auto`). `backend` when the volume directory is
@@ -53,6 +54,7 @@
 //! `suid`/`dev`.
 
 pub mod adapter;
+pub mod budget;
 pub mod counters;
 pub mod fs;
 pub mod handoff;
@@ -72,6 +74,7 @@ use fuser::{Config, MountOption, SessionACL};
 use nix::sys::signal::{SigSet, Signal};
 
 use self::adapter::{Adapter, AdapterOptions};
+use self::budget::Budget;
 use self::fs::{FsError, Naming, Options, VolumeFs};
 use self::projquota::{BackendQuotaError, IdOrigin, ProjectQuota};
 use self::quota::{Accounting, Enforcement};
@@ -421,11 +424,25 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         _ => args.capacity_bytes,
     };
     let quota = Arc::new(choose_quota(&args, capacity, options.read_only)?);
+    // Threads and cached descriptors sized to the cgroup's memory limit, if any.
+    let budget = Budget::for_limit(
+        budget::memory_limit(),
+        args.threads,
+        VolumeFs::default_hot_fds(),
+    );
+    tracing::info!(
+        memory_limit = budget.limit,
+        threads = budget.threads,
+        hot_fds = budget.hot_fds,
+        "memory budget"
+    );
     let fs = Arc::new(
-        VolumeFs::new(&args.source, options, quota.clone()).map_err(|source| Error::Open {
-            path: args.source.clone(),
-            source,
-        })?,
+        VolumeFs::with_hot_fds(&args.source, options, quota.clone(), budget.hot_fds).map_err(
+            |source| Error::Open {
+                path: args.source.clone(),
+                source,
+            },
+        )?,
     );
     match fs.inode_naming() {
         (naming @ Naming::FileHandles, hot_fds) => {
@@ -472,7 +489,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     let mut config = Config::default();
     config.mount_options = mount_options;
     config.acl = SessionACL::All;
-    config.n_threads = Some(args.threads as usize);
+    config.n_threads = Some(budget.threads as usize);
     // With a holder, every worker reads the one descriptor the holder duplicates:
     // the kernel fails what a closed clone had read instead of resending it.
     config.clone_fd = args.holder.is_none();
@@ -537,7 +554,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         mountpoint = %args.mountpoint.display(),
         read_only = options.read_only,
         devices = options.devices,
-        threads = args.threads,
+        threads = budget.threads,
         resumed,
         "{}",
         if resumed { "serving the held connection" } else { "mounted" }

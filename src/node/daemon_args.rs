@@ -78,6 +78,7 @@ pub(crate) mod tests {
             read_only: false,
             shared_backend: false,
             options: vec![],
+            resources: None,
             handoff: None,
         }
     }

@@ -141,6 +141,9 @@ pub struct Want {
     pub shared_backend: bool,
     /// The accepted references.
     pub references: Vec<Target>,
+    /// The daemon's CPU and memory (pod mode: its container's; the agent's defaults
+    /// fill what is unset). Taken at a start: a running daemon keeps its own.
+    pub resources: Option<crate::api::MountResources>,
 }
 
 /// Validate a MountPod spec: `Err` when the mount cannot be served at all; the
@@ -205,6 +208,7 @@ pub fn want(
         options: spec.mount_options.clone(),
         shared_backend: spec.shared_backend,
         references,
+        resources: spec.resources.clone(),
     };
     Ok((want, refused))
 }
@@ -550,6 +554,7 @@ impl Host {
             read_only: want.read_only,
             shared_backend: want.shared_backend,
             options: want.options.clone(),
+            resources: want.resources.clone(),
             // Only when a holder answers: a daemon started without one serves, but
             // its crash is repaired by remounting.
             handoff: self

@@ -106,6 +106,9 @@ pub struct DaemonSpec {
     pub shared_backend: bool,
     /// Extra mount options.
     pub options: Vec<String>,
+    /// CPU and memory (pod mode: the mount container's requests and limits, over the
+    /// agent's defaults; process mode: not bounded).
+    pub resources: Option<crate::api::MountResources>,
     /// The fd holder's socket and the handoff state file (`--holder`,
     /// `--handoff-state`), when the agent runs a holder.
     pub handoff: Option<(PathBuf, PathBuf)>,
@@ -729,6 +732,7 @@ mod tests {
             read_only: false,
             shared_backend: false,
             options: vec![],
+            resources: None,
             handoff: None,
         };
         // /bin/sleep exits at once on these arguments: the exit is reaped and described.

@@ -63,8 +63,12 @@ pub enum Error {
     )]
     IdleMountDelay(String),
     /// A StorageClass parameter nobody knows.
-    #[error("unknown StorageClass parameter {0:?} (known: backendRoot, scope, idleMountDelay)")]
+    #[error("unknown StorageClass parameter {0:?} (known: backendRoot, scope, idleMountDelay, mountCPURequest, mountCPULimit, mountMemoryRequest, mountMemoryLimit)")]
     UnknownParameter(String),
+    /// A mount daemon's CPU or memory amount that is no quantity, out of bounds, or a
+    /// request above its limit.
+    #[error("StorageClass parameter {key}: {message}")]
+    MountResource { key: &'static str, message: String },
     /// More bytes than any Volume may have.
     #[error("{0} bytes is more than the largest volume, {max} bytes", max = crate::api::MAX_VOLUME_BYTES)]
     TooLarge(u64),
@@ -178,6 +182,7 @@ impl Error {
             | BackendRoot(_)
             | UnknownParameter(_)
             | IdleMountDelay(_)
+            | MountResource { .. }
             | NegativeCapacity => Code::InvalidArgument,
             Pending(_) | BeingDeleted(_) | BadToken(_) | TokenPastEnd(_) => Code::Aborted,
             Kube(e) => kube_code(&e.source),

@@ -14,10 +14,12 @@
 //! |---|---|
 //! | this one | the RPCs: Kubernetes reads and writes, waits |
 //! | [`request`] | what a request asks for (names, access modes, sizes, parameters), no I/O |
+//! | [`resources`] | the mount daemon's CPU and memory parameters, no I/O |
 //! | [`error`] | [`Error`] and its one mapping to gRPC codes |
 
 pub mod error;
 pub mod request;
+pub mod resources;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -176,6 +178,7 @@ impl ControllerService {
                 "backend": {"root": params.backend_root, "scope": params.scope, "node": node},
                 "mountOptions": mount_options(caps),
                 "idleMountDelaySeconds": params.idle_mount_delay,
+                "mountResources": params.mount_resources,
             }
         }))
         .map_err(|source| Error::Encode {

@@ -222,9 +222,11 @@ impl Setup {
                     target_path: self.dir.path().join(t).display().to_string(),
                     owner: "pod/x".into(),
                     read_only: *ro,
+                    pod: None,
                 })
                 .collect(),
             retain_seconds: None,
+            resources: None,
         }
     }
 
@@ -354,6 +356,7 @@ fn rebinds_references_left_on_an_earlier_instance() {
         read_only: false,
         shared_backend: false,
         options: vec![],
+        resources: None,
         handoff: None,
     };
     let daemon = s.fake.start(&spec, Path::new("/dev/null")).unwrap();
@@ -520,11 +523,13 @@ fn paths_from_the_custom_resource_are_validated() {
         target_path: "/etc".into(),
         owner: "pod/evil".into(),
         read_only: false,
+        pod: None,
     });
     spec.references.push(MountReference {
         target_path: format!("{}/../../etc", s.dir.path().join("kubelet").display()),
         owner: "pod/evil".into(),
         read_only: false,
+        pod: None,
     });
     let (want, refused) = want("m", &spec, &s.host.config).unwrap();
     assert_eq!(want.references.len(), 1);
