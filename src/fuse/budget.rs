@@ -126,7 +126,8 @@ mod tests {
     #[test]
     fn limits_from_cgroup_files() {
         let v1_host = "4:memory:/kubepods/podu/c1\n1:cpu:/\n0::/\n";
-        let table: Vec<(&str, &str, Vec<(&str, &str)>, Option<u64>)> = vec![
+        type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, Option<u64>);
+        let table: Vec<Case> = vec![
             (
                 "v1, seen from the host",
                 v1_host,
@@ -208,7 +209,11 @@ mod tests {
         let below_base = Budget::for_limit(Some(4 << 20), 4, 8192);
         assert_eq!((below_base.threads, below_base.hot_fds), (2, MIN_HOT_FDS));
         let big = Budget::for_limit(Some(1 << 30), 4, 8192);
-        assert_eq!((big.threads, big.hot_fds), (4, 8192), "capped by what was asked");
+        assert_eq!(
+            (big.threads, big.hot_fds),
+            (4, 8192),
+            "capped by what was asked"
+        );
         let mid = Budget::for_limit(Some(128 << 20), 16, 8192);
         assert_eq!((mid.threads, mid.hot_fds), (14, 8192));
     }

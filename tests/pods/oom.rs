@@ -158,7 +158,13 @@ async fn a_mount_daemon_past_its_memory_limit_is_oom_killed_and_told() {
     assert_eq!(uid, uid_after, "the mount Pod was replaced");
     assert!(restarts_after > restarts_before, "the container restarted");
     let mount = pods.get(&pod_name(&vol, &node)).await.unwrap();
-    let cs = &mount.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+    let cs = &mount
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
     let last = cs.last_state.as_ref().and_then(|s| s.terminated.as_ref());
     assert_eq!(
         last.and_then(|t| t.reason.as_deref()),

@@ -63,7 +63,9 @@ pub enum Error {
     )]
     IdleMountDelay(String),
     /// A StorageClass parameter nobody knows.
-    #[error("unknown StorageClass parameter {0:?} (known: backendRoot, scope, idleMountDelay, mountCPURequest, mountCPULimit, mountMemoryRequest, mountMemoryLimit)")]
+    #[error(
+        "unknown StorageClass parameter {0:?} (known: backendRoot, scope, idleMountDelay, mountCPURequest, mountCPULimit, mountMemoryRequest, mountMemoryLimit)"
+    )]
     UnknownParameter(String),
     /// A mount daemon's CPU or memory amount that is no quantity, out of bounds, or a
     /// request above its limit.

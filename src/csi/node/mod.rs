@@ -407,11 +407,12 @@ impl NodeService {
 fn pod_of(context: &HashMap<String, String>) -> Option<api::PodRef> {
     let namespace = context.get("csi.storage.k8s.io/pod.namespace")?;
     let name = context.get("csi.storage.k8s.io/pod.name")?;
-    (super::is_object_name(namespace) && namespace.len() <= 63 && super::is_object_name(name))
-        .then(|| api::PodRef {
+    (super::is_object_name(namespace) && namespace.len() <= 63 && super::is_object_name(name)).then(
+        || api::PodRef {
             namespace: namespace.clone(),
             name: name.clone(),
-        })
+        },
+    )
 }
 
 fn check_capability(cap: Option<&VolumeCapability>) -> Result<bool, Error> {

@@ -19,9 +19,9 @@
 
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::ResourceExt;
 use serde_json::json;
 use tracing::{debug, warn};
 
@@ -183,9 +183,7 @@ mod tests {
     use crate::api::{MountReference, PodRef};
 
     fn pod(now: Option<(&str, &str)>, last: Option<(&str, &str)>, restarts: i32) -> Pod {
-        let term = |(reason, at): (&str, &str)| {
-            json!({"terminated": {"exitCode": 137, "reason": reason, "finishedAt": at}})
-        };
+        let term = |(reason, at): (&str, &str)| json!({"terminated": {"exitCode": 137, "reason": reason, "finishedAt": at}});
         serde_json::from_value(json!({
             "metadata": {"name": "m"},
             "spec": {"containers": [{"name": CONTAINER,
@@ -263,7 +261,10 @@ mod tests {
         let (on_mp, on_app) = notes(&mp, "n1", &k);
         for note in [&on_mp, &on_app] {
             assert!(note.contains(&mp.spec.volume), "{note}");
-            assert!(note.contains("24Mi") && note.contains("OOM-killed"), "{note}");
+            assert!(
+                note.contains("24Mi") && note.contains("OOM-killed"),
+                "{note}"
+            );
         }
         assert!(on_mp.contains("container restarts: 2"), "{on_mp}");
     }

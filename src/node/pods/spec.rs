@@ -404,7 +404,11 @@ mod tests {
             },
         };
         let get = |r: &ResourceRequirements, which: &str, name: &str| {
-            let m = if which == "req" { &r.requests } else { &r.limits };
+            let m = if which == "req" {
+                &r.requests
+            } else {
+                &r.limits
+            };
             m.as_ref().and_then(|m| m.get(name)).map(|q| q.0.clone())
         };
         let s = |v: &str| Some(v.to_string());
