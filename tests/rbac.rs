@@ -319,6 +319,7 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
         shared_backend: false,
         options: vec![],
         resources: None,
+        settings_file: None,
         handoff: None,
     };
     let own = mount_pod(&template("tessera-system"), &spec);

@@ -132,6 +132,12 @@ pub struct MountPodSpec {
     /// with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<super::MountResources>,
+
+    /// How long, in seconds, the kernel may cache attributes and names (the Volume's
+    /// `attrCacheSeconds`). Applied to a running daemon without a remount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub attr_cache_seconds: Option<i64>,
 }
 
 /// The node-side work a MountPod stands for.
@@ -239,6 +245,9 @@ pub struct AppliedSettings {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32), inner(length(max = 32)))]
     pub mount_options: Vec<String>,
+    /// The attribute cache lifetime it serves with (unset: the daemon's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attr_cache_seconds: Option<i64>,
 }
 
 impl AppliedSettings {
@@ -247,6 +256,7 @@ impl AppliedSettings {
         AppliedSettings {
             read_only: spec.read_only,
             mount_options: spec.mount_options.clone(),
+            attr_cache_seconds: spec.attr_cache_seconds,
         }
     }
 }

@@ -60,6 +60,7 @@ pub mod fs;
 pub mod handoff;
 pub mod projquota;
 pub mod quota;
+pub mod settings;
 mod signals;
 mod sys;
 
@@ -118,6 +119,11 @@ pub struct MountArgs {
     /// 0 otherwise.
     #[arg(long)]
     pub negative_timeout: Option<f64>,
+    /// A settings file (JSON, `{"attrCacheSeconds": 30}`) read at start and on
+    /// SIGHUP: what it sets overrides `--attr-timeout` on the running mount (see
+    /// `fuse::settings`).
+    #[arg(long)]
+    pub settings_file: Option<PathBuf>,
     /// Never use kernel passthrough, even where the kernel supports it.
     #[arg(long)]
     pub no_passthrough: bool,
@@ -474,10 +480,23 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     // On a node-local backend one mount serves every Pod of the node: the kernel's
     // own locks are seen by all of them, without a round trip per lock or close.
     let locks = !cache.local && backend_holds_locks(&args.source, options.read_only);
+    // The settings file's lifetime, if it sets one, over the default; a file that
+    // cannot be used leaves the default (and says so).
+    let ttl = settings::LiveTtl::new(match &args.settings_file {
+        Some(path) => match settings::Settings::read(path) {
+            Ok(s) => s.ttl(cache.ttl),
+            Err(e) => {
+                tracing::error!(error = %e, cause = ?std::error::Error::source(&e).map(|c| c.to_string()), "settings file not used");
+                cache.ttl
+            }
+        },
+        None => cache.ttl,
+    });
+    tracing::info!(attr_timeout = ?ttl.get(), "attribute cache lifetime in effect");
     let adapter = Adapter::new(
         fs.clone(),
         AdapterOptions {
-            ttl: cache.ttl,
+            ttl: ttl.clone(),
             negative_ttl: cache.negative_ttl,
             passthrough: !args.no_passthrough,
             locks,
@@ -538,6 +557,9 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         unmounter,
         quota: quota.clone(),
         capacity_file: args.capacity_file.clone(),
+        settings_file: args.settings_file.clone(),
+        ttl,
+        default_ttl: cache.ttl,
         mountpoint: args.mountpoint.clone(),
         grace: Duration::from_secs_f64(args.stop_grace),
         fs: fs.clone(),

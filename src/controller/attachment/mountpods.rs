@@ -240,6 +240,7 @@ pub(super) fn apply_body(
             "sharedBackend": desired.shared_backend,
             "mountOptions": desired.mount_options,
             "resources": desired.resources,
+            "attrCacheSeconds": desired.attr_cache_seconds,
         }
     })
 }
@@ -253,6 +254,7 @@ pub(super) fn same_controlled_fields(a: &MountPodSpec, b: &MountPodSpec) -> bool
         && a.mount_options == b.mount_options
         && a.task == b.task
         && a.resources == b.resources
+        && a.attr_cache_seconds == b.attr_cache_seconds
 }
 
 /// The MountPod spec the controller wants for `volume` on `node`.
@@ -291,6 +293,7 @@ pub fn desired_spec(
         references: vec![],
         retain_seconds: None,
         resources: volume.spec.mount_resources.clone(),
+        attr_cache_seconds: volume.spec.attr_cache_seconds,
     })
 }
 

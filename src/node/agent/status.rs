@@ -271,6 +271,7 @@ pub(super) mod tests {
                     .collect(),
                 retain_seconds: None,
                 resources: None,
+                attr_cache_seconds: None,
             },
         );
         mp.metadata.generation = Some(generation);

@@ -227,6 +227,7 @@ impl Setup {
                 .collect(),
             retain_seconds: None,
             resources: None,
+            attr_cache_seconds: None,
         }
     }
 
@@ -357,6 +358,7 @@ fn rebinds_references_left_on_an_earlier_instance() {
         shared_backend: false,
         options: vec![],
         resources: None,
+        settings_file: None,
         handoff: None,
     };
     let daemon = s.fake.start(&spec, Path::new("/dev/null")).unwrap();

@@ -41,6 +41,7 @@ fn volume(mode: AccessMode) -> Volume {
             mount_options: vec!["allow_other".into()],
             idle_mount_delay_seconds: None,
             mount_resources: None,
+            attr_cache_seconds: None,
         },
     );
     v.metadata.uid = Some("uid-v".into());
@@ -81,6 +82,7 @@ fn mountpod(node: &str, phase: Option<MountPhase>) -> MountPod {
             references: vec![],
             retain_seconds: None,
             resources: None,
+            attr_cache_seconds: None,
         },
     );
     mp.metadata.generation = Some(2);

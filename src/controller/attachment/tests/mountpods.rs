@@ -21,6 +21,7 @@ fn desired_spec_from_the_volume() {
             references: vec![],
             retain_seconds: None,
             resources: None,
+            attr_cache_seconds: None,
         }
     );
     let mut local = v.clone();
