@@ -402,6 +402,38 @@ fn capacity_grows_online() {
 }
 
 #[test]
+fn the_attribute_cache_lifetime_changes_online() {
+    let s = setup();
+    let mut spec = s.spec(&[("kubelet/pods/p1/vol", false)]);
+    let first = s.serve(&s.want(&spec));
+    let settings = s.host.state.settings_file("vol1");
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), "{}\n");
+    spec.attr_cache_seconds = Some(60);
+    let served = s.serve(&s.want(&spec));
+    assert_eq!(
+        served.daemon, first.daemon,
+        "no remount, with a reference bound"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&settings).unwrap(),
+        "{\"attrCacheSeconds\":60}\n"
+    );
+    assert_eq!(
+        s.fake.w().signals,
+        vec![(first.daemon.unwrap().pid, Signal::SIGHUP)]
+    );
+    let rec = s.host.state.load("vol1").unwrap().unwrap();
+    assert_eq!(rec.attr_cache_seconds, Some(60));
+    // Applied once; back to the default is a change too.
+    s.serve(&s.want(&spec));
+    assert_eq!(s.fake.w().signals.len(), 1);
+    spec.attr_cache_seconds = None;
+    s.serve(&s.want(&spec));
+    assert_eq!(s.fake.w().signals.len(), 2);
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), "{}\n");
+}
+
+#[test]
 fn settings_change_remounts_only_without_references() {
     let s = setup();
     let mut spec = s.spec(&[("kubelet/pods/p1/vol", false)]);
