@@ -17,6 +17,10 @@ mod support;
 mod daemon_kill;
 #[path = "pods/locks.rs"]
 mod locks;
+#[path = "pods/modify.rs"]
+mod modify;
+#[path = "pods/oom.rs"]
+mod oom;
 #[path = "pods/rollout.rs"]
 mod rollout;
 #[path = "pods/writer.rs"]

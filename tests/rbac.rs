@@ -303,6 +303,7 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
         mount_root: "/var/lib/tessera/mounts".into(),
         state_dir: "/var/lib/tessera/node".into(),
         termination_grace_seconds: 30,
+        resources: Default::default(),
     };
     let spec = DaemonSpec {
         volume: format!("{id}-v"),
@@ -317,6 +318,8 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
         read_only: false,
         shared_backend: false,
         options: vec![],
+        resources: None,
+        settings_file: None,
         handoff: None,
     };
     let own = mount_pod(&template("tessera-system"), &spec);

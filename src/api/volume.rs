@@ -83,6 +83,23 @@ pub struct VolumeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]
     pub idle_mount_delay_seconds: Option<i64>,
+
+    /// CPU and memory requests and limits of the volume's mount daemons (the
+    /// StorageClass's `mountCPURequest`, `mountCPULimit`, `mountMemoryRequest`,
+    /// `mountMemoryLimit`); unset amounts take the node agent's defaults. Applied to
+    /// a mount Pod when it is (re)created: a change reaches a running mount at its
+    /// next start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_resources: Option<super::MountResources>,
+
+    /// How long, in seconds, the kernel may cache attributes and names on the
+    /// volume's mounts (0 to an hour; unset: 60 s on a node-local backend, 1 s on a
+    /// shared one). Changeable live (a VolumeAttributesClass's `attrCacheSeconds`):
+    /// running mounts take it without a remount (their MountPods'
+    /// `status.applied.attrCacheSeconds` say when).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub attr_cache_seconds: Option<i64>,
 }
 
 /// The backend of a volume: a directory `root/<volume name>` on the node.

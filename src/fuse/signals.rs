@@ -1,4 +1,4 @@
-//! The daemon's signal thread: SIGHUP re-reads the capacity; the first SIGTERM or
+//! The daemon's signal thread: SIGHUP re-reads the capacity and the settings file; the first SIGTERM or
 //! SIGINT unmounts (telling the fd holder first) and the daemon exits once nothing
 //! refers to the connection or the grace period ends; SIGUSR1 (with `--holder`) exits
 //! without unmounting, for a successor to take the held connection over.
@@ -20,6 +20,10 @@ pub(super) struct SignalContext {
     pub(super) unmounter: fuser::SessionUnmounter,
     pub(super) quota: Arc<Enforcement>,
     pub(super) capacity_file: Option<PathBuf>,
+    /// The settings file, and the lifetime it sets (else `default_ttl`).
+    pub(super) settings_file: Option<PathBuf>,
+    pub(super) ttl: super::settings::LiveTtl,
+    pub(super) default_ttl: Duration,
     pub(super) mountpoint: PathBuf,
     /// How long the connection may outlive the unmount after a stop signal.
     pub(super) grace: Duration,
@@ -57,7 +61,10 @@ impl SignalContext {
                 }
             };
             match signal {
-                Signal::SIGHUP => self.reload_capacity(),
+                Signal::SIGHUP => {
+                    self.reload_capacity();
+                    self.reload_settings();
+                }
                 Signal::SIGUSR1 if self.holder.is_some() => {
                     // A planned replacement: the holder keeps the connection, the
                     // successor takes it over; nothing is unmounted.
@@ -86,6 +93,24 @@ impl SignalContext {
     fn exit(&self, code: i32) -> ! {
         log_counters(&self.fs, &self.mountpoint, "unmounted");
         std::process::exit(code)
+    }
+
+    fn reload_settings(&self) {
+        let Some(path) = &self.settings_file else {
+            return;
+        };
+        match super::settings::Settings::read(path) {
+            Ok(s) => {
+                let ttl = s.ttl(self.default_ttl);
+                let old = self.ttl.set(ttl);
+                if old != ttl {
+                    tracing::info!(from = ?old, to = ?ttl, "attribute cache lifetime changed");
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "settings not reloaded; keeping the old ones")
+            }
+        }
     }
 
     fn reload_capacity(&self) {

@@ -141,6 +141,11 @@ pub struct Want {
     pub shared_backend: bool,
     /// The accepted references.
     pub references: Vec<Target>,
+    /// The daemon's CPU and memory (pod mode: its container's; the agent's defaults
+    /// fill what is unset). Taken at a start: a running daemon keeps its own.
+    pub resources: Option<crate::api::MountResources>,
+    /// The attribute cache lifetime (applied live: settings file + SIGHUP).
+    pub attr_cache_seconds: Option<i64>,
 }
 
 /// Validate a MountPod spec: `Err` when the mount cannot be served at all; the
@@ -205,6 +210,8 @@ pub fn want(
         options: spec.mount_options.clone(),
         shared_backend: spec.shared_backend,
         references,
+        resources: spec.resources.clone(),
+        attr_cache_seconds: spec.attr_cache_seconds.map(|s| s.clamp(0, 3600)),
     };
     Ok((want, refused))
 }
@@ -459,6 +466,15 @@ impl Host {
             record.capacity_bytes = want.capacity_bytes;
             self.state.save(record)?;
         }
+        if record.attr_cache_seconds != want.attr_cache_seconds {
+            self.state
+                .write_settings(&want.volume, want.attr_cache_seconds)?;
+            self.daemons
+                .signal(record.daemon, &record.mountpoint, Signal::SIGHUP)?;
+            info!(volume = %want.volume, from = ?record.attr_cache_seconds, to = ?want.attr_cache_seconds, "attribute cache lifetime changed online");
+            record.attr_cache_seconds = want.attr_cache_seconds;
+            self.state.save(record)?;
+        }
         // Not `shared_backend`: a running daemon (one adopted from before the field
         // existed, say) keeps serving, and the setting applies at its next start.
         let settings_changed =
@@ -538,6 +554,8 @@ impl Host {
     fn spawn(&self, want: &Want, dead: Option<Daemon>) -> Result<Record, Error> {
         self.state
             .write_capacity(&want.volume, want.capacity_bytes)?;
+        self.state
+            .write_settings(&want.volume, want.attr_cache_seconds)?;
         let spec = DaemonSpec {
             volume: want.volume.clone(),
             mountpod: want.mountpod.clone(),
@@ -550,6 +568,8 @@ impl Host {
             read_only: want.read_only,
             shared_backend: want.shared_backend,
             options: want.options.clone(),
+            resources: want.resources.clone(),
+            settings_file: Some(self.state.settings_file(&want.volume)),
             // Only when a holder answers: a daemon started without one serves, but
             // its crash is repaired by remounting.
             handoff: self
@@ -579,6 +599,7 @@ impl Host {
             capacity_bytes: want.capacity_bytes,
             read_only: want.read_only,
             mount_options: want.options.clone(),
+            attr_cache_seconds: want.attr_cache_seconds,
             shared_backend: want.shared_backend,
             answered: false,
         };

@@ -106,6 +106,12 @@ pub struct DaemonSpec {
     pub shared_backend: bool,
     /// Extra mount options.
     pub options: Vec<String>,
+    /// CPU and memory (pod mode: the mount container's requests and limits, over the
+    /// agent's defaults; process mode: not bounded).
+    pub resources: Option<crate::api::MountResources>,
+    /// The settings file the daemon reads at start and on SIGHUP (`--settings-file`:
+    /// the attribute cache lifetime, changed live).
+    pub settings_file: Option<PathBuf>,
     /// The fd holder's socket and the handoff state file (`--holder`,
     /// `--handoff-state`), when the agent runs a holder.
     pub handoff: Option<(PathBuf, PathBuf)>,
@@ -390,6 +396,9 @@ pub struct Record {
     pub read_only: bool,
     /// Mount options.
     pub mount_options: Vec<String>,
+    /// The attribute cache lifetime last written to the settings file.
+    #[serde(default)]
+    pub attr_cache_seconds: Option<i64>,
     /// Started with `--shared-backend`. Records written before the flag existed lack
     /// it: their daemons were started without it.
     #[serde(default)]
@@ -474,6 +483,24 @@ impl StateDir {
         self.root.join("mounts").join(format!("{volume}.capacity"))
     }
 
+    /// The file `volume`'s daemon re-reads its live settings from on SIGHUP.
+    pub fn settings_file(&self, volume: &str) -> PathBuf {
+        self.root.join("mounts").join(format!("{volume}.settings"))
+    }
+
+    /// Write `volume`'s live settings (see `fuse::settings`).
+    pub fn write_settings(
+        &self,
+        volume: &str,
+        attr_cache_seconds: Option<i64>,
+    ) -> Result<(), Error> {
+        let body = match attr_cache_seconds {
+            Some(s) => serde_json::json!({"attrCacheSeconds": s}),
+            None => serde_json::json!({}),
+        };
+        write_atomic(&self.settings_file(volume), format!("{body}\n").as_bytes())
+    }
+
     /// The log of `volume`'s daemon.
     pub fn log_file(&self, volume: &str) -> PathBuf {
         self.root.join("logs").join(format!("{volume}.log"))
@@ -537,6 +564,7 @@ impl StateDir {
         for path in [
             self.record_path(volume),
             self.capacity_file(volume),
+            self.settings_file(volume),
             self.counters_file(volume),
             self.handoff_file(volume),
             self.log_file(volume),
@@ -664,6 +692,7 @@ mod tests {
             capacity_bytes: 1 << 30,
             read_only: false,
             mount_options: vec!["allow_other".into()],
+            attr_cache_seconds: Some(5),
             shared_backend: true,
             answered: false,
         };
@@ -729,6 +758,8 @@ mod tests {
             read_only: false,
             shared_backend: false,
             options: vec![],
+            resources: None,
+            settings_file: None,
             handoff: None,
         };
         // /bin/sleep exits at once on these arguments: the exit is reaped and described.

@@ -16,7 +16,7 @@ const NS: &str = "tessera-system";
 
 /// The mount Pod serving `volume` on `node` once it runs: its uid and its container's
 /// restart count.
-async fn mount_pod(client: &Client, volume: &str, node: &str) -> (String, i32) {
+pub(super) async fn mount_pod(client: &Client, volume: &str, node: &str) -> (String, i32) {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
     let name = pod_name(volume, node);
     eventually(WAIT, &format!("mount Pod {name} running"), || async {
@@ -32,7 +32,7 @@ async fn mount_pod(client: &Client, volume: &str, node: &str) -> (String, i32) {
 /// The pid of the `tessera mount` of `volume` in the Pod `uid`, from the host's /proc
 /// (the nodes' processes are the host's): its command line names the mount point
 /// `…/<volume>`, its cgroup the Pod.
-fn daemon_pid(volume: &str, uid: &str) -> Option<i32> {
+pub(super) fn daemon_pid(volume: &str, uid: &str) -> Option<i32> {
     let systemd = uid.replace('-', "_");
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {

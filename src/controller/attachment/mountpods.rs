@@ -239,6 +239,8 @@ pub(super) fn apply_body(
             "readOnly": desired.read_only,
             "sharedBackend": desired.shared_backend,
             "mountOptions": desired.mount_options,
+            "resources": desired.resources,
+            "attrCacheSeconds": desired.attr_cache_seconds,
         }
     })
 }
@@ -251,6 +253,8 @@ pub(super) fn same_controlled_fields(a: &MountPodSpec, b: &MountPodSpec) -> bool
         && a.shared_backend == b.shared_backend
         && a.mount_options == b.mount_options
         && a.task == b.task
+        && a.resources == b.resources
+        && a.attr_cache_seconds == b.attr_cache_seconds
 }
 
 /// The MountPod spec the controller wants for `volume` on `node`.
@@ -288,6 +292,8 @@ pub fn desired_spec(
         mount_options: volume.spec.mount_options.clone(),
         references: vec![],
         retain_seconds: None,
+        resources: volume.spec.mount_resources.clone(),
+        attr_cache_seconds: volume.spec.attr_cache_seconds,
     })
 }
 

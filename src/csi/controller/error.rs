@@ -63,8 +63,27 @@ pub enum Error {
     )]
     IdleMountDelay(String),
     /// A StorageClass parameter nobody knows.
-    #[error("unknown StorageClass parameter {0:?} (known: backendRoot, scope, idleMountDelay)")]
+    #[error(
+        "unknown StorageClass parameter {0:?} (known: backendRoot, scope, idleMountDelay, mountCPURequest, mountCPULimit, mountMemoryRequest, mountMemoryLimit)"
+    )]
     UnknownParameter(String),
+    /// A VolumeAttributesClass asks to change what a Volume cannot change.
+    #[error(
+        "parameter {0:?} is immutable: it cannot change on an existing volume (it decides where the data lives); create a new volume with a StorageClass that sets it, and copy the data"
+    )]
+    ImmutableParameter(String),
+    /// A VolumeAttributesClass parameter nobody knows.
+    #[error(
+        "unknown VolumeAttributesClass parameter {0:?} (known: attrCacheSeconds, idleMountDelay, mountCPURequest, mountCPULimit, mountMemoryRequest, mountMemoryLimit)"
+    )]
+    UnknownMutableParameter(String),
+    /// `attrCacheSeconds` is no whole number of seconds from 0 to 3600.
+    #[error("parameter attrCacheSeconds must be whole seconds from 0 to 3600, not {0:?}")]
+    AttrCacheSeconds(String),
+    /// A mount daemon's CPU or memory amount that is no quantity, out of bounds, or a
+    /// request above its limit.
+    #[error("StorageClass parameter {key}: {message}")]
+    MountResource { key: &'static str, message: String },
     /// More bytes than any Volume may have.
     #[error("{0} bytes is more than the largest volume, {max} bytes", max = crate::api::MAX_VOLUME_BYTES)]
     TooLarge(u64),
@@ -178,6 +197,10 @@ impl Error {
             | BackendRoot(_)
             | UnknownParameter(_)
             | IdleMountDelay(_)
+            | MountResource { .. }
+            | ImmutableParameter(_)
+            | UnknownMutableParameter(_)
+            | AttrCacheSeconds(_)
             | NegativeCapacity => Code::InvalidArgument,
             Pending(_) | BeingDeleted(_) | BadToken(_) | TokenPastEnd(_) => Code::Aborted,
             Kube(e) => kube_code(&e.source),

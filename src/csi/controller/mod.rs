@@ -14,10 +14,14 @@
 //! |---|---|
 //! | this one | the RPCs: Kubernetes reads and writes, waits |
 //! | [`request`] | what a request asks for (names, access modes, sizes, parameters), no I/O |
+//! | [`modify`] | a VolumeAttributesClass's parameters as Volume spec changes, no I/O |
+//! | [`resources`] | the mount daemon's CPU and memory parameters, no I/O |
 //! | [`error`] | [`Error`] and its one mapping to gRPC codes |
 
 pub mod error;
+pub mod modify;
 pub mod request;
+pub mod resources;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -134,6 +138,8 @@ impl ControllerService {
         let mode = access_mode_for(caps)?;
         let size = size_for(req.capacity_range.as_ref())?;
         let params = Parameters::parse(&req.parameters, &self.settings.default_backend_root)?;
+        // A VolumeAttributesClass named at creation: its settings from the start.
+        let vac = modify::parse(&req.mutable_parameters)?;
         self.settings
             .allowed_roots
             .check_root(&params.backend_root)
@@ -175,7 +181,9 @@ impl ControllerService {
                 "size": quantity_of(size), "accessMode": mode,
                 "backend": {"root": params.backend_root, "scope": params.scope, "node": node},
                 "mountOptions": mount_options(caps),
-                "idleMountDelaySeconds": params.idle_mount_delay,
+                "idleMountDelaySeconds": vac.idle_mount_delay.filter(|d| *d > 0).or(params.idle_mount_delay),
+                "mountResources": modify::with_resources(params.mount_resources.as_ref(), &vac.resources)?,
+                "attrCacheSeconds": vac.attr_cache_seconds,
             }
         }))
         .map_err(|source| Error::Encode {
@@ -540,6 +548,36 @@ impl ControllerService {
         })
     }
 
+    /// Patch the Volume's spec with what the VolumeAttributesClass asks (nothing
+    /// written when it has it already); the MountPods follow (see [`modify`]).
+    async fn modify(
+        &self,
+        req: ControllerModifyVolumeRequest,
+    ) -> Result<ControllerModifyVolumeResponse, Error> {
+        let volume_id = existing_id(
+            required("volume_id", &req.volume_id)?,
+            Error::VolumeNotFound,
+        )?;
+        let changes = modify::parse(&req.mutable_parameters)?;
+        let _guard = self.inflight.start(volume_id)?;
+        let volume = self
+            .volumes()
+            .get_opt(volume_id)
+            .await
+            .context(|| format!("reading Volume {}", shown(volume_id)))?
+            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
+        if let Some(mut patch) = modify::patch(&volume, &changes)? {
+            // Guarded by the version the changes were computed on.
+            patch["metadata"] = json!({"resourceVersion": volume.resource_version()});
+            self.volumes()
+                .patch(volume_id, &merge_params(), &Patch::Merge(&patch))
+                .await
+                .context(|| format!("modifying Volume {volume_id}"))?;
+            info!(changes = %patch["spec"], "volume modified");
+        }
+        Ok(ControllerModifyVolumeResponse {})
+    }
+
     async fn expand(
         &self,
         req: ControllerExpandVolumeRequest,
@@ -657,6 +695,8 @@ impl Controller for ControllerService {
             // So that Kubernetes tells ReadWriteOnce (SINGLE_NODE_MULTI_WRITER) from
             // ReadWriteOncePod (SINGLE_NODE_SINGLE_WRITER).
             rpc::Type::SingleNodeMultiWriter,
+            // A VolumeAttributesClass change on a bound claim (the external-resizer).
+            rpc::Type::ModifyVolume,
         ]
         .into_iter()
         .map(|t| ControllerServiceCapability {
@@ -710,9 +750,9 @@ impl Controller for ControllerService {
     }
     async fn controller_modify_volume(
         &self,
-        _: Request<ControllerModifyVolumeRequest>,
+        req: Request<ControllerModifyVolumeRequest>,
     ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
-        unimplemented("ControllerModifyVolume")
+        reply(self.modify(req.into_inner()).await)
     }
 }
 

@@ -43,6 +43,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+mod oom;
 mod status;
 
 use status::{Report, cond, next_status, serve_report};
@@ -69,6 +70,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// When each failing MountPod may be tried again.
     pub backoff: super::backoff::Backoffs,
+    /// Pod mode: the namespace of the mount Pods (their OOM kills are reported).
+    pub mount_namespace: Option<String>,
 }
 
 /// How long a first start may take before the MountPod says Mounting.
@@ -103,6 +106,7 @@ pub async fn run(
         host,
         metrics: metrics.clone(),
         backoff: Default::default(),
+        mount_namespace: mount_pods.clone(),
     });
     let (trigger, triggered) = mpsc::unbounded();
     let mut controller = Controller::new(api, wc).reconcile_on(triggered);
@@ -226,6 +230,10 @@ async fn refuse(mp: &MountPod, ctx: &Context, msg: String) -> Result<Action, Err
 }
 
 async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
+    // A new OOM kill of the mount container is recorded and announced first; the rest
+    // goes on from the status written.
+    let checked = oom::check(mp, ctx).await;
+    let mp = checked.as_ref().unwrap_or(mp);
     let name = mp.name_any();
     let mut current = mp.status.clone().unwrap_or_default();
     let (mut want, refused) = match host::want(&name, &mp.spec, &ctx.host.config) {
@@ -531,6 +539,17 @@ async fn write_status_from(
 }
 
 async fn publish(ctx: &Context, mp: &MountPod, type_: EventType, reason: &str, note: &str) {
+    publish_on(ctx, &mp.object_ref(&()), type_, reason, note).await;
+}
+
+/// Publish an Event about any object (an application Pod, for one).
+async fn publish_on(
+    ctx: &Context,
+    regarding: &k8s_openapi::api::core::v1::ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
     let ev = Event {
         type_,
         reason: reason.into(),
@@ -538,7 +557,7 @@ async fn publish(ctx: &Context, mp: &MountPod, type_: EventType, reason: &str, n
         action: reason.into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &mp.object_ref(&())).await {
+    if let Err(e) = ctx.recorder.publish(&ev, regarding).await {
         debug!(error = %error_chain(&e), "publishing event");
     }
 }

@@ -108,6 +108,8 @@ pub(super) fn next_status(
         last_error_time,
         reference_count: i32::try_from(mp.spec.references.len()).unwrap_or(i32::MAX),
         conditions,
+        oom_kills: prev.oom_kills,
+        last_oom_kill_time: prev.last_oom_kill_time.clone(),
         observed_generation: if report.observed {
             generation
         } else {
@@ -264,9 +266,12 @@ pub(super) mod tests {
                         target_path: format!("/k/{i}"),
                         owner: "pod/x".into(),
                         read_only: false,
+                        pod: None,
                     })
                     .collect(),
                 retain_seconds: None,
+                resources: None,
+                attr_cache_seconds: None,
             },
         );
         mp.metadata.generation = Some(generation);
@@ -398,6 +403,7 @@ pub(super) mod tests {
                         target_path: "/k/new".into(),
                         owner: "pod/y".into(),
                         read_only: false,
+                        pod: None,
                     })
                 },
                 true,

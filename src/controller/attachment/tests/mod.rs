@@ -40,6 +40,8 @@ fn volume(mode: AccessMode) -> Volume {
             },
             mount_options: vec!["allow_other".into()],
             idle_mount_delay_seconds: None,
+            mount_resources: None,
+            attr_cache_seconds: None,
         },
     );
     v.metadata.uid = Some("uid-v".into());
@@ -79,6 +81,8 @@ fn mountpod(node: &str, phase: Option<MountPhase>) -> MountPod {
             mount_options: vec![],
             references: vec![],
             retain_seconds: None,
+            resources: None,
+            attr_cache_seconds: None,
         },
     );
     mp.metadata.generation = Some(2);

@@ -20,6 +20,8 @@ fn desired_spec_from_the_volume() {
             mount_options: vec!["allow_other".into()],
             references: vec![],
             retain_seconds: None,
+            resources: None,
+            attr_cache_seconds: None,
         }
     );
     let mut local = v.clone();
@@ -60,6 +62,7 @@ fn only_controlled_fields_count_as_a_change() {
                     target_path: "/k/p".into(),
                     owner: "pod/x".into(),
                     read_only: false,
+                    pod: None,
                 })
             }),
             true,
