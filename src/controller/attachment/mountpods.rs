@@ -86,6 +86,8 @@ pub(super) async fn sync_mountpods(
     for (node, mount) in &decision.nodes {
         let task = if mount.removes_data {
             MountTask::RemoveData
+        } else if mount.populates {
+            MountTask::Populate
         } else {
             MountTask::Serve
         };
@@ -174,6 +176,13 @@ async fn write_mountpod(
         if task == MountTask::RemoveData {
             let what = format!("removing the volume's data on node {node}");
             publish_node(ctx, volume, "RemovingData", node, &what);
+        }
+        if let (MountTask::Populate, Some(from)) = (task, &volume.spec.data_source) {
+            let what = format!(
+                "filling the volume on node {node} with a copy of volume {}",
+                from.volume
+            );
+            publish_node(ctx, volume, "Populating", node, &what);
         }
     }
     Ok(())
@@ -269,7 +278,7 @@ pub fn desired_spec(
         // Removing the data needs no size: a Volume whose size cannot be served can
         // still be deleted.
         (Err(_), MountTask::RemoveData) => 0,
-        (Err(message), MountTask::Serve) => {
+        (Err(message), MountTask::Serve | MountTask::Populate) => {
             return Err(Error::InvalidVolume {
                 volume: name.clone(),
                 message,
@@ -282,6 +291,11 @@ pub fn desired_spec(
         node_name: node.to_string(),
         source: format!("{root}/{name}"),
         task,
+        // Never again once filled: a restore ticket on a volume in use must not
+        // replace its data (the agent refuses a Populate task without a source).
+        populate_from: (task == MountTask::Populate && !volume.populated())
+            .then(|| volume.spec.data_source.clone())
+            .flatten(),
         capacity_bytes: capacity,
         read_only,
         shared_backend: volume.spec.backend.scope == api::BackendScope::Shared,

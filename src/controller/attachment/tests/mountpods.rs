@@ -10,6 +10,7 @@ fn desired_spec_from_the_volume() {
     assert_eq!(
         spec,
         MountPodSpec {
+            populate_from: None,
             volume: "v".into(),
             node_name: "n1".into(),
             source: "/b/v".into(),
