@@ -14,10 +14,14 @@
 //! |---|---|
 //! | this one | the RPCs: Kubernetes reads and writes, waits |
 //! | [`request`] | what a request asks for (names, access modes, sizes, parameters), no I/O |
+//! | [`snapshot`] | snapshots, restores and clones: volumes filled from another's data |
+//! | [`copy_plan`] | the steps of such a fill (tickets), the copy node, sizes; no I/O |
 //! | [`error`] | [`Error`] and its one mapping to gRPC codes |
 
+pub mod copy_plan;
 pub mod error;
 pub mod request;
+pub mod snapshot;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -128,11 +132,16 @@ impl ControllerService {
     async fn create(&self, req: CreateVolumeRequest) -> Result<CreateVolumeResponse, Error> {
         let csi_name = required("name", &req.name)?;
         let caps = required("volume_capabilities", &req.volume_capabilities)?;
-        if req.volume_content_source.is_some() {
-            return Err(Error::ContentSource);
-        }
         let mode = access_mode_for(caps)?;
-        let size = size_for(req.capacity_range.as_ref())?;
+        let source = self.content_source(&req).await?;
+        let size = match &source {
+            Some(src) => copy_plan::fill_size(
+                req.capacity_range.as_ref(),
+                volume_bytes(&src.volume)?,
+                &src.describe(),
+            )?,
+            None => size_for(req.capacity_range.as_ref())?,
+        };
         let params = Parameters::parse(&req.parameters, &self.settings.default_backend_root)?;
         self.settings
             .allowed_roots
@@ -161,12 +170,16 @@ impl ControllerService {
                     mode: existing.spec.access_mode,
                 });
             }
-            return Ok(CreateVolumeResponse {
-                volume: Some(csi_volume(&existing)?),
-            });
+            return self.filled(&existing, source).await;
         }
+        // A node-local volume filled from another lives where that one's data is.
         let node = (params.scope == BackendScope::NodeLocal)
-            .then(|| topology_node(&req))
+            .then(|| {
+                source
+                    .as_ref()
+                    .and_then(|s| s.node())
+                    .or_else(|| topology_node(&req))
+            })
             .flatten();
         let volume: Volume = serde_json::from_value(json!({
             "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
@@ -176,6 +189,7 @@ impl ControllerService {
                 "backend": {"root": params.backend_root, "scope": params.scope, "node": node},
                 "mountOptions": mount_options(caps),
                 "idleMountDelaySeconds": params.idle_mount_delay,
+                "dataSource": source.as_ref().map(|s| s.data_source()),
             }
         }))
         .map_err(|source| Error::Encode {
@@ -192,9 +206,28 @@ impl ControllerService {
             .await
             .context(|| format!("creating Volume {name}"))?;
         info!(volume = %name, size, %mode, "created volume");
-        Ok(CreateVolumeResponse {
-            volume: Some(csi_volume(&created)?),
-        })
+        self.filled(&created, source).await
+    }
+
+    /// The answer for a created volume: at once without a source, else once its copy
+    /// is done (UNAVAILABLE until then, so that the provisioner asks again).
+    async fn filled(
+        &self,
+        volume: &Volume,
+        source: Option<snapshot::Source>,
+    ) -> Result<CreateVolumeResponse, Error> {
+        let mut out = csi_volume(volume)?;
+        if let Some(src) = source {
+            if let Some((reason, message)) = self.fill(volume, AttacherType::Clone).await? {
+                return Err(Error::Populating {
+                    volume: volume.name_any(),
+                    source_volume: src.describe(),
+                    message: format!("{reason}: {message}"),
+                });
+            }
+            out.content_source = Some(src.content);
+        }
+        Ok(CreateVolumeResponse { volume: Some(out) })
     }
 
     async fn delete(&self, req: DeleteVolumeRequest) -> Result<DeleteVolumeResponse, Error> {
@@ -490,8 +523,9 @@ impl ControllerService {
             .await
             .context(|| "listing Volumes".into())?
             .items;
-        // A Volume being deleted (its data being removed) is no longer a volume to list.
-        volumes.retain(|v| v.metadata.deletion_timestamp.is_none());
+        // A Volume being deleted (its data being removed) is no longer a volume to list,
+        // nor is a snapshot's.
+        volumes.retain(|v| v.metadata.deletion_timestamp.is_none() && !snapshot::is_snapshot(v));
         volumes.sort_by_key(|v| v.name_any());
         if start > volumes.len() {
             return Err(Error::TokenPastEnd(start));
@@ -657,6 +691,8 @@ impl Controller for ControllerService {
             // So that Kubernetes tells ReadWriteOnce (SINGLE_NODE_MULTI_WRITER) from
             // ReadWriteOncePod (SINGLE_NODE_SINGLE_WRITER).
             rpc::Type::SingleNodeMultiWriter,
+            rpc::Type::CreateDeleteSnapshot,
+            rpc::Type::CloneVolume,
         ]
         .into_iter()
         .map(|t| ControllerServiceCapability {
@@ -678,17 +714,19 @@ impl Controller for ControllerService {
         reply(self.expand(req.into_inner()).await)
     }
 
+    #[instrument(skip_all, fields(name = %req.get_ref().name, source = %req.get_ref().source_volume_id))]
     async fn create_snapshot(
         &self,
-        _: Request<CreateSnapshotRequest>,
+        req: Request<CreateSnapshotRequest>,
     ) -> Result<Response<CreateSnapshotResponse>, Status> {
-        unimplemented("snapshots")
+        reply(self.snapshot(req.into_inner()).await)
     }
+    #[instrument(skip_all, fields(snapshot = %req.get_ref().snapshot_id))]
     async fn delete_snapshot(
         &self,
-        _: Request<DeleteSnapshotRequest>,
+        req: Request<DeleteSnapshotRequest>,
     ) -> Result<Response<DeleteSnapshotResponse>, Status> {
-        unimplemented("snapshots")
+        reply(self.delete_snapshot_volume(req.into_inner()).await)
     }
     async fn list_snapshots(
         &self,
