@@ -19,6 +19,8 @@ mod daemon_kill;
 mod locks;
 #[path = "pods/rollout.rs"]
 mod rollout;
+#[path = "pods/snapshots.rs"]
+mod snapshots;
 #[path = "pods/writer.rs"]
 mod writer;
 
