@@ -149,3 +149,28 @@ fn a_created_mountpod_carries_the_agents_finalizer_only_where_an_agent_is_regist
         assert_eq!(mp.spec, desired, "agent {agent}");
     }
 }
+
+#[test]
+fn a_populate_spec_carries_the_data_source_until_the_volume_is_populated() {
+    let mut v = volume(AccessMode::ReadWriteOnce);
+    let from = api::DataSource {
+        volume: "src".into(),
+        source: "/b/src".into(),
+    };
+    // No data source: nothing to copy, and the agent refuses such a MountPod.
+    let spec = desired_spec(&v, "n1", false, MountTask::Populate).unwrap();
+    assert_eq!((spec.task, spec.populate_from), (MountTask::Populate, None));
+    v.spec.data_source = Some(from.clone());
+    let spec = desired_spec(&v, "n1", false, MountTask::Populate).unwrap();
+    assert_eq!(spec.populate_from.as_ref(), Some(&from));
+    // Only a Populate task carries it.
+    let spec = desired_spec(&v, "n1", false, MountTask::Serve).unwrap();
+    assert_eq!(spec.populate_from, None);
+    // Once populated, never again: a later restore ticket must not replace the data.
+    v.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(api::ANNOTATION_POPULATED.into(), "true".into());
+    let spec = desired_spec(&v, "n1", false, MountTask::Populate).unwrap();
+    assert_eq!(spec.populate_from, None);
+}
