@@ -174,3 +174,20 @@ fn a_populate_spec_carries_the_data_source_until_the_volume_is_populated() {
     let spec = desired_spec(&v, "n1", false, MountTask::Populate).unwrap();
     assert_eq!(spec.populate_from, None);
 }
+
+#[test]
+fn a_node_that_filled_the_volume_is_where_it_was_last_attached() {
+    let v = volume(AccessMode::ReadWriteOnce);
+    let mut filling = mountpod("n1", Some(MountPhase::Ready));
+    filling.spec.task = MountTask::Populate;
+    let s = super::super::status::volume_status(
+        &v,
+        &[std::sync::Arc::new(filling)],
+        &decision(&["n1"], &[]),
+        &t(100),
+    );
+    // Its data is there: a restore from it copies there, its cleanup removes it there.
+    assert_eq!(s.last_attached_node.as_deref(), Some("n1"));
+    // It serves no workload: not an attached node.
+    assert!(s.attached_nodes.is_empty(), "{s:?}");
+}
