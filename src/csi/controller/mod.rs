@@ -159,18 +159,26 @@ impl ControllerService {
             if existing.annotations().get(ANNOTATION_CSI_NAME) != Some(&req.name) {
                 return Err(Error::NameTaken(name));
             }
-            if existing.metadata.deletion_timestamp.is_some() {
-                return Err(Error::BeingDeleted(name));
+            if existing.metadata.deletion_timestamp.is_none() {
+                let bytes = volume_bytes(&existing)?;
+                if !size_fits(bytes, req.capacity_range.as_ref())
+                    || existing.spec.access_mode != mode
+                {
+                    return Err(Error::ExistsOtherwise {
+                        name: shown(csi_name),
+                        bytes,
+                        mode: existing.spec.access_mode,
+                    });
+                }
+                return self.filled(&existing, source).await;
             }
-            let bytes = volume_bytes(&existing)?;
-            if !size_fits(bytes, req.capacity_range.as_ref()) || existing.spec.access_mode != mode {
-                return Err(Error::ExistsOtherwise {
-                    name: shown(csi_name),
-                    bytes,
-                    mode: existing.spec.access_mode,
-                });
+            // The same name deleted a moment ago (its data is being removed): a new
+            // volume once the old one is gone, within the publish timeout.
+            let gone = await_from(self.volumes(), existing, |v: Option<&Volume>| v.is_none());
+            match tokio::time::timeout(self.settings.publish_timeout, gone).await {
+                Ok(res) => drop(res?),
+                Err(_) => return Err(Error::BeingDeleted(name)),
             }
-            return self.filled(&existing, source).await;
         }
         // A node-local volume filled from another lives where that one's data is.
         let node = (params.scope == BackendScope::NodeLocal)
