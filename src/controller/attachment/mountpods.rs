@@ -235,7 +235,7 @@ pub(super) fn apply_body(
     labels.insert(LABEL_NODE.into(), desired.node_name.clone());
     labels.insert(LABEL_VOLUME.into(), name);
     let owner = owner_reference(volume);
-    json!({
+    let mut body = json!({
         "apiVersion": "tessera.io/v1alpha1",
         "kind": "MountPod",
         "metadata": {"name": mp_name, "labels": labels, "ownerReferences": [owner]},
@@ -249,7 +249,11 @@ pub(super) fn apply_body(
             "sharedBackend": desired.shared_backend,
             "mountOptions": desired.mount_options,
         }
-    })
+    });
+    if let Some(from) = &desired.populate_from {
+        body["spec"]["populateFrom"] = json!(from);
+    }
+    body
 }
 
 /// Whether two specs agree on every field the controller sets (so no apply is due).
