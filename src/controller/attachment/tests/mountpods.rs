@@ -163,6 +163,10 @@ fn a_populate_spec_carries_the_data_source_until_the_volume_is_populated() {
     v.spec.data_source = Some(from.clone());
     let spec = desired_spec(&v, "n1", false, MountTask::Populate).unwrap();
     assert_eq!(spec.populate_from.as_ref(), Some(&from));
+    // … and it is in what the controller applies.
+    let body = apply_body(&v, &Labels::default(), &spec);
+    assert_eq!(body["spec"]["populateFrom"]["volume"], "src");
+    assert_eq!(body["spec"]["task"], "Populate");
     // Only a Populate task carries it.
     let spec = desired_spec(&v, "n1", false, MountTask::Serve).unwrap();
     assert_eq!(spec.populate_from, None);
