@@ -245,6 +245,9 @@ impl ControllerService {
             return Ok(DeleteVolumeResponse {});
         }
         let _guard = self.inflight.start(volume)?;
+        if let Ok(Some(v)) = self.volumes().get_opt(volume).await {
+            self.abandon_fill(&v).await?;
+        }
         match self
             .volumes()
             .delete(volume, &DeleteParams::default())

@@ -243,6 +243,7 @@ impl ControllerService {
             // Not a snapshot of ours: nothing of that id to delete.
             return Ok(DeleteSnapshotResponse {});
         }
+        self.abandon_fill(&v).await?;
         match self.volumes().delete(id, &DeleteParams::default()).await {
             Ok(_) => info!(
                 snapshot = id,
@@ -367,6 +368,39 @@ impl ControllerService {
                 (Err(_), reason, message) => return Ok(Some((reason, message))),
             }
         }
+    }
+
+    /// A volume deleted before its fill was done: its ticket on the source goes too
+    /// (nothing else would remove it). Its own restore ticket goes with it.
+    pub(super) async fn abandon_fill(&self, v: &Volume) -> Result<(), Error> {
+        let Some(from) = v.spec.data_source.as_ref().filter(|_| !v.populated()) else {
+            return Ok(());
+        };
+        let name = v.name_any();
+        let api = self.attachments();
+        let Some(va) = api
+            .get_opt(&from.volume)
+            .await
+            .context(|| format!("reading VolumeAttachment {}", from.volume))?
+        else {
+            return Ok(());
+        };
+        let ours: Vec<String> = [AttacherType::Snapshot, AttacherType::Clone]
+            .iter()
+            .map(|k| copy_plan::ticket_id(k.as_str(), &name))
+            .filter(|id| va.spec.attachment_tickets.contains_key(id))
+            .collect();
+        if !ours.is_empty() {
+            api.patch(
+                &from.volume,
+                &merge_params(),
+                &Patch::Merge(tickets_removal_patch(ours.iter().map(String::as_str))),
+            )
+            .await
+            .context(|| format!("removing tickets {ours:?} from {}", from.volume))?;
+            info!(tickets = ?ours, source = %from.volume, "fill abandoned: source tickets removed");
+        }
+        Ok(())
     }
 
     async fn attachment_of(&self, name: &str) -> Result<VolumeAttachment, Error> {
