@@ -18,6 +18,12 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use support::fixtures::{self, AgentProcess, eventually};
 use tessera::api::{DataSource, MountPod, MountTask, Volume};
+use tessera::csi::proto::controller_client::ControllerClient;
+use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use tessera::csi::proto::volume_content_source::{SnapshotSource, Type, VolumeSource};
+use tessera::csi::proto::*;
+use tonic::Code;
+use tonic::transport::Endpoint;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -167,4 +173,167 @@ async fn a_restore_ticket_fills_a_volume_from_a_live_source() {
 
     e.detach(&src, "manual-a", &node).await;
     e.cleanup(&[src, dst, small]).await;
+}
+
+fn cap() -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(AccessType::Mount(MountVolume::default())),
+    }
+}
+
+fn create(name: &str, source: Option<Type>) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: 64 << 20,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![cap()],
+        volume_content_source: source.map(|t| VolumeContentSource { r#type: Some(t) }),
+        ..Default::default()
+    }
+}
+
+/// The CSI calls the sidecars make, against the controller's socket with a real
+/// agent: CreateSnapshot of an attached volume answers not ready until the copy is
+/// done, then ready; the snapshot, a restore of it and a clone hold the same tree; the
+/// tickets are gone afterwards (only the workload's is left).
+#[tokio::test]
+async fn snapshot_restore_and_clone_through_the_csi_controller_with_a_real_agent() {
+    let base = support::env::Env::new("ncsisnap", 1, WAIT).await;
+    fixtures::create_csinodes(&base.client, &base.id, &base.nodes).await;
+    let _nodes = fixtures::NodesGuard(base.nodes.clone());
+    let node = base.nodes[0].clone();
+    let work = tempfile::Builder::new()
+        .prefix("tessera-backend-")
+        .tempdir()
+        .unwrap();
+    let backend = work.path().to_path_buf();
+    let sock = backend.join("controller.sock");
+    let _ctrl = fixtures::ControllerProcess::start(
+        &base.id,
+        &[
+            "--no-leader-election",
+            &format!("--csi-endpoint=unix://{}", sock.display()),
+            &format!("--default-backend-root={}", backend.display()),
+        ],
+    );
+    let agent = AgentProcess::start(&base.id, &node);
+    eventually(WAIT, "the CSI socket", || async {
+        sock.exists().then_some(())
+    })
+    .await;
+    let channel = Endpoint::from_shared(format!("unix://{}", sock.display()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut ctrl = ControllerClient::new(channel);
+
+    let src = ctrl
+        .create_volume(create(&format!("{}-src", base.id), None))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id;
+    let vas: Api<tessera::api::VolumeAttachment> = Api::all(base.client.clone());
+    eventually(WAIT, "the source's VolumeAttachment", || async {
+        vas.get_opt(&src).await.ok().flatten()
+    })
+    .await;
+    base.attach(&src, "manual-a", "manual", &node).await;
+    let mnt = agent.mountpoint(&src);
+    std::fs::create_dir_all(mnt.join("x/y")).unwrap();
+    std::fs::write(mnt.join("x/y/z"), b"snap me").unwrap();
+    std::fs::write(mnt.join("data"), vec![3u8; 3 << 20]).unwrap();
+    let want = tree_sums(&backend.join(&src));
+
+    let req = CreateSnapshotRequest {
+        source_volume_id: src.clone(),
+        name: format!("{}-snap", base.id),
+        ..Default::default()
+    };
+    let mut calls = 0;
+    let snap = eventually(WAIT, "snapshot ready", || {
+        calls += 1;
+        let (mut ctrl, req) = (ctrl.clone(), req.clone());
+        async move {
+            let s = ctrl
+                .create_snapshot(req)
+                .await
+                .unwrap()
+                .into_inner()
+                .snapshot?;
+            s.ready_to_use.then_some(s)
+        }
+    })
+    .await;
+    println!("snapshot ready after {calls} CreateSnapshot call(s)");
+    assert_eq!(
+        tree_sums(&backend.join(&snap.snapshot_id)),
+        want,
+        "snapshot"
+    );
+
+    for (name, source) in [
+        (
+            "restored",
+            Type::Snapshot(SnapshotSource {
+                snapshot_id: snap.snapshot_id.clone(),
+            }),
+        ),
+        (
+            "cloned",
+            Type::Volume(VolumeSource {
+                volume_id: src.clone(),
+            }),
+        ),
+    ] {
+        let req = create(&format!("{}-{name}", base.id), Some(source));
+        let v = eventually(WAIT, &format!("{name} created"), || {
+            let (mut ctrl, req) = (ctrl.clone(), req.clone());
+            async move {
+                match ctrl.create_volume(req).await {
+                    Ok(r) => r.into_inner().volume,
+                    Err(s) if s.code() == Code::Unavailable => None,
+                    Err(s) => panic!("{name}: {s:?}"),
+                }
+            }
+        })
+        .await;
+        assert_eq!(tree_sums(&backend.join(&v.volume_id)), want, "{name}");
+    }
+    let left: Vec<String> = fixtures::ticket_states(&base.client, &src)
+        .await
+        .into_keys()
+        .collect();
+    assert_eq!(left, ["manual-a"]);
+
+    ctrl.delete_snapshot(DeleteSnapshotRequest {
+        snapshot_id: snap.snapshot_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let volumes: Api<Volume> = Api::all(base.client.clone());
+    eventually(WAIT, "the snapshot's Volume and data gone", || async {
+        let gone = volumes.get_opt(&snap.snapshot_id).await.unwrap().is_none();
+        (gone && !backend.join(&snap.snapshot_id).exists()).then_some(())
+    })
+    .await;
+    base.detach(&src, "manual-a", &node).await;
+    for v in ["src", "restored", "cloned"] {
+        let _ = ctrl
+            .delete_volume(DeleteVolumeRequest {
+                volume_id: format!("{}-{v}", base.id),
+                ..Default::default()
+            })
+            .await;
+    }
+    base.cleanup_waiting(&[]).await;
 }
