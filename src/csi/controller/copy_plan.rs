@@ -6,7 +6,8 @@
 //! ```text
 //!  1. `snapshot-<dest>` / `clone-<dest>` ticket on the SOURCE, on the copy node
 //!     (background: yields to workloads; satisfied = the source is mounted there, so
-//!     the node can sync it before reading)
+//!     the node can sync it before reading); none for a restore from a snapshot,
+//!     which nobody writes
 //!  2. once satisfied: `restore-<source>` ticket (volume-restore) on the DESTINATION,
 //!     same node → MountPod task Populate → the agent copies, reports Ready
 //!  3. once satisfied: both tickets removed, the destination annotated populated

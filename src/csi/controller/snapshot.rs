@@ -291,12 +291,14 @@ impl ControllerService {
         let deadline = Instant::now() + self.settings.publish_timeout;
         loop {
             let dest_va = self.attachment_of(&name).await?;
+            // A snapshot is never written (never published), so nothing needs syncing:
+            // a restore from it copies at once, without mounting it first.
             let source_va = match &source {
-                Some(_) => vas
+                Some(s) if !is_snapshot(s) => vas
                     .get_opt(&from.volume)
                     .await
                     .context(|| format!("reading VolumeAttachment {}", from.volume))?,
-                None => None,
+                _ => None,
             };
             let step = next_step(
                 source_va.as_ref(),
