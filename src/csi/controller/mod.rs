@@ -217,27 +217,6 @@ impl ControllerService {
         self.filled(&created, source).await
     }
 
-    /// The answer for a created volume: at once without a source, else once its copy
-    /// is done (UNAVAILABLE until then, so that the provisioner asks again).
-    async fn filled(
-        &self,
-        volume: &Volume,
-        source: Option<snapshot::Source>,
-    ) -> Result<CreateVolumeResponse, Error> {
-        let mut out = csi_volume(volume)?;
-        if let Some(src) = source {
-            if let Some((reason, message)) = self.fill(volume, AttacherType::Clone).await? {
-                return Err(Error::Populating {
-                    volume: volume.name_any(),
-                    source_volume: src.describe(),
-                    message: format!("{reason}: {message}"),
-                });
-            }
-            out.content_source = Some(src.content);
-        }
-        Ok(CreateVolumeResponse { volume: Some(out) })
-    }
-
     async fn delete(&self, req: DeleteVolumeRequest) -> Result<DeleteVolumeResponse, Error> {
         let volume = required("volume_id", &req.volume_id)?;
         if !super::is_object_name(volume) {

@@ -22,7 +22,7 @@ use serde_json::json;
 use tracing::info;
 
 use super::copy_plan::{self, Step, next_step};
-use super::request::volume_bytes;
+use super::request::{csi_volume, volume_bytes};
 use super::{ANNOTATION_CSI_NAME, ControllerService, Error, FIELD_MANAGER, merge_params};
 use crate::api::{
     ANNOTATION_POPULATED, AttacherType, AttachmentTicket, BackendScope, DataSource, TicketReason,
@@ -115,6 +115,27 @@ impl ControllerService {
             return Err(Error::SnapshotNotReady(id.into()));
         }
         Ok(Some(Source { volume, content }))
+    }
+
+    /// The answer for a created volume: at once without a source, else once its copy
+    /// is done (UNAVAILABLE until then, so that the provisioner asks again).
+    pub(super) async fn filled(
+        &self,
+        volume: &Volume,
+        source: Option<Source>,
+    ) -> Result<CreateVolumeResponse, Error> {
+        let mut out = csi_volume(volume)?;
+        if let Some(src) = source {
+            if let Some((reason, message)) = self.fill(volume, AttacherType::Clone).await? {
+                return Err(Error::Populating {
+                    volume: volume.name_any(),
+                    source_volume: src.describe(),
+                    message: format!("{reason}: {message}"),
+                });
+            }
+            out.content_source = Some(src.content);
+        }
+        Ok(CreateVolumeResponse { volume: Some(out) })
     }
 
     /// CreateSnapshot: the snapshot's Volume, created once, filled step by step.
