@@ -23,6 +23,8 @@ mod modify;
 mod oom;
 #[path = "pods/rollout.rs"]
 mod rollout;
+#[path = "pods/snapshots.rs"]
+mod snapshots;
 #[path = "pods/writer.rs"]
 mod writer;
 

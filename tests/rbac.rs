@@ -109,6 +109,7 @@ async fn the_node_agent_acts_only_on_its_own_nodes_mountpods() {
         "namespace.yaml",
         "rbac-node.yaml",
         "rbac-controller.yaml",
+        "rbac-sidecars.yaml",
         "mountpod-policy.yaml",
     ]);
     let id = support::unique_name("rbac");
@@ -253,6 +254,30 @@ async fn the_node_agent_acts_only_on_its_own_nodes_mountpods() {
         ("get", "secrets", false),
         ("create", "pods", false),
         ("delete", "nodes", false),
+        // csi-snapshotter (same ServiceAccount): the contents and their status; the
+        // provisioner reads snapshots to restore; neither deletes them.
+        (
+            "watch",
+            "volumesnapshotcontents.snapshot.storage.k8s.io",
+            true,
+        ),
+        (
+            "patch",
+            "volumesnapshotcontents.snapshot.storage.k8s.io/status",
+            true,
+        ),
+        ("get", "volumesnapshots.snapshot.storage.k8s.io", true),
+        ("delete", "volumesnapshots.snapshot.storage.k8s.io", false),
+        (
+            "delete",
+            "volumesnapshotcontents.snapshot.storage.k8s.io",
+            false,
+        ),
+        (
+            "create",
+            "volumesnapshotcontents.snapshot.storage.k8s.io",
+            false,
+        ),
     ] {
         let got = can_i(CONTROLLER_SA, verb, resource);
         println!(

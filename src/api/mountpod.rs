@@ -92,6 +92,10 @@ pub struct MountPodSpec {
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.task is immutable"))]
     pub task: MountTask,
 
+    /// For task Populate: the data copied into the volume (the Volume's `dataSource`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub populate_from: Option<super::DataSource>,
+
     /// Quota in bytes, enforced by the mount and reported through statfs.
     #[schemars(range(min = 1))]
     pub capacity_bytes: i64,
@@ -150,6 +154,10 @@ pub enum MountTask {
     Serve,
     /// Remove the volume's directory under its backend root, then report Ready.
     RemoveData,
+    /// Fill the volume's directory with a copy of `spec.populateFrom` (its Volume's
+    /// `dataSource`: a snapshot or another volume), then report Ready. The node-side
+    /// work of a `volume-restore` ticket.
+    Populate,
 }
 
 /// One bind mount of the volume into a pod.

@@ -79,6 +79,9 @@ pub enum Error {
         /// Why not.
         errno: nix::errno::Errno,
     },
+    /// Copying the data source failed.
+    #[error(transparent)]
+    Copy(#[from] crate::host::copy::CopyError),
     /// The data is still served by a mount on this node.
     #[error("{source_dir} is still served by the mount at {mountpoint}")]
     StillMounted {
@@ -778,6 +781,8 @@ impl Host {
         Ok(removed)
     }
 }
+
+mod populate;
 
 #[cfg(test)]
 mod tests;

@@ -10,6 +10,7 @@
 //!        │ finalizer tessera.io/mount first (set already when the controller created it)
 //!        ├─ Serve ──────▶ Host::serve (start | adopt | repair | SIGHUP | remount)
 //!        ├─ RemoveData ─▶ Host::remove_data
+//!        ├─ Populate ───▶ Host::populate (copy of the data source; [`populate`])
 //!        └─ deleted ────▶ references remain? refuse (Terminating) : Host::teardown, drop finalizer
 //!        ▼
 //!  status subresource, server-side apply as tessera-node-<node>, only when it changed
@@ -44,6 +45,7 @@ use serde_json::json;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 mod oom;
+mod populate;
 mod status;
 
 use status::{Report, cond, next_status, serve_report};
@@ -193,6 +195,7 @@ async fn reconcile_inner(mp: &MountPod, ctx: &Context) -> Result<Action, Error> 
     match mp.spec.task {
         MountTask::Serve => serve(mp, ctx).await,
         MountTask::RemoveData => remove_data(mp, ctx).await,
+        MountTask::Populate => populate::populate(mp, ctx).await,
     }
 }
 

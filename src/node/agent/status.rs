@@ -253,6 +253,7 @@ pub(super) mod tests {
         let mut mp = MountPod::new(
             "v-1",
             MountPodSpec {
+                populate_from: None,
                 volume: "v".into(),
                 node_name: "n".into(),
                 source: "/b/v".into(),

@@ -208,6 +208,7 @@ fn setup() -> Setup {
 impl Setup {
     fn spec(&self, refs: &[(&str, bool)]) -> MountPodSpec {
         MountPodSpec {
+            populate_from: None,
             volume: "vol1".into(),
             node_name: "n1".into(),
             source: self.dir.path().join("backend/vol1").display().to_string(),

@@ -31,6 +31,7 @@ fn volume(mode: AccessMode) -> Volume {
     let mut v = Volume::new(
         "v",
         VolumeSpec {
+            data_source: None,
             size: Quantity("1Gi".into()),
             access_mode: mode,
             backend: VolumeBackend {
@@ -71,6 +72,7 @@ fn mountpod(node: &str, phase: Option<MountPhase>) -> MountPod {
     let mut mp = MountPod::new(
         &api::mountpod_name("v", node),
         MountPodSpec {
+            populate_from: None,
             volume: "v".into(),
             node_name: node.into(),
             source: "/b/v".into(),
@@ -118,6 +120,7 @@ fn decision(nodes: &[&str], tickets: &[(&str, TicketOutcome)]) -> Decision {
                     NodeMount {
                         read_only: false,
                         removes_data: false,
+                        populates: false,
                     },
                 )
             })
