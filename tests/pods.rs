@@ -19,6 +19,8 @@ mod daemon_kill;
 mod locks;
 #[path = "pods/rollout.rs"]
 mod rollout;
+#[path = "pods/upgrade.rs"]
+mod upgrade;
 #[path = "pods/writer.rs"]
 mod writer;
 

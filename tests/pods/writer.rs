@@ -6,13 +6,19 @@
 //!
 //! ```text
 //!  app (busybox sh):  exec 3>>/data/records
-//!    loop: read uptime → t0; echo "<seq> <t0>" >&3 || exit 3; read uptime → t1;
+//!    loop: read uptime → t0; echo "<seq> <t0>" >&3 || exit 3;
+//!          sync -d /data/records || exit 3 (an OPEN the daemon must answer); read uptime → t1;
 //!          echo "ok <seq> <t0> <t1>" (stdout, the container log); usleep 50000
 //!    /data/stop appears (written into the backend by the test) → sha256sum of
 //!          /data/records through the mount → /data/records.sha256; count → /data/records.count; exit 0
 //!  checker: records in the backend = 0..n-1 in order, n = the app's count, the
 //!           backend file's sha256 = the app's; longest t1 − t0 in the log = the stall
 //! ```
+//!
+//! The `sync` makes each record wait for the daemon: the write itself may not (with
+//! kernel passthrough it goes to the backing file without the daemon), but opening
+//! the file by its path is a FUSE OPEN, which waits while no daemon serves. So the
+//! longest `t1 − t0` is the stall an application that needs the daemon sees.
 //!
 //! The Pod's restartPolicy is Never: any failed write ends it (phase Failed), and a
 //! restart of its container could not hide one.
@@ -35,6 +41,7 @@ i=0
 while [ ! -f /data/{STOP} ]; do
   read t0 idle < /proc/uptime
   echo \"$i $t0\" >&3 || {{ echo \"write $i failed\"; exit 3; }}
+  sync -d /data/{RECORDS} || {{ echo \"sync $i failed\"; exit 3; }}
   read t1 idle < /proc/uptime
   echo \"ok $i $t0 $t1\"
   i=$((i+1))
