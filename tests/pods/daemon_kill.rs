@@ -267,7 +267,7 @@ async fn kill_case(agent_first: bool) {
     };
     eprintln!(
         "REAL NODES {case}: {} records through one descriptor, none failed; \
-         same mount (ids {:?}); app checked {:.1} s after the kill; longest single write {:.0} ms (record {})",
+         same mount (ids {:?}); app checked {:.1} s after the kill; longest write stall {:.0} ms (record {})",
         checked.records,
         mounts_after.iter().map(|m| &m.0).collect::<Vec<_>>(),
         back.as_secs_f64(),

@@ -216,7 +216,7 @@ async fn a_mount_image_upgrade_breaks_no_write() {
     eprintln!(
         "REAL NODES mount image upgrade: {} records through one descriptor, none failed; \
          same mount (ids {:?}); agent rolled in {:.1} s, mount Pod on the new image {:.1} s after \
-         `set image`; longest single write {:.0} ms (record {})",
+         `set image`; longest write stall {:.0} ms (record {})",
         checked.records,
         mounts_after.iter().map(|m| &m.0).collect::<Vec<_>>(),
         rolled.as_secs_f64(),
