@@ -25,6 +25,8 @@ mod oom;
 mod rollout;
 #[path = "pods/snapshots.rs"]
 mod snapshots;
+#[path = "pods/upgrade.rs"]
+mod upgrade;
 #[path = "pods/writer.rs"]
 mod writer;
 

@@ -49,6 +49,12 @@ pub const MOUNT_FINALIZER: &str = "tessera.io/mount";
         priority = 1
     ),
     printcolumn(
+        name = "Image",
+        type_ = "string",
+        json_path = ".status.image",
+        priority = 1
+    ),
+    printcolumn(
         name = "Last Error",
         type_ = "string",
         json_path = ".status.lastError",
@@ -236,6 +242,11 @@ pub struct MountPodStatus {
     /// the spec asks while the agent catches up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<AppliedSettings>,
+    /// The image of the FUSE daemon serving the mount (pod mode: its mount Pod's). The
+    /// agent replaces daemons of another image than its desired one through the
+    /// /dev/fuse handoff (rolling upgrades; see docs/operations.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 fn is_zero(n: &i32) -> bool {

@@ -45,8 +45,9 @@
 //! hands a duplicate of its `/dev/fuse` descriptor to the fd holder at `S` and keeps
 //! what the kernel refers to in `F`; on start it takes over the connection the holder
 //! keeps for its mount point instead of mounting, if there is one. SIGUSR1 then exits
-//! without unmounting (a planned replacement); a stop signal first tells the holder
-//! to let go.
+//! without unmounting (a planned replacement); SIGUSR2 makes the next stop signal do
+//! the same (a mount Pod deleted for an upgrade: the kubelet's SIGTERM must not
+//! unmount); otherwise a stop signal first tells the holder to let go.
 //!
 //! **Permissions.** The mount is `allow_other` (pods run as any uid) and
 //! `default_permissions` (the kernel checks mode bits with the caller's credentials
@@ -530,6 +531,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         Signal::SIGINT,
         Signal::SIGHUP,
         Signal::SIGUSR1,
+        Signal::SIGUSR2,
     ] {
         signals.add(s);
     }

@@ -50,6 +50,7 @@ pub mod host;
 pub mod mount_counters;
 pub mod pods;
 pub mod supervisor;
+pub mod upgrade;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -171,6 +171,33 @@ pub trait Daemons: Send + Sync {
     }
     /// Wait for exited children (no zombies).
     fn reap(&self);
+    /// The image daemons started now run (`None`: not an image, process mode).
+    fn image(&self) -> Option<String> {
+        None
+    }
+    /// The image the running daemon of `mountpoint` was started from, asked of the
+    /// runtime (records written before they kept it).
+    fn serving_image(&self, mountpoint: &Path) -> Option<String> {
+        let _ = mountpoint;
+        None
+    }
+    /// Make `daemon` exit without unmounting (the fd holder keeps the connection for
+    /// a successor) and not come back: SIGUSR1, SIGKILL after `grace` (the holder
+    /// keeps the mount all the same). `Ok` once it is gone.
+    fn leave(&self, daemon: Daemon, mountpoint: &Path, grace: Duration) -> Result<(), Error> {
+        if self.liveness(daemon, mountpoint) != Liveness::Running {
+            return Ok(());
+        }
+        self.signal(daemon, mountpoint, Signal::SIGUSR1)?;
+        if wait_gone(self, daemon, mountpoint, grace) {
+            return Ok(());
+        }
+        let _ = self.signal(daemon, mountpoint, Signal::SIGKILL);
+        if wait_gone(self, daemon, mountpoint, Duration::from_secs(5)) {
+            return Ok(());
+        }
+        Err(Error::Unkillable { pid: daemon.pid })
+    }
 }
 
 fn wait_gone<D: Daemons + ?Sized>(
@@ -407,6 +434,10 @@ pub struct Record {
     /// health loop; one that never came up is retried by reconcile, with backoff.
     #[serde(default)]
     pub answered: bool,
+    /// The image the daemon runs (pod mode; `None`: process mode, or a record written
+    /// before the field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 impl Record {
@@ -695,6 +726,7 @@ mod tests {
             attr_cache_seconds: Some(5),
             shared_backend: true,
             answered: false,
+            image: Some("reg/tessera:1".into()),
         };
         state.save(&rec).unwrap();
         assert_eq!(state.load("v").unwrap(), Some(rec.clone()));

@@ -92,6 +92,7 @@ pub(super) async fn populate(mp: &MountPod, ctx: &Context) -> Result<Action, Err
                 mount_point: None,
                 error: None,
                 restarted: false,
+                image: None,
                 ready: cond("Ready", true, "DataPopulated", msg.clone()),
                 extra: vec![cond("DataPopulated", true, "Copied", msg)],
                 observed: true,

@@ -28,6 +28,8 @@ pub(super) struct Report {
     pub(super) extra: Vec<Condition>,
     /// Set `observedGeneration` to the current generation.
     pub(super) observed: bool,
+    /// The image of the daemon serving the mount (`None`: as before).
+    pub(super) image: Option<String>,
 }
 
 impl Report {
@@ -41,6 +43,7 @@ impl Report {
             ready: cond("Ready", false, reason, msg),
             extra: vec![],
             observed: true,
+            image: None,
         }
     }
 
@@ -55,6 +58,7 @@ impl Report {
             ready: cond("Ready", false, "Terminating", String::new()),
             extra: vec![],
             observed: true,
+            image: None,
         }
     }
 }
@@ -122,6 +126,7 @@ pub(super) fn next_status(
             (MountPhase::Ready, false) => prev.applied.clone(),
             _ => None,
         },
+        image: report.image.or_else(|| prev.image.clone()),
     }
 }
 
@@ -198,6 +203,7 @@ pub(super) fn serve_report(
             ready: cond("Ready", false, "DaemonFailed", failure.clone()),
             extra,
             observed: true,
+            image: None,
         };
         return (report, Action::requeue(backoff));
     }
@@ -219,6 +225,7 @@ pub(super) fn serve_report(
             ),
             extra,
             observed: true,
+            image: None,
         };
         return (report, Action::requeue(Duration::from_secs(1)));
     }
@@ -240,6 +247,7 @@ pub(super) fn serve_report(
         ),
         extra,
         observed: !served.remount_blocked,
+        image: served.image.clone(),
     };
     (report, Action::requeue(Duration::from_secs(300)))
 }
@@ -289,6 +297,7 @@ pub(super) mod tests {
             ready: cond("Ready", true, "Mounted", "ok".into()),
             extra: vec![],
             observed: true,
+            image: None,
         }
     }
 
