@@ -161,6 +161,10 @@ pub struct MountArgs {
     /// file. Needs `--holder`.
     #[arg(long, requires = "holder")]
     pub handoff_state: Option<PathBuf>,
+    /// Start beside the daemon serving `--mountpoint` (an upgrade): wait until it has
+    /// left the held connection, then take it over; never mount. Needs `--holder`.
+    #[arg(long, requires = "holder")]
+    pub standby: bool,
 }
 
 fn parse_grace(s: &str) -> Result<f64, String> {
@@ -521,6 +525,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         args.handoff_state.as_deref(),
         &args.mountpoint,
         &fs,
+        args.standby,
     )?;
 
     // Only the signal thread takes these signals: block them before fuser starts its

@@ -92,6 +92,15 @@ pub enum Error {
     },
 }
 
+/// How a daemon is started: anew, as the successor of a dead one, or replacing a
+/// running one (an upgrade).
+#[derive(Debug, Clone, Copy)]
+enum Launch {
+    Start,
+    Successor(Daemon),
+    Replace(Daemon),
+}
+
 /// Settings of the node-side work.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -432,9 +441,7 @@ impl Host {
             return Ok(None);
         }
         let begun = Instant::now();
-        self.daemons
-            .leave(record.daemon, &record.mountpoint, self.config.stop_grace)?;
-        let record = self.start_successor(want, None)?;
+        let record = self.spawn_as(want, Launch::Replace(record.daemon))?;
         let why = "planned replacement".to_string();
         self.await_answer(&record, want, Some(why), begun, true)
             .map(Some)
@@ -570,6 +577,10 @@ impl Host {
 
     /// Start the daemon of `want` (the successor of `dead`, if given) and record it.
     fn spawn(&self, want: &Want, dead: Option<Daemon>) -> Result<Record, Error> {
+        self.spawn_as(want, dead.map_or(Launch::Start, Launch::Successor))
+    }
+
+    fn spawn_as(&self, want: &Want, launch: Launch) -> Result<Record, Error> {
         self.state
             .write_capacity(&want.volume, want.capacity_bytes)?;
         self.state
@@ -602,9 +613,13 @@ impl Host {
                 }),
         };
         let log = self.state.log_file(&want.volume);
-        let daemon = match dead {
-            Some(dead) => self.daemons.successor(&spec, &log, dead)?,
-            None => self.daemons.start(&spec, &log)?,
+        let daemon = match launch {
+            Launch::Successor(dead) => self.daemons.successor(&spec, &log, dead)?,
+            Launch::Start => self.daemons.start(&spec, &log)?,
+            Launch::Replace(old) => {
+                self.daemons
+                    .replace(old, &spec, &log, self.config.stop_grace)?
+            }
         };
         info!(volume = %want.volume, pid = daemon.pid, mountpoint = %want.mountpoint.display(), "fuse daemon started");
         let record = Record {
@@ -622,12 +637,12 @@ impl Host {
             answered: false,
             // A successor may be a restart of the old container (pod mode: its image
             // is the Pod's, not necessarily the desired one).
-            image: match dead {
-                Some(_) => self
+            image: match launch {
+                Launch::Successor(_) => self
                     .daemons
                     .serving_image(&want.mountpoint)
                     .or_else(|| self.daemons.image()),
-                None => self.daemons.image(),
+                Launch::Start | Launch::Replace(_) => self.daemons.image(),
             },
         };
         self.state.save(&record)?;

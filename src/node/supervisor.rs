@@ -181,6 +181,19 @@ pub trait Daemons: Send + Sync {
         let _ = mountpoint;
         None
     }
+    /// A planned replacement of `old` (an upgrade): a daemon for `spec` takes the held
+    /// connection over. Here `old` leaves, then a successor starts; mount Pods start
+    /// the successor first, as a standby, so that only the takeover is in the pause.
+    fn replace(
+        &self,
+        old: Daemon,
+        spec: &DaemonSpec,
+        log: &Path,
+        grace: Duration,
+    ) -> Result<Daemon, Error> {
+        self.leave(old, &spec.mountpoint, grace)?;
+        self.start(spec, log)
+    }
     /// Make `daemon` exit without unmounting (the fd holder keeps the connection for
     /// a successor) and not come back: SIGUSR1, SIGKILL after `grace` (the holder
     /// keeps the mount all the same). `Ok` once it is gone.

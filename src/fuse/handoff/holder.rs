@@ -8,6 +8,11 @@
 //!     (keeps the connection; on EOF reconnects with backoff and PUTs again, which is
 //!      how a restarted holder recovers the descriptors of the running daemons)
 //!  successor     ──connect── GET key ──▶ fd of a live connection, or none
+//!  daemon start  ──connect── CLAIM key ─▶ fd, only if no daemon serves it and no
+//!           other successor claimed it (`Y`), `B` busy, `N` none: one taker at a time
+//!  standby       ──connect── WAIT key ──▶ as CLAIM, but answered once the serving
+//!           daemon has left (its holder connection ended): a successor started
+//!           beside its predecessor (an upgrade) takes over the moment it leaves
 //!  daemon stop   ──connect── DROP key ─▶ forgotten (the agent may also drop in process)
 //!  sweeper, every second: poll each fd; POLLERR (connection ended) ─▶ forgotten;
 //!           no daemon connected for it for the orphan grace (60 s) ─▶ let go, so the
@@ -16,7 +21,7 @@
 //!
 //! Wire format, one message per `sendmsg`: `op: u8`, `key length: u16 LE`, key bytes
 //! (the mount point), with one descriptor attached to a PUT; the answer is one byte
-//! (`K` done, `Y` + descriptor, `N` none, `E` refused). Bounded: keys of at most
+//! (`K` done, `Y` + descriptor, `N` none, `B` busy, `E` refused). Bounded: keys of at most
 //! [`MAX_KEY`] bytes, [`MAX_ENTRIES`] descriptors, [`MAX_CONNECTIONS`] connections.
 //! The socket is mode 0600 and only peers with uid 0 (`SO_PEERCRED`) are served.
 
@@ -50,6 +55,16 @@ pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(60);
 const OP_PUT: u8 = b'P';
 const OP_GET: u8 = b'G';
 const OP_DROP: u8 = b'D';
+const OP_CLAIM: u8 = b'C';
+const OP_WAIT: u8 = b'W';
+
+/// How long a claim keeps other successors off before its taker has handed the
+/// descriptor back (PUT), e.g. because it died while taking over.
+pub const CLAIM_TTL: Duration = Duration::from_secs(10);
+/// The longest a WAIT is kept waiting by the holder.
+pub const MAX_WAIT: Duration = Duration::from_secs(300);
+/// How often a WAIT looks at its entry again (the pause of an upgrade includes it).
+const WAIT_POLL: Duration = Duration::from_millis(5);
 
 /// A descriptor held, and whether a daemon still serves it.
 #[derive(Debug)]
@@ -59,6 +74,35 @@ struct Entry {
     owner: Option<u64>,
     /// Since when no daemon has held a connection to us for it.
     orphaned: Option<Instant>,
+    /// When a successor claimed it (until it hands it over: a PUT replaces the entry).
+    claimed: Option<Instant>,
+}
+
+/// What a claim of a held connection finds.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// Nothing held, or the connection has ended: mount anew.
+    None,
+    /// A daemon serves it, or another successor claimed it: do not touch it.
+    Busy,
+    /// Free: this caller takes it over (the descriptor, when answered by the holder).
+    Free,
+}
+
+/// The claim decision for an entry (pure): `ended` whether its connection ended.
+pub fn decide_claim(
+    owner: Option<u64>,
+    claimed: Option<Duration>,
+    ended: bool,
+    ttl: Duration,
+) -> Claim {
+    if ended {
+        Claim::None
+    } else if owner.is_some() || claimed.is_some_and(|age| age < ttl) {
+        Claim::Busy
+    } else {
+        Claim::Free
+    }
 }
 
 /// The descriptors held, by key.
@@ -338,6 +382,7 @@ fn serve_conn(stream: &UnixStream, entries: &Entries, id: u64) -> io::Result<()>
                         fd,
                         owner: Some(id),
                         orphaned: None,
+                        claimed: None,
                     },
                 );
                 drop(e);
@@ -354,6 +399,22 @@ fn serve_conn(stream: &UnixStream, entries: &Entries, id: u64) -> io::Result<()>
                     None => send(stream, b"N", None)?,
                 }
             }
+            (OP_CLAIM, None) => answer_claim(stream, entries, &m.key)?,
+            (OP_WAIT, None) => {
+                let begun = Instant::now();
+                loop {
+                    let (c, fd) = try_claim(entries, &m.key);
+                    // No entry yet (a restarted holder the predecessor has not handed
+                    // its descriptor to again) or busy: keep waiting.
+                    let absent = c == Claim::None && !lock(entries).contains_key(&m.key);
+                    if (c == Claim::Busy || absent) && begun.elapsed() < MAX_WAIT {
+                        std::thread::sleep(WAIT_POLL);
+                        continue;
+                    }
+                    send_claim(stream, c, fd)?;
+                    break;
+                }
+            }
             (OP_DROP, None) => {
                 lock(entries).remove(&m.key);
                 send(stream, b"K", None)?;
@@ -365,6 +426,38 @@ fn serve_conn(stream: &UnixStream, entries: &Entries, id: u64) -> io::Result<()>
         }
     }
     Ok(())
+}
+
+/// Claim `key` for the caller (see [`decide_claim`]), with the descriptor if free.
+fn try_claim(entries: &Entries, key: &[u8]) -> (Claim, Option<OwnedFd>) {
+    let mut map = lock(entries);
+    let Some(e) = map.get_mut(key) else {
+        return (Claim::None, None);
+    };
+    let ended = connection_ended(e.fd.as_fd());
+    match decide_claim(e.owner, e.claimed.map(|t| t.elapsed()), ended, CLAIM_TTL) {
+        Claim::Free => match e.fd.try_clone() {
+            Ok(fd) => {
+                e.claimed = Some(Instant::now());
+                (Claim::Free, Some(fd))
+            }
+            Err(_) => (Claim::Busy, None),
+        },
+        c => (c, None),
+    }
+}
+
+fn send_claim(stream: &UnixStream, c: Claim, fd: Option<OwnedFd>) -> io::Result<()> {
+    match (c, fd) {
+        (Claim::Free, Some(fd)) => send(stream, b"Y", Some(fd.as_fd())),
+        (Claim::None, _) => send(stream, b"N", None),
+        _ => send(stream, b"B", None),
+    }
+}
+
+fn answer_claim(stream: &UnixStream, entries: &Entries, key: &[u8]) -> io::Result<()> {
+    let (c, fd) = try_claim(entries, key);
+    send_claim(stream, c, fd)
 }
 
 /// Read the one-byte answer (and a descriptor).
@@ -411,6 +504,38 @@ pub fn take(socket: &Path, key: &Path) -> io::Result<Option<OwnedFd>> {
         (b'N', _) => Ok(None),
         _ => Err(io::Error::other("the holder refused")),
     }
+}
+
+/// What a claim of `key` got: the descriptor to take over, or why not.
+#[derive(Debug)]
+pub enum Claimed {
+    Fd(OwnedFd),
+    None,
+    Busy,
+}
+
+fn claim_op(socket: &Path, key: &Path, op: u8, timeout: Duration) -> io::Result<Claimed> {
+    let stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(timeout))?;
+    send(&stream, &encode(op, key.as_os_str().as_encoded_bytes())?, None)?;
+    match answer(&stream)? {
+        (b'Y', Some(fd)) => Ok(Claimed::Fd(fd)),
+        (b'N', _) => Ok(Claimed::None),
+        (b'B', _) => Ok(Claimed::Busy),
+        _ => Err(io::Error::other("the holder refused")),
+    }
+}
+
+/// Claim the connection held for `key` to take it over: only one successor gets it,
+/// and none while a daemon serves it.
+pub fn claim(socket: &Path, key: &Path) -> io::Result<Claimed> {
+    claim_op(socket, key, OP_CLAIM, Duration::from_secs(5))
+}
+
+/// As [`claim`], but answered once the daemon serving `key` has left (at most
+/// `timeout`, and [`MAX_WAIT`]).
+pub fn claim_when_free(socket: &Path, key: &Path, timeout: Duration) -> io::Result<Claimed> {
+    claim_op(socket, key, OP_WAIT, timeout)
 }
 
 /// Tell the holder at `socket` to forget `key` (an unmount on purpose).
@@ -488,4 +613,63 @@ pub fn run(args: HolderArgs) -> io::Result<()> {
     let signal = signals.wait().map_err(io::Error::from)?;
     tracing::info!(%signal, held = holder.len(), "fd holder stopping");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_taker_and_none_while_served() {
+        let ttl = Duration::from_secs(10);
+        let s = Duration::from_secs(1);
+        let table = [
+            // (owner, claimed age, ended) → claim
+            (None, None, false, Claim::Free),
+            (Some(1), None, false, Claim::Busy),
+            (None, Some(s), false, Claim::Busy),
+            (None, Some(ttl), false, Claim::Free),
+            (Some(1), Some(ttl), false, Claim::Busy),
+            (None, None, true, Claim::None),
+            (Some(1), None, true, Claim::None),
+        ];
+        for (owner, claimed, ended, want) in table {
+            assert_eq!(
+                decide_claim(owner, claimed, ended, ttl),
+                want,
+                "{owner:?} {claimed:?} {ended}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_standby_gets_the_connection_once_its_server_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("h.sock");
+        let holder = Holder::serve(&sock).unwrap();
+        let key = Path::new("/mnt/v");
+        // A pipe stands for the FUSE descriptor (its read end never reports POLLERR
+        // while the write end is open).
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        // The "daemon" serving it: a PUT on a connection it keeps open.
+        let daemon = UnixStream::connect(&sock).unwrap();
+        send(&daemon, &encode(OP_PUT, b"/mnt/v").unwrap(), Some(r.as_fd())).unwrap();
+        assert_eq!(answer(&daemon).unwrap().0, b'K');
+        assert!(matches!(claim(&sock, key).unwrap(), Claimed::Busy));
+        let standby = {
+            let sock = sock.clone();
+            std::thread::spawn(move || claim_when_free(&sock, key, Duration::from_secs(20)))
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!standby.is_finished(), "answered while the daemon still serves");
+        drop(daemon);
+        assert!(matches!(standby.join().unwrap().unwrap(), Claimed::Fd(_)));
+        // Claimed: nobody else gets it until the taker hands it over.
+        assert!(matches!(claim(&sock, key).unwrap(), Claimed::Busy));
+        assert!(holder.holds(key));
+        assert!(matches!(
+            claim(&sock, Path::new("/mnt/other")).unwrap(),
+            Claimed::None
+        ));
+    }
 }

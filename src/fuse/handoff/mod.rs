@@ -27,6 +27,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use fuser::{Config, Session, SessionACL};
 
@@ -72,7 +73,14 @@ pub enum Refused {
     NoInit,
     #[error("the handoff state overflowed its tables")]
     Overflow,
+    #[error("another daemon serves or takes over the held connection")]
+    Busy,
+    #[error("a standby found no held connection to take over")]
+    NothingHeld,
 }
+
+/// How long a standby waits for its predecessor to leave.
+pub const STANDBY_WAIT: Duration = Duration::from_secs(300);
 
 /// What the holder at `socket` and the state at `state` offer for `mountpoint`: a
 /// takeover; `Ok(None)` (the reason logged) when nothing live is held, and the
@@ -80,17 +88,49 @@ pub enum Refused {
 /// Mounting over it would leave the applications on it blocked for ever, so the
 /// caller makes the holder let go (which ends it: they see ENOTCONN) and exits, and
 /// the agent repairs by remounting.
-pub fn find(socket: &Path, mountpoint: &Path, state: &Path) -> Result<Option<Takeover>, Refused> {
-    let fd = match holder::take(socket, mountpoint) {
-        Ok(Some(fd)) => fd,
-        Ok(None) => {
+pub fn find(
+    socket: &Path,
+    mountpoint: &Path,
+    state: &Path,
+    standby: bool,
+) -> Result<Option<Takeover>, Refused> {
+    let claimed = if standby {
+        tracing::info!("handoff: standby, waiting for the serving daemon to leave");
+        holder::claim_when_free(socket, mountpoint, STANDBY_WAIT)
+    } else {
+        // The predecessor's holder connection may end a moment after its process
+        // (the holder has not read the EOF yet): busy that long is not a refusal.
+        let until = Instant::now() + Duration::from_secs(2);
+        loop {
+            match holder::claim(socket, mountpoint) {
+                Ok(holder::Claimed::Busy) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                r => break r,
+            }
+        }
+    };
+    let fd = match claimed {
+        Ok(holder::Claimed::Fd(fd)) => fd,
+        Ok(holder::Claimed::Busy) => return Err(Refused::Busy),
+        Ok(holder::Claimed::None) if standby => return Err(Refused::NothingHeld),
+        Ok(holder::Claimed::None) => {
             tracing::info!("handoff: the holder has no connection for this mount point");
             return Ok(None);
         }
-        Err(e) => {
-            tracing::info!(error = %e, "handoff: no holder to ask");
-            return Ok(None);
-        }
+        Err(e) if standby => return Err(Refused::Unreadable(e)),
+        // A holder of an earlier release (no CLAIM): ask as it did.
+        Err(_) => match holder::take(socket, mountpoint) {
+            Ok(Some(fd)) => fd,
+            Ok(None) => {
+                tracing::info!("handoff: the holder has no connection for this mount point");
+                return Ok(None);
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "handoff: no holder to ask");
+                return Ok(None);
+            }
+        },
     };
     if holder::connection_ended(fd.as_fd()) {
         tracing::info!("handoff: the held connection has ended");
@@ -149,12 +189,18 @@ pub fn prepare(
     state: Option<&Path>,
     mountpoint: &Path,
     fs: &VolumeFs,
+    standby: bool,
 ) -> Result<Prepared, Refused> {
     let (Some(socket), Some(path)) = (holder, state) else {
         return Ok(Prepared::default());
     };
-    let takeover = match find(socket, mountpoint, path) {
+    let takeover = match find(socket, mountpoint, path, standby) {
         Ok(t) => t,
+        // Not ours to take (someone serves it), or nothing to take: leave it be.
+        Err(refused @ (Refused::Busy | Refused::NothingHeld)) => {
+            tracing::error!(error = %refused, "handoff: not taking the connection over");
+            return Err(refused);
+        }
         Err(refused) => {
             tracing::error!(error = %refused, "handoff: the held connection cannot be taken over; letting it go");
             if let Err(e) = holder::forget(socket, mountpoint) {

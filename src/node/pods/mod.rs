@@ -32,7 +32,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -168,6 +168,115 @@ impl PodDaemons {
         }
     }
 
+    /// The mount Pods of `volume` on this node: the one named [`spec::pod_name`] and
+    /// standbys ([`spec::standby_name`]), including those being deleted.
+    fn pods_of(&self, volume: &str) -> Result<Vec<Pod>, supervisor::Error> {
+        let lp = ListParams::default()
+            .labels(&spec::selector())
+            .fields(&format!("spec.nodeName={}", self.template.node));
+        let name = spec::pod_name(volume, &self.template.node);
+        let list = self.call(&name, self.pods.list(&lp))?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|p| {
+                spec::is_mount_pod_of(&p.name_any(), spec::image_of(p), volume, &self.template.node)
+            })
+            .collect())
+    }
+
+    /// The mount Pod serving `volume`: the one not being deleted (there is one but
+    /// during a replacement; then the one `daemon` runs in, else the newest).
+    fn serving_pod(
+        &self,
+        volume: &str,
+        daemon: Option<(Daemon, &Path)>,
+    ) -> Result<Option<Pod>, supervisor::Error> {
+        let mut live: Vec<Pod> = self
+            .pods_of(volume)?
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        if let Some((d, m)) = daemon
+            && let Some(i) = live
+                .iter()
+                .position(|p| find_daemon(&p.uid().unwrap_or_default(), m) == Some(d))
+        {
+            return Ok(Some(live.swap_remove(i)));
+        }
+        live.sort_by(|a, b| {
+            a.metadata
+                .creation_timestamp
+                .cmp(&b.metadata.creation_timestamp)
+        });
+        Ok(live.pop())
+    }
+
+    /// Delete every mount Pod of `volume` but `keep`, waiting until they are gone.
+    fn remove_others(
+        &self,
+        volume: &str,
+        keep: Option<&str>,
+        daemon: Option<(Daemon, &Path)>,
+        grace: Duration,
+    ) -> Result<(), supervisor::Error> {
+        for p in self.pods_of(volume)? {
+            let name = p.name_any();
+            if Some(name.as_str()) != keep {
+                self.remove(&name, daemon, grace)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait until the daemon of the Pod `uid` (named `name`) for `mountpoint` is
+    /// visible in /proc, up to the start timeout.
+    fn await_daemon(
+        &self,
+        name: &str,
+        uid: &str,
+        mountpoint: &Path,
+    ) -> Result<Daemon, supervisor::Error> {
+        let deadline = Instant::now() + self.start_timeout;
+        let mut next_look = Instant::now();
+        loop {
+            if let Some(d) = find_daemon(uid, mountpoint) {
+                return Ok(d);
+            }
+            let now = Instant::now();
+            if now >= next_look {
+                next_look = now + Duration::from_millis(500);
+                let p = self.get(name)?;
+                match p {
+                    None => return Err(pod_err(name, "deleted while starting")),
+                    Some(p) if p.uid().as_deref() != Some(uid) => {
+                        return Err(pod_err(name, "replaced while starting"));
+                    }
+                    Some(p) => match state::pod_state(&p) {
+                        PodState::Failed(why) => return Err(pod_err(name, why)),
+                        PodState::Starting(why) if now >= deadline => {
+                            return Err(pod_err(
+                                name,
+                                format!("did not start within {:?}: {why}", self.start_timeout),
+                            ));
+                        }
+                        _ if now >= deadline => {
+                            return Err(pod_err(
+                                name,
+                                format!(
+                                    "runs, but no `tessera mount` of {} is visible in /proc (does the agent run with hostPID?)",
+                                    mountpoint.display()
+                                ),
+                            ));
+                        }
+                        _ => {}
+                    },
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The Pod's uid once created: a Pod of the same name left over (its daemon no
     /// longer recorded, or a repair racing the kubelet) is deleted first.
     fn create(
@@ -204,46 +313,12 @@ impl Daemons for PodDaemons {
     fn start(&self, spec: &DaemonSpec, _log: &Path) -> Result<Daemon, supervisor::Error> {
         let pod = spec::mount_pod(&self.template, spec);
         let name = pod.name_any();
+        // A standby left over (its daemon no longer recorded): one Pod serves a mount.
+        self.remove_others(&spec.volume, Some(&name), None, Duration::from_secs(2))?;
         let deadline = Instant::now() + self.start_timeout;
         let uid = self.create(&name, &pod, deadline)?;
         info!(pod = %name, uid = %uid, "mount Pod created");
-        let mut next_look = Instant::now();
-        loop {
-            if let Some(d) = find_daemon(&uid, &spec.mountpoint) {
-                return Ok(d);
-            }
-            let now = Instant::now();
-            if now >= next_look {
-                next_look = now + Duration::from_millis(500);
-                let p = self.get(&name)?;
-                match p {
-                    None => return Err(pod_err(&name, "deleted while starting")),
-                    Some(p) if p.uid().as_deref() != Some(uid.as_str()) => {
-                        return Err(pod_err(&name, "replaced while starting"));
-                    }
-                    Some(p) => match state::pod_state(&p) {
-                        PodState::Failed(why) => return Err(pod_err(&name, why)),
-                        PodState::Starting(why) if now >= deadline => {
-                            return Err(pod_err(
-                                &name,
-                                format!("did not start within {:?}: {why}", self.start_timeout),
-                            ));
-                        }
-                        _ if now >= deadline => {
-                            return Err(pod_err(
-                                &name,
-                                format!(
-                                    "runs, but no `tessera mount` of {} is visible in /proc (does the agent run with hostPID?)",
-                                    spec.mountpoint.display()
-                                ),
-                            ));
-                        }
-                        _ => {}
-                    },
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.await_daemon(&name, &uid, &spec.mountpoint)
     }
 
     /// The kubelet restarts the mount container of a dead daemon (restartPolicy
@@ -257,11 +332,11 @@ impl Daemons for PodDaemons {
         log: &Path,
         dead: Daemon,
     ) -> Result<Daemon, supervisor::Error> {
-        let name = spec::pod_name(&spec.volume, &self.template.node);
-        let pod = match self.get(&name)? {
-            Some(p) if p.metadata.deletion_timestamp.is_none() => p,
-            _ => return self.start(spec, log),
+        let pod = match self.serving_pod(&spec.volume, None)? {
+            Some(p) => p,
+            None => return self.start(spec, log),
         };
+        let name = pod.name_any();
         let uid = pod.uid().unwrap_or_default();
         // The kubelet restarts a container that crashed again and again only after
         // its crash-loop backoff: wait that long (up to the holder's orphan grace),
@@ -307,10 +382,10 @@ impl Daemons for PodDaemons {
         match proc_liveness(daemon, mountpoint) {
             Liveness::Running => Liveness::Running,
             Liveness::Exited(why) => {
-                let name = spec::pod_name(&spec::volume_of(mountpoint), &self.template.node);
-                let detail = match self.get(&name) {
+                let volume = spec::volume_of(mountpoint);
+                let detail = match self.serving_pod(&volume, None) {
                     Ok(Some(p)) => state::last_error(&p),
-                    Ok(None) => Some(format!("mount Pod {name} is gone")),
+                    Ok(None) => Some(format!("the mount Pod of {volume} is gone")),
                     Err(_) => None,
                 };
                 Liveness::Exited(match detail {
@@ -344,8 +419,8 @@ impl Daemons for PodDaemons {
         mountpoint: &Path,
         grace: Duration,
     ) -> Result<(), supervisor::Error> {
-        let name = spec::pod_name(&spec::volume_of(mountpoint), &self.template.node);
-        self.remove(&name, Some((daemon, mountpoint)), grace)
+        let volume = spec::volume_of(mountpoint);
+        self.remove_others(&volume, None, Some((daemon, mountpoint)), grace)
     }
 
     /// The kubelet's runtime reaps the daemons.
@@ -357,13 +432,50 @@ impl Daemons for PodDaemons {
 
     /// The image of the mount Pod's container (`None`: no such Pod, or no answer).
     fn serving_image(&self, mountpoint: &Path) -> Option<String> {
-        let name = spec::pod_name(&spec::volume_of(mountpoint), &self.template.node);
-        let pod = self.get(&name).ok()??;
-        pod.spec?
-            .containers
-            .into_iter()
-            .find(|c| c.name == spec::CONTAINER)?
-            .image
+        let pod = self
+            .serving_pod(&spec::volume_of(mountpoint), None)
+            .ok()??;
+        spec::image_of(&pod).map(String::from)
+    }
+
+    /// An upgrade: a standby Pod (the other name, the template's image, `--standby`)
+    /// is created and its daemon seen waiting; then `old` leaves as in [`Self::leave`]
+    /// and the standby takes the connection over at once. If the standby does not
+    /// start, it is deleted and `old` keeps serving.
+    fn replace(
+        &self,
+        old: Daemon,
+        spec: &DaemonSpec,
+        _log: &Path,
+        grace: Duration,
+    ) -> Result<Daemon, supervisor::Error> {
+        let m = spec.mountpoint.as_path();
+        let current = self
+            .serving_pod(&spec.volume, Some((old, m)))?
+            .map(|p| p.name_any());
+        let base = spec::pod_name(&spec.volume, &self.template.node);
+        let name = if current.as_deref() == Some(base.as_str()) {
+            spec::standby_name(&spec.volume, &self.template.node, &self.template.image)
+        } else {
+            base
+        };
+        let pod = spec::standby_pod(&self.template, spec, &name);
+        let uid = self.create(&name, &pod, Instant::now() + self.start_timeout)?;
+        info!(pod = %name, uid = %uid, serving = ?current, "standby mount Pod created");
+        let standby = match self.await_daemon(&name, &uid, m) {
+            Ok(d) => d,
+            Err(e) => {
+                warn!(pod = %name, error = %e, "standby did not start; the serving daemon stays");
+                let _ = self.remove(&name, None, Duration::from_secs(2));
+                return Err(e);
+            }
+        };
+        self.signal(old, m, Signal::SIGUSR2)?;
+        info!(pid = old.pid, standby = standby.pid, "mount daemon told to leave its mount to the standby; deleting its Pod");
+        // Its Pod (and any other of this mount but the standby's) goes: the kubelet
+        // must not restart the old daemon.
+        self.remove_others(&spec.volume, Some(&name), Some((old, m)), grace)?;
+        Ok(standby)
     }
 
     /// An upgrade: SIGUSR2 (the next stop signal leaves the mount to a successor),
@@ -376,10 +488,10 @@ impl Daemons for PodDaemons {
         mountpoint: &Path,
         grace: Duration,
     ) -> Result<(), supervisor::Error> {
-        let name = spec::pod_name(&spec::volume_of(mountpoint), &self.template.node);
+        let volume = spec::volume_of(mountpoint);
         self.signal(daemon, mountpoint, Signal::SIGUSR2)?;
-        info!(pod = %name, pid = daemon.pid, "mount daemon told to leave its mount to a successor; deleting its Pod");
-        self.remove(&name, Some((daemon, mountpoint)), grace)
+        info!(volume = %volume, pid = daemon.pid, "mount daemon told to leave its mount to a successor; deleting its Pod");
+        self.remove_others(&volume, None, Some((daemon, mountpoint)), grace)
     }
 }
 

@@ -123,6 +123,51 @@ pub fn pod_name(volume: &str, node: &str) -> String {
     crate::api::mountpod_name(clean, node)
 }
 
+/// The name of a mount Pod started as a standby beside the one named [`pod_name`]
+/// (an upgrade): that name (cut to fit) and a hash of `image`. Deterministic, so the
+/// agent recognises either after a restart.
+pub fn standby_name(volume: &str, node: &str, image: &str) -> String {
+    // FNV-1a, 32 bit: stable across releases and platforms.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in image.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    let base = pod_name(volume, node);
+    let prefix: String = base.chars().take(253 - 9).collect();
+    format!("{}-{h:08x}", prefix.trim_end_matches(['-', '.']))
+}
+
+/// Whether the Pod named `name`, running `image`, is a mount Pod of `volume` on `node`.
+pub fn is_mount_pod_of(name: &str, image: Option<&str>, volume: &str, node: &str) -> bool {
+    name == pod_name(volume, node)
+        || image.is_some_and(|i| name == standby_name(volume, node, i))
+}
+
+/// The image of a mount Pod's container.
+pub fn image_of(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == CONTAINER)?
+        .image
+        .as_deref()
+}
+
+/// A mount Pod for `spec` named `name` whose daemon waits for the one serving the
+/// mount to leave, then takes it over (`--standby`).
+pub fn standby_pod(t: &Template, spec: &DaemonSpec, name: &str) -> Pod {
+    let mut pod = mount_pod(t, spec);
+    pod.metadata.name = Some(name.to_string());
+    if let Some(c) = pod.spec.as_mut().and_then(|s| s.containers.first_mut())
+        && let Some(args) = c.args.as_mut()
+    {
+        args.push("--standby".into());
+    }
+    pod
+}
+
 /// The volume a mount point `<mount root>/<volume>` serves.
 pub fn volume_of(mountpoint: &Path) -> String {
     mountpoint
@@ -295,6 +340,17 @@ mod tests {
             }
         }
         assert_ne!(pod_name("v", "n1"), pod_name("v", "n2"), "one per node");
+        for (volume, node) in [("v", "n1"), (&*"x".repeat(300), "n"), ("A_b.", "n")] {
+            let s = standby_name(volume, node, "tessera:2");
+            assert!(valid_pod_name(&s), "{s:?}");
+            assert_ne!(s, pod_name(volume, node));
+            assert_eq!(s, standby_name(volume, node, "tessera:2"), "deterministic");
+            assert_ne!(s, standby_name(volume, node, "tessera:3"));
+            assert!(is_mount_pod_of(&s, Some("tessera:2"), volume, node));
+            assert!(is_mount_pod_of(&pod_name(volume, node), None, volume, node));
+            assert!(!is_mount_pod_of(&s, Some("tessera:3"), volume, node));
+            assert!(!is_mount_pod_of(&s, Some("tessera:2"), "w", node));
+        }
         assert_eq!(volume_of(Path::new("/m/pvc-1")), "pvc-1");
     }
 
