@@ -11,7 +11,7 @@
 
 use k8s_openapi::api::core::v1::Event;
 use tessera::api::MountPod;
-use tessera::node::pods::spec::pod_name;
+use tessera::node::pods::spec::{pod_name, standby_name};
 
 use super::daemon_kill::{NS, daemon_pid, fuse_mounts, holder_says, mount_pod};
 use super::writer;
@@ -127,6 +127,8 @@ async fn a_mount_image_upgrade_breaks_no_write() {
     ]);
     assert_eq!(old, agent_image, "the mount Pod runs the agent's image");
     let new = format!("{old}-upgrade");
+    // The successor starts beside it, as a standby, under the other name.
+    let standby = standby_name(&vol, &node, &new);
     let mp_name = tessera::api::mountpod_name(&vol, &node);
     let mps: Api<MountPod> = Api::all(client.clone());
     let restarts = |m: &MountPod| m.status.as_ref().map(|s| s.restarts).unwrap_or(0);
@@ -156,7 +158,7 @@ async fn a_mount_image_upgrade_breaks_no_write() {
             let tail: Vec<&str> = logs.lines().rev().take(3).collect();
             panic!("the app failed during the upgrade: {tail:?}");
         }
-        let p = pods.get_opt(&name).await.ok().flatten()?;
+        let p = pods.get_opt(&standby).await.ok().flatten()?;
         let status = p.status.as_ref()?;
         let ready = status
             .container_statuses
@@ -168,6 +170,10 @@ async fn a_mount_image_upgrade_breaks_no_write() {
     .await;
     let took = begun.elapsed();
     assert_ne!(upgraded, uid, "the same mount Pod");
+    eventually(WAIT, "the old mount Pod gone", || async {
+        pods.get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await;
     let successor = daemon_pid(&vol, &upgraded).expect("the new mount daemon");
     assert_ne!(successor, pid);
     assert!(
