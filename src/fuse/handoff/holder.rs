@@ -517,7 +517,11 @@ pub enum Claimed {
 fn claim_op(socket: &Path, key: &Path, op: u8, timeout: Duration) -> io::Result<Claimed> {
     let stream = UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(timeout))?;
-    send(&stream, &encode(op, key.as_os_str().as_encoded_bytes())?, None)?;
+    send(
+        &stream,
+        &encode(op, key.as_os_str().as_encoded_bytes())?,
+        None,
+    )?;
     match answer(&stream)? {
         (b'Y', Some(fd)) => Ok(Claimed::Fd(fd)),
         (b'N', _) => Ok(Claimed::None),
@@ -653,7 +657,12 @@ mod tests {
         let (r, _w) = nix::unistd::pipe().unwrap();
         // The "daemon" serving it: a PUT on a connection it keeps open.
         let daemon = UnixStream::connect(&sock).unwrap();
-        send(&daemon, &encode(OP_PUT, b"/mnt/v").unwrap(), Some(r.as_fd())).unwrap();
+        send(
+            &daemon,
+            &encode(OP_PUT, b"/mnt/v").unwrap(),
+            Some(r.as_fd()),
+        )
+        .unwrap();
         assert_eq!(answer(&daemon).unwrap().0, b'K');
         assert!(matches!(claim(&sock, key).unwrap(), Claimed::Busy));
         let standby = {
@@ -661,7 +670,10 @@ mod tests {
             std::thread::spawn(move || claim_when_free(&sock, key, Duration::from_secs(20)))
         };
         std::thread::sleep(Duration::from_millis(300));
-        assert!(!standby.is_finished(), "answered while the daemon still serves");
+        assert!(
+            !standby.is_finished(),
+            "answered while the daemon still serves"
+        );
         drop(daemon);
         assert!(matches!(standby.join().unwrap().unwrap(), Claimed::Fd(_)));
         // Claimed: nobody else gets it until the taker hands it over.

@@ -20,14 +20,14 @@
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use serde_json::json;
 use tracing::{debug, warn};
 
 use super::{Context, publish, publish_on};
 use crate::api::{MountPod, MountPodStatus};
-use crate::node::pods::spec::{CONTAINER, pod_name};
+use crate::node::pods::spec::{CONTAINER, is_mount_pod_of, selector};
 use crate::runtime::error_chain;
 
 /// Reason of a terminated container the kernel's OOM killer ended.
@@ -133,14 +133,26 @@ pub(super) fn notes(mp: &MountPod, node: &str, kill: &OomKill) -> (String, Strin
 pub(super) async fn check(mp: &MountPod, ctx: &Context) -> Option<MountPod> {
     let namespace = ctx.mount_namespace.as_deref()?;
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    let name = pod_name(&mp.spec.volume, &ctx.node);
-    let pod = match pods.get_opt(&name).await {
-        Ok(p) => p?,
+    // Its mount Pod: the one of the plain name or, after an upgrade, its standby's
+    // (spec::standby_name); an OOM kill is looked for in each.
+    let lp = ListParams::default()
+        .labels(&selector())
+        .fields(&format!("spec.nodeName={}", ctx.node));
+    let list = match pods.list(&lp).await {
+        Ok(l) => l,
         Err(e) => {
-            debug!(error = %error_chain(&e), pod = %name, "reading the mount Pod for OOM kills");
+            debug!(error = %error_chain(&e), volume = %mp.spec.volume, "reading the mount Pods for OOM kills");
             return None;
         }
     };
+    let pod = list.items.into_iter().find(|p| {
+        is_mount_pod_of(
+            &p.name_any(),
+            crate::node::pods::spec::image_of(p),
+            &mp.spec.volume,
+            &ctx.node,
+        ) && oom_kill(p).is_some()
+    })?;
     // The mount Pod of this MountPod, not a leftover of an earlier one.
     let owned = pod
         .owner_references()

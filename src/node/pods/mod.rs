@@ -180,7 +180,12 @@ impl PodDaemons {
             .items
             .into_iter()
             .filter(|p| {
-                spec::is_mount_pod_of(&p.name_any(), spec::image_of(p), volume, &self.template.node)
+                spec::is_mount_pod_of(
+                    &p.name_any(),
+                    spec::image_of(p),
+                    volume,
+                    &self.template.node,
+                )
             })
             .collect())
     }
@@ -471,7 +476,11 @@ impl Daemons for PodDaemons {
             }
         };
         self.signal(old, m, Signal::SIGUSR2)?;
-        info!(pid = old.pid, standby = standby.pid, "mount daemon told to leave its mount to the standby; deleting its Pod");
+        info!(
+            pid = old.pid,
+            standby = standby.pid,
+            "mount daemon told to leave its mount to the standby; deleting its Pod"
+        );
         // Its Pod (and any other of this mount but the standby's) goes: the kubelet
         // must not restart the old daemon.
         self.remove_others(&spec.volume, Some(&name), Some((old, m)), grace)?;

@@ -140,8 +140,7 @@ pub fn standby_name(volume: &str, node: &str, image: &str) -> String {
 
 /// Whether the Pod named `name`, running `image`, is a mount Pod of `volume` on `node`.
 pub fn is_mount_pod_of(name: &str, image: Option<&str>, volume: &str, node: &str) -> bool {
-    name == pod_name(volume, node)
-        || image.is_some_and(|i| name == standby_name(volume, node, i))
+    name == pod_name(volume, node) || image.is_some_and(|i| name == standby_name(volume, node, i))
 }
 
 /// The image of a mount Pod's container.
