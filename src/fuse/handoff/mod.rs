@@ -6,7 +6,8 @@
 //!     │  every inode / open handle change ──▶ state file (shared mapping; `state`)
 //!     ✗ killed (requests it had read stay in the connection's processing queue,
 //!       because the holder's duplicate keeps that queue's device open)
-//!  daemon B ── GET fd from the holder ── read A's state file ── reopen inodes by
+//!  daemon B ── CLAIM fd from the holder (only once A is gone; `--standby`: wait
+//!     for that, started beside a live A) ── read A's state file ── reopen inodes by
 //!     file handle, open files with their flags, same fh numbers ── resume the
 //!     session without INIT ── FUSE_NOTIFY_RESEND (the kernel queues again what A
 //!     had read and not answered) ── serve

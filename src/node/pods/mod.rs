@@ -5,16 +5,24 @@
 //! ```text
 //!  host::Host ──Daemons──▶ PodDaemons
 //!    start   create Pod <pod_name(volume, node)> (spec::mount_pod), a leftover of
-//!            the same name deleted first; then find its daemon in /proc (hostPID):
+//!            the same name (or a standby of this mount) deleted first; then find its daemon in /proc (hostPID):
 //!            `tessera mount … --mountpoint M` in a cgroup of the Pod's uid ──▶ Daemon
 //!            (a failed Pod: its container's last error, state::pod_state)
 //!    liveness/signal   /proc, pid + start time + command line, as in process mode
 //!    stop    delete the Pod with the grace asked (the kubelet sends SIGTERM: the
 //!            daemon unmounts), wait until both the process and the Pod are gone
-//!    leave   (an upgrade) SIGUSR2 to the daemon, then delete the Pod: its SIGTERM
-//!            now exits leaving the mount to the fd holder; the next `start` creates
-//!            the Pod anew with the template's image, whose daemon takes it over
+//!    replace (an upgrade) create a standby Pod <spec::standby_name> (or back to
+//!            <pod_name> if the serving one has the other name), `--standby`: its
+//!            daemon waits at the fd holder; once it runs, SIGUSR2 to the old daemon
+//!            and delete the old Pod: its SIGTERM now exits leaving the mount to the
+//!            holder, which hands it to the standby at once
+//!    leave   SIGUSR2, then delete the Pod (process-mode-like order, kept for callers)
 //! ```
+//!
+//! The Pods of a mount are found by name (the plain one, or the standby name of the
+//! image the Pod runs), listed by label on this node: one of them serves, the
+//! others are being deleted (or, between a standby's creation and the old Pod's
+//! deletion, waiting); `start` deletes any other before creating the plain one.
 //!
 //! The agent adopts a running daemon from its record after a restart as in process
 //! mode: the Pod is not touched. A daemon that died while the fd holder (the
