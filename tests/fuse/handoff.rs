@@ -256,6 +256,64 @@ fn a_stop_signal_after_sigusr2_leaves_the_mount_to_a_successor() {
     crash_and_take_over(End::ArmedStop);
 }
 
+/// An upgrade's order: the successor starts beside the serving daemon as a standby
+/// and waits; a daemon started without `--standby` meanwhile finds the connection
+/// served and exits without touching it (never two daemons on one connection); the
+/// serving one leaves (SIGUSR2, SIGTERM) and the standby takes over at once.
+#[test]
+fn a_standby_waits_beside_the_serving_daemon_and_takes_over_as_it_leaves() {
+    let held = Held::new();
+    let holder = Holder::serve(&held.socket()).unwrap();
+    let mut m = held.mount();
+    wait_log(&m, "FUSE descriptor handed to the holder");
+    let writer = Writer::start(&m.path("log"));
+    let mut standby = m.spawn_beside(&["--standby"]);
+    wait_log(&m, "standby, waiting for the serving daemon to leave");
+    let mut intruder = m.spawn_beside(&[]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = intruder.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a second daemon keeps running:\n{}",
+            m.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success(), "{status}\n{}", m.log());
+    let log = m.log();
+    assert!(log.contains("another daemon serves or takes over"), "{log}");
+    assert!(
+        !log.contains("serving the held connection"),
+        "taken over while served:\n{log}"
+    );
+    assert!(
+        standby.try_wait().unwrap().is_none(),
+        "the standby gave up:\n{log}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    m.signal(nix::sys::signal::Signal::SIGUSR2);
+    wait_log(&m, "the next stop signal leaves the mount");
+    let left = Instant::now();
+    m.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = m.wait_exit(Duration::from_secs(10)).expect("leaves");
+    assert!(status.success(), "{status}\n{}", m.log());
+    m.adopt(standby);
+    wait_log(&m, "serving the held connection");
+    let took = left.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    let (n, longest, err) = writer.finish();
+    println!(
+        "standby takeover: {n} records, taken over {took:?} after SIGTERM, longest write {longest:?}"
+    );
+    assert!(err.is_none(), "a write failed: {err:?}\n{}", m.log());
+    check_records(&m.backing("log"), n);
+    m.stop();
+    assert!(!holder.holds(&m.mnt));
+}
+
 #[test]
 fn without_a_held_connection_the_daemon_mounts_afresh() {
     let held = Held::new();

@@ -288,6 +288,27 @@ impl Mount {
         self.child = Some(child);
     }
 
+    /// Another daemon with the same arguments and `extra`, beside the running one
+    /// (logging to the same file); [`Mount::adopt`] makes it the mount's daemon.
+    pub fn spawn_beside(&self, extra: &[&str]) -> Child {
+        let log = fs::OpenOptions::new().append(true).open(&self.log).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(&self.argv)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn a daemon beside")
+    }
+
+    /// Make `child` (from [`Mount::spawn_beside`]) the daemon of this mount.
+    pub fn adopt(&mut self, child: Child) {
+        assert!(self.child.is_none(), "the daemon still runs");
+        self.child = Some(child);
+    }
+
     /// What the daemon has logged so far.
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
