@@ -233,8 +233,17 @@ impl PodDaemons {
         daemon: Option<(Daemon, &Path)>,
         grace: Duration,
     ) -> Result<(), supervisor::Error> {
+        let mut removed = false;
         for p in self.pods_of(volume)? {
             let name = p.name_any();
+            if Some(name.as_str()) != keep {
+                self.remove(&name, daemon, grace)?;
+                removed = true;
+            }
+        }
+        // No Pod left, but a daemon may still be exiting: wait for it as well.
+        if !removed && daemon.is_some() {
+            let name = spec::pod_name(volume, &self.template.node);
             if Some(name.as_str()) != keep {
                 self.remove(&name, daemon, grace)?;
             }
