@@ -46,9 +46,17 @@ pub struct Builder {
     source: Option<PathBuf>,
     quota: Option<String>,
     nofile: Option<u64>,
+    envs: Vec<(String, String)>,
 }
 
 impl Builder {
+    /// An environment variable of this daemon only (not of a successor started by
+    /// [`Mount::respawn`]): the test-only fault points.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.envs.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
     /// Quota in bytes (`--capacity-bytes`).
     pub fn capacity(mut self, bytes: u64) -> Self {
         self.capacity = bytes;
@@ -166,6 +174,7 @@ impl Builder {
             }
         }
         cmd.args(&self.args)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -233,6 +242,7 @@ impl Mount {
             source: None,
             quota: None,
             nofile: None,
+            envs: Vec::new(),
         }
     }
 
