@@ -370,12 +370,12 @@ pub fn read(path: &Path) -> io::Result<Option<Snapshot>> {
 
 fn parse(w: &[AtomicU64]) -> Option<Snapshot> {
     let get = |i: usize| w[i].load(Ordering::Acquire);
-    let journaled = match get(H_LAYOUT) {
-        LAYOUT => w.len() == WORDS,
-        LAYOUT_V1 => false,
+    let journaled = match (get(H_LAYOUT), w.len()) {
+        (LAYOUT, WORDS) => true,
+        (LAYOUT_V1, WORDS_V1) => false,
         _ => return None,
     };
-    if get(H_MAGIC) != MAGIC || (!journaled && w.len() != WORDS_V1) {
+    if get(H_MAGIC) != MAGIC {
         return None;
     }
     let init = (get(H_INIT) == 1).then(|| InitRecord {
@@ -538,5 +538,61 @@ mod tests {
         std::fs::write(dir.path().join("junk"), b"junk").unwrap();
         assert!(read(&dir.path().join("junk")).unwrap().is_none());
         assert!(read(&dir.path().join("absent")).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_write_journal_keeps_writes_in_flight_and_layout_1_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.handoff");
+        let s = StateFile::create(&path).unwrap();
+        let rec = JournalSlot {
+            unique: 24,
+            fh: 3,
+            offset: 64,
+            len: 16,
+            size_before: 64,
+            append: true,
+            applied: None,
+        };
+        let a = s.journal_begin(&rec).unwrap();
+        let b = s.journal_begin(&JournalSlot { unique: 26, ..rec }).unwrap();
+        let c = s.journal_begin(&JournalSlot { unique: 28, ..rec }).unwrap();
+        s.journal_applied(b, 16);
+        s.journal_clear(c);
+        s.publish().unwrap();
+        let mut j = read(&path).unwrap().unwrap().journal;
+        j.sort_by_key(|s| s.unique);
+        assert_eq!(
+            j,
+            vec![
+                rec,
+                JournalSlot {
+                    unique: 26,
+                    applied: Some(16),
+                    ..rec
+                }
+            ]
+        );
+        s.journal_clear(a);
+        assert_eq!(read(&path).unwrap().unwrap().journal.len(), 1);
+        // A predecessor of layout 1 (no journal): its tables are read, no journal.
+        let old = dir.path().join("v1.handoff");
+        std::fs::copy(&path, &old).unwrap();
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&old)
+            .unwrap();
+        f.set_len(FILE_LEN_V1 as u64).unwrap();
+        let w = map(&f, FILE_LEN_V1, true);
+        drop(f);
+        let w = w.unwrap();
+        w[H_LAYOUT].store(LAYOUT_V1, Ordering::Release);
+        let snap = read(&old).unwrap().expect("layout 1 read");
+        assert!(snap.journal.is_empty());
+        assert!(snap.init.is_none());
+        // A layout-2 header on a layout-1 length is not a state file.
+        w[H_LAYOUT].store(LAYOUT, Ordering::Release);
+        assert!(read(&old).unwrap().is_none());
     }
 }
