@@ -131,12 +131,13 @@ impl VolumeFs {
         if req.resent
             && let Some((rec, guard)) = self.journal.take_carried(req.unique)
         {
-            let landed = if rec.append && rec.applied.is_none() {
-                self.landed(&h, rec.size_before, data)
+            let (landed, size) = if rec.append && rec.applied.is_none() {
+                let size = sys::fstat(h.file.as_fd()).op("fstat")?.st_size as u64;
+                (self.landed(&h, rec.size_before, data), size)
             } else {
-                0
+                (0, 0)
             };
-            let decision = replay(Some(&rec), fh, data.len(), landed);
+            let decision = replay(Some(&rec), fh, data.len(), landed, size);
             tracing::info!(
                 unique = req.unique,
                 ?decision,

@@ -15,8 +15,8 @@
 //! decision ([`replay`]) is pure: an applied write is answered with its count; a write
 //! at an explicit offset still in progress is written again (the same bytes at the
 //! same place); an append still in progress is looked for where it would have landed
-//! (the size recorded before it): found whole, it is answered; found in part, the rest
-//! is appended; not found, it is written.
+//! (the size recorded before it): found whole, it is answered; found in part where
+//! the file ends, the rest is appended; otherwise it is written.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -38,8 +38,10 @@ pub enum Replay {
 /// What to do with a resent WRITE of `len` bytes on `fh` whose predecessor's slot is
 /// `slot` (`None`: none recorded, i.e. the predecessor never began writing it).
 /// `landed`: how many leading bytes of the data the backing file holds at
-/// `slot.size_before` (only looked at for an append in progress).
-pub fn replay(slot: Option<&JournalSlot>, fh: u64, len: usize, landed: usize) -> Replay {
+/// `slot.size_before`, and `size` its size now (only looked at for an append in
+/// progress). A part of an append counts as landed only where the file ends: bytes
+/// followed by more are taken for another writer's that happen to start alike.
+pub fn replay(slot: Option<&JournalSlot>, fh: u64, len: usize, landed: usize, size: u64) -> Replay {
     let Some(s) = slot else {
         return Replay::Write;
     };
@@ -49,9 +51,11 @@ pub fn replay(slot: Option<&JournalSlot>, fh: u64, len: usize, landed: usize) ->
     match (s.applied, s.append) {
         (Some(n), _) => Replay::Answer(n.min(len as u64) as usize),
         (None, false) => Replay::Write,
-        (None, true) if landed == 0 => Replay::Write,
         (None, true) if landed >= len => Replay::Answer(len),
-        (None, true) => Replay::Rest { skip: landed },
+        (None, true) if landed > 0 && size == s.size_before + landed as u64 => {
+            Replay::Rest { skip: landed }
+        }
+        (None, true) => Replay::Write,
     }
 }
 
@@ -160,52 +164,95 @@ mod tests {
     #[test]
     fn a_resent_write_is_applied_once() {
         use Replay::*;
-        let cases: &[(&str, Option<JournalSlot>, u64, usize, Replay)] = &[
-            ("never begun", None, 7, 0, Write),
-            ("applied", Some(slot(false, Some(16))), 7, 0, Answer(16)),
+        // (what, slot, fh, landed, size now, decision); the slot: 16 bytes at 100.
+        let cases: &[(&str, Option<JournalSlot>, u64, usize, u64, Replay)] = &[
+            ("never begun", None, 7, 0, 116, Write),
+            (
+                "applied",
+                Some(slot(false, Some(16))),
+                7,
+                0,
+                116,
+                Answer(16),
+            ),
             (
                 "applied append",
                 Some(slot(true, Some(16))),
                 7,
                 0,
+                116,
                 Answer(16),
             ),
-            ("applied short", Some(slot(true, Some(9))), 7, 0, Answer(9)),
+            (
+                "applied short",
+                Some(slot(true, Some(9))),
+                7,
+                0,
+                109,
+                Answer(9),
+            ),
             (
                 "offset write in progress",
                 Some(slot(false, None)),
                 7,
                 16,
+                116,
                 Write,
             ),
             (
-                "append in progress, nothing landed",
+                "append begun, nothing landed",
                 Some(slot(true, None)),
                 7,
                 0,
+                100,
                 Write,
             ),
             (
-                "append in progress, landed whole",
+                "append begun, landed whole",
                 Some(slot(true, None)),
                 7,
                 16,
+                116,
                 Answer(16),
             ),
             (
-                "append in progress, landed in part",
+                "landed whole, more after",
+                Some(slot(true, None)),
+                7,
+                16,
+                140,
+                Answer(16),
+            ),
+            (
+                "append begun, landed in part",
                 Some(slot(true, None)),
                 7,
                 5,
+                105,
                 Rest { skip: 5 },
             ),
-            ("another handle", Some(slot(true, Some(16))), 8, 0, Write),
+            (
+                "a like start of another's",
+                Some(slot(true, None)),
+                7,
+                5,
+                116,
+                Write,
+            ),
+            (
+                "another handle",
+                Some(slot(true, Some(16))),
+                8,
+                0,
+                116,
+                Write,
+            ),
         ];
-        for (what, s, fh, landed, want) in cases {
-            assert_eq!(replay(s.as_ref(), *fh, 16, *landed), *want, "{what}");
+        for (what, s, fh, landed, size, want) in cases {
+            assert_eq!(replay(s.as_ref(), *fh, 16, *landed, *size), *want, "{what}");
         }
         assert_eq!(
-            replay(Some(&slot(true, Some(16))), 7, 15, 0),
+            replay(Some(&slot(true, Some(16))), 7, 15, 0, 116),
             Write,
             "another length"
         );
