@@ -13,6 +13,17 @@ pub const EXIT_AFTER_WRITE: &str = "TESSERA_FAULT_EXIT_AFTER_WRITE";
 static LIMIT: OnceLock<Option<u64>> = OnceLock::new();
 static WRITES: AtomicU64 = AtomicU64::new(0);
 
+/// Say so in the log when a fault point is armed (at the daemon's start).
+pub fn warn_if_armed() {
+    if let Ok(v) = std::env::var(EXIT_AFTER_WRITE) {
+        tracing::warn!(
+            env = EXIT_AFTER_WRITE,
+            value = %v,
+            "test-only fault point armed: the daemon exits after that many writes"
+        );
+    }
+}
+
 /// A WRITE was applied and is about to be answered.
 pub fn after_write() {
     let limit = LIMIT.get_or_init(|| {

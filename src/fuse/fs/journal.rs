@@ -165,7 +165,8 @@ mod tests {
     fn a_resent_write_is_applied_once() {
         use Replay::*;
         // (what, slot, fh, landed, size now, decision); the slot: 16 bytes at 100.
-        let cases: &[(&str, Option<JournalSlot>, u64, usize, u64, Replay)] = &[
+        type Case = (&'static str, Option<JournalSlot>, u64, usize, u64, Replay);
+        let cases: &[Case] = &[
             ("never begun", None, 7, 0, 116, Write),
             (
                 "applied",
