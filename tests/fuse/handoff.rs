@@ -421,6 +421,18 @@ fn appended_through_a_bind_mount(n: u64) -> String {
 /// `_exit(9)` after applying its 5th write, before the reply).
 #[test]
 fn a_write_applied_but_not_answered_is_not_applied_again() {
+    write_applied_then_takeover(false);
+}
+
+/// The same, and the successor dies too, right after taking the resent WRITE from
+/// its predecessor's journal and before answering it: a third daemon still finds
+/// it applied (the successor carried the slot into its own journal).
+#[test]
+fn a_resent_write_survives_a_second_takeover() {
+    write_applied_then_takeover(true);
+}
+
+fn write_applied_then_takeover(successor_dies: bool) {
     const RECORDS: u64 = 12;
     let want: String = (0..RECORDS).map(|i| format!("record {i:08}\n")).collect();
     assert_eq!(
@@ -445,6 +457,15 @@ fn a_write_applied_but_not_answered_is_not_applied_again() {
     // The application waits for the answer to its 5th record, already in the file.
     std::thread::sleep(Duration::from_millis(200));
     assert!(rx.try_recv().is_err(), "the writer did not wait");
+    if successor_dies {
+        // Its first write is the resent one.
+        m.respawn_with(&[("TESSERA_FAULT_EXIT_AFTER_WRITE", "1")]);
+        let status = m
+            .wait_exit(Duration::from_secs(10))
+            .expect("the successor exits at its fault point");
+        assert_eq!(status.code(), Some(9), "{}", m.log());
+        assert!(rx.try_recv().is_err(), "the writer did not wait");
+    }
     m.respawn();
     wait_log(&m, "serving the held connection");
     let r = rx

@@ -285,10 +285,16 @@ impl Mount {
     /// Start a daemon with the same command line (a successor), its log appended to
     /// the first one's, without waiting for anything.
     pub fn respawn(&mut self) {
+        self.respawn_with(&[]);
+    }
+
+    /// [`Self::respawn`] with these environment variables (fault points).
+    pub fn respawn_with(&mut self, envs: &[(&str, &str)]) {
         assert!(self.child.is_none(), "the daemon still runs");
         let log = fs::OpenOptions::new().append(true).open(&self.log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
             .args(&self.argv)
+            .envs(envs.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
