@@ -17,6 +17,15 @@ use crate::csi::{existing_id, required, shown};
 use crate::runtime::KubeContext;
 
 impl ControllerService {
+    /// The Volume `volume_id`; NOT_FOUND when there is none.
+    async fn existing_volume(&self, volume_id: &str) -> Result<Volume, Error> {
+        self.volumes()
+            .get_opt(volume_id)
+            .await
+            .context(|| format!("reading Volume {}", shown(volume_id)))?
+            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))
+    }
+
     pub(super) async fn validate(
         &self,
         req: ValidateVolumeCapabilitiesRequest,
@@ -26,12 +35,7 @@ impl ControllerService {
             Error::VolumeNotFound,
         )?;
         let caps = required("volume_capabilities", &req.volume_capabilities)?;
-        let volume = self
-            .volumes()
-            .get_opt(volume_id)
-            .await
-            .context(|| format!("reading Volume {}", shown(volume_id)))?
-            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
+        let volume = self.existing_volume(volume_id).await?;
         let problems: Vec<String> = caps
             .iter()
             .filter_map(|c| compatible(volume.spec.access_mode, c).err())
@@ -130,12 +134,7 @@ impl ControllerService {
         )?;
         let changes = modify::parse(&req.mutable_parameters)?;
         let _guard = self.inflight.start(volume_id)?;
-        let volume = self
-            .volumes()
-            .get_opt(volume_id)
-            .await
-            .context(|| format!("reading Volume {}", shown(volume_id)))?
-            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
+        let volume = self.existing_volume(volume_id).await?;
         if let Some(mut patch) = modify::patch(&volume, &changes)? {
             // Guarded by the version the changes were computed on.
             patch["metadata"] = json!({"resourceVersion": volume.resource_version()});
@@ -159,12 +158,7 @@ impl ControllerService {
         let range = required("capacity_range", req.capacity_range.as_ref())?;
         let want = size_for(Some(range))?;
         let _guard = self.inflight.start(volume_id)?;
-        let volume = self
-            .volumes()
-            .get_opt(volume_id)
-            .await
-            .context(|| format!("reading Volume {}", shown(volume_id)))?
-            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
+        let volume = self.existing_volume(volume_id).await?;
         let have = volume_bytes(&volume)?;
         if want > have {
             let patch = json!({"spec": {"size": quantity_of(want)}});
