@@ -505,11 +505,17 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
     // Node B's inline Volume and a plain one, made by the administrator; each with
     // a VolumeAttachment holding a manual ticket on node B.
     admin_vols
-        .create(&PostParams::default(), &inline(&others, &b, true, "NodeLocal"))
+        .create(
+            &PostParams::default(),
+            &inline(&others, &b, true, "NodeLocal"),
+        )
         .await
         .unwrap();
     admin_vols
-        .create(&PostParams::default(), &fixtures::volume(&plain, &id, "ReadWriteOnce"))
+        .create(
+            &PostParams::default(),
+            &fixtures::volume(&plain, &id, "ReadWriteOnce"),
+        )
         .await
         .unwrap();
     let manual = AttachmentTicket::new("manual-b", AttacherType::Manual, &b);
@@ -547,7 +553,9 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
     )
     .await;
 
-    let ephemeral = |node: &str| AttachmentTicket::new(format!("inline-{node}"), AttacherType::CsiEphemeral, node);
+    let ephemeral = |node: &str| {
+        AttachmentTicket::new(format!("inline-{node}"), AttacherType::CsiEphemeral, node)
+    };
     let add = |t: &AttachmentTicket| t.upsert_patch();
     let remove = |id: &str| tessera::api::tickets_removal_patch([id]);
     let patch_va = |c: &Client, name: String, p: serde_json::Value| {
@@ -576,10 +584,22 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
         }
     };
     let cases = [
-        ("create an inline Volume of node B", inline(&format!("inline-{id}-x"), &b, true, "NodeLocal")),
-        ("create an unlabelled Volume", inline(&format!("inline-{id}-x"), &a, false, "NodeLocal")),
-        ("create a Volume not named inline-", inline(&format!("{id}-x"), &a, true, "NodeLocal")),
-        ("create a shared inline Volume", inline(&format!("inline-{id}-x"), &a, true, "Shared")),
+        (
+            "create an inline Volume of node B",
+            inline(&format!("inline-{id}-x"), &b, true, "NodeLocal"),
+        ),
+        (
+            "create an unlabelled Volume",
+            inline(&format!("inline-{id}-x"), &a, false, "NodeLocal"),
+        ),
+        (
+            "create a Volume not named inline-",
+            inline(&format!("{id}-x"), &a, true, "NodeLocal"),
+        ),
+        (
+            "create a shared inline Volume",
+            inline(&format!("inline-{id}-x"), &a, true, "Shared"),
+        ),
     ];
     for (what, v) in cases {
         check(what, create(&agent_a, v, true).await, false);
@@ -594,8 +614,16 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
         create(&agent_a, inline(&own, &a, true, "NodeLocal"), false).await,
         true,
     );
-    check("delete a plain Volume", delete(&agent_a, plain.clone()).await, false);
-    check("delete node B's inline Volume", delete(&agent_a, others.clone()).await, false);
+    check(
+        "delete a plain Volume",
+        delete(&agent_a, plain.clone()).await,
+        false,
+    );
+    check(
+        "delete node B's inline Volume",
+        delete(&agent_a, others.clone()).await,
+        false,
+    );
     check(
         "add a csi-ephemeral ticket of its node to an inline volume",
         patch_va(&agent_a, others.clone(), add(&ephemeral(&a))).await,
@@ -631,7 +659,11 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
         patch_va(&agent_a, others.clone(), remove(&format!("inline-{a}"))).await,
         true,
     );
-    check("delete its own node's inline Volume", delete(&agent_a, own.clone()).await, true);
+    check(
+        "delete its own node's inline Volume",
+        delete(&agent_a, own.clone()).await,
+        true,
+    );
     let va = admin_vas.get(&others).await.unwrap();
     assert_eq!(
         va.spec.attachment_tickets.keys().collect::<Vec<_>>(),
@@ -650,7 +682,10 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
         (CONTROLLER_SA, "delete", "pods", false),
     ] {
         let got = can_i(who, verb, resource);
-        println!("{who}: {verb} {resource}: {}", if got { "yes" } else { "no" });
+        println!(
+            "{who}: {verb} {resource}: {}",
+            if got { "yes" } else { "no" }
+        );
         if got != allowed {
             wrong.push(format!("{who} {verb} {resource}: {got}"));
         }

@@ -165,9 +165,9 @@ mod tests {
             v.labels_mut().insert(LABEL_INLINE.into(), "true".into());
         }
         if deleting {
-            v.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                jiff::Timestamp::now(),
-            ));
+            v.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+            );
         }
         v
     }

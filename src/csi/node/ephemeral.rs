@@ -106,7 +106,9 @@ impl Settings {
 #[derive(Debug, thiserror::Error)]
 pub enum InlineError {
     /// An attribute Tessera does not know.
-    #[error("volumeAttributes key {0:?} is not known: an inline Tessera volume takes only `size` and `backendRoot`")]
+    #[error(
+        "volumeAttributes key {0:?} is not known: an inline Tessera volume takes only `size` and `backendRoot`"
+    )]
     UnknownKey(String),
     /// `size` is no quantity, or zero.
     #[error("volumeAttributes size {0:?} is not a positive quantity such as 64Mi")]
@@ -219,8 +221,11 @@ impl InlineSpec {
                 .cloned()
                 .ok_or(InlineError::NoPodInfo(key))
         };
-        let (pod_namespace, pod_name, pod_uid) =
-            (pod(CTX_POD_NAMESPACE)?, pod(CTX_POD_NAME)?, pod(CTX_POD_UID)?);
+        let (pod_namespace, pod_name, pod_uid) = (
+            pod(CTX_POD_NAMESPACE)?,
+            pod(CTX_POD_NAME)?,
+            pod(CTX_POD_UID)?,
+        );
         let not_pod_path = || InlineError::NotPodPath(shown(&rel_target.display().to_string()));
         let (uid, volume_name) = pod_volume(rel_target).ok_or_else(not_pod_path)?;
         if uid != pod_uid {
@@ -315,7 +320,10 @@ impl InlineSpec {
 /// Whether `v` is an inline Volume created for the kubelet volume handle `volume_id`.
 pub fn is_inline_volume_of(v: &Volume, volume_id: &str) -> bool {
     v.labels().get(LABEL_INLINE).map(String::as_str) == Some("true")
-        && v.annotations().get(ANNOTATION_CSI_VOLUME).map(String::as_str) == Some(volume_id)
+        && v.annotations()
+            .get(ANNOTATION_CSI_VOLUME)
+            .map(String::as_str)
+            == Some(volume_id)
 }
 
 /// The `csi-ephemeral` ticket of an inline volume on `node`.
@@ -538,7 +546,10 @@ mod tests {
         );
         assert_eq!(spec.volume_name, "scratch");
         let spec = ok(&[("size", "64Mi"), ("backendRoot", "/mnt/fast")]).unwrap();
-        assert_eq!((spec.bytes, spec.backend_root.as_str()), (64 << 20, "/mnt/fast"));
+        assert_eq!(
+            (spec.bytes, spec.backend_root.as_str()),
+            (64 << 20, "/mnt/fast")
+        );
         for (extra, want) in [
             (&[("sizee", "1Mi")][..], "key \"sizee\" is not known"),
             (&[("scope", "Shared")][..], "key \"scope\" is not known"),
@@ -548,7 +559,10 @@ mod tests {
             (&[("size", "-1Mi")][..], "not a positive quantity"),
             (&[("size", "lots")][..], "not a positive quantity"),
             (&[("backendRoot", "/etc")][..], "backendRoot"),
-            (&[("backendRoot", "/var/lib/tessera/volumes/../..")][..], "backendRoot"),
+            (
+                &[("backendRoot", "/var/lib/tessera/volumes/../..")][..],
+                "backendRoot",
+            ),
             (&[("backendRoot", "relative")][..], "backendRoot"),
         ] {
             let err = ok(extra).unwrap_err();
@@ -565,10 +579,22 @@ mod tests {
         for (p, ok) in [
             (path(UID), true),
             (path(other), false),
-            (format!("pods/{UID}/volumes/kubernetes.io~csi/scratch"), false),
-            (format!("pods/{UID}/volumes/kubernetes.io~csi/../mount"), false),
-            (format!("plugins/{UID}/volumes/kubernetes.io~csi/s/mount"), false),
-            (format!("pods/{UID}/volumes/kubernetes.io~csi/Bad_Name/mount"), false),
+            (
+                format!("pods/{UID}/volumes/kubernetes.io~csi/scratch"),
+                false,
+            ),
+            (
+                format!("pods/{UID}/volumes/kubernetes.io~csi/../mount"),
+                false,
+            ),
+            (
+                format!("plugins/{UID}/volumes/kubernetes.io~csi/s/mount"),
+                false,
+            ),
+            (
+                format!("pods/{UID}/volumes/kubernetes.io~csi/Bad_Name/mount"),
+                false,
+            ),
         ] {
             let res = InlineSpec::parse(&ctx(&[]), Path::new(&p), &s);
             assert_eq!(res.is_ok(), ok, "{p}: {res:?}");
@@ -617,6 +643,9 @@ mod tests {
         assert!(!is_inline_volume_of(&not_inline, "csi-abc"));
         let t = inline_ticket(&spec.volume(), "node-a", true);
         assert_eq!(t.type_, AttacherType::CsiEphemeral);
-        assert_eq!(t.parameters.get("readOnly").map(String::as_str), Some("true"));
+        assert_eq!(
+            t.parameters.get("readOnly").map(String::as_str),
+            Some("true")
+        );
     }
 }
