@@ -57,7 +57,7 @@ pub async fn run(ctx: Arc<Context>, interval: Duration) {
             warn!(error = %error_chain(&e), "reaper pass failed");
         }
         pass += 1;
-        if pass % super::inline::ORPHAN_EVERY == 0 {
+        if pass.is_multiple_of(super::inline::ORPHAN_EVERY) {
             let res = measured(&ctx.metrics, "reaper", super::inline::reap_orphans(&ctx)).await;
             if let Err(e) = res {
                 warn!(error = %error_chain(&e), "inline orphan pass failed");
