@@ -233,6 +233,13 @@ impl NodeService {
         let target = self.path("target_path", target)?;
         let _guard = self.inflight.start(volume_id)?;
         // An inline volume: the Pod's own Volume, attached here, stands for it.
+        let mut keys: Vec<&String> = req.volume_context.keys().collect();
+        keys.sort();
+        info!(
+            ?keys,
+            ephemeral = ephemeral::is_inline(&req.volume_context),
+            "publishing"
+        );
         let inline = match ephemeral::is_inline(&req.volume_context) {
             true => Some(
                 self.attach_inline(&req.volume_context, volume_id, &target, req.readonly)
