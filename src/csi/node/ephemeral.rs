@@ -157,6 +157,17 @@ pub fn is_inline(ctx: &HashMap<String, String>) -> bool {
     ctx.get(CTX_EPHEMERAL).is_some_and(|v| v == "true")
 }
 
+/// Whether `id` is the kubelet's handle of an inline volume: `csi-` and the 64 hex
+/// digits of a SHA-256 of the Pod's uid and the volume's name (68 characters: not an
+/// object name, whose labels are at most 63).
+pub fn is_kubelet_handle(id: &str) -> bool {
+    id.len() == 68
+        && id.starts_with("csi-")
+        && id[4..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// The Pod uid and volume name of a target path relative to the kubelet directory:
 /// `pods/<uid>/volumes/kubernetes.io~csi/<name>/mount`, nothing else.
 pub fn pod_volume(rel: &Path) -> Option<(String, String)> {
@@ -603,6 +614,28 @@ mod tests {
         no_uid.remove(CTX_POD_UID);
         let err = InlineSpec::parse(&no_uid, Path::new(&path(UID)), &s).unwrap_err();
         assert!(err.to_string().contains("podInfoOnMount"), "{err}");
+    }
+
+    #[test]
+    fn the_kubelet_says_which_publish_is_inline_and_names_it() {
+        assert!(is_inline(&ctx(&[])));
+        assert!(!is_inline(&ctx(&[(CTX_EPHEMERAL, "false")])));
+        let mut persistent = ctx(&[]);
+        persistent.remove(CTX_EPHEMERAL);
+        assert!(!is_inline(&persistent));
+        // The handle the kubelet gives an inline volume: no object name.
+        let handle = format!("csi-{}", "c6e648ced47e3cac97a96281e993c1b7".repeat(2));
+        assert!(is_kubelet_handle(&handle));
+        assert!(!crate::csi::is_object_name(&handle));
+        for other in [
+            "pvc-1234".to_string(),
+            "csi-abc".to_string(),
+            format!("csi-{}", "C".repeat(64)),
+            format!("vol-{}", "a".repeat(64)),
+            format!("csi-{}/", "a".repeat(63)),
+        ] {
+            assert!(!is_kubelet_handle(&other), "{other}");
+        }
     }
 
     #[test]

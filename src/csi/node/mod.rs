@@ -224,23 +224,20 @@ impl NodeService {
         &self,
         req: NodePublishVolumeRequest,
     ) -> Result<NodePublishVolumeResponse, Error> {
-        let volume_id = existing_id(
-            required("volume_id", &req.volume_id)?,
-            Error::VolumeNotFound,
-        )?;
+        let raw_id = required("volume_id", &req.volume_id)?;
+        let is_inline = ephemeral::is_inline(&req.volume_context);
+        // An inline volume's id is the kubelet's handle, `csi-` and 64 hex digits: no
+        // object name (a label is at most 63 characters).
+        let volume_id = match is_inline {
+            true if ephemeral::is_kubelet_handle(raw_id) => raw_id,
+            _ => existing_id(raw_id, Error::VolumeNotFound)?,
+        };
         let target = required("target_path", &req.target_path)?;
         let single_cap = check_capability(req.volume_capability.as_ref())?;
         let target = self.path("target_path", target)?;
         let _guard = self.inflight.start(volume_id)?;
         // An inline volume: the Pod's own Volume, attached here, stands for it.
-        let mut keys: Vec<&String> = req.volume_context.keys().collect();
-        keys.sort();
-        info!(
-            ?keys,
-            ephemeral = ephemeral::is_inline(&req.volume_context),
-            "publishing"
-        );
-        let inline = match ephemeral::is_inline(&req.volume_context) {
+        let inline = match is_inline {
             true => Some(
                 self.attach_inline(&req.volume_context, volume_id, &target, req.readonly)
                     .await?,
@@ -321,19 +318,26 @@ impl NodeService {
         &self,
         req: NodeUnpublishVolumeRequest,
     ) -> Result<NodeUnpublishVolumeResponse, Error> {
-        let volume_id = existing_id(
-            required("volume_id", &req.volume_id)?,
-            Error::VolumeNotFound,
-        )?;
+        let raw_id = required("volume_id", &req.volume_id)?;
+        // The kubelet's handle of an inline volume is no object name: see publish.
+        let handle = ephemeral::is_kubelet_handle(raw_id);
+        let volume_id = match handle {
+            true => raw_id,
+            false => existing_id(raw_id, Error::VolumeNotFound)?,
+        };
         let target = required("target_path", &req.target_path)?;
         let target = self.path("target_path", target)?;
         let _guard = self.inflight.start(volume_id)?;
         self.unmount_and_remove(&target, true)?;
         let inline = self.inline_volume_at(volume_id, &target).await?;
-        self.set_reference(inline.as_deref().unwrap_or(volume_id), &target, None)
-            .await?;
-        if let Some(name) = &inline {
-            self.release_inline(name).await?;
+        match &inline {
+            Some(name) => {
+                self.set_reference(name, &target, None).await?;
+                self.release_inline(name).await?;
+            }
+            // An inline volume released already (a retry): nothing of it is left.
+            None if handle => {}
+            None => self.set_reference(volume_id, &target, None).await?,
         }
         info!(target = %target.display(), inline = inline.is_some(), "unpublished");
         Ok(NodeUnpublishVolumeResponse {})
