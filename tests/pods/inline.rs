@@ -82,7 +82,7 @@ async fn an_inline_volume_lives_and_goes_with_its_pod() {
         "scratchy",
         &a,
         json!({"size": "64Mi", "backendRoot": "/mnt/shared/tessera"}),
-        "echo hello > /data/greeting && df -k /data | tail -1 > /data/df && sleep 3600",
+        "echo hello > /data/greeting && df -kP /data | tail -1 > /data/df && sleep 3600",
     )
     .await;
     wait_phase(&client, &ns, "scratchy", "Running").await;
@@ -100,14 +100,10 @@ async fn an_inline_volume_lives_and_goes_with_its_pod() {
     })
     .await;
     assert_eq!(written.0, "hello\n");
-    // df -k: filesystem, 1K-blocks, …: the quota of 64Mi is what the Pod sees.
-    let blocks: u64 = written
-        .1
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
+    // df -kP: …, 1K-blocks, used, available, use%, mount point: the quota of 64Mi
+    // is what the Pod sees.
+    let fields: Vec<&str> = written.1.split_whitespace().collect();
+    let blocks: u64 = fields[fields.len().saturating_sub(5)].parse().unwrap();
     assert_eq!(blocks, 64 * 1024, "df in the Pod: {}", written.1);
     let va: Tickets = Api::all(client.clone()).get(&name).await.unwrap();
     let tickets: Vec<(AttacherType, String, bool)> = va
