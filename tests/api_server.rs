@@ -29,6 +29,8 @@ fn volume_manifest(name: &str, size: &str, mode: &str) -> Volume {
 #[tokio::test]
 async fn examples_pass_server_side_dry_run() {
     let client = setup().await;
+    // examples/snapshot.yaml: VolumeSnapshots need the snapshot add-on's CRDs.
+    support::ensure_snapshot_crds(&client).await;
     let files = support::yaml_files(&support::repo_root().join("examples"));
     assert!(!files.is_empty());
     for file in files {

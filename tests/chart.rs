@@ -266,6 +266,7 @@ fn chart_values_reach_the_objects() {
             "image.tag=9.9.9",
             "image.pullPolicy=Always",
             "sidecars.attacher.image.repository=registry.example/csi-attacher",
+            "sidecars.snapshotter.image.repository=registry.example/csi-snapshotter",
             "logLevel=debug",
             "logFormat=json",
             "extraEnv[0].name=KUBERNETES_SERVICE_HOST",
@@ -316,6 +317,19 @@ fn chart_values_reach_the_objects() {
             .iter()
             .any(|e| e["name"] == "KUBERNETES_SERVICE_HOST"),
         "the sidecars talk to the API server too"
+    );
+    let snapshotter = container(&deployment, "csi-snapshotter");
+    assert_eq!(
+        snapshotter["image"],
+        "registry.example/csi-snapshotter:v8.7.0"
+    );
+    assert!(
+        snapshotter["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "KUBERNETES_SERVICE_HOST"),
+        "{snapshotter}"
     );
     let registrar = container(&daemonset, "node-driver-registrar");
     assert!(registrar.get("env").is_none(), "{registrar}");

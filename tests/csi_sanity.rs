@@ -1,8 +1,9 @@
 //! csi-sanity (kubernetes-csi/csi-test v5, built in tests/harness) against the whole
 //! driver: `tessera controller` serving Identity + Controller, `tessera node` serving
 //! Identity + Node, real tickets, real FUSE mounts, on the cluster under test. Every
-//! test that applies to the advertised capabilities runs; csi-sanity skips only those
-//! of capabilities Tessera does not advertise (snapshots, cloning, modify).
+//! test that applies to the advertised capabilities runs (snapshots and clones
+//! included); csi-sanity skips only those of capabilities Tessera does not advertise
+//! (listing snapshots, modify).
 
 mod support;
 

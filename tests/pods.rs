@@ -17,8 +17,16 @@ mod support;
 mod daemon_kill;
 #[path = "pods/locks.rs"]
 mod locks;
+#[path = "pods/modify.rs"]
+mod modify;
+#[path = "pods/oom.rs"]
+mod oom;
 #[path = "pods/rollout.rs"]
 mod rollout;
+#[path = "pods/snapshots.rs"]
+mod snapshots;
+#[path = "pods/upgrade.rs"]
+mod upgrade;
 #[path = "pods/writer.rs"]
 mod writer;
 

@@ -112,6 +112,7 @@ async fn the_node_agent_acts_only_on_its_own_nodes_mountpods() {
         "namespace.yaml",
         "rbac-node.yaml",
         "rbac-controller.yaml",
+        "rbac-sidecars.yaml",
         "mountpod-policy.yaml",
     ]);
     let id = support::unique_name("rbac");
@@ -256,6 +257,30 @@ async fn the_node_agent_acts_only_on_its_own_nodes_mountpods() {
         ("get", "secrets", false),
         ("create", "pods", false),
         ("delete", "nodes", false),
+        // csi-snapshotter (same ServiceAccount): the contents and their status; the
+        // provisioner reads snapshots to restore; neither deletes them.
+        (
+            "watch",
+            "volumesnapshotcontents.snapshot.storage.k8s.io",
+            true,
+        ),
+        (
+            "patch",
+            "volumesnapshotcontents.snapshot.storage.k8s.io/status",
+            true,
+        ),
+        ("get", "volumesnapshots.snapshot.storage.k8s.io", true),
+        ("delete", "volumesnapshots.snapshot.storage.k8s.io", false),
+        (
+            "delete",
+            "volumesnapshotcontents.snapshot.storage.k8s.io",
+            false,
+        ),
+        (
+            "create",
+            "volumesnapshotcontents.snapshot.storage.k8s.io",
+            false,
+        ),
     ] {
         let got = can_i(CONTROLLER_SA, verb, resource);
         println!(
@@ -306,6 +331,7 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
         mount_root: "/var/lib/tessera/mounts".into(),
         state_dir: "/var/lib/tessera/node".into(),
         termination_grace_seconds: 30,
+        resources: Default::default(),
     };
     let spec = DaemonSpec {
         volume: format!("{id}-v"),
@@ -320,6 +346,8 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
         read_only: false,
         shared_backend: false,
         options: vec![],
+        resources: None,
+        settings_file: None,
         handoff: None,
     };
     let own = mount_pod(&template("tessera-system"), &spec);

@@ -17,11 +17,13 @@
 mod attachment;
 mod common;
 mod mountpod;
+mod resources;
 mod volume;
 
 pub use attachment::*;
 pub use common::*;
 pub use mountpod::*;
+pub use resources::*;
 pub use volume::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -49,6 +49,12 @@ pub const MOUNT_FINALIZER: &str = "tessera.io/mount";
         priority = 1
     ),
     printcolumn(
+        name = "Image",
+        type_ = "string",
+        json_path = ".status.image",
+        priority = 1
+    ),
+    printcolumn(
         name = "Last Error",
         type_ = "string",
         json_path = ".status.lastError",
@@ -92,6 +98,10 @@ pub struct MountPodSpec {
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.task is immutable"))]
     pub task: MountTask,
 
+    /// For task Populate: the data copied into the volume (the Volume's `dataSource`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub populate_from: Option<super::DataSource>,
+
     /// Quota in bytes, enforced by the mount and reported through statfs.
     #[schemars(range(min = 1))]
     pub capacity_bytes: i64,
@@ -126,6 +136,18 @@ pub struct MountPodSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub retain_seconds: Option<i64>,
+
+    /// CPU and memory of the mount daemon (the Volume's `mountResources`). Taken when
+    /// the daemon's mount Pod is created: a running daemon keeps what it was started
+    /// with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<super::MountResources>,
+
+    /// How long, in seconds, the kernel may cache attributes and names (the Volume's
+    /// `attrCacheSeconds`). Applied to a running daemon without a remount.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub attr_cache_seconds: Option<i64>,
 }
 
 /// The node-side work a MountPod stands for.
@@ -138,6 +160,10 @@ pub enum MountTask {
     Serve,
     /// Remove the volume's directory under its backend root, then report Ready.
     RemoveData,
+    /// Fill the volume's directory with a copy of `spec.populateFrom` (its Volume's
+    /// `dataSource`: a snapshot or another volume), then report Ready. The node-side
+    /// work of a `volume-restore` ticket.
+    Populate,
 }
 
 /// One bind mount of the volume into a pod.
@@ -155,6 +181,22 @@ pub struct MountReference {
     /// Whether the bind mount is read-only.
     #[serde(default)]
     pub read_only: bool,
+    /// The Pod the target path is for (from the kubelet's pod info), so that what
+    /// happens to the mount (an OOM kill of its daemon) is told on that Pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRef>,
+}
+
+/// A Pod, by namespace and name.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRef {
+    /// The Pod's namespace.
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    /// The Pod's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
 }
 
 /// Observed state of a MountPod, written by the node agent.
@@ -188,11 +230,27 @@ pub struct MountPodStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// How many times the kernel killed the mount daemon for exceeding its memory
+    /// limit (pod mode: its container's last termination reason `OOMKilled`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub oom_kills: i32,
+    /// When the daemon was last OOM-killed (the container's finish time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_oom_kill_time: Option<Time>,
     /// The settings the running mount has (while Ready). A new reference changes the
     /// spec's generation but not the mount; these tell whether the mount still is what
     /// the spec asks while the agent catches up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<AppliedSettings>,
+    /// The image of the FUSE daemon serving the mount (pod mode: its mount Pod's). The
+    /// agent replaces daemons of another image than its desired one through the
+    /// /dev/fuse handoff (rolling upgrades; see docs/operations.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// The spec settings a running mount was made with.
@@ -206,6 +264,9 @@ pub struct AppliedSettings {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32), inner(length(max = 32)))]
     pub mount_options: Vec<String>,
+    /// The attribute cache lifetime it serves with (unset: the daemon's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attr_cache_seconds: Option<i64>,
 }
 
 impl AppliedSettings {
@@ -214,6 +275,7 @@ impl AppliedSettings {
         AppliedSettings {
             read_only: spec.read_only,
             mount_options: spec.mount_options.clone(),
+            attr_cache_seconds: spec.attr_cache_seconds,
         }
     }
 }

@@ -83,6 +83,66 @@ pub struct VolumeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 86400))]
     pub idle_mount_delay_seconds: Option<i64>,
+
+    /// CPU and memory requests and limits of the volume's mount daemons (the
+    /// StorageClass's `mountCPURequest`, `mountCPULimit`, `mountMemoryRequest`,
+    /// `mountMemoryLimit`); unset amounts take the node agent's defaults. Applied to
+    /// a mount Pod when it is (re)created: a change reaches a running mount at its
+    /// next start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_resources: Option<super::MountResources>,
+
+    /// How long, in seconds, the kernel may cache attributes and names on the
+    /// volume's mounts (0 to an hour; unset: 60 s on a node-local backend, 1 s on a
+    /// shared one). Changeable live (a VolumeAttributesClass's `attrCacheSeconds`):
+    /// running mounts take it without a remount (their MountPods'
+    /// `status.applied.attrCacheSeconds` say when).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub attr_cache_seconds: Option<i64>,
+
+    /// The data the volume starts with: a copy of another volume's directory (a
+    /// snapshot's Volume for a restore, the source Volume for a clone, the source for
+    /// a snapshot). Filled once, by a `volume-restore` ticket, before the volume is
+    /// used. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("dataSource is immutable"))]
+    pub data_source: Option<DataSource>,
+}
+
+/// Annotation on a Volume with a `dataSource`: `"true"` once its data was copied (set
+/// by the CSI controller when the `volume-restore` ticket was satisfied). A populated
+/// volume is never filled again.
+pub const ANNOTATION_POPULATED: &str = "tessera.io/populated";
+
+impl Volume {
+    /// Whether the volume's data source was copied into it (or it has none).
+    pub fn populated(&self) -> bool {
+        self.spec.data_source.is_none()
+            || self
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_POPULATED))
+                .is_some_and(|v| v == "true")
+    }
+}
+
+/// Where a volume's initial data comes from: another volume's directory.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DataSource {
+    /// The Volume whose data is copied.
+    #[x_kube(validation = Rule::new(super::common::DNS_SUBDOMAIN_RULE).message("dataSource.volume must be a valid object name (lowercase letters, digits, '-' and '.')"))]
+    #[schemars(length(min = 1, max = 253))]
+    pub volume: String,
+    /// Its directory (`<backend root>/<volume>`), which must lie beneath an allowed
+    /// backend root; kept here so that the copy does not depend on the source Volume
+    /// still existing.
+    #[x_kube(validation = Rule::new("self.startsWith('/') && !self.matches('(^|/)\\\\.\\\\.?(/|$)')")
+        .message("dataSource.source must be an absolute path without '.' or '..' components"))]
+    #[schemars(length(min = 1, max = 4096))]
+    pub source: String,
 }
 
 /// The backend of a volume: a directory `root/<volume name>` on the node.

@@ -50,10 +50,11 @@ pub use self::backing::BackingAdopter;
 pub use self::coherence::is_local_fs;
 
 /// How the adapter talks to the kernel.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct AdapterOptions {
-    /// How long the kernel may cache attributes and names.
-    pub ttl: Duration,
+    /// How long the kernel may cache attributes and names (changed live by the
+    /// settings file, see `fuse::settings`).
+    pub ttl: super::settings::LiveTtl,
     /// How long the kernel may cache that a name does not exist (zero: not at all).
     pub negative_ttl: Duration,
     /// Try kernel passthrough (for read-only opens, or for all opens when the
@@ -104,7 +105,7 @@ impl Adapter {
 
     fn entry(&self, reply: ReplyEntry, r: Result<Attr, FsError>) {
         match r {
-            Ok(a) => reply.entry(&self.options.ttl, &file_attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&self.options.ttl.get(), &file_attr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -223,7 +224,7 @@ impl Filesystem for Adapter {
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         counters::op(Op::Getattr);
         match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
-            Ok(a) => reply.attr(&self.options.ttl, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.options.ttl.get(), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -261,7 +262,7 @@ impl Filesystem for Adapter {
             kill_suidgid: size.is_some() && req.uid() != 0,
         };
         match self.fs.setattr(ino.0, set) {
-            Ok(a) => reply.attr(&self.options.ttl, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.options.ttl.get(), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -399,7 +400,7 @@ impl Filesystem for Adapter {
             Ok(r) => r,
             Err(e) => return reply.error(errno(&e)),
         };
-        let ttl = self.options.ttl;
+        let ttl = self.options.ttl.get();
         let fattr = file_attr(&attr);
         if opened.mode == IoMode::Passthrough {
             let registered = self.backing_id(opened, |fs| {
@@ -554,7 +555,7 @@ impl Filesystem for Adapter {
         mut reply: ReplyDirectoryPlus,
     ) {
         counters::op(Op::Readdir);
-        let ttl = self.options.ttl;
+        let ttl = self.options.ttl.get();
         let r = self.fs.readdirplus(fh.0, offset as i64, |e, attr| {
             reply.add(
                 INodeNo(e.ino),

@@ -18,8 +18,9 @@
 //! `fuser::Filesystem` over it, [`counters`] what the daemon counts for the node
 //! agent's metrics, [`quota`] the quota modes and the daemon's accounting,
 //! [`projquota`] the XFS project quota, [`handoff`] the fd holder, the state file
-//! and the takeover of a held connection, `signals` the signal thread, [`sys`] the
-//! syscalls. This module owns the process: it chooses the quota mode, mounts (or
+//! and the takeover of a held connection, [`budget`] the memory limit and what is
+//! sized to it (worker threads, hot descriptors), `signals` the signal thread, [`sys`]
+//! the syscalls. This module owns the process: it chooses the quota mode, mounts (or
 //! takes a held connection over), and serves until unmounted.
 //!
 //! **Quota mode** (`--quota`, default `auto`). `backend` when the volume directory is
@@ -44,8 +45,9 @@
 //! hands a duplicate of its `/dev/fuse` descriptor to the fd holder at `S` and keeps
 //! what the kernel refers to in `F`; on start it takes over the connection the holder
 //! keeps for its mount point instead of mounting, if there is one. SIGUSR1 then exits
-//! without unmounting (a planned replacement); a stop signal first tells the holder
-//! to let go.
+//! without unmounting (a planned replacement); SIGUSR2 makes the next stop signal do
+//! the same (a mount Pod deleted for an upgrade: the kubelet's SIGTERM must not
+//! unmount); otherwise a stop signal first tells the holder to let go.
 //!
 //! **Permissions.** The mount is `allow_other` (pods run as any uid) and
 //! `default_permissions` (the kernel checks mode bits with the caller's credentials
@@ -53,11 +55,13 @@
 //! `suid`/`dev`.
 
 pub mod adapter;
+pub mod budget;
 pub mod counters;
 pub mod fs;
 pub mod handoff;
 pub mod projquota;
 pub mod quota;
+pub mod settings;
 mod signals;
 mod sys;
 
@@ -72,6 +76,7 @@ use fuser::{Config, MountOption, SessionACL};
 use nix::sys::signal::{SigSet, Signal};
 
 use self::adapter::{Adapter, AdapterOptions};
+use self::budget::Budget;
 use self::fs::{FsError, Naming, Options, VolumeFs};
 use self::projquota::{BackendQuotaError, IdOrigin, ProjectQuota};
 use self::quota::{Accounting, Enforcement};
@@ -115,6 +120,11 @@ pub struct MountArgs {
     /// 0 otherwise.
     #[arg(long)]
     pub negative_timeout: Option<f64>,
+    /// A settings file (JSON, `{"attrCacheSeconds": 30}`) read at start and on
+    /// SIGHUP: what it sets overrides `--attr-timeout` on the running mount (see
+    /// `fuse::settings`).
+    #[arg(long)]
+    pub settings_file: Option<PathBuf>,
     /// Never use kernel passthrough, even where the kernel supports it.
     #[arg(long)]
     pub no_passthrough: bool,
@@ -421,11 +431,25 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         _ => args.capacity_bytes,
     };
     let quota = Arc::new(choose_quota(&args, capacity, options.read_only)?);
+    // Threads and cached descriptors sized to the cgroup's memory limit, if any.
+    let budget = Budget::for_limit(
+        budget::memory_limit(),
+        args.threads,
+        VolumeFs::default_hot_fds(),
+    );
+    tracing::info!(
+        memory_limit = budget.limit,
+        threads = budget.threads,
+        hot_fds = budget.hot_fds,
+        "memory budget"
+    );
     let fs = Arc::new(
-        VolumeFs::new(&args.source, options, quota.clone()).map_err(|source| Error::Open {
-            path: args.source.clone(),
-            source,
-        })?,
+        VolumeFs::with_hot_fds(&args.source, options, quota.clone(), budget.hot_fds).map_err(
+            |source| Error::Open {
+                path: args.source.clone(),
+                source,
+            },
+        )?,
     );
     match fs.inode_naming() {
         (naming @ Naming::FileHandles, hot_fds) => {
@@ -457,10 +481,23 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     // On a node-local backend one mount serves every Pod of the node: the kernel's
     // own locks are seen by all of them, without a round trip per lock or close.
     let locks = !cache.local && backend_holds_locks(&args.source, options.read_only);
+    // The settings file's lifetime, if it sets one, over the default; a file that
+    // cannot be used leaves the default (and says so).
+    let ttl = settings::LiveTtl::new(match &args.settings_file {
+        Some(path) => match settings::Settings::read(path) {
+            Ok(s) => s.ttl(cache.ttl),
+            Err(e) => {
+                tracing::error!(error = %e, cause = ?std::error::Error::source(&e).map(|c| c.to_string()), "settings file not used");
+                cache.ttl
+            }
+        },
+        None => cache.ttl,
+    });
+    tracing::info!(attr_timeout = ?ttl.get(), "attribute cache lifetime in effect");
     let adapter = Adapter::new(
         fs.clone(),
         AdapterOptions {
-            ttl: cache.ttl,
+            ttl: ttl.clone(),
             negative_ttl: cache.negative_ttl,
             passthrough: !args.no_passthrough,
             locks,
@@ -472,7 +509,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     let mut config = Config::default();
     config.mount_options = mount_options;
     config.acl = SessionACL::All;
-    config.n_threads = Some(args.threads as usize);
+    config.n_threads = Some(budget.threads as usize);
     // With a holder, every worker reads the one descriptor the holder duplicates:
     // the kernel fails what a closed clone had read instead of resending it.
     config.clone_fd = args.holder.is_none();
@@ -494,6 +531,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         Signal::SIGINT,
         Signal::SIGHUP,
         Signal::SIGUSR1,
+        Signal::SIGUSR2,
     ] {
         signals.add(s);
     }
@@ -521,6 +559,9 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         unmounter,
         quota: quota.clone(),
         capacity_file: args.capacity_file.clone(),
+        settings_file: args.settings_file.clone(),
+        ttl,
+        default_ttl: cache.ttl,
         mountpoint: args.mountpoint.clone(),
         grace: Duration::from_secs_f64(args.stop_grace),
         fs: fs.clone(),
@@ -537,7 +578,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         mountpoint = %args.mountpoint.display(),
         read_only = options.read_only,
         devices = options.devices,
-        threads = args.threads,
+        threads = budget.threads,
         resumed,
         "{}",
         if resumed { "serving the held connection" } else { "mounted" }

@@ -1,7 +1,10 @@
-//! The daemon's signal thread: SIGHUP re-reads the capacity; the first SIGTERM or
+//! The daemon's signal thread: SIGHUP re-reads the capacity and the settings file; the first SIGTERM or
 //! SIGINT unmounts (telling the fd holder first) and the daemon exits once nothing
 //! refers to the connection or the grace period ends; SIGUSR1 (with `--holder`) exits
-//! without unmounting, for a successor to take the held connection over.
+//! without unmounting, for a successor to take the held connection over; SIGUSR2
+//! (with `--holder`) makes the next stop signal do that instead of unmounting: a mount
+//! Pod deleted for an upgrade gets the kubelet's SIGTERM, and must leave the mount to
+//! the Pod that replaces it (the agent arms it, then deletes the Pod).
 
 use std::io;
 use std::path::PathBuf;
@@ -20,6 +23,10 @@ pub(super) struct SignalContext {
     pub(super) unmounter: fuser::SessionUnmounter,
     pub(super) quota: Arc<Enforcement>,
     pub(super) capacity_file: Option<PathBuf>,
+    /// The settings file, and the lifetime it sets (else `default_ttl`).
+    pub(super) settings_file: Option<PathBuf>,
+    pub(super) ttl: super::settings::LiveTtl,
+    pub(super) default_ttl: Duration,
     pub(super) mountpoint: PathBuf,
     /// How long the connection may outlive the unmount after a stop signal.
     pub(super) grace: Duration,
@@ -37,6 +44,7 @@ impl SignalContext {
     /// ends the connection for them.
     pub(super) fn run(mut self) {
         let mut deadline: Option<Instant> = None;
+        let mut leave_on_stop = false;
         loop {
             let signal = match deadline {
                 None => self.signals.wait().map(Some),
@@ -57,18 +65,29 @@ impl SignalContext {
                 }
             };
             match signal {
-                Signal::SIGHUP => self.reload_capacity(),
+                Signal::SIGHUP => {
+                    self.reload_capacity();
+                    self.reload_settings();
+                }
                 Signal::SIGUSR1 if self.holder.is_some() => {
                     // A planned replacement: the holder keeps the connection, the
                     // successor takes it over; nothing is unmounted.
                     tracing::info!("SIGUSR1: exiting for a successor, the mount stays");
-                    log_counters(&self.fs, &self.mountpoint, "handed over");
-                    std::process::exit(0);
+                    self.hand_over();
                 }
-                Signal::SIGUSR1 => {
+                Signal::SIGUSR2 if self.holder.is_some() => {
+                    tracing::info!("SIGUSR2: the next stop signal leaves the mount to a successor");
+                    leave_on_stop = true;
+                }
+                Signal::SIGUSR1 | Signal::SIGUSR2 => {
                     tracing::warn!(
-                        "SIGUSR1 without --holder: nobody would keep the mount; ignored"
+                        %signal,
+                        "without --holder nobody would keep the mount; ignored"
                     );
+                }
+                _ if leave_on_stop && deadline.is_none() => {
+                    tracing::info!(%signal, "stop signal after SIGUSR2: exiting for a successor, the mount stays");
+                    self.hand_over();
                 }
                 _ if deadline.is_some() => {
                     tracing::warn!(%signal, "second stop signal: exiting, open files lose the mount");
@@ -83,9 +102,34 @@ impl SignalContext {
         }
     }
 
+    /// Exit without unmounting and without telling the holder: it keeps the
+    /// connection for the successor.
+    fn hand_over(&self) -> ! {
+        log_counters(&self.fs, &self.mountpoint, "handed over");
+        std::process::exit(0)
+    }
+
     fn exit(&self, code: i32) -> ! {
         log_counters(&self.fs, &self.mountpoint, "unmounted");
         std::process::exit(code)
+    }
+
+    fn reload_settings(&self) {
+        let Some(path) = &self.settings_file else {
+            return;
+        };
+        match super::settings::Settings::read(path) {
+            Ok(s) => {
+                let ttl = s.ttl(self.default_ttl);
+                let old = self.ttl.set(ttl);
+                if old != ttl {
+                    tracing::info!(from = ?old, to = ?ttl, "attribute cache lifetime changed");
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "settings not reloaded; keeping the old ones")
+            }
+        }
     }
 
     fn reload_capacity(&self) {

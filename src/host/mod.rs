@@ -2,7 +2,7 @@
 //! mount table, bind and unmount, probe a mount point ([`mounts`]), and refuse any
 //! path from a request or a custom resource that could reach outside where it must
 //! stay ([`paths`]). Below the kubelet directory, mounts are made and undone only
-//! through file descriptors ([`beneath`]); volume data is created and removed only
+//! through file descriptors ([`beneath`]); volume data is created, copied ([`copy`]) and removed only
 //! beneath the backend roots the administrator allows, through file descriptors too
 //! ([`roots`]).
 //!
@@ -10,6 +10,7 @@
 //! ([`crate::csi::node`]), which share one [`mounts::Mounts`] in `tessera node`.
 
 pub mod beneath;
+pub mod copy;
 pub mod mounts;
 pub mod paths;
 pub mod roots;

@@ -29,6 +29,9 @@ pub fn mount_args(spec: &DaemonSpec) -> Vec<OsString> {
         "--counters-file".into(),
         spec.counters_file.clone().into(),
     ];
+    if let Some(f) = &spec.settings_file {
+        args.extend(["--settings-file".into(), f.clone().into()]);
+    }
     if spec.read_only {
         args.push("--read-only".into());
     }
@@ -78,6 +81,8 @@ pub(crate) mod tests {
             read_only: false,
             shared_backend: false,
             options: vec![],
+            resources: None,
+            settings_file: None,
             handoff: None,
         }
     }

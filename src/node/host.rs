@@ -79,6 +79,9 @@ pub enum Error {
         /// Why not.
         errno: nix::errno::Errno,
     },
+    /// Copying the data source failed.
+    #[error(transparent)]
+    Copy(#[from] crate::host::copy::CopyError),
     /// The data is still served by a mount on this node.
     #[error("{source_dir} is still served by the mount at {mountpoint}")]
     StillMounted {
@@ -141,6 +144,11 @@ pub struct Want {
     pub shared_backend: bool,
     /// The accepted references.
     pub references: Vec<Target>,
+    /// The daemon's CPU and memory (pod mode: its container's; the agent's defaults
+    /// fill what is unset). Taken at a start: a running daemon keeps its own.
+    pub resources: Option<crate::api::MountResources>,
+    /// The attribute cache lifetime (applied live: settings file + SIGHUP).
+    pub attr_cache_seconds: Option<i64>,
 }
 
 /// Validate a MountPod spec: `Err` when the mount cannot be served at all; the
@@ -205,6 +213,8 @@ pub fn want(
         options: spec.mount_options.clone(),
         shared_backend: spec.shared_backend,
         references,
+        resources: spec.resources.clone(),
+        attr_cache_seconds: spec.attr_cache_seconds.map(|s| s.clamp(0, 3600)),
     };
     Ok((want, refused))
 }
@@ -257,6 +267,8 @@ pub struct Served {
     pub taken_over: bool,
     /// The daemon was started with `--shared-backend`.
     pub shared_backend: bool,
+    /// The image the daemon runs (pod mode).
+    pub image: Option<String>,
     /// Whether other nodes see the locks taken through the mount: `None` on a
     /// node-local backend (one mount serves the node), else whether the backend took
     /// an OFD lock and a flock on a probe file (`Err`: why not).
@@ -403,37 +415,49 @@ impl Host {
     }
 
     /// Replace the daemon of `want` on purpose (an upgrade): it exits without
-    /// unmounting (SIGUSR1), and a successor takes its held connection over.
+    /// unmounting (`Daemons::leave`: SIGUSR1; in pod mode SIGUSR2 then the Pod's
+    /// deletion, whose SIGTERM then leaves the mount), and a successor (in pod mode a
+    /// new mount Pod, of the desired image) takes its held connection over.
     /// Applications see a pause, never an error. Refused (`Ok(None)`) when no
-    /// connection is held for the mount or no daemon serves it.
+    /// connection is held for the mount or no daemon serves it: never a remount.
     pub fn replace_daemon(&self, want: &Want) -> Result<Option<Served>, Error> {
         let Some(record) = self.state.load(&want.volume)? else {
             return Ok(None);
         };
-        let held = self
-            .holder
-            .as_ref()
-            .is_some_and(|h| h.holds(&record.mountpoint));
-        if !held || self.daemons.liveness(record.daemon, &record.mountpoint) != Liveness::Running {
+        let same_place = record.mountpoint == want.mountpoint && record.source == want.source;
+        if !same_place
+            || !self.holds(&record.mountpoint)
+            || self.daemons.liveness(record.daemon, &record.mountpoint) != Liveness::Running
+        {
             return Ok(None);
         }
         let begun = Instant::now();
         self.daemons
-            .signal(record.daemon, &record.mountpoint, Signal::SIGUSR1)?;
-        let deadline = Instant::now() + self.config.stop_grace;
-        while self.daemons.liveness(record.daemon, &record.mountpoint) == Liveness::Running {
-            if Instant::now() >= deadline {
-                // It did not go: stop it the hard way; the holder keeps the mount.
-                let _ = self
-                    .daemons
-                    .signal(record.daemon, &record.mountpoint, Signal::SIGKILL);
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+            .leave(record.daemon, &record.mountpoint, self.config.stop_grace)?;
         let record = self.start_successor(want, None)?;
         let why = "planned replacement".to_string();
         self.await_answer(&record, want, Some(why), begun, true)
             .map(Some)
+    }
+
+    /// Whether the fd holder holds the connection of `mountpoint`.
+    pub fn holds(&self, mountpoint: &Path) -> bool {
+        self.holder.as_ref().is_some_and(|h| h.holds(mountpoint))
+    }
+
+    /// The image serving `record` (asked of the daemons, and recorded, when the
+    /// record predates the field).
+    pub fn image_of(&self, record: &Record) -> Option<String> {
+        if record.image.is_some() {
+            return record.image.clone();
+        }
+        let image = self.daemons.serving_image(&record.mountpoint)?;
+        let mut r = record.clone();
+        r.image = Some(image.clone());
+        if let Err(e) = self.state.save(&r) {
+            warn!(volume = %r.volume, error = %error_chain(&e), "recording the image of a mount");
+        }
+        Some(image)
     }
 
     /// Start a daemon that takes over the held connection of `want`'s mount point:
@@ -459,6 +483,15 @@ impl Host {
             record.capacity_bytes = want.capacity_bytes;
             self.state.save(record)?;
         }
+        if record.attr_cache_seconds != want.attr_cache_seconds {
+            self.state
+                .write_settings(&want.volume, want.attr_cache_seconds)?;
+            self.daemons
+                .signal(record.daemon, &record.mountpoint, Signal::SIGHUP)?;
+            info!(volume = %want.volume, from = ?record.attr_cache_seconds, to = ?want.attr_cache_seconds, "attribute cache lifetime changed online");
+            record.attr_cache_seconds = want.attr_cache_seconds;
+            self.state.save(record)?;
+        }
         // Not `shared_backend`: a running daemon (one adopted from before the field
         // existed, say) keeps serving, and the setting applies at its next start.
         let settings_changed =
@@ -470,6 +503,7 @@ impl Host {
             daemon: Some(record.daemon),
             answers: true,
             shared_backend: record.shared_backend,
+            image: record.image.clone(),
             remount_blocked: settings_changed,
             ..Served::default()
         };
@@ -538,6 +572,8 @@ impl Host {
     fn spawn(&self, want: &Want, dead: Option<Daemon>) -> Result<Record, Error> {
         self.state
             .write_capacity(&want.volume, want.capacity_bytes)?;
+        self.state
+            .write_settings(&want.volume, want.attr_cache_seconds)?;
         let spec = DaemonSpec {
             volume: want.volume.clone(),
             mountpod: want.mountpod.clone(),
@@ -550,6 +586,8 @@ impl Host {
             read_only: want.read_only,
             shared_backend: want.shared_backend,
             options: want.options.clone(),
+            resources: want.resources.clone(),
+            settings_file: Some(self.state.settings_file(&want.volume)),
             // Only when a holder answers: a daemon started without one serves, but
             // its crash is repaired by remounting.
             handoff: self
@@ -579,8 +617,18 @@ impl Host {
             capacity_bytes: want.capacity_bytes,
             read_only: want.read_only,
             mount_options: want.options.clone(),
+            attr_cache_seconds: want.attr_cache_seconds,
             shared_backend: want.shared_backend,
             answered: false,
+            // A successor may be a restart of the old container (pod mode: its image
+            // is the Pod's, not necessarily the desired one).
+            image: match dead {
+                Some(_) => self
+                    .daemons
+                    .serving_image(&want.mountpoint)
+                    .or_else(|| self.daemons.image()),
+                None => self.daemons.image(),
+            },
         };
         self.state.save(&record)?;
         Ok(record)
@@ -601,6 +649,7 @@ impl Host {
         let mut served = Served {
             daemon: Some(record.daemon),
             shared_backend: record.shared_backend,
+            image: record.image.clone(),
             repaired: cause,
             taken_over,
             ..Served::default()
@@ -757,6 +806,8 @@ impl Host {
         Ok(removed)
     }
 }
+
+mod populate;
 
 #[cfg(test)]
 mod tests;

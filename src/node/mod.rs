@@ -50,6 +50,7 @@ pub mod host;
 pub mod mount_counters;
 pub mod pods;
 pub mod supervisor;
+pub mod upgrade;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -121,6 +122,21 @@ pub struct NodeArgs {
     /// Namespace of the mount Pods: the agent's own.
     #[arg(long, env = "POD_NAMESPACE", default_value = "tessera-system")]
     pub mount_namespace: String,
+    /// Pod mode: the CPU request of a mount Pod whose Volume sets none.
+    #[arg(long, default_value = "10m", value_parser = cpu_amount)]
+    pub mount_cpu_request: Option<String>,
+    /// Pod mode: the memory request of a mount Pod whose Volume sets none.
+    #[arg(long, default_value = "32Mi", value_parser = memory_amount)]
+    pub mount_memory_request: Option<String>,
+    /// Pod mode: the CPU limit of a mount Pod whose Volume sets none (default: none;
+    /// a throttled daemon slows every application of the volume).
+    #[arg(long, value_parser = cpu_amount)]
+    pub mount_cpu_limit: Option<String>,
+    /// Pod mode: the memory limit of a mount Pod whose Volume sets none (default:
+    /// none). The daemon sizes its caches to its limit; past it the kernel OOM-kills
+    /// the daemon, which the agent reports on the application Pods.
+    #[arg(long, value_parser = memory_amount)]
+    pub mount_memory_limit: Option<String>,
     /// The agent's own Pod (its image is the mount Pods' by default).
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
@@ -258,6 +274,34 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
     })
 }
 
+fn cpu_amount(s: &str) -> Result<String, String> {
+    crate::api::cpu_millis(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+fn memory_amount(s: &str) -> Result<String, String> {
+    crate::api::memory_bytes(s)
+        .map(|_| s.to_string())
+        .ok_or_else(|| format!("{s:?} is not an amount of memory from 16Mi to 64Gi"))
+}
+
+/// The mount Pods' requests and limits where a Volume sets none.
+fn default_mount_resources(args: &NodeArgs) -> crate::api::MountResources {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let q = |s: &Option<String>| s.clone().map(Quantity);
+    crate::api::MountResources {
+        requests: crate::api::ResourceAmounts {
+            cpu: q(&args.mount_cpu_request),
+            memory: q(&args.mount_memory_request),
+        },
+        limits: crate::api::ResourceAmounts {
+            cpu: q(&args.mount_cpu_limit),
+            memory: q(&args.mount_memory_limit),
+        },
+    }
+}
+
 /// In pod mode, replace `host`'s daemons by mount Pods: the image is `--mount-image`
 /// or the agent's own (its Pod's container that runs `node`, with its pull policy).
 pub async fn use_mount_pods(
@@ -306,6 +350,7 @@ pub async fn use_mount_pods(
         mount_root: host.config.mount_root.clone(),
         state_dir: host.state.root().to_path_buf(),
         termination_grace_seconds: 30,
+        resources: default_mount_resources(args),
     };
     host.daemons = Arc::new(pods::PodDaemons::new(
         client.clone(),

@@ -106,6 +106,12 @@ pub struct DaemonSpec {
     pub shared_backend: bool,
     /// Extra mount options.
     pub options: Vec<String>,
+    /// CPU and memory (pod mode: the mount container's requests and limits, over the
+    /// agent's defaults; process mode: not bounded).
+    pub resources: Option<crate::api::MountResources>,
+    /// The settings file the daemon reads at start and on SIGHUP (`--settings-file`:
+    /// the attribute cache lifetime, changed live).
+    pub settings_file: Option<PathBuf>,
     /// The fd holder's socket and the handoff state file (`--holder`,
     /// `--handoff-state`), when the agent runs a holder.
     pub handoff: Option<(PathBuf, PathBuf)>,
@@ -165,6 +171,33 @@ pub trait Daemons: Send + Sync {
     }
     /// Wait for exited children (no zombies).
     fn reap(&self);
+    /// The image daemons started now run (`None`: not an image, process mode).
+    fn image(&self) -> Option<String> {
+        None
+    }
+    /// The image the running daemon of `mountpoint` was started from, asked of the
+    /// runtime (records written before they kept it).
+    fn serving_image(&self, mountpoint: &Path) -> Option<String> {
+        let _ = mountpoint;
+        None
+    }
+    /// Make `daemon` exit without unmounting (the fd holder keeps the connection for
+    /// a successor) and not come back: SIGUSR1, SIGKILL after `grace` (the holder
+    /// keeps the mount all the same). `Ok` once it is gone.
+    fn leave(&self, daemon: Daemon, mountpoint: &Path, grace: Duration) -> Result<(), Error> {
+        if self.liveness(daemon, mountpoint) != Liveness::Running {
+            return Ok(());
+        }
+        self.signal(daemon, mountpoint, Signal::SIGUSR1)?;
+        if wait_gone(self, daemon, mountpoint, grace) {
+            return Ok(());
+        }
+        let _ = self.signal(daemon, mountpoint, Signal::SIGKILL);
+        if wait_gone(self, daemon, mountpoint, Duration::from_secs(5)) {
+            return Ok(());
+        }
+        Err(Error::Unkillable { pid: daemon.pid })
+    }
 }
 
 fn wait_gone<D: Daemons + ?Sized>(
@@ -390,6 +423,9 @@ pub struct Record {
     pub read_only: bool,
     /// Mount options.
     pub mount_options: Vec<String>,
+    /// The attribute cache lifetime last written to the settings file.
+    #[serde(default)]
+    pub attr_cache_seconds: Option<i64>,
     /// Started with `--shared-backend`. Records written before the flag existed lack
     /// it: their daemons were started without it.
     #[serde(default)]
@@ -398,6 +434,10 @@ pub struct Record {
     /// health loop; one that never came up is retried by reconcile, with backoff.
     #[serde(default)]
     pub answered: bool,
+    /// The image the daemon runs (pod mode; `None`: process mode, or a record written
+    /// before the field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 impl Record {
@@ -474,6 +514,24 @@ impl StateDir {
         self.root.join("mounts").join(format!("{volume}.capacity"))
     }
 
+    /// The file `volume`'s daemon re-reads its live settings from on SIGHUP.
+    pub fn settings_file(&self, volume: &str) -> PathBuf {
+        self.root.join("mounts").join(format!("{volume}.settings"))
+    }
+
+    /// Write `volume`'s live settings (see `fuse::settings`).
+    pub fn write_settings(
+        &self,
+        volume: &str,
+        attr_cache_seconds: Option<i64>,
+    ) -> Result<(), Error> {
+        let body = match attr_cache_seconds {
+            Some(s) => serde_json::json!({"attrCacheSeconds": s}),
+            None => serde_json::json!({}),
+        };
+        write_atomic(&self.settings_file(volume), format!("{body}\n").as_bytes())
+    }
+
     /// The log of `volume`'s daemon.
     pub fn log_file(&self, volume: &str) -> PathBuf {
         self.root.join("logs").join(format!("{volume}.log"))
@@ -537,6 +595,7 @@ impl StateDir {
         for path in [
             self.record_path(volume),
             self.capacity_file(volume),
+            self.settings_file(volume),
             self.counters_file(volume),
             self.handoff_file(volume),
             self.log_file(volume),
@@ -664,8 +723,10 @@ mod tests {
             capacity_bytes: 1 << 30,
             read_only: false,
             mount_options: vec!["allow_other".into()],
+            attr_cache_seconds: Some(5),
             shared_backend: true,
             answered: false,
+            image: Some("reg/tessera:1".into()),
         };
         state.save(&rec).unwrap();
         assert_eq!(state.load("v").unwrap(), Some(rec.clone()));
@@ -729,6 +790,8 @@ mod tests {
             read_only: false,
             shared_backend: false,
             options: vec![],
+            resources: None,
+            settings_file: None,
             handoff: None,
         };
         // /bin/sleep exits at once on these arguments: the exit is reaped and described.

@@ -47,6 +47,10 @@
 //! - **Cleanup.** A chosen node whose chosen tickets are all `cleanup` tickets gets a
 //!   mount that removes the data ([`NodeMount::removes_data`]); a cleanup ticket on a
 //!   node that also serves other tickets waits for them (InUse).
+//! - **Populate.** A chosen node whose chosen tickets are all `volume-restore` tickets
+//!   gets a read-write mount that fills the volume from its data source (a snapshot or
+//!   another volume: [`NodeMount::populates`]) and then reports Ready; a restore
+//!   ticket on a node that serves other tickets waits for them (InUse).
 //! - **Satisfied** means proven: the ticket's node is chosen, its MountPod is Ready,
 //!   of the right task (removing the data for a cleanup ticket, serving otherwise) and
 //!   compatible (a read-write ticket needs a read-write mount; a ReadOnlyMany volume
@@ -104,6 +108,10 @@ pub struct MountView {
     /// serving it: only such a mount, Ready, satisfies a cleanup ticket, and only a
     /// serving one satisfies any other ticket.
     pub removes_data: bool,
+    /// Whether the MountPod fills the volume from its data source (task Populate)
+    /// instead of serving it: only such a mount, Ready, satisfies a `volume-restore`
+    /// ticket, and only a serving one satisfies a workload ticket.
+    pub populates: bool,
 }
 
 /// The state of a MountPod, as far as arbitration cares.
@@ -137,6 +145,10 @@ pub struct NodeMount {
     /// Remove the volume's data instead of serving it (MountPod task RemoveData): every
     /// ticket chosen on the node is a cleanup ticket.
     pub removes_data: bool,
+    /// Fill the volume from its data source (a snapshot or another volume) instead of
+    /// serving it (MountPod task Populate): every ticket chosen on the node is a
+    /// `volume-restore` ticket.
+    pub populates: bool,
 }
 
 /// The status arbitration gives one ticket.
@@ -381,12 +393,18 @@ fn ineligible(
 
 /// How a chosen node mounts the volume.
 fn node_mount(mode: AccessMode, eligible: &[Candidate], node: &str) -> NodeMount {
-    NodeMount {
-        read_only: node_read_only(mode, eligible, node),
-        removes_data: eligible
+    let only = |t: AttacherType| {
+        eligible
             .iter()
             .filter(|c| c.node() == node)
-            .all(|c| c.t.ticket.type_ == AttacherType::Cleanup),
+            .all(|c| c.t.ticket.type_ == t)
+    };
+    let removes_data = only(AttacherType::Cleanup);
+    NodeMount {
+        // A node filling the volume writes it, whatever its tickets say.
+        read_only: node_read_only(mode, eligible, node) && !only(AttacherType::VolumeRestore),
+        removes_data,
+        populates: !removes_data && only(AttacherType::VolumeRestore),
     }
 }
 
@@ -406,6 +424,47 @@ fn compatible(mode: AccessMode, ticket_read_only: bool, mount_read_only: bool) -
         mount_read_only
     } else {
         ticket_read_only || !mount_read_only
+    }
+}
+
+/// A Ready mount of the wrong kind for `c`: one that fills the volume from its data
+/// source while `c` wants it served, or the reverse.
+fn populate_mismatch(
+    eligible: &[Candidate],
+    c: &Candidate,
+    populates: bool,
+) -> (TicketReason, String) {
+    let node = c.node();
+    if populates {
+        return (
+            TicketReason::GenerationPending,
+            format!(
+                "MountPod on {node} fills the volume from its data source; a serving mount follows"
+            ),
+        );
+    }
+    // The node serves the volume to other tickets: it is filled only once none is
+    // left there (never under a workload).
+    let others: Vec<String> = eligible
+        .iter()
+        .filter(|o| o.node() == node && o.t.ticket.type_ != AttacherType::VolumeRestore)
+        .map(Candidate::name)
+        .collect();
+    if others.is_empty() {
+        (
+            TicketReason::GenerationPending,
+            format!(
+                "MountPod on {node} serves the volume; it is replaced by one that fills it from its data source"
+            ),
+        )
+    } else {
+        (
+            TicketReason::InUse,
+            format!(
+                "node {node} still serves the volume to ticket(s) {}; it is filled from its data source once they are removed",
+                others.join(", ")
+            ),
+        )
     }
 }
 
@@ -430,6 +489,12 @@ fn chosen(input: &Input, eligible: &[Candidate], c: &Candidate, out: &mut Outcom
                 TicketReason::MountFailed,
                 format!("MountPod on {node} failed: {error}"),
             ),
+            MountState::Ready
+                if m.populates != (c.t.ticket.type_ == AttacherType::VolumeRestore)
+                    && !m.removes_data =>
+            {
+                populate_mismatch(eligible, c, m.populates)
+            }
             MountState::Ready if m.removes_data != (c.t.ticket.type_ == AttacherType::Cleanup) => {
                 if m.removes_data {
                     (
@@ -464,7 +529,10 @@ fn chosen(input: &Input, eligible: &[Candidate], c: &Candidate, out: &mut Outcom
                     }
                 }
             }
-            MountState::Ready if compatible(input.access_mode, c.read_only, m.read_only) => {
+            // A mount that fills the volume writes it, whatever the access mode.
+            MountState::Ready
+                if m.populates || compatible(input.access_mode, c.read_only, m.read_only) =>
+            {
                 let mode = if m.read_only {
                     "read-only"
                 } else {

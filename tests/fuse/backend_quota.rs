@@ -540,3 +540,43 @@ fn unprivileged_writes_clear_set_id_bits_in_backend_mode() {
     let xfs = Xfs::new(true);
     set_id_bits_cleared(&xfs.dir("backend/auto"), "auto", "backend");
 }
+
+/// Snapshots, restores and clones (issue 19) on a backend with reflinks: XFS (mkfs.xfs
+/// makes `reflink=1` by default) shares every file's extents (FICLONE) instead of
+/// copying them, and the copy reads the same. Elsewhere (ext4, tmpfs) the same copy
+/// falls back to copy_file_range: src/host/copy/tests.rs.
+#[test]
+#[ignore = "needs root, mkfs.xfs and loop devices; tests/run.sh runs it with the backend_quota tests"]
+fn a_volume_copy_on_xfs_is_a_reflink() {
+    use tessera::host::copy::copy_volume;
+    use tessera::host::roots::Beneath;
+    let xfs = Xfs::new(false);
+    let src = xfs.mnt.join("vol-a");
+    fs::create_dir_all(src.join("d")).unwrap();
+    fs::write(src.join("d/small"), b"hello").unwrap();
+    fs::write(src.join("big"), vec![5u8; (16 * MIB) as usize]).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", src.join("out")).unwrap();
+    let at = |v: &str| Beneath {
+        root: xfs.mnt.clone(),
+        rel: PathBuf::from(v),
+    };
+    nix::unistd::sync();
+    let free_before = statvfs(&xfs.mnt).blocks_free();
+    let stats = copy_volume(&at("vol-a"), &at("vol-b"), u64::MAX, &mut |_| {}).unwrap();
+    assert_eq!((stats.files, stats.reflinked), (2, 2), "{stats:?}");
+    assert_eq!(stats.bytes, 16 * MIB + 5);
+    let dst = xfs.mnt.join("vol-b");
+    assert_eq!(fs::read(dst.join("d/small")).unwrap(), b"hello");
+    assert_eq!(
+        checksum_file(&dst.join("big")).unwrap(),
+        checksum_file(&src.join("big")).unwrap()
+    );
+    assert_eq!(
+        fs::read_link(dst.join("out")).unwrap(),
+        Path::new("/etc/passwd")
+    );
+    // Shared extents: the 16 MiB copy took (almost) no space.
+    let used = free_before.saturating_sub(statvfs(&xfs.mnt).blocks_free())
+        * statvfs(&xfs.mnt).fragment_size();
+    assert!(used < MIB, "the copy used {used} bytes");
+}

@@ -125,6 +125,9 @@ enum End {
     HolderRestartThenKill,
     /// SIGUSR1: a planned replacement (exit without unmounting).
     Planned,
+    /// SIGUSR2, then SIGTERM: a mount Pod deleted for an upgrade (the kubelet's
+    /// SIGTERM must leave the mount to the new Pod, not unmount it).
+    ArmedStop,
 }
 
 /// The daemon goes mid-stream and a successor takes the held connection over.
@@ -172,11 +175,17 @@ fn crash_and_take_over(end: End) {
         }
         std::thread::sleep(Duration::from_millis(300));
     }
-    if end == End::Planned {
-        m.signal(nix::sys::signal::Signal::SIGUSR1);
+    if end == End::Planned || end == End::ArmedStop {
+        if end == End::ArmedStop {
+            m.signal(nix::sys::signal::Signal::SIGUSR2);
+            wait_log(&m, "the next stop signal leaves the mount");
+            m.signal(nix::sys::signal::Signal::SIGTERM);
+        } else {
+            m.signal(nix::sys::signal::Signal::SIGUSR1);
+        }
         let status = m
             .wait_exit(Duration::from_secs(10))
-            .expect("exits on SIGUSR1");
+            .expect("exits on SIGUSR1, or SIGTERM after SIGUSR2");
         assert!(status.success(), "{status}\n{}", m.log());
         assert!(m.log().contains("exiting for a successor"));
     } else {
@@ -240,6 +249,11 @@ fn a_restarted_holder_gets_the_descriptor_back_before_the_crash() {
 #[test]
 fn a_planned_replacement_exits_without_unmounting_and_is_taken_over() {
     crash_and_take_over(End::Planned);
+}
+
+#[test]
+fn a_stop_signal_after_sigusr2_leaves_the_mount_to_a_successor() {
+    crash_and_take_over(End::ArmedStop);
 }
 
 #[test]

@@ -12,6 +12,9 @@
 #   containerd, containerd-shim-runc-v2, ctr, runc, cni/{ptp,host-local,loopback}
 #                    (module nodes/: the node runtime)
 #   helm             (module helm/: the chart's tests, tests/chart.rs)
+#   csi-snapshotter, snapshot-controller, ../snapshot-crds/*.yaml
+#                    (module snapshot/: external-snapshotter v8 needs k8s.io v0.37;
+#                    the VolumeSnapshot CRDs copied from its client module)
 #
 # A no-op when every binary exists and the stamp files are newer than the sources
 # of its part (see the *_SRC patterns below); editing only top-level *.go files
@@ -60,6 +63,14 @@ NODE_TOOLS=(
 # helm/go.mod (a module of its own: Helm v4 needs k8s.io v0.37, this module pins v0.36).
 HELM_VERSION=v4.3.1
 HELM_TOOL=helm.sh/helm/v4/cmd/helm
+# snapshot/go.mod (a module of its own, like helm/: external-snapshotter v8.7.0 needs
+# k8s.io v0.37).
+SNAPSHOT_VERSION=v8.7.0
+SNAPSHOT_TOOLS=(
+  github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter
+  github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
+)
+SNAPSHOT_CRDS="$BIN/../snapshot-crds"
 CNI_PLUGINS=(
   github.com/containernetworking/plugins/plugins/main/ptp
   github.com/containernetworking/plugins/plugins/ipam/host-local
@@ -117,7 +128,14 @@ helm_up_to_date() {
     [[ -z "$(newer_than "$STAMP.helm" "$HARNESS_DIR/helm" 1 go.mod go.sum)" ]]
 }
 
-up_to_date() { harness_up_to_date && tools_up_to_date && small_up_to_date && nodes_up_to_date && helm_up_to_date; }
+snapshot_up_to_date() {
+  fresh snapshot "${SNAPSHOT_TOOLS[@]##*/}" &&
+    [[ -f "$SNAPSHOT_CRDS/snapshot.storage.k8s.io_volumesnapshots.yaml" ]] &&
+    [[ -z "$(newer_than "$STAMP.snapshot" "$HARNESS_DIR" 1 build.sh)" ]] &&
+    [[ -z "$(newer_than "$STAMP.snapshot" "$HARNESS_DIR/snapshot" 1 go.mod go.sum)" ]]
+}
+
+up_to_date() { harness_up_to_date && tools_up_to_date && small_up_to_date && nodes_up_to_date && helm_up_to_date && snapshot_up_to_date; }
 
 if up_to_date; then
   log "up to date ($BIN)"
@@ -202,6 +220,22 @@ if ! helm_up_to_date; then
   mv -f "$BIN/helm.new" "$BIN/helm"
   mv -f "$STAMP.helm.new" "$STAMP.helm"
   log "helm done after $(( $(date +%s) - start ))s"
+fi
+
+if ! snapshot_up_to_date; then
+  touch "$STAMP.snapshot.new"
+  log "building external-snapshotter $SNAPSHOT_VERSION: ${SNAPSHOT_TOOLS[*]##*/} ..."
+  (
+    cd "$HARNESS_DIR/snapshot"
+    go build -p "$GO_P" -trimpath -ldflags "-s -w" -o "$BIN/" "${SNAPSHOT_TOOLS[@]}"
+    client=$(go list -m -f '{{.Dir}}' github.com/kubernetes-csi/external-snapshotter/client/v8)
+    rm -rf "$SNAPSHOT_CRDS"; mkdir -p "$SNAPSHOT_CRDS"
+    for c in volumesnapshotclasses volumesnapshotcontents volumesnapshots; do
+      install -m 0644 "$client/config/crd/snapshot.storage.k8s.io_$c.yaml" "$SNAPSHOT_CRDS/"
+    done
+  )
+  mv -f "$STAMP.snapshot.new" "$STAMP.snapshot"
+  log "external-snapshotter done after $(( $(date +%s) - start ))s"
 fi
 
 log "built in $(( $(date +%s) - start ))s into $BIN"

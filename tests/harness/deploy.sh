@@ -8,7 +8,10 @@
 #     there is no kube-proxy, so the `kubernetes` Service's ClusterIP leads nowhere;
 #     Pods reach the API server at the host's address instead;
 #   * the example StorageClass (config/storageclass/, optional in an install) is
-#     included: the demo and tests/pods.rs claim from it.
+#     included: the demo and tests/pods.rs claim from it;
+#   * first, the cluster add-on that snapshots need, as a cluster administrator
+#     installs it: the VolumeSnapshot CRDs and the snapshot controller
+#     (external-snapshotter, built by build.sh; snapshot/snapshot-controller.yaml).
 #
 # Everything else is config/ as it is (the same overlay settings, as Helm values, are
 # in helm.sh): the Pods use the nodes' standard paths
@@ -57,6 +60,7 @@ images:
   - {name: registry.k8s.io/sig-storage/csi-provisioner, newName: harness.tessera.io/csi-provisioner}
   - {name: registry.k8s.io/sig-storage/csi-attacher, newName: harness.tessera.io/csi-attacher}
   - {name: registry.k8s.io/sig-storage/csi-resizer, newName: harness.tessera.io/csi-resizer}
+  - {name: registry.k8s.io/sig-storage/csi-snapshotter, newName: harness.tessera.io/csi-snapshotter}
   - {name: registry.k8s.io/sig-storage/csi-node-driver-registrar, newName: harness.tessera.io/csi-node-driver-registrar}
 patches:
   - path: controller.yaml
@@ -75,6 +79,7 @@ spec:
         - {name: csi-provisioner, imagePullPolicy: Never, $api}
         - {name: csi-attacher, imagePullPolicy: Never, $api}
         - {name: csi-resizer, imagePullPolicy: Never, $api}
+        - {name: csi-snapshotter, imagePullPolicy: Never, $api}
 EOF
   cat >"$OVERLAY/node.yaml" <<EOF
 apiVersion: apps/v1
@@ -114,14 +119,27 @@ wait_registered() { # every Ready node's CSINode lists the driver (written by it
   done
 }
 
+# The snapshot add-on: the VolumeSnapshot CRDs (copied from the client module by
+# build.sh) and the snapshot controller in kube-system, under its own identity.
+snapshot_addon() {
+  local crds="$BIN/../snapshot-crds"
+  [[ -d "$crds" ]] || die "$crds missing (build.sh copies the VolumeSnapshot CRDs there)"
+  k apply -f "$crds" >&2
+  k wait --for=condition=Established --timeout=60s -f "$crds" >&2
+  sed -e "s/@HOST@/$TESSERA_HOST_IP/" -e "s/@PORT@/$TESSERA_APISERVER_PORT/" \
+    "$HARNESS_DIR/snapshot/snapshot-controller.yaml" | k apply -f - >&2
+}
+
 cmd_up() {
   local t0 t
   t0=$(date +%s%3N)
   write_overlay
+  snapshot_addon
   k apply -k "$OVERLAY" >&2
   if ! k -n "$NS" rollout status deployment/tessera-controller --timeout="${TIMEOUT}s" >&2 ||
      ! k -n "$NS" rollout status daemonset/tessera-node --timeout="${TIMEOUT}s" >&2 ||
-     ! k -n "$NS" rollout status daemonset/tessera-fd-holder --timeout="${TIMEOUT}s" >&2; then
+     ! k -n "$NS" rollout status daemonset/tessera-fd-holder --timeout="${TIMEOUT}s" >&2 ||
+     ! k -n kube-system rollout status deployment/snapshot-controller --timeout="${TIMEOUT}s" >&2; then
     k -n "$NS" get pods -o wide >&2 || true
     k -n "$NS" get events --sort-by=.lastTimestamp 2>/dev/null | tail -n 20 >&2 || true
     die "Tessera did not become Ready (pod logs: target/cluster/nodes/<node>/log/pods/)"

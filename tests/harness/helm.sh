@@ -57,7 +57,7 @@ values() {
 image: {repository: harness.tessera.io/tessera, tag: 0.1.0, pullPolicy: Never}
 sidecars:
 EOF
-  for s in provisioner attacher resizer; do
+  for s in provisioner attacher resizer snapshotter; do
     echo "  $s: {image: {repository: harness.tessera.io/csi-$s, pullPolicy: Never}}"
   done
   cat <<EOF

@@ -22,7 +22,8 @@ CL="${HARNESS_CLUSTER_DIR:-$ROOT/target/cluster}"
 IMAGES="$ROOT/target/images"
 REG=harness.tessera.io
 # name:tag of each sidecar image; binaries of the same names are in $BIN.
-SIDECARS=(csi-provisioner:v6.3.0 csi-attacher:v4.12.0 csi-resizer:v2.2.0 csi-node-driver-registrar:v2.17.0)
+SIDECARS=(csi-provisioner:v6.3.0 csi-attacher:v4.12.0 csi-resizer:v2.2.0 csi-node-driver-registrar:v2.17.0
+  csi-snapshotter:v8.7.0 snapshot-controller:v8.7.0)
 
 log() { printf '[images] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }

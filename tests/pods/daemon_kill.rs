@@ -5,6 +5,12 @@
 //! container and the restarted daemon takes the connection over: the same mount (its
 //! id in the node's mountinfo unchanged), the same mount Pod, no failed write, no app
 //! restart, every record in order. Without the holder the app gets ENOTCONN.
+//!
+//! The fourth case runs the same way with the node agent `kill -9`ed first: the
+//! daemon dies while no agent runs (before the kubelet restarts the agent's
+//! container), and the restarted agent finds the restarted daemon serving the held
+//! connection. The helpers here (the mount Pod, its daemon's pid, the node's FUSE
+//! mounts) serve `upgrade.rs` too.
 
 use tessera::api::MountPod;
 use tessera::node::pods::spec::pod_name;
@@ -12,11 +18,11 @@ use tessera::node::pods::spec::pod_name;
 use super::writer;
 use super::*;
 
-const NS: &str = "tessera-system";
+pub const NS: &str = "tessera-system";
 
 /// The mount Pod serving `volume` on `node` once it runs: its uid and its container's
 /// restart count.
-async fn mount_pod(client: &Client, volume: &str, node: &str) -> (String, i32) {
+pub async fn mount_pod(client: &Client, volume: &str, node: &str) -> (String, i32) {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
     let name = pod_name(volume, node);
     eventually(WAIT, &format!("mount Pod {name} running"), || async {
@@ -32,7 +38,22 @@ async fn mount_pod(client: &Client, volume: &str, node: &str) -> (String, i32) {
 /// The pid of the `tessera mount` of `volume` in the Pod `uid`, from the host's /proc
 /// (the nodes' processes are the host's): its command line names the mount point
 /// `…/<volume>`, its cgroup the Pod.
-fn daemon_pid(volume: &str, uid: &str) -> Option<i32> {
+pub fn daemon_pid(volume: &str, uid: &str) -> Option<i32> {
+    pid_in_pod(uid, |args| {
+        args.iter().any(|a| *a == b"mount")
+            && args
+                .iter()
+                .any(|a| a.ends_with(format!("/{volume}").as_bytes()))
+    })
+}
+
+/// The pid of the node agent (`tessera node …`) in the Pod `uid`.
+fn agent_pid(uid: &str) -> Option<i32> {
+    pid_in_pod(uid, |args| args.get(1).is_some_and(|a| *a == b"node"))
+}
+
+/// A process of the Pod `uid` (by its cgroup) whose arguments satisfy `matches`.
+fn pid_in_pod(uid: &str, matches: impl Fn(&[&[u8]]) -> bool) -> Option<i32> {
     let systemd = uid.replace('-', "_");
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
@@ -42,11 +63,7 @@ fn daemon_pid(volume: &str, uid: &str) -> Option<i32> {
             continue;
         };
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let mount = args.iter().any(|a| *a == b"mount");
-        let of_volume = args
-            .iter()
-            .any(|a| a.ends_with(format!("/{volume}").as_bytes()));
-        if !(mount && of_volume) {
+        if !matches(&args) {
             continue;
         }
         let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
@@ -59,7 +76,7 @@ fn daemon_pid(volume: &str, uid: &str) -> Option<i32> {
 
 /// The FUSE mounts of `volume` the node's kubelet sees (its mount root and the app's
 /// bind mounts of it): mount id and mount point, from its mountinfo.
-fn fuse_mounts(nodes: &Nodes, node: &str, volume: &str, pv: &str) -> Vec<(String, String)> {
+pub fn fuse_mounts(nodes: &Nodes, node: &str, volume: &str, pv: &str) -> Vec<(String, String)> {
     let pid = nodes.kubelet_pid(node);
     let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
     let mut found: Vec<(String, String)> = mountinfo
@@ -78,7 +95,7 @@ fn fuse_mounts(nodes: &Nodes, node: &str, volume: &str, pv: &str) -> Vec<(String
 }
 
 /// The last line the fd holder of `node` logged ("" if none runs there).
-fn holder_says(node: &str) -> String {
+pub fn holder_says(node: &str) -> String {
     let selector = format!("spec.nodeName={node}");
     let Ok(out) = support::kubectl()
         .args(["-n", NS, "get", "pods", "-o", "name"])
@@ -102,17 +119,52 @@ fn holder_says(node: &str) -> String {
     text.lines().last().unwrap_or_default().to_string()
 }
 
+/// The node agent's Pod on `node`: its uid.
+async fn agent_pod_uid(client: &Client, node: &str) -> String {
+    let api: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let lp = ListParams::default()
+        .labels("app.kubernetes.io/component=node")
+        .fields(&format!("spec.nodeName={node}"));
+    eventually(WAIT, "the node agent's Pod running", || async {
+        let pods = api.list(&lp).await.ok()?;
+        let p = pods.items.into_iter().find(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })?;
+        p.uid()
+    })
+    .await
+}
+
 #[tokio::test]
 #[ignore = "needs real nodes with Tessera deployed (tests/run.sh: make cluster-up deploy, then --ignored)"]
 async fn a_mount_daemon_kill_breaks_no_write() {
+    kill_case(false).await;
+}
+
+/// Case 4: the agent `kill -9`, then at once, while it is down, the daemon's.
+#[tokio::test]
+#[ignore = "needs real nodes with Tessera deployed (tests/run.sh: make cluster-up deploy, then --ignored)"]
+async fn an_agent_kill_then_a_daemon_kill_break_no_write() {
+    kill_case(true).await;
+}
+
+/// `kill -9` of the mount daemon serving the app's volume (`agent_first`: of the node
+/// agent just before), and the checks of the module doc.
+async fn kill_case(agent_first: bool) {
     let client = support::client().await;
+    let prefix = if agent_first {
+        "pods-agent-daemon-kill"
+    } else {
+        "pods-daemon-kill"
+    };
     let Claimed {
         nodes,
         ns,
         pv,
         volume,
         data,
-    } = claimed(&client, "pods-daemon-kill", "data", "ReadWriteOnce").await;
+    } = claimed(&client, prefix, "data", "ReadWriteOnce").await;
     let node = nodes.names()[0].clone();
     let vol = volume.name_any();
     writer::start(&client, &ns, "app", &node, "data").await;
@@ -131,12 +183,32 @@ async fn a_mount_daemon_kill_breaks_no_write() {
     // What the node's fd holder says (none deployed: today's pod mode, the test fails).
     eprintln!("fd holder on {node}: {}", holder_says(&node));
 
+    let agent = match agent_first {
+        true => {
+            let agent_uid = agent_pod_uid(&client, &node).await;
+            let agent = agent_pid(&agent_uid).expect("the node agent in /proc");
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(agent),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .unwrap();
+            Some((agent_uid, agent))
+        }
+        false => None,
+    };
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
     let killed = Instant::now();
+    if let Some((agent_uid, agent)) = &agent {
+        // The daemon died while no agent ran: the kubelet had not restarted it yet.
+        assert!(
+            agent_pid(agent_uid).is_none_or(|p| p == *agent),
+            "the agent was back before the daemon's kill"
+        );
+    }
     // The app first: it keeps writing, or it failed (ENOTCONN: the mount was lost).
     let from = writer::records_so_far(&data);
     let apps: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -188,9 +260,14 @@ async fn a_mount_daemon_kill_breaks_no_write() {
         .delete(&ns, &DeleteParams::default())
         .await;
     eprintln!("MountPod status after the takeover: {mps_status:?}");
+    let case = if agent_first {
+        "node agent kill -9, then mount daemon kill -9"
+    } else {
+        "mount daemon kill -9"
+    };
     eprintln!(
-        "REAL NODES mount daemon kill -9: {} records through one descriptor, none failed; \
-         same mount (ids {:?}); app checked {:.1} s after the kill; longest single write {:.0} ms (record {})",
+        "REAL NODES {case}: {} records through one descriptor, none failed; \
+         same mount (ids {:?}); app checked {:.1} s after the kill; longest write stall {:.0} ms (record {})",
         checked.records,
         mounts_after.iter().map(|m| &m.0).collect::<Vec<_>>(),
         back.as_secs_f64(),

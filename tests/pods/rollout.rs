@@ -102,7 +102,7 @@ async fn an_agent_rollout_restart_breaks_no_write() {
         .await;
     eprintln!(
         "REAL NODES agent rollout restart: {} records through one descriptor, none failed; \
-         rollout {:.1} s; longest single write {:.0} ms (record {})",
+         rollout {:.1} s; longest write stall {:.0} ms (record {})",
         checked.records,
         rollout.as_secs_f64(),
         checked.longest_write * 1000.0,

@@ -384,7 +384,7 @@ impl FakeAgent {
                     MountTask::Serve => {
                         json!(format!("/var/lib/tessera/mounts/{}", mp.spec.volume))
                     }
-                    MountTask::RemoveData => serde_json::Value::Null,
+                    MountTask::RemoveData | MountTask::Populate => serde_json::Value::Null,
                 };
                 let patch = json!({"status": {
                     "phase": phase, "observedGeneration": mp.metadata.generation,

@@ -129,6 +129,39 @@ pub async fn ensure_crds(client: &Client) {
     .await;
 }
 
+/// Install the VolumeSnapshot CRDs (the snapshot add-on's, copied by
+/// tests/harness/build.sh from external-snapshotter's client module), as a cluster
+/// that takes snapshots has them.
+pub async fn ensure_snapshot_crds(client: &Client) {
+    static DONE: OnceCell<()> = OnceCell::const_new();
+    DONE.get_or_init(|| async {
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let dir = repo_root().join("target/harness/snapshot-crds");
+        let files = yaml_files(&dir);
+        assert_eq!(
+            files.len(),
+            3,
+            "{}: run tests/harness/build.sh",
+            dir.display()
+        );
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for crd in parse_documents::<CustomResourceDefinition>(&text) {
+                let name = crd.metadata.name.clone().unwrap();
+                api.patch(
+                    &name,
+                    &PatchParams::apply("tessera-tests").force(),
+                    &Patch::Apply(&crd),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
+                wait_established(&api, &name).await;
+            }
+        }
+    })
+    .await;
+}
+
 /// Wait until the CRD `name` has condition Established=True.
 pub async fn wait_established(api: &Api<CustomResourceDefinition>, name: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

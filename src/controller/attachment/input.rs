@@ -85,5 +85,6 @@ pub fn mount_view(mp: &MountPod) -> MountView {
         state,
         read_only: mp.spec.read_only,
         removes_data: mp.spec.task == MountTask::RemoveData,
+        populates: mp.spec.task == MountTask::Populate,
     }
 }

@@ -86,6 +86,8 @@ pub(super) async fn sync_mountpods(
     for (node, mount) in &decision.nodes {
         let task = if mount.removes_data {
             MountTask::RemoveData
+        } else if mount.populates {
+            MountTask::Populate
         } else {
             MountTask::Serve
         };
@@ -175,6 +177,13 @@ async fn write_mountpod(
             let what = format!("removing the volume's data on node {node}");
             publish_node(ctx, volume, "RemovingData", node, &what);
         }
+        if let (MountTask::Populate, Some(from)) = (task, &volume.spec.data_source) {
+            let what = format!(
+                "filling the volume on node {node} with a copy of volume {}",
+                from.volume
+            );
+            publish_node(ctx, volume, "Populating", node, &what);
+        }
     }
     Ok(())
 }
@@ -226,7 +235,7 @@ pub(super) fn apply_body(
     labels.insert(LABEL_NODE.into(), desired.node_name.clone());
     labels.insert(LABEL_VOLUME.into(), name);
     let owner = owner_reference(volume);
-    json!({
+    let mut body = json!({
         "apiVersion": "tessera.io/v1alpha1",
         "kind": "MountPod",
         "metadata": {"name": mp_name, "labels": labels, "ownerReferences": [owner]},
@@ -239,8 +248,14 @@ pub(super) fn apply_body(
             "readOnly": desired.read_only,
             "sharedBackend": desired.shared_backend,
             "mountOptions": desired.mount_options,
+            "resources": desired.resources,
+            "attrCacheSeconds": desired.attr_cache_seconds,
         }
-    })
+    });
+    if let Some(from) = &desired.populate_from {
+        body["spec"]["populateFrom"] = json!(from);
+    }
+    body
 }
 
 /// Whether two specs agree on every field the controller sets (so no apply is due).
@@ -251,6 +266,8 @@ pub(super) fn same_controlled_fields(a: &MountPodSpec, b: &MountPodSpec) -> bool
         && a.shared_backend == b.shared_backend
         && a.mount_options == b.mount_options
         && a.task == b.task
+        && a.resources == b.resources
+        && a.attr_cache_seconds == b.attr_cache_seconds
 }
 
 /// The MountPod spec the controller wants for `volume` on `node`.
@@ -269,7 +286,7 @@ pub fn desired_spec(
         // Removing the data needs no size: a Volume whose size cannot be served can
         // still be deleted.
         (Err(_), MountTask::RemoveData) => 0,
-        (Err(message), MountTask::Serve) => {
+        (Err(message), MountTask::Serve | MountTask::Populate) => {
             return Err(Error::InvalidVolume {
                 volume: name.clone(),
                 message,
@@ -282,12 +299,19 @@ pub fn desired_spec(
         node_name: node.to_string(),
         source: format!("{root}/{name}"),
         task,
+        // Never again once filled: a restore ticket on a volume in use must not
+        // replace its data (the agent refuses a Populate task without a source).
+        populate_from: (task == MountTask::Populate && !volume.populated())
+            .then(|| volume.spec.data_source.clone())
+            .flatten(),
         capacity_bytes: capacity,
         read_only,
         shared_backend: volume.spec.backend.scope == api::BackendScope::Shared,
         mount_options: volume.spec.mount_options.clone(),
         references: vec![],
         retain_seconds: None,
+        resources: volume.spec.mount_resources.clone(),
+        attr_cache_seconds: volume.spec.attr_cache_seconds,
     })
 }
 

@@ -464,8 +464,17 @@ pub fn volume_status(
             o.message.clone(),
         ));
     }
+    // A node that filled the volume from its data source (task Populate) wrote its
+    // data: it counts as where the volume was last attached (a restore from a
+    // snapshot copies on that node; the data is removed there).
+    let filled: BTreeSet<String> = mountpods
+        .iter()
+        .filter(|mp| mp.is_ready() && mp.spec.task == MountTask::Populate)
+        .map(|mp| mp.spec.node_name.clone())
+        .collect();
     let last_attached_node = ready
         .iter()
+        .chain(&filled)
         .find(|n| decision.nodes.contains_key(*n))
         .cloned()
         .or(old.last_attached_node.clone());

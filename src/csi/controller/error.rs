@@ -48,9 +48,45 @@ pub enum Error {
         /// The capability's.
         want: AccessMode,
     },
-    /// CreateVolume from a snapshot or a volume.
-    #[error("creating a volume from a snapshot or another volume is not supported")]
+    /// CreateVolume: a content source that names neither a snapshot nor a volume.
+    #[error("volume_content_source names neither a snapshot nor a volume")]
     ContentSource,
+    /// No such snapshot (or the id names a Volume that is no snapshot).
+    #[error("snapshot {0} not found")]
+    SnapshotNotFound(String),
+    /// CreateSnapshot: the name was used for a snapshot of another volume.
+    #[error("snapshot {name} exists already, of volume {source_volume}")]
+    SnapshotNameTaken {
+        /// The snapshot (its Volume's name).
+        name: String,
+        /// The volume it is a snapshot of.
+        source_volume: String,
+    },
+    /// CreateVolume from a snapshot whose copy is not finished.
+    #[error("snapshot {0} is not ready yet (its copy is still being taken); retry later")]
+    SnapshotNotReady(String),
+    /// A clone or restore into less than the source's size.
+    #[error(
+        "the new volume ({want} bytes) is smaller than {source_name} ({have} bytes): it could not hold its data; ask for at least {have} bytes"
+    )]
+    SmallerThanSource {
+        /// What the request allows at most.
+        want: u64,
+        /// The source's size.
+        have: u64,
+        /// The source (`snapshot X` or `volume X`).
+        source_name: String,
+    },
+    /// The copy into a new volume (or snapshot) is not finished yet.
+    #[error("volume {volume} is being filled from {source_volume}: {message}; retry later")]
+    Populating {
+        /// The volume being filled.
+        volume: String,
+        /// Its data source.
+        source_volume: String,
+        /// What it waits for (the blocking ticket's reason and message).
+        message: String,
+    },
     /// The `scope` parameter has another value.
     #[error("parameter scope must be Shared or NodeLocal, not {0:?}")]
     Scope(String),
@@ -63,8 +99,27 @@ pub enum Error {
     )]
     IdleMountDelay(String),
     /// A StorageClass parameter nobody knows.
-    #[error("unknown StorageClass parameter {0:?} (known: backendRoot, scope, idleMountDelay)")]
+    #[error(
+        "unknown StorageClass parameter {0:?} (known: backendRoot, scope, idleMountDelay, mountCPURequest, mountCPULimit, mountMemoryRequest, mountMemoryLimit)"
+    )]
     UnknownParameter(String),
+    /// A VolumeAttributesClass asks to change what a Volume cannot change.
+    #[error(
+        "parameter {0:?} is immutable: it cannot change on an existing volume (it decides where the data lives); create a new volume with a StorageClass that sets it, and copy the data"
+    )]
+    ImmutableParameter(String),
+    /// A VolumeAttributesClass parameter nobody knows.
+    #[error(
+        "unknown VolumeAttributesClass parameter {0:?} (known: attrCacheSeconds, idleMountDelay, mountCPURequest, mountCPULimit, mountMemoryRequest, mountMemoryLimit)"
+    )]
+    UnknownMutableParameter(String),
+    /// `attrCacheSeconds` is no whole number of seconds from 0 to 3600.
+    #[error("parameter attrCacheSeconds must be whole seconds from 0 to 3600, not {0:?}")]
+    AttrCacheSeconds(String),
+    /// A mount daemon's CPU or memory amount that is no quantity, out of bounds, or a
+    /// request above its limit.
+    #[error("StorageClass parameter {key}: {message}")]
+    MountResource { key: &'static str, message: String },
     /// More bytes than any Volume may have.
     #[error("{0} bytes is more than the largest volume, {max} bytes", max = crate::api::MAX_VOLUME_BYTES)]
     TooLarge(u64),
@@ -178,15 +233,22 @@ impl Error {
             | BackendRoot(_)
             | UnknownParameter(_)
             | IdleMountDelay(_)
+            | MountResource { .. }
+            | ImmutableParameter(_)
+            | UnknownMutableParameter(_)
+            | AttrCacheSeconds(_)
             | NegativeCapacity => Code::InvalidArgument,
             Pending(_) | BeingDeleted(_) | BadToken(_) | TokenPastEnd(_) => Code::Aborted,
             Kube(e) => kube_code(&e.source),
-            Watch(_) | NoAttachment(_) => Code::Unavailable,
-            CapacityAboveLimit { .. } | TooLarge(_) => Code::OutOfRange,
-            VolumeNotFound(_) | NodeNotFound(_) => Code::NotFound,
-            NameTaken(_) | ExistsOtherwise { .. } | PublishedOtherwise { .. } => {
-                Code::AlreadyExists
+            Watch(_) | NoAttachment(_) | SnapshotNotReady(_) | Populating { .. } => {
+                Code::Unavailable
             }
+            CapacityAboveLimit { .. } | TooLarge(_) | SmallerThanSource { .. } => Code::OutOfRange,
+            VolumeNotFound(_) | NodeNotFound(_) | SnapshotNotFound(_) => Code::NotFound,
+            NameTaken(_)
+            | ExistsOtherwise { .. }
+            | PublishedOtherwise { .. }
+            | SnapshotNameTaken { .. } => Code::AlreadyExists,
             Size { .. } | Encode { .. } => Code::Internal,
             NotSatisfied { reason, .. } => match reason {
                 TicketReason::HeldByOtherNode | TicketReason::NodeLocalElsewhere => {

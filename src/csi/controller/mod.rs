@@ -14,10 +14,18 @@
 //! |---|---|
 //! | this one | the RPCs: Kubernetes reads and writes, waits |
 //! | [`request`] | what a request asks for (names, access modes, sizes, parameters), no I/O |
+//! | [`modify`] | a VolumeAttributesClass's parameters as Volume spec changes, no I/O |
+//! | [`resources`] | the mount daemon's CPU and memory parameters, no I/O |
+//! | [`snapshot`] | snapshots, restores and clones: volumes filled from another's data |
+//! | [`copy_plan`] | the steps of such a fill (tickets), the copy node, sizes; no I/O |
 //! | [`error`] | [`Error`] and its one mapping to gRPC codes |
 
+pub mod copy_plan;
 pub mod error;
+pub mod modify;
 pub mod request;
+pub mod resources;
+pub mod snapshot;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -128,12 +136,19 @@ impl ControllerService {
     async fn create(&self, req: CreateVolumeRequest) -> Result<CreateVolumeResponse, Error> {
         let csi_name = required("name", &req.name)?;
         let caps = required("volume_capabilities", &req.volume_capabilities)?;
-        if req.volume_content_source.is_some() {
-            return Err(Error::ContentSource);
-        }
         let mode = access_mode_for(caps)?;
-        let size = size_for(req.capacity_range.as_ref())?;
+        let source = self.content_source(&req).await?;
+        let size = match &source {
+            Some(src) => copy_plan::fill_size(
+                req.capacity_range.as_ref(),
+                volume_bytes(&src.volume)?,
+                &src.describe(),
+            )?,
+            None => size_for(req.capacity_range.as_ref())?,
+        };
         let params = Parameters::parse(&req.parameters, &self.settings.default_backend_root)?;
+        // A VolumeAttributesClass named at creation: its settings from the start.
+        let vac = modify::parse(&req.mutable_parameters)?;
         self.settings
             .allowed_roots
             .check_root(&params.backend_root)
@@ -150,23 +165,35 @@ impl ControllerService {
             if existing.annotations().get(ANNOTATION_CSI_NAME) != Some(&req.name) {
                 return Err(Error::NameTaken(name));
             }
-            if existing.metadata.deletion_timestamp.is_some() {
-                return Err(Error::BeingDeleted(name));
+            if existing.metadata.deletion_timestamp.is_none() {
+                let bytes = volume_bytes(&existing)?;
+                if !size_fits(bytes, req.capacity_range.as_ref())
+                    || existing.spec.access_mode != mode
+                {
+                    return Err(Error::ExistsOtherwise {
+                        name: shown(csi_name),
+                        bytes,
+                        mode: existing.spec.access_mode,
+                    });
+                }
+                return self.filled(&existing, source).await;
             }
-            let bytes = volume_bytes(&existing)?;
-            if !size_fits(bytes, req.capacity_range.as_ref()) || existing.spec.access_mode != mode {
-                return Err(Error::ExistsOtherwise {
-                    name: shown(csi_name),
-                    bytes,
-                    mode: existing.spec.access_mode,
-                });
+            // The same name deleted a moment ago (its data is being removed): a new
+            // volume once the old one is gone, within the publish timeout.
+            let gone = await_from(self.volumes(), existing, |v: Option<&Volume>| v.is_none());
+            match tokio::time::timeout(self.settings.publish_timeout, gone).await {
+                Ok(res) => drop(res?),
+                Err(_) => return Err(Error::BeingDeleted(name)),
             }
-            return Ok(CreateVolumeResponse {
-                volume: Some(csi_volume(&existing)?),
-            });
         }
+        // A node-local volume filled from another lives where that one's data is.
         let node = (params.scope == BackendScope::NodeLocal)
-            .then(|| topology_node(&req))
+            .then(|| {
+                source
+                    .as_ref()
+                    .and_then(|s| s.node())
+                    .or_else(|| topology_node(&req))
+            })
             .flatten();
         let volume: Volume = serde_json::from_value(json!({
             "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
@@ -175,7 +202,10 @@ impl ControllerService {
                 "size": quantity_of(size), "accessMode": mode,
                 "backend": {"root": params.backend_root, "scope": params.scope, "node": node},
                 "mountOptions": mount_options(caps),
-                "idleMountDelaySeconds": params.idle_mount_delay,
+                "idleMountDelaySeconds": vac.idle_mount_delay.filter(|d| *d > 0).or(params.idle_mount_delay),
+                "mountResources": modify::with_resources(params.mount_resources.as_ref(), &vac.resources)?,
+                "attrCacheSeconds": vac.attr_cache_seconds,
+                "dataSource": source.as_ref().map(|s| s.data_source()),
             }
         }))
         .map_err(|source| Error::Encode {
@@ -192,9 +222,7 @@ impl ControllerService {
             .await
             .context(|| format!("creating Volume {name}"))?;
         info!(volume = %name, size, %mode, "created volume");
-        Ok(CreateVolumeResponse {
-            volume: Some(csi_volume(&created)?),
-        })
+        self.filled(&created, source).await
     }
 
     async fn delete(&self, req: DeleteVolumeRequest) -> Result<DeleteVolumeResponse, Error> {
@@ -204,6 +232,9 @@ impl ControllerService {
             return Ok(DeleteVolumeResponse {});
         }
         let _guard = self.inflight.start(volume)?;
+        if let Ok(Some(v)) = self.volumes().get_opt(volume).await {
+            self.abandon_fill(&v).await?;
+        }
         match self
             .volumes()
             .delete(volume, &DeleteParams::default())
@@ -490,8 +521,9 @@ impl ControllerService {
             .await
             .context(|| "listing Volumes".into())?
             .items;
-        // A Volume being deleted (its data being removed) is no longer a volume to list.
-        volumes.retain(|v| v.metadata.deletion_timestamp.is_none());
+        // A Volume being deleted (its data being removed) is no longer a volume to list,
+        // nor is a snapshot's.
+        volumes.retain(|v| v.metadata.deletion_timestamp.is_none() && !snapshot::is_snapshot(v));
         volumes.sort_by_key(|v| v.name_any());
         if start > volumes.len() {
             return Err(Error::TokenPastEnd(start));
@@ -538,6 +570,36 @@ impl ControllerService {
             entries,
             next_token,
         })
+    }
+
+    /// Patch the Volume's spec with what the VolumeAttributesClass asks (nothing
+    /// written when it has it already); the MountPods follow (see [`modify`]).
+    async fn modify(
+        &self,
+        req: ControllerModifyVolumeRequest,
+    ) -> Result<ControllerModifyVolumeResponse, Error> {
+        let volume_id = existing_id(
+            required("volume_id", &req.volume_id)?,
+            Error::VolumeNotFound,
+        )?;
+        let changes = modify::parse(&req.mutable_parameters)?;
+        let _guard = self.inflight.start(volume_id)?;
+        let volume = self
+            .volumes()
+            .get_opt(volume_id)
+            .await
+            .context(|| format!("reading Volume {}", shown(volume_id)))?
+            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
+        if let Some(mut patch) = modify::patch(&volume, &changes)? {
+            // Guarded by the version the changes were computed on.
+            patch["metadata"] = json!({"resourceVersion": volume.resource_version()});
+            self.volumes()
+                .patch(volume_id, &merge_params(), &Patch::Merge(&patch))
+                .await
+                .context(|| format!("modifying Volume {volume_id}"))?;
+            info!(changes = %patch["spec"], "volume modified");
+        }
+        Ok(ControllerModifyVolumeResponse {})
     }
 
     async fn expand(
@@ -657,6 +719,10 @@ impl Controller for ControllerService {
             // So that Kubernetes tells ReadWriteOnce (SINGLE_NODE_MULTI_WRITER) from
             // ReadWriteOncePod (SINGLE_NODE_SINGLE_WRITER).
             rpc::Type::SingleNodeMultiWriter,
+            // A VolumeAttributesClass change on a bound claim (the external-resizer).
+            rpc::Type::ModifyVolume,
+            rpc::Type::CreateDeleteSnapshot,
+            rpc::Type::CloneVolume,
         ]
         .into_iter()
         .map(|t| ControllerServiceCapability {
@@ -678,17 +744,19 @@ impl Controller for ControllerService {
         reply(self.expand(req.into_inner()).await)
     }
 
+    #[instrument(skip_all, fields(name = %req.get_ref().name, source = %req.get_ref().source_volume_id))]
     async fn create_snapshot(
         &self,
-        _: Request<CreateSnapshotRequest>,
+        req: Request<CreateSnapshotRequest>,
     ) -> Result<Response<CreateSnapshotResponse>, Status> {
-        unimplemented("snapshots")
+        reply(self.snapshot(req.into_inner()).await)
     }
+    #[instrument(skip_all, fields(snapshot = %req.get_ref().snapshot_id))]
     async fn delete_snapshot(
         &self,
-        _: Request<DeleteSnapshotRequest>,
+        req: Request<DeleteSnapshotRequest>,
     ) -> Result<Response<DeleteSnapshotResponse>, Status> {
-        unimplemented("snapshots")
+        reply(self.delete_snapshot_volume(req.into_inner()).await)
     }
     async fn list_snapshots(
         &self,
@@ -710,9 +778,9 @@ impl Controller for ControllerService {
     }
     async fn controller_modify_volume(
         &self,
-        _: Request<ControllerModifyVolumeRequest>,
+        req: Request<ControllerModifyVolumeRequest>,
     ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
-        unimplemented("ControllerModifyVolume")
+        reply(self.modify(req.into_inner()).await)
     }
 }
 

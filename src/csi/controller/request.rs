@@ -129,6 +129,9 @@ pub struct Parameters {
     pub scope: BackendScope,
     /// `idleMountDelay`: how long a node keeps an idle mount, in seconds (default: none).
     pub idle_mount_delay: Option<i64>,
+    /// `mountCPURequest`, `mountCPULimit`, `mountMemoryRequest`, `mountMemoryLimit`:
+    /// the mount daemon's resources (default: the node agent's).
+    pub mount_resources: Option<api::MountResources>,
 }
 
 /// The longest idle-mount delay: a day.
@@ -167,8 +170,13 @@ impl Parameters {
             backend_root: default_root.to_string(),
             scope: BackendScope::Shared,
             idle_mount_delay: None,
+            mount_resources: None,
         };
+        let mut resources = api::MountResources::default();
         for (k, v) in params {
+            if super::resources::set(&mut resources, k, v)? {
+                continue;
+            }
             match k.as_str() {
                 "backendRoot" => out.backend_root = v.clone(),
                 "scope" => {
@@ -185,6 +193,7 @@ impl Parameters {
                 other => return Err(Error::UnknownParameter(shown(other))),
             }
         }
+        out.mount_resources = super::resources::finish(resources)?;
         Ok(out)
     }
 }
@@ -498,6 +507,7 @@ mod tests {
                 backend_root: "/default".into(),
                 scope: BackendScope::Shared,
                 idle_mount_delay: None,
+                mount_resources: None,
             }
         );
         assert_eq!(

@@ -149,7 +149,7 @@ impl NodeService {
         &self,
         volume_id: &str,
         target: &Path,
-        add: Option<(String, bool, bool)>,
+        add: Option<(MountReference, bool)>,
     ) -> Result<(), Error> {
         let api: Api<MountPod> = Api::all(self.client.clone());
         let name = api::mountpod_name(volume_id, &self.node_name);
@@ -165,17 +165,13 @@ impl NodeService {
                     None => Ok(()),
                 };
             };
-            if let Some((_, _, true)) = &add {
+            if let Some((_, true)) = &add {
                 single_writer_conflict(volume_id, &mp.spec.references, Path::new(&target))?;
             }
             let mut refs = mp.spec.references.clone();
             refs.retain(|r| r.target_path != target);
-            if let Some((owner, read_only, _)) = &add {
-                refs.push(MountReference {
-                    target_path: target.clone(),
-                    owner: owner.clone(),
-                    read_only: *read_only,
-                });
+            if let Some((reference, _)) = &add {
+                refs.push(reference.clone());
             }
             if refs == mp.spec.references {
                 return Ok(());
@@ -258,6 +254,12 @@ impl NodeService {
             .get("csi.storage.k8s.io/pod.uid")
             .map(|uid| format!("pod/{uid}"))
             .unwrap_or_else(|| format!("csi/{volume_id}"));
+        let reference = MountReference {
+            target_path: target.display().to_string(),
+            owner,
+            read_only: req.readonly,
+            pod: pod_of(&req.volume_context),
+        };
         match self.bound(&target, &mount_point)? {
             Some(true) => {}
             Some(false) => return Err(Error::TargetTaken(shown_path(&target))),
@@ -269,7 +271,7 @@ impl NodeService {
             }
         }
         if let Err(e) = self
-            .set_reference(volume_id, &target, Some((owner, req.readonly, single)))
+            .set_reference(volume_id, &target, Some((reference, single)))
             .await
         {
             // Without its reference the mount could be torn down under the pod: undo.
@@ -433,6 +435,19 @@ impl NodeService {
 
 /// Check a publish's capability; whether it asks for a single writer
 /// (SINGLE_NODE_SINGLE_WRITER: a ReadWriteOncePod claim).
+/// The Pod a publish is for, from the kubelet's pod info (`podInfoOnMount`), when
+/// its namespace and name are valid object names.
+fn pod_of(context: &HashMap<String, String>) -> Option<api::PodRef> {
+    let namespace = context.get("csi.storage.k8s.io/pod.namespace")?;
+    let name = context.get("csi.storage.k8s.io/pod.name")?;
+    (super::is_object_name(namespace) && namespace.len() <= 63 && super::is_object_name(name)).then(
+        || api::PodRef {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        },
+    )
+}
+
 fn check_capability(cap: Option<&VolumeCapability>) -> Result<bool, Error> {
     let cap = required("volume_capability", cap)?;
     if let Some(AccessType::Block(_)) = cap.access_type {
@@ -562,6 +577,7 @@ mod tests {
             target_path: target.into(),
             owner: "pod/a".into(),
             read_only: false,
+            pod: None,
         }
     }
 

@@ -113,12 +113,17 @@ impl VolumeFs {
     pub fn new(source: &Path, options: Options, quota: Arc<Enforcement>) -> Result<Self> {
         // A quarter of the descriptor limit for hot inodes; the rest stays for open
         // files and directories.
-        let hot = (sys::nofile_limit() / 4).clamp(16, HOT_FDS_MAX) as usize;
-        Self::with_hot_fds(source, options, quota, hot)
+        Self::with_hot_fds(source, options, quota, Self::default_hot_fds())
+    }
+
+    /// The hot descriptors cached without a memory budget: a quarter of the
+    /// descriptor limit, at most [`HOT_FDS_MAX`].
+    pub fn default_hot_fds() -> usize {
+        (sys::nofile_limit() / 4).clamp(16, HOT_FDS_MAX) as usize
     }
 
     /// Like [`Self::new`], with at most `hot` cached descriptors of inodes.
-    fn with_hot_fds(
+    pub fn with_hot_fds(
         source: &Path,
         options: Options,
         quota: Arc<Enforcement>,

@@ -10,6 +10,7 @@
 //!        │ finalizer tessera.io/mount first (set already when the controller created it)
 //!        ├─ Serve ──────▶ Host::serve (start | adopt | repair | SIGHUP | remount)
 //!        ├─ RemoveData ─▶ Host::remove_data
+//!        ├─ Populate ───▶ Host::populate (copy of the data source; [`populate`])
 //!        └─ deleted ────▶ references remain? refuse (Terminating) : Host::teardown, drop finalizer
 //!        ▼
 //!  status subresource, server-side apply as tessera-node-<node>, only when it changed
@@ -43,11 +44,14 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+mod oom;
+mod populate;
 mod status;
 
 use status::{Report, cond, next_status, serve_report};
 
 use super::host::{self, Health, Host, Progress};
+use super::upgrade;
 use super::{Error, FINALIZER, Labels};
 use crate::api::{MountPhase, MountPod, MountPodStatus, MountTask};
 use crate::metrics::Metrics;
@@ -69,6 +73,20 @@ pub struct Context {
     pub recorder: Recorder,
     /// When each failing MountPod may be tried again.
     pub backoff: super::backoff::Backoffs,
+    /// Pod mode: the namespace of the mount Pods (their OOM kills are reported).
+    pub mount_namespace: Option<String>,
+    /// The mount being upgraded (its MountPod, and since when): one at a time.
+    pub upgrading: std::sync::Mutex<Option<(String, Instant)>>,
+}
+
+/// How long an upgrade claimed by the health loop may wait for its reconcile (a
+/// MountPod deleted meanwhile never gets one).
+const UPGRADE_CLAIM: Duration = Duration::from_secs(120);
+
+impl Context {
+    fn upgrade_slot(&self) -> std::sync::MutexGuard<'_, Option<(String, Instant)>> {
+        self.upgrading.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// How long a first start may take before the MountPod says Mounting.
@@ -103,6 +121,8 @@ pub async fn run(
         host,
         metrics: metrics.clone(),
         backoff: Default::default(),
+        mount_namespace: mount_pods.clone(),
+        upgrading: Default::default(),
     });
     let (trigger, triggered) = mpsc::unbounded();
     let mut controller = Controller::new(api, wc).reconcile_on(triggered);
@@ -189,6 +209,7 @@ async fn reconcile_inner(mp: &MountPod, ctx: &Context) -> Result<Action, Error> 
     match mp.spec.task {
         MountTask::Serve => serve(mp, ctx).await,
         MountTask::RemoveData => remove_data(mp, ctx).await,
+        MountTask::Populate => populate::populate(mp, ctx).await,
     }
 }
 
@@ -226,6 +247,10 @@ async fn refuse(mp: &MountPod, ctx: &Context, msg: String) -> Result<Action, Err
 }
 
 async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
+    // A new OOM kill of the mount container is recorded and announced first; the rest
+    // goes on from the status written.
+    let checked = oom::check(mp, ctx).await;
+    let mp = checked.as_ref().unwrap_or(mp);
     let name = mp.name_any();
     let mut current = mp.status.clone().unwrap_or_default();
     let (mut want, refused) = match host::want(&name, &mp.spec, &ctx.host.config) {
@@ -233,6 +258,10 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
         Err(msg) => return refuse(mp, ctx, msg).await,
     };
     want.mountpod_uid = mp.uid().unwrap_or_default();
+    if ctx.upgrade_slot().as_ref().is_some_and(|(n, _)| *n == name) {
+        upgrade(mp, ctx, &want).await;
+        *ctx.upgrade_slot() = None;
+    }
     let prev = mp.status.clone().unwrap_or_default();
     let now = jiff::Timestamp::now();
     let (tx, mut rx) = mpsc::unbounded();
@@ -281,6 +310,7 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
             ),
             extra: vec![],
             observed: true,
+            image: None,
         };
         if restart || tokio::time::Instant::now() >= quiet_until {
             pending = None;
@@ -362,6 +392,61 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     Ok(action)
 }
 
+/// Replace the daemon of `want` by one of the desired image through the handoff
+/// (claimed by the health loop: one at a time, only a healthy mount whose connection
+/// is held). The serve pass that follows adopts the successor and writes the status.
+async fn upgrade(mp: &MountPod, ctx: &Context, want: &host::Want) {
+    let host = ctx.host.clone();
+    let w = want.clone();
+    let res = blocking(move || {
+        let from = host
+            .state
+            .load(&w.volume)
+            .ok()
+            .flatten()
+            .and_then(|r| host.image_of(&r));
+        (from, host.replace_daemon(&w))
+    })
+    .await;
+    let to = ctx.host.daemons.image().unwrap_or_default();
+    let (from, res) = match res {
+        Ok(r) => r,
+        Err(e) => {
+            warn!(error = %e, "upgrade task");
+            return;
+        }
+    };
+    let from = from.unwrap_or_else(|| "an unknown image".into());
+    match res {
+        Ok(Some(served)) if served.answers => {
+            let took = served.repair_time.unwrap_or_default();
+            info!(%from, %to, took_ms = took.as_millis() as u64, "mount upgraded through the handoff");
+            let note = format!(
+                "{from} → {to}: the new daemon took the held connection over in {} ms (no remount)",
+                took.as_millis()
+            );
+            publish(ctx, mp, EventType::Normal, "Upgraded", &note).await;
+        }
+        Ok(Some(served)) => {
+            let why = served
+                .failure
+                .unwrap_or_else(|| "the new daemon's mount did not answer in time".into());
+            warn!(%from, %to, error = %why, "upgrade: the new daemon did not serve");
+            let note = format!("{from} → {to}: the new daemon did not serve: {why}");
+            publish(ctx, mp, EventType::Warning, "UpgradeFailed", &note).await;
+        }
+        Ok(None) => {
+            info!(%from, %to, "upgrade not done: no daemon runs or its connection is not held");
+        }
+        Err(e) => {
+            let msg = error_chain(&e);
+            warn!(%from, %to, error = %msg, "upgrade failed");
+            let note = format!("{from} → {to}: {msg}");
+            publish(ctx, mp, EventType::Warning, "UpgradeFailed", &note).await;
+        }
+    }
+}
+
 async fn remove_data(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     let mut current = mp.status.clone().unwrap_or_default();
     let host = ctx.host.clone();
@@ -390,6 +475,7 @@ async fn remove_data(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
                 format!("{} removed", mp.spec.source),
             )],
             observed: true,
+            image: None,
         },
         Err(e) => {
             let msg = error_chain(&e);
@@ -531,6 +617,17 @@ async fn write_status_from(
 }
 
 async fn publish(ctx: &Context, mp: &MountPod, type_: EventType, reason: &str, note: &str) {
+    publish_on(ctx, &mp.object_ref(&()), type_, reason, note).await;
+}
+
+/// Publish an Event about any object (an application Pod, for one).
+async fn publish_on(
+    ctx: &Context,
+    regarding: &k8s_openapi::api::core::v1::ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
     let ev = Event {
         type_,
         reason: reason.into(),
@@ -538,7 +635,7 @@ async fn publish(ctx: &Context, mp: &MountPod, type_: EventType, reason: &str, n
         action: reason.into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &mp.object_ref(&())).await {
+    if let Err(e) = ctx.recorder.publish(&ev, regarding).await {
         debug!(error = %error_chain(&e), "publishing event");
     }
 }
@@ -557,13 +654,16 @@ async fn health_loop(
     let orphan_every =
         (Duration::from_secs(30).as_millis() / interval.as_millis().max(1)).max(1) as u64;
     let mut n: u64 = 0;
+    let mut blocked_told = std::collections::HashSet::new();
     loop {
         tick.tick().await;
         n += 1;
         let host = ctx.host.clone();
         let checked = tokio::task::spawn_blocking(move || {
             host.daemons.reap();
-            let records = host.state.list().unwrap_or_default();
+            let desired = host.daemons.image();
+            let mut records = host.state.list().unwrap_or_default();
+            records.sort_by(|a, b| a.volume.cmp(&b.volume));
             records
                 .into_iter()
                 .map(|r| {
@@ -572,18 +672,27 @@ async fn health_loop(
                     } else {
                         Health::Starting
                     };
-                    (r, health)
+                    let serving = desired.as_ref().and_then(|_| host.image_of(&r));
+                    let due = upgrade::differs(serving.as_deref(), desired.as_deref());
+                    let candidate = upgrade::Candidate {
+                        healthy: health == Health::Healthy,
+                        held: due && host.holds(&r.mountpoint),
+                        serving,
+                    };
+                    (r, health, candidate)
                 })
                 .collect::<Vec<_>>()
         })
         .await;
         let Ok(checked) = checked else { continue };
-        for (record, health) in &checked {
+        for (record, health, _) in &checked {
             if let Health::Broken(why) = health {
                 debug!(volume = %record.volume, cause = %why, "broken mount; reconciling");
                 let _ = trigger.unbounded_send(ObjectRef::new(&record.mountpod));
             }
         }
+        plan_upgrades(&ctx, &store, &trigger, &checked, &mut blocked_told).await;
+        let checked: Vec<_> = checked.into_iter().map(|(r, h, _)| (r, h)).collect();
         if n.is_multiple_of(orphan_every) && store.wait_until_ready().await.is_ok() {
             for (record, _) in checked {
                 if store.get(&ObjectRef::new(&record.mountpod)).is_none() {
@@ -591,6 +700,56 @@ async fn health_loop(
                 }
             }
         }
+    }
+}
+
+/// Claim the next mount to upgrade (`upgrade::next`) and reconcile its MountPod, whose
+/// serve pass replaces the daemon; say once per mount and image when one cannot be
+/// upgraded without a remount (its connection is not held).
+async fn plan_upgrades(
+    ctx: &Context,
+    store: &Store<MountPod>,
+    trigger: &mpsc::UnboundedSender<ObjectRef<MountPod>>,
+    checked: &[(super::supervisor::Record, Health, upgrade::Candidate)],
+    blocked_told: &mut std::collections::HashSet<(String, String)>,
+) {
+    let Some(desired) = ctx.host.daemons.image() else {
+        return;
+    };
+    let busy = {
+        let mut slot = ctx.upgrade_slot();
+        if slot
+            .as_ref()
+            .is_some_and(|(_, at)| at.elapsed() > UPGRADE_CLAIM)
+        {
+            *slot = None;
+        }
+        slot.is_some()
+    };
+    let candidates: Vec<upgrade::Candidate> = checked.iter().map(|c| c.2.clone()).collect();
+    let next = upgrade::next(&candidates, Some(&desired), busy);
+    for i in next.blocked {
+        let (record, _, c) = &checked[i];
+        let key = (record.mountpod.clone(), desired.clone());
+        if blocked_told.contains(&key) {
+            continue;
+        }
+        let Some(mp) = store.get(&ObjectRef::new(&record.mountpod)) else {
+            continue;
+        };
+        let note = format!(
+            "not upgraded from {} to {desired}: the fd holder does not hold this mount's connection, and an upgrade never remounts (open files would break); it keeps its image until it is next started",
+            c.serving.as_deref().unwrap_or("?")
+        );
+        warn!(mountpod = %record.mountpod, %note, "upgrade blocked");
+        publish(ctx, &mp, EventType::Warning, "UpgradeBlocked", &note).await;
+        blocked_told.insert(key);
+    }
+    if let Some(i) = next.upgrade {
+        let (record, _, c) = &checked[i];
+        info!(mountpod = %record.mountpod, from = c.serving.as_deref().unwrap_or("?"), to = %desired, "upgrading the mount's daemon");
+        *ctx.upgrade_slot() = Some((record.mountpod.clone(), Instant::now()));
+        let _ = trigger.unbounded_send(ObjectRef::new(&record.mountpod));
     }
 }
 

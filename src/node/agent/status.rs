@@ -28,6 +28,8 @@ pub(super) struct Report {
     pub(super) extra: Vec<Condition>,
     /// Set `observedGeneration` to the current generation.
     pub(super) observed: bool,
+    /// The image of the daemon serving the mount (`None`: as before).
+    pub(super) image: Option<String>,
 }
 
 impl Report {
@@ -41,6 +43,7 @@ impl Report {
             ready: cond("Ready", false, reason, msg),
             extra: vec![],
             observed: true,
+            image: None,
         }
     }
 
@@ -55,6 +58,7 @@ impl Report {
             ready: cond("Ready", false, "Terminating", String::new()),
             extra: vec![],
             observed: true,
+            image: None,
         }
     }
 }
@@ -108,6 +112,8 @@ pub(super) fn next_status(
         last_error_time,
         reference_count: i32::try_from(mp.spec.references.len()).unwrap_or(i32::MAX),
         conditions,
+        oom_kills: prev.oom_kills,
+        last_oom_kill_time: prev.last_oom_kill_time.clone(),
         observed_generation: if report.observed {
             generation
         } else {
@@ -120,6 +126,7 @@ pub(super) fn next_status(
             (MountPhase::Ready, false) => prev.applied.clone(),
             _ => None,
         },
+        image: report.image.or_else(|| prev.image.clone()),
     }
 }
 
@@ -196,6 +203,7 @@ pub(super) fn serve_report(
             ready: cond("Ready", false, "DaemonFailed", failure.clone()),
             extra,
             observed: true,
+            image: None,
         };
         return (report, Action::requeue(backoff));
     }
@@ -217,6 +225,7 @@ pub(super) fn serve_report(
             ),
             extra,
             observed: true,
+            image: None,
         };
         return (report, Action::requeue(Duration::from_secs(1)));
     }
@@ -238,6 +247,7 @@ pub(super) fn serve_report(
         ),
         extra,
         observed: !served.remount_blocked,
+        image: served.image.clone(),
     };
     (report, Action::requeue(Duration::from_secs(300)))
 }
@@ -251,6 +261,7 @@ pub(super) mod tests {
         let mut mp = MountPod::new(
             "v-1",
             MountPodSpec {
+                populate_from: None,
                 volume: "v".into(),
                 node_name: "n".into(),
                 source: "/b/v".into(),
@@ -264,9 +275,12 @@ pub(super) mod tests {
                         target_path: format!("/k/{i}"),
                         owner: "pod/x".into(),
                         read_only: false,
+                        pod: None,
                     })
                     .collect(),
                 retain_seconds: None,
+                resources: None,
+                attr_cache_seconds: None,
             },
         );
         mp.metadata.generation = Some(generation);
@@ -283,6 +297,7 @@ pub(super) mod tests {
             ready: cond("Ready", true, "Mounted", "ok".into()),
             extra: vec![],
             observed: true,
+            image: None,
         }
     }
 
@@ -398,6 +413,7 @@ pub(super) mod tests {
                         target_path: "/k/new".into(),
                         owner: "pod/y".into(),
                         read_only: false,
+                        pod: None,
                     })
                 },
                 true,

@@ -208,6 +208,7 @@ fn setup() -> Setup {
 impl Setup {
     fn spec(&self, refs: &[(&str, bool)]) -> MountPodSpec {
         MountPodSpec {
+            populate_from: None,
             volume: "vol1".into(),
             node_name: "n1".into(),
             source: self.dir.path().join("backend/vol1").display().to_string(),
@@ -222,9 +223,12 @@ impl Setup {
                     target_path: self.dir.path().join(t).display().to_string(),
                     owner: "pod/x".into(),
                     read_only: *ro,
+                    pod: None,
                 })
                 .collect(),
             retain_seconds: None,
+            resources: None,
+            attr_cache_seconds: None,
         }
     }
 
@@ -354,6 +358,8 @@ fn rebinds_references_left_on_an_earlier_instance() {
         read_only: false,
         shared_backend: false,
         options: vec![],
+        resources: None,
+        settings_file: None,
         handoff: None,
     };
     let daemon = s.fake.start(&spec, Path::new("/dev/null")).unwrap();
@@ -394,6 +400,38 @@ fn capacity_grows_online() {
     // Applied once.
     s.serve(&s.want(&spec));
     assert_eq!(s.fake.w().signals.len(), 1);
+}
+
+#[test]
+fn the_attribute_cache_lifetime_changes_online() {
+    let s = setup();
+    let mut spec = s.spec(&[("kubelet/pods/p1/vol", false)]);
+    let first = s.serve(&s.want(&spec));
+    let settings = s.host.state.settings_file("vol1");
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), "{}\n");
+    spec.attr_cache_seconds = Some(60);
+    let served = s.serve(&s.want(&spec));
+    assert_eq!(
+        served.daemon, first.daemon,
+        "no remount, with a reference bound"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&settings).unwrap(),
+        "{\"attrCacheSeconds\":60}\n"
+    );
+    assert_eq!(
+        s.fake.w().signals,
+        vec![(first.daemon.unwrap().pid, Signal::SIGHUP)]
+    );
+    let rec = s.host.state.load("vol1").unwrap().unwrap();
+    assert_eq!(rec.attr_cache_seconds, Some(60));
+    // Applied once; back to the default is a change too.
+    s.serve(&s.want(&spec));
+    assert_eq!(s.fake.w().signals.len(), 1);
+    spec.attr_cache_seconds = None;
+    s.serve(&s.want(&spec));
+    assert_eq!(s.fake.w().signals.len(), 2);
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), "{}\n");
 }
 
 #[test]
@@ -520,11 +558,13 @@ fn paths_from_the_custom_resource_are_validated() {
         target_path: "/etc".into(),
         owner: "pod/evil".into(),
         read_only: false,
+        pod: None,
     });
     spec.references.push(MountReference {
         target_path: format!("{}/../../etc", s.dir.path().join("kubelet").display()),
         owner: "pod/evil".into(),
         read_only: false,
+        pod: None,
     });
     let (want, refused) = want("m", &spec, &s.host.config).unwrap();
     assert_eq!(want.references.len(), 1);

@@ -11,6 +11,9 @@
 //!    liveness/signal   /proc, pid + start time + command line, as in process mode
 //!    stop    delete the Pod with the grace asked (the kubelet sends SIGTERM: the
 //!            daemon unmounts), wait until both the process and the Pod are gone
+//!    leave   (an upgrade) SIGUSR2 to the daemon, then delete the Pod: its SIGTERM
+//!            now exits leaving the mount to the fd holder; the next `start` creates
+//!            the Pod anew with the template's image, whose daemon takes it over
 //! ```
 //!
 //! The agent adopts a running daemon from its record after a restart as in process
@@ -260,8 +263,16 @@ impl Daemons for PodDaemons {
             _ => return self.start(spec, log),
         };
         let uid = pod.uid().unwrap_or_default();
-        info!(pod = %name, uid = %uid, "mount daemon died; waiting for the kubelet's restart of its container to take the connection over");
-        let deadline = Instant::now() + self.start_timeout;
+        // The kubelet restarts a container that crashed again and again only after
+        // its crash-loop backoff: wait that long (up to the holder's orphan grace),
+        // or repeated crashes would fall back to a remount.
+        let wait = state::successor_wait(
+            state::restarts(&pod),
+            self.start_timeout,
+            crate::fuse::handoff::holder::DEFAULT_ORPHAN_GRACE,
+        );
+        info!(pod = %name, uid = %uid, wait_s = wait.as_secs(), "mount daemon died; waiting for the kubelet's restart of its container to take the connection over");
+        let deadline = Instant::now() + wait;
         let mut next_look = Instant::now() + Duration::from_millis(500);
         loop {
             if let Some(d) = find_daemon(&uid, &spec.mountpoint).filter(|d| *d != dead) {
@@ -271,17 +282,17 @@ impl Daemons for PodDaemons {
             if now >= deadline {
                 return Err(pod_err(
                     &name,
-                    format!(
-                        "no restarted daemon within {:?} to take the connection over",
-                        self.start_timeout
-                    ),
+                    format!("no restarted daemon within {wait:?} to take the connection over"),
                 ));
             }
             if now >= next_look {
                 next_look = now + Duration::from_millis(500);
                 match self.get(&name)? {
                     Some(p) if p.uid().as_deref() == Some(uid.as_str()) => {
-                        if let PodState::Failed(why) = state::pod_state(&p) {
+                        // CrashLoopBackOff is the wait for the restart, not a failure.
+                        if let PodState::Failed(why) = state::pod_state(&p)
+                            && !state::backing_off(&p)
+                        {
                             return Err(pod_err(&name, why));
                         }
                     }
@@ -339,6 +350,37 @@ impl Daemons for PodDaemons {
 
     /// The kubelet's runtime reaps the daemons.
     fn reap(&self) {}
+
+    fn image(&self) -> Option<String> {
+        Some(self.template.image.clone())
+    }
+
+    /// The image of the mount Pod's container (`None`: no such Pod, or no answer).
+    fn serving_image(&self, mountpoint: &Path) -> Option<String> {
+        let name = spec::pod_name(&spec::volume_of(mountpoint), &self.template.node);
+        let pod = self.get(&name).ok()??;
+        pod.spec?
+            .containers
+            .into_iter()
+            .find(|c| c.name == spec::CONTAINER)?
+            .image
+    }
+
+    /// An upgrade: SIGUSR2 (the next stop signal leaves the mount to a successor),
+    /// then delete the Pod (its SIGTERM makes the daemon exit without unmounting; the
+    /// Pod's deletion keeps the kubelet from restarting it, with the old image), and
+    /// wait until both are gone, so the Pod of the same name can be created anew.
+    fn leave(
+        &self,
+        daemon: Daemon,
+        mountpoint: &Path,
+        grace: Duration,
+    ) -> Result<(), supervisor::Error> {
+        let name = spec::pod_name(&spec::volume_of(mountpoint), &self.template.node);
+        self.signal(daemon, mountpoint, Signal::SIGUSR2)?;
+        info!(pod = %name, pid = daemon.pid, "mount daemon told to leave its mount to a successor; deleting its Pod");
+        self.remove(&name, Some((daemon, mountpoint)), grace)
+    }
 }
 
 /// The daemon of the Pod `uid` serving `mountpoint`, found in `/proc` (the agent runs

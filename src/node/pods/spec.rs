@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use crate::api::{MountResources, ResourceAmounts, cpu_millis, quantity_bytes};
 use crate::node::daemon_args::mount_args_strings;
 use crate::node::supervisor::DaemonSpec;
 
@@ -49,6 +50,56 @@ pub struct Template {
     /// Seconds between SIGTERM and SIGKILL when a mount Pod is deleted without a grace
     /// of its own (owner GC): time for the daemon to unmount.
     pub termination_grace_seconds: i64,
+    /// The mount container's requests and limits where the Volume sets none (the
+    /// agent's `--mount-cpu-request`, …).
+    pub resources: MountResources,
+}
+
+/// The mount container's requests and limits: each amount the Volume's, else the
+/// agent's default; a default request above the Volume's limit is lowered to that
+/// limit (the API server refuses a request above its limit).
+pub fn container_resources(
+    defaults: &MountResources,
+    volume: Option<&MountResources>,
+) -> ResourceRequirements {
+    let pick = |v: Option<&Option<Quantity>>, d: &Option<Quantity>| {
+        v.and_then(|q| q.clone()).or_else(|| d.clone())
+    };
+    let cpu = |q: &Quantity| cpu_millis(&q.0).ok();
+    let mem = |q: &Quantity| quantity_bytes(&q.0).ok();
+    let mut requests = BTreeMap::new();
+    let mut limits = BTreeMap::new();
+    for (name, is_cpu) in [("cpu", true), ("memory", false)] {
+        fn field(a: &ResourceAmounts, is_cpu: bool) -> &Option<Quantity> {
+            if is_cpu { &a.cpu } else { &a.memory }
+        }
+        let request = pick(
+            volume.map(|v| field(&v.requests, is_cpu)),
+            field(&defaults.requests, is_cpu),
+        );
+        let limit = pick(
+            volume.map(|v| field(&v.limits, is_cpu)),
+            field(&defaults.limits, is_cpu),
+        );
+        let amount = |q: &Quantity| if is_cpu { cpu(q) } else { mem(q) };
+        let request = match (&request, &limit) {
+            (Some(r), Some(l)) if amount(r).zip(amount(l)).is_some_and(|(r, l)| r > l) => {
+                Some(l.clone())
+            }
+            _ => request,
+        };
+        if let Some(r) = request {
+            requests.insert(name.to_string(), r);
+        }
+        if let Some(l) = limit {
+            limits.insert(name.to_string(), l);
+        }
+    }
+    ResourceRequirements {
+        requests: (!requests.is_empty()).then_some(requests),
+        limits: (!limits.is_empty()).then_some(limits),
+        ..ResourceRequirements::default()
+    }
 }
 
 /// The label selector of this agent's mount Pods (with `spec.nodeName` as field selector).
@@ -117,10 +168,6 @@ pub fn mount_pod(t: &Template, spec: &DaemonSpec) -> Pod {
             block_owner_deletion: None,
         }]
     });
-    let requests = BTreeMap::from([
-        ("cpu".to_string(), Quantity("10m".into())),
-        ("memory".to_string(), Quantity("32Mi".into())),
-    ]);
     Pod {
         metadata: ObjectMeta {
             name: Some(pod_name(&spec.volume, &t.node)),
@@ -166,11 +213,10 @@ pub fn mount_pod(t: &Template, spec: &DaemonSpec) -> Pod {
                     privileged: Some(true),
                     ..SecurityContext::default()
                 }),
-                // No limits: a limit reached would kill the data path of a volume.
-                resources: Some(ResourceRequirements {
-                    requests: Some(requests),
-                    ..ResourceRequirements::default()
-                }),
+                // The Volume's requests and limits over the agent's defaults. Past its
+                // memory limit the daemon is OOM-killed: the agent tells the
+                // application Pods, and the kubelet's restart takes the connection over.
+                resources: Some(container_resources(&t.resources, spec.resources.as_ref())),
                 volume_mounts: Some(vec![
                     mount("mounts", &t.mount_root, Some("Bidirectional")),
                     mount("state", &t.state_dir, None),
@@ -205,6 +251,13 @@ mod tests {
             mount_root: "/var/lib/tessera/mounts".into(),
             state_dir: "/var/lib/tessera/node".into(),
             termination_grace_seconds: 30,
+            resources: MountResources {
+                requests: ResourceAmounts {
+                    cpu: Some(Quantity("10m".into())),
+                    memory: Some(Quantity("32Mi".into())),
+                },
+                limits: ResourceAmounts::default(),
+            },
         }
     }
 
@@ -282,7 +335,9 @@ mod tests {
             Some("FallbackToLogsOnError")
         );
         assert_eq!(c.security_context.as_ref().unwrap().privileged, Some(true));
-        assert!(c.resources.as_ref().unwrap().limits.is_none());
+        let r = c.resources.as_ref().unwrap();
+        assert!(r.limits.is_none(), "the template sets no limit");
+        assert_eq!(r.requests.as_ref().unwrap()["memory"].0, "32Mi");
         // Every path the arguments name is inside a hostPath, at the same path.
         let mounts: Vec<(String, Option<String>)> = c
             .volume_mounts
@@ -332,6 +387,64 @@ mod tests {
                 path.display()
             );
         }
+    }
+
+    #[test]
+    fn the_volumes_resources_override_the_defaults() {
+        let q = |s: &str| Some(Quantity(s.into()));
+        let defaults = template().resources;
+        let vol = |req_mem: Option<Quantity>, lim_mem: Option<Quantity>, lim_cpu| MountResources {
+            requests: ResourceAmounts {
+                cpu: None,
+                memory: req_mem,
+            },
+            limits: ResourceAmounts {
+                cpu: lim_cpu,
+                memory: lim_mem,
+            },
+        };
+        let get = |r: &ResourceRequirements, which: &str, name: &str| {
+            let m = if which == "req" {
+                &r.requests
+            } else {
+                &r.limits
+            };
+            m.as_ref().and_then(|m| m.get(name)).map(|q| q.0.clone())
+        };
+        let s = |v: &str| Some(v.to_string());
+        for (what, volume, want) in [
+            ("defaults only", None, [s("10m"), s("32Mi"), None, None]),
+            (
+                "a memory limit above the default request",
+                Some(vol(None, q("64Mi"), None)),
+                [s("10m"), s("32Mi"), None, s("64Mi")],
+            ),
+            (
+                "a memory limit below the default request lowers it",
+                Some(vol(None, q("16Mi"), None)),
+                [s("10m"), s("16Mi"), None, s("16Mi")],
+            ),
+            (
+                "the volume's request and a CPU limit below the default request",
+                Some(vol(q("48Mi"), q("1Gi"), q("5m"))),
+                [s("5m"), s("48Mi"), s("5m"), s("1Gi")],
+            ),
+        ] {
+            let r = container_resources(&defaults, volume.as_ref());
+            let got = [
+                get(&r, "req", "cpu"),
+                get(&r, "req", "memory"),
+                get(&r, "lim", "cpu"),
+                get(&r, "lim", "memory"),
+            ];
+            assert_eq!(got, want, "{what}");
+        }
+        let mut s = spec();
+        s.resources = Some(vol(None, q("24Mi"), None));
+        let pod = mount_pod(&template(), &s);
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
+        assert_eq!(limits["memory"].0, "24Mi");
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //!             ─▶ last_error() ─▶ "tessera-mount terminated: Error, exit code 1: …"
 //! ```
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
 
 use super::spec::CONTAINER;
@@ -98,6 +100,33 @@ pub fn restarts(pod: &Pod) -> i32 {
     container(pod).map(|c| c.restart_count).unwrap_or(0)
 }
 
+/// Whether the container waits for the kubelet's restart (`CrashLoopBackOff`): a
+/// failure for a start, but the way to a successor after a crash.
+pub fn backing_off(pod: &Pod) -> bool {
+    container(pod).and_then(|c| c.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
+        == Some("CrashLoopBackOff")
+}
+
+/// The kubelet's delay before it restarts a container that has been restarted
+/// `restarts` times (its crash-loop backoff: none at the first crash, then 10 s
+/// doubling up to 300 s; reset after 10 min of running, which this over-estimates).
+pub fn restart_delay(restarts: i32) -> Duration {
+    match restarts {
+        ..=0 => Duration::ZERO,
+        n => Duration::from_secs(10 << (n - 1).min(5)).min(Duration::from_secs(300)),
+    }
+}
+
+/// How long to wait for the kubelet's restart of a dead daemon's container to take
+/// the held connection over: its crash-loop delay and a start, at least
+/// `start_timeout`, at most `grace` (the fd holder's orphan grace: after it the
+/// holder has let the connection go, and only a remount can serve the volume).
+pub fn successor_wait(restarts: i32, start_timeout: Duration, grace: Duration) -> Duration {
+    (restart_delay(restarts) + start_timeout)
+        .min(grace)
+        .max(start_timeout)
+}
+
 /// Where the mount Pod is.
 pub fn pod_state(pod: &Pod) -> PodState {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -142,6 +171,46 @@ mod tests {
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateRunning, ContainerStateWaiting, PodStatus,
     };
+
+    #[test]
+    fn the_successor_wait_follows_the_crash_loop_up_to_the_orphan_grace() {
+        let s = Duration::from_secs;
+        let (start, grace) = (s(30), s(60));
+        // restarts so far → kubelet's delay, our wait
+        let table = [
+            (-1, s(0), s(30)),
+            (0, s(0), s(30)),
+            (1, s(10), s(40)),
+            (2, s(20), s(50)),
+            (3, s(40), s(60)),
+            (4, s(80), s(60)),
+            (6, s(300), s(60)),
+            (40, s(300), s(60)),
+        ];
+        for (restarts, delay, wait) in table {
+            assert_eq!(restart_delay(restarts), delay, "{restarts}");
+            assert_eq!(successor_wait(restarts, start, grace), wait, "{restarts}");
+        }
+        // A start timeout longer than the grace still bounds a start.
+        assert_eq!(successor_wait(3, s(90), grace), s(90));
+    }
+
+    #[test]
+    fn a_crash_loop_is_a_wait_for_the_restart() {
+        let backoff = pod(
+            "Running",
+            Some(waiting("CrashLoopBackOff", "back-off")),
+            None,
+        );
+        assert!(backing_off(&backoff));
+        assert!(matches!(pod_state(&backoff), PodState::Failed(_)));
+        for other in [
+            pod("Running", Some(waiting("ErrImagePull", "x")), None),
+            pod("Running", None, None),
+        ] {
+            assert!(!backing_off(&other));
+        }
+    }
 
     fn pod(phase: &str, state: Option<ContainerState>, last: Option<ContainerState>) -> Pod {
         Pod {

@@ -10,6 +10,7 @@
 //! The builders here (`tk`, `input`, `actuate`, `converge`, …) are shared by all three.
 
 mod expiry;
+mod populate;
 mod properties;
 mod tables;
 
@@ -79,6 +80,7 @@ fn mount(state: MountState, read_only: bool) -> MountView {
         state,
         read_only,
         removes_data: false,
+        populates: false,
     }
 }
 fn ready() -> MountView {
@@ -146,8 +148,10 @@ fn assert_reason(d: &Decision, id: &str, reason: TicketReason, needles: &[&str])
 /// mount of the other task is replaced.
 fn actuate(mounts: &BTreeMap<String, MountView>, d: &Decision) -> BTreeMap<String, MountView> {
     let removes_data = |node: &str| d.nodes.get(node).is_some_and(|n| n.removes_data);
+    let populates = |node: &str| d.nodes.get(node).is_some_and(|n| n.populates);
     let made = |state: MountState, read_only: bool, node: &str| MountView {
         removes_data: removes_data(node),
+        populates: populates(node),
         ..mount(state, read_only)
     };
     let mut next = BTreeMap::new();
@@ -164,7 +168,9 @@ fn actuate(mounts: &BTreeMap<String, MountView>, d: &Decision) -> BTreeMap<Strin
             }
             continue;
         };
-        if m.state != MountState::Terminating && m.removes_data != removes_data(node) {
+        if m.state != MountState::Terminating
+            && (m.removes_data != removes_data(node) || m.populates != populates(node))
+        {
             next.insert(
                 node.clone(),
                 MountView {

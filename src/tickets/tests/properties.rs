@@ -162,7 +162,11 @@ fn check_decision(i: &Input, d: &Decision) -> Result<(), TestCaseError> {
             prop_assert_eq!(m.map(|m| &m.state), Some(&MountState::Ready));
             let m = m.unwrap();
             let ticket_ro = t.ticket.parameters.get("readOnly").map(String::as_str) == Some("true");
+            // A restore ticket is satisfied by a mount that filled the volume (read-write
+            // whatever the mode); every other one by a serving mount of its mode.
+            prop_assert_eq!(m.populates, t.ticket.type_ == T::VolumeRestore);
             match i.access_mode {
+                _ if m.populates => prop_assert!(!m.read_only),
                 ROX => prop_assert!(m.read_only),
                 _ => prop_assert!(ticket_ro || !m.read_only),
             }
@@ -198,7 +202,13 @@ fn check_decision(i: &Input, d: &Decision) -> Result<(), TestCaseError> {
         let all_ro = on_node
             .iter()
             .all(|t| t.ticket.parameters.get("readOnly").map(String::as_str) == Some("true"));
-        prop_assert_eq!(nm.read_only, i.access_mode == ROX || all_ro);
+        // A node that fills the volume from its data source mounts it read-write.
+        let all_restore = on_node.iter().all(|t| t.ticket.type_ == T::VolumeRestore);
+        prop_assert_eq!(
+            nm.read_only,
+            (i.access_mode == ROX || all_ro) && !all_restore
+        );
+        prop_assert_eq!(nm.populates, all_restore && !nm.removes_data);
     }
 
     if i.access_mode.is_multi_node() {
@@ -346,8 +356,11 @@ proptest! {
         }
         for t in &w.tickets {
             // A cleanup ticket on a node that serves other tickets waits for them.
-            let in_use = t.ticket.type_ == T::Cleanup
-                && d.nodes.get(&t.ticket.node_id).is_some_and(|n| !n.removes_data);
+            // So does a restore ticket on a node that serves other tickets.
+            let in_use = (t.ticket.type_ == T::Cleanup
+                && d.nodes.get(&t.ticket.node_id).is_some_and(|n| !n.removes_data))
+                || (t.ticket.type_ == T::VolumeRestore
+                    && d.nodes.get(&t.ticket.node_id).is_some_and(|n| !n.populates));
             if eligible(w, t) && d.nodes.contains_key(&t.ticket.node_id) {
                 if in_use {
                     prop_assert_eq!(d.tickets[&t.ticket.id].reason, R::InUse);
@@ -404,10 +417,13 @@ proptest! {
                 let workload = world.tickets.iter().any(|t| {
                     t.ticket.node_id == node
                         && !is_background(t.ticket.type_)
+                        && t.ticket.type_ != T::VolumeRestore
                         && eligible(&world, t)
                 });
-                // (A mount that removed the data is replaced by a serving one.)
-                if workload && !world.mounts[node].removes_data {
+                // (A mount that removed the data, or filled the volume, is replaced by
+                // a serving one.)
+                let m = &world.mounts[node];
+                if workload && !m.removes_data && !m.populates {
                     prop_assert!(holders_of(&next).contains(node));
                 }
             }

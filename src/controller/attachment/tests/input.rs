@@ -79,7 +79,8 @@ fn mount_view_by_phase_and_deletion() {
             MountView {
                 state,
                 read_only,
-                removes_data: false
+                removes_data: false,
+                populates: false,
             },
             "{what}"
         );

@@ -31,6 +31,7 @@ fn volume(mode: AccessMode) -> Volume {
     let mut v = Volume::new(
         "v",
         VolumeSpec {
+            data_source: None,
             size: Quantity("1Gi".into()),
             access_mode: mode,
             backend: VolumeBackend {
@@ -40,6 +41,8 @@ fn volume(mode: AccessMode) -> Volume {
             },
             mount_options: vec!["allow_other".into()],
             idle_mount_delay_seconds: None,
+            mount_resources: None,
+            attr_cache_seconds: None,
         },
     );
     v.metadata.uid = Some("uid-v".into());
@@ -69,6 +72,7 @@ fn mountpod(node: &str, phase: Option<MountPhase>) -> MountPod {
     let mut mp = MountPod::new(
         &api::mountpod_name("v", node),
         MountPodSpec {
+            populate_from: None,
             volume: "v".into(),
             node_name: node.into(),
             source: "/b/v".into(),
@@ -79,6 +83,8 @@ fn mountpod(node: &str, phase: Option<MountPhase>) -> MountPod {
             mount_options: vec![],
             references: vec![],
             retain_seconds: None,
+            resources: None,
+            attr_cache_seconds: None,
         },
     );
     mp.metadata.generation = Some(2);
@@ -114,6 +120,7 @@ fn decision(nodes: &[&str], tickets: &[(&str, TicketOutcome)]) -> Decision {
                     NodeMount {
                         read_only: false,
                         removes_data: false,
+                        populates: false,
                     },
                 )
             })

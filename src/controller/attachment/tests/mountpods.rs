@@ -10,6 +10,7 @@ fn desired_spec_from_the_volume() {
     assert_eq!(
         spec,
         MountPodSpec {
+            populate_from: None,
             volume: "v".into(),
             node_name: "n1".into(),
             source: "/b/v".into(),
@@ -20,6 +21,8 @@ fn desired_spec_from_the_volume() {
             mount_options: vec!["allow_other".into()],
             references: vec![],
             retain_seconds: None,
+            resources: None,
+            attr_cache_seconds: None,
         }
     );
     let mut local = v.clone();
@@ -60,6 +63,7 @@ fn only_controlled_fields_count_as_a_change() {
                     target_path: "/k/p".into(),
                     owner: "pod/x".into(),
                     read_only: false,
+                    pod: None,
                 })
             }),
             true,
@@ -147,4 +151,50 @@ fn a_created_mountpod_carries_the_agents_finalizer_only_where_an_agent_is_regist
         let mp: MountPod = serde_json::from_value(body).unwrap();
         assert_eq!(mp.spec, desired, "agent {agent}");
     }
+}
+
+#[test]
+fn a_populate_spec_carries_the_data_source_until_the_volume_is_populated() {
+    let mut v = volume(AccessMode::ReadWriteOnce);
+    let from = api::DataSource {
+        volume: "src".into(),
+        source: "/b/src".into(),
+    };
+    // No data source: nothing to copy, and the agent refuses such a MountPod.
+    let spec = desired_spec(&v, "n1", false, MountTask::Populate).unwrap();
+    assert_eq!((spec.task, spec.populate_from), (MountTask::Populate, None));
+    v.spec.data_source = Some(from.clone());
+    let spec = desired_spec(&v, "n1", false, MountTask::Populate).unwrap();
+    assert_eq!(spec.populate_from.as_ref(), Some(&from));
+    // … and it is in what the controller applies.
+    let body = apply_body(&v, &Labels::default(), &spec);
+    assert_eq!(body["spec"]["populateFrom"]["volume"], "src");
+    assert_eq!(body["spec"]["task"], "Populate");
+    // Only a Populate task carries it.
+    let spec = desired_spec(&v, "n1", false, MountTask::Serve).unwrap();
+    assert_eq!(spec.populate_from, None);
+    // Once populated, never again: a later restore ticket must not replace the data.
+    v.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(api::ANNOTATION_POPULATED.into(), "true".into());
+    let spec = desired_spec(&v, "n1", false, MountTask::Populate).unwrap();
+    assert_eq!(spec.populate_from, None);
+}
+
+#[test]
+fn a_node_that_filled_the_volume_is_where_it_was_last_attached() {
+    let v = volume(AccessMode::ReadWriteOnce);
+    let mut filling = mountpod("n1", Some(MountPhase::Ready));
+    filling.spec.task = MountTask::Populate;
+    let s = super::super::status::volume_status(
+        &v,
+        &[std::sync::Arc::new(filling)],
+        &decision(&["n1"], &[]),
+        &t(100),
+    );
+    // Its data is there: a restore from it copies there, its cleanup removes it there.
+    assert_eq!(s.last_attached_node.as_deref(), Some("n1"));
+    // It serves no workload: not an attached node.
+    assert!(s.attached_nodes.is_empty(), "{s:?}");
 }

@@ -1,0 +1,262 @@
+//! Snapshots, restores and clones at the CSI socket of the running `tessera
+//! controller` (issue 19): the cases the sidecars cannot produce. A snapshot of a
+//! volume that does not exist is NOT_FOUND; a restore or clone into less than its
+//! source is OUT_OF_RANGE; a restore from a snapshot that does not exist is NOT_FOUND;
+//! in each case nothing is created. A volume never attached has no data: its
+//! snapshot is ready at once, and so is a clone of it. (The copies themselves, on real
+//! nodes through the real sidecars: tests/pods/snapshots.rs.)
+
+mod support;
+
+use std::time::Duration;
+
+use kube::Api;
+use support::fixtures::{ControllerProcess, eventually};
+use tessera::api::Volume;
+use tessera::csi::proto::controller_client::ControllerClient;
+use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use tessera::csi::proto::volume_content_source::{SnapshotSource, Type, VolumeSource};
+use tessera::csi::proto::*;
+use tonic::Code;
+use tonic::transport::Endpoint;
+
+fn cap() -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(AccessType::Mount(MountVolume::default())),
+    }
+}
+
+fn create(name: &str, bytes: i64, source: Option<Type>) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![cap()],
+        volume_content_source: source.map(|t| VolumeContentSource { r#type: Some(t) }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn snapshot_and_clone_requests_get_the_right_codes_and_create_nothing_on_error() {
+    let client = support::client().await;
+    support::ensure_crds(&client).await;
+    let id = support::unique_name("csisnap");
+    let work = tempfile::Builder::new()
+        .prefix("tessera-csisnap-")
+        .tempdir()
+        .unwrap();
+    let backend = work.path().join("backend");
+    std::fs::create_dir_all(&backend).unwrap();
+    let sock = work.path().join("controller.sock");
+    let _ctrl = ControllerProcess::start(
+        &id,
+        &[
+            "--no-leader-election",
+            &format!("--csi-endpoint=unix://{}", sock.display()),
+            &format!("--default-backend-root={}", backend.display()),
+        ],
+    );
+    eventually(Duration::from_secs(30), "the CSI socket", || async {
+        sock.exists().then_some(())
+    })
+    .await;
+    let channel = Endpoint::from_shared(format!("unix://{}", sock.display()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut ctrl = ControllerClient::new(channel);
+    let volumes: Api<Volume> = Api::all(client.clone());
+    let exists = |name: String| {
+        let volumes = volumes.clone();
+        async move { volumes.get_opt(&name).await.unwrap().is_some() }
+    };
+    const M: i64 = 1 << 20;
+
+    // A snapshot of a volume that does not exist: NOT_FOUND, no snapshot Volume.
+    let snap_name = format!("{id}-snap-missing");
+    let err = ctrl
+        .create_snapshot(CreateSnapshotRequest {
+            source_volume_id: format!("{id}-nope"),
+            name: snap_name.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    assert!(err.message().contains("not found"), "{}", err.message());
+    assert!(!exists(snap_name).await);
+
+    // A source volume, never attached (no data).
+    let src = ctrl
+        .create_volume(create(&format!("{id}-src"), 64 * M, None))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+
+    // A clone into less than the source: OUT_OF_RANGE, saying both sizes; nothing made.
+    let small = format!("{id}-small");
+    let err = ctrl
+        .create_volume(create(
+            &small,
+            32 * M,
+            Some(Type::Volume(VolumeSource {
+                volume_id: src.volume_id.clone(),
+            })),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
+    let msg = err.message();
+    assert!(
+        msg.contains(&(32 * M).to_string()) && msg.contains(&(64 * M).to_string()),
+        "{msg}"
+    );
+    assert!(!exists(small).await);
+
+    // A restore from a snapshot that does not exist: NOT_FOUND, nothing made.
+    let orphan = format!("{id}-orphan");
+    let err = ctrl
+        .create_volume(create(
+            &orphan,
+            64 * M,
+            Some(Type::Snapshot(SnapshotSource {
+                snapshot_id: format!("{id}-no-such-snapshot"),
+            })),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    assert!(!exists(orphan).await);
+    // A volume id is no snapshot id.
+    let err = ctrl
+        .create_volume(create(
+            &format!("{id}-notsnap"),
+            64 * M,
+            Some(Type::Snapshot(SnapshotSource {
+                snapshot_id: src.volume_id.clone(),
+            })),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+
+    // A volume never attached: its snapshot is ready at once (nothing to copy), and
+    // the same request again answers the same; another source under the name is
+    // ALREADY_EXISTS.
+    let snap_req = CreateSnapshotRequest {
+        source_volume_id: src.volume_id.clone(),
+        name: format!("{id}-snap"),
+        ..Default::default()
+    };
+    let snap = ctrl
+        .create_snapshot(snap_req.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    assert!(snap.ready_to_use, "{snap:?}");
+    assert_eq!(snap.size_bytes, 64 * M);
+    let again = ctrl
+        .create_snapshot(snap_req.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    assert_eq!(again.snapshot_id, snap.snapshot_id);
+    let other = ctrl
+        .create_volume(create(&format!("{id}-other"), 64 * M, None))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let err = ctrl
+        .create_snapshot(CreateSnapshotRequest {
+            source_volume_id: other.volume_id.clone(),
+            ..snap_req.clone()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+    // The snapshot is not listed as a volume.
+    let listed = ctrl
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        listed
+            .entries
+            .iter()
+            .all(|e| e.volume.as_ref().unwrap().volume_id != snap.snapshot_id)
+    );
+
+    // A restore of it, larger than the snapshot: created, echoing its source.
+    let restored = ctrl
+        .create_volume(create(
+            &format!("{id}-restored"),
+            128 * M,
+            Some(Type::Snapshot(SnapshotSource {
+                snapshot_id: snap.snapshot_id.clone(),
+            })),
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(restored.capacity_bytes, 128 * M);
+    assert!(restored.content_source.is_some());
+    let v = volumes.get(&restored.volume_id).await.unwrap();
+    assert_eq!(
+        v.spec.data_source.as_ref().map(|d| d.volume.as_str()),
+        Some(snap.snapshot_id.as_str())
+    );
+    assert!(v.populated());
+
+    // DeleteSnapshot: the snapshot's Volume is deleted (its data then goes through the
+    // usual cleanup ticket, on a node with an agent: tests/pods/snapshots.rs); again is
+    // fine.
+    for _ in 0..2 {
+        ctrl.delete_snapshot(DeleteSnapshotRequest {
+            snapshot_id: snap.snapshot_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    let deleting = volumes
+        .get_opt(&snap.snapshot_id)
+        .await
+        .unwrap()
+        .is_none_or(|v| v.metadata.deletion_timestamp.is_some());
+    assert!(deleting, "the snapshot's Volume is not being deleted");
+    // DeleteSnapshot never deletes a volume that is no snapshot.
+    ctrl.delete_snapshot(DeleteSnapshotRequest {
+        snapshot_id: src.volume_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert!(exists(src.volume_id.clone()).await);
+
+    for v in [src.volume_id, other.volume_id, restored.volume_id] {
+        let _ = ctrl
+            .delete_volume(DeleteVolumeRequest {
+                volume_id: v,
+                ..Default::default()
+            })
+            .await;
+    }
+}

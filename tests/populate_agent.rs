@@ -1,0 +1,339 @@
+//! The node side of snapshots, restores and clones (issue 19) against the real
+//! control plane, with a real `tessera controller` and `tessera node` and real FUSE
+//! mounts (root and /dev/fuse): a `volume-restore` ticket on a Volume with a
+//! `dataSource` gets a MountPod of task Populate, and the agent copies the source's
+//! directory, written through its live mount, into the volume: same bytes, symlinks
+//! as links (never followed), within the volume's size; a populated volume is never
+//! filled again. (The whole chain through the sidecars, on real nodes:
+//! tests/pods/snapshots.rs.)
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use kube::Api;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use support::fixtures::{self, AgentProcess, eventually};
+use tessera::api::{DataSource, MountPod, MountTask, Volume};
+use tessera::csi::proto::controller_client::ControllerClient;
+use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use tessera::csi::proto::volume_content_source::{SnapshotSource, Type, VolumeSource};
+use tessera::csi::proto::*;
+use tonic::Code;
+use tonic::transport::Endpoint;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+use support::env::AgentEnv as Env;
+
+fn tree_sums(dir: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let rel = p.strip_prefix(dir).unwrap().display().to_string();
+            let ft = e.file_type().unwrap();
+            let v = if ft.is_symlink() {
+                format!("-> {}", std::fs::read_link(&p).unwrap().display())
+            } else if ft.is_dir() {
+                stack.push(p.clone());
+                "dir".into()
+            } else {
+                hex::encode(Sha256::digest(std::fs::read(&p).unwrap()))
+            };
+            out.insert(rel, v);
+        }
+    }
+    out
+}
+
+/// A Volume `<id>-<suffix>` of `size` filled from `from`.
+async fn filled_volume(e: &Env, suffix: &str, size: &str, from: &str) -> String {
+    let name = e.volume_name(suffix);
+    let mut v = fixtures::volume_at(&name, &e.id, "ReadWriteOnce", e.backend.path(), true);
+    v.spec.size = k8s_openapi::apimachinery::pkg::api::resource::Quantity(size.into());
+    v.spec.data_source = Some(DataSource {
+        volume: from.into(),
+        source: e.backend.path().join(from).display().to_string(),
+    });
+    e.create_volume(&v).await
+}
+
+#[tokio::test]
+async fn a_restore_ticket_fills_a_volume_from_a_live_source() {
+    let e = Env::new("npop", 1, WAIT).await;
+    let node = e.nodes[0].clone();
+    let agent = AgentProcess::start(&e.id, &node);
+    let src = e.volume_name("src");
+    let v = fixtures::volume_at(&src, &e.id, "ReadWriteOnce", e.backend.path(), true);
+    e.create_volume(&v).await;
+    e.attach(&src, "manual-a", "manual", &node).await;
+    // Written through the live mount (a workload), not synced by the writer.
+    let mnt = agent.mountpoint(&src);
+    std::fs::create_dir_all(mnt.join("d/e")).unwrap();
+    std::fs::write(mnt.join("d/e/f"), b"hello").unwrap();
+    std::fs::write(mnt.join("big"), vec![9u8; 2 << 20]).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), b"not volume data").unwrap();
+    std::os::unix::fs::symlink(outside.path(), e.backend.path().join(&src).join("out")).unwrap();
+    let want = tree_sums(&e.backend.path().join(&src));
+
+    // The fill: a volume-restore ticket on the new volume, on the node; the source
+    // stays attached to its workload meanwhile.
+    let dst = filled_volume(&e, "dst", "16Mi", &src).await;
+    e.attach(&dst, "restore-src", "volume-restore", &node).await;
+    let mp = fixtures::mountpod_on(&e.client, &dst, &node).await.unwrap();
+    assert_eq!(mp.spec.task, MountTask::Populate);
+    let dst_dir = e.backend.path().join(&dst);
+    assert_eq!(tree_sums(&dst_dir), want);
+    assert_eq!(
+        std::fs::read_link(dst_dir.join("out")).unwrap(),
+        outside.path(),
+        "a link is copied as a link"
+    );
+    // Nothing of what the link points to was copied.
+    assert!(!tree_sums(&dst_dir).keys().any(|k| k.contains("secret")));
+    let events = support::kubectl_output(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        &format!(
+            "involvedObject.name={},reason=Populated",
+            mp.metadata.name.clone().unwrap()
+        ),
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        events.contains("2 files") || events.contains("files"),
+        "{events:?}"
+    );
+    e.detach(&dst, "restore-src", &node).await;
+
+    // Populated: a later restore ticket must not replace its data.
+    Api::<Volume>::all(e.client.clone())
+        .patch(
+            &dst,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {"tessera.io/populated": "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    std::fs::write(dst_dir.join("mine"), b"written since").unwrap();
+    fixtures::put_ticket(
+        &e.client,
+        &dst,
+        "restore-again",
+        "volume-restore",
+        &node,
+        json!({}),
+    )
+    .await;
+    let mps: Api<MountPod> = Api::all(e.client.clone());
+    let name = tessera::api::mountpod_name(&dst, &node);
+    eventually(WAIT, "the second fill refused", || async {
+        let mp = mps.get_opt(&name).await.ok()??;
+        let st = mp.status?;
+        st.conditions
+            .iter()
+            .any(|c| c.type_ == "DataPopulated" && c.reason == "NothingToPopulate")
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        std::fs::read(dst_dir.join("mine")).unwrap(),
+        b"written since"
+    );
+    fixtures::remove_ticket(&e.client, &dst, "restore-again").await;
+    e.mountpod_gone(&dst, &node).await;
+
+    // A volume smaller than the data: the copy stops, the ticket says why.
+    let small = filled_volume(&e, "small", "1Mi", &src).await;
+    fixtures::put_ticket(
+        &e.client,
+        &small,
+        "restore-src",
+        "volume-restore",
+        &node,
+        json!({}),
+    )
+    .await;
+    let state = e.blocked(&small, "restore-src", "MountFailed").await;
+    assert!(state.message.contains("does not fit"), "{}", state.message);
+    fixtures::remove_ticket(&e.client, &small, "restore-src").await;
+    e.mountpod_gone(&small, &node).await;
+
+    e.detach(&src, "manual-a", &node).await;
+    e.cleanup(&[src, dst, small]).await;
+}
+
+fn cap() -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(AccessType::Mount(MountVolume::default())),
+    }
+}
+
+fn create(name: &str, source: Option<Type>) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: 64 << 20,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![cap()],
+        volume_content_source: source.map(|t| VolumeContentSource { r#type: Some(t) }),
+        ..Default::default()
+    }
+}
+
+/// The CSI calls the sidecars make, against the controller's socket with a real
+/// agent: CreateSnapshot of an attached volume answers not ready until the copy is
+/// done, then ready; the snapshot, a restore of it and a clone hold the same tree; the
+/// tickets are gone afterwards (only the workload's is left).
+#[tokio::test]
+async fn snapshot_restore_and_clone_through_the_csi_controller_with_a_real_agent() {
+    let base = support::env::Env::new("ncsisnap", 1, WAIT).await;
+    fixtures::create_csinodes(&base.client, &base.id, &base.nodes).await;
+    let _nodes = fixtures::NodesGuard(base.nodes.clone());
+    let node = base.nodes[0].clone();
+    let work = tempfile::Builder::new()
+        .prefix("tessera-backend-")
+        .tempdir()
+        .unwrap();
+    let backend = work.path().to_path_buf();
+    let sock = backend.join("controller.sock");
+    let _ctrl = fixtures::ControllerProcess::start(
+        &base.id,
+        &[
+            "--no-leader-election",
+            &format!("--csi-endpoint=unix://{}", sock.display()),
+            &format!("--default-backend-root={}", backend.display()),
+        ],
+    );
+    let agent = AgentProcess::start(&base.id, &node);
+    eventually(WAIT, "the CSI socket", || async {
+        sock.exists().then_some(())
+    })
+    .await;
+    let channel = Endpoint::from_shared(format!("unix://{}", sock.display()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut ctrl = ControllerClient::new(channel);
+
+    let src = ctrl
+        .create_volume(create(&format!("{}-src", base.id), None))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id;
+    let vas: Api<tessera::api::VolumeAttachment> = Api::all(base.client.clone());
+    eventually(WAIT, "the source's VolumeAttachment", || async {
+        vas.get_opt(&src).await.ok().flatten()
+    })
+    .await;
+    base.attach(&src, "manual-a", "manual", &node).await;
+    let mnt = agent.mountpoint(&src);
+    std::fs::create_dir_all(mnt.join("x/y")).unwrap();
+    std::fs::write(mnt.join("x/y/z"), b"snap me").unwrap();
+    std::fs::write(mnt.join("data"), vec![3u8; 3 << 20]).unwrap();
+    let want = tree_sums(&backend.join(&src));
+
+    let req = CreateSnapshotRequest {
+        source_volume_id: src.clone(),
+        name: format!("{}-snap", base.id),
+        ..Default::default()
+    };
+    let mut calls = 0;
+    let snap = eventually(WAIT, "snapshot ready", || {
+        calls += 1;
+        let (mut ctrl, req) = (ctrl.clone(), req.clone());
+        async move {
+            let s = ctrl
+                .create_snapshot(req)
+                .await
+                .unwrap()
+                .into_inner()
+                .snapshot?;
+            s.ready_to_use.then_some(s)
+        }
+    })
+    .await;
+    println!("snapshot ready after {calls} CreateSnapshot call(s)");
+    assert_eq!(
+        tree_sums(&backend.join(&snap.snapshot_id)),
+        want,
+        "snapshot"
+    );
+
+    for (name, source) in [
+        (
+            "restored",
+            Type::Snapshot(SnapshotSource {
+                snapshot_id: snap.snapshot_id.clone(),
+            }),
+        ),
+        (
+            "cloned",
+            Type::Volume(VolumeSource {
+                volume_id: src.clone(),
+            }),
+        ),
+    ] {
+        let req = create(&format!("{}-{name}", base.id), Some(source));
+        let v = eventually(WAIT, &format!("{name} created"), || {
+            let (mut ctrl, req) = (ctrl.clone(), req.clone());
+            async move {
+                match ctrl.create_volume(req).await {
+                    Ok(r) => r.into_inner().volume,
+                    Err(s) if s.code() == Code::Unavailable => None,
+                    Err(s) => panic!("{name}: {s:?}"),
+                }
+            }
+        })
+        .await;
+        assert_eq!(tree_sums(&backend.join(&v.volume_id)), want, "{name}");
+    }
+    let left: Vec<String> = fixtures::ticket_states(&base.client, &src)
+        .await
+        .into_keys()
+        .collect();
+    assert_eq!(left, ["manual-a"]);
+
+    ctrl.delete_snapshot(DeleteSnapshotRequest {
+        snapshot_id: snap.snapshot_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let volumes: Api<Volume> = Api::all(base.client.clone());
+    eventually(WAIT, "the snapshot's Volume and data gone", || async {
+        let gone = volumes.get_opt(&snap.snapshot_id).await.unwrap().is_none();
+        (gone && !backend.join(&snap.snapshot_id).exists()).then_some(())
+    })
+    .await;
+    base.detach(&src, "manual-a", &node).await;
+    for v in ["src", "restored", "cloned"] {
+        let _ = ctrl
+            .delete_volume(DeleteVolumeRequest {
+                volume_id: format!("{}-{v}", base.id),
+                ..Default::default()
+            })
+            .await;
+    }
+    base.cleanup_waiting(&[]).await;
+}
