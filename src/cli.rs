@@ -104,6 +104,11 @@ pub async fn node(args: crate::node::NodeArgs) -> Result<(), crate::node::Error>
             args.node_name.clone(),
             host.config.kubelet_dir.clone(),
             host.mounts.clone(),
+            crate::csi::node::ephemeral::Settings {
+                max_bytes: args.inline_max_size,
+                labels: args.watch_selector.clone().unwrap_or_default(),
+                ..crate::csi::node::ephemeral::Settings::new(host.config.allowed_roots.clone())
+            },
         );
         runtime::csi::spawn(
             endpoint,

@@ -361,6 +361,14 @@ fn chart_values_reach_the_objects() {
             .contains("system:serviceaccount:storage:tessera-node"),
         "the policy names the node agent in the release namespace"
     );
+    for name in ["tessera-node-inline-volumes", "tessera-node-inline-tickets"] {
+        assert!(
+            get("ValidatingAdmissionPolicy", "", name)
+                .to_string()
+                .contains("system:serviceaccount:storage:tessera-node"),
+            "{name} names the node agent in the release namespace"
+        );
+    }
     let binding = get("ClusterRoleBinding", "", "tessera-node");
     assert_eq!(binding["subjects"][0]["namespace"], "storage");
     let crd = get("CustomResourceDefinition", "", "volumes.tessera.io");

@@ -32,6 +32,8 @@ mod writer;
 
 #[path = "pods/csisurface.rs"]
 mod csisurface;
+#[path = "pods/inline.rs"]
+mod inline;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

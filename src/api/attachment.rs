@@ -62,7 +62,7 @@ pub struct AttachmentTicket {
     pub id: String,
 
     /// Who asks, which sets the priority: volume-restore, volume-expansion (2000) >
-    /// manual (1000) > csi-attacher, share-manager (900) > snapshot, backup, clone,
+    /// manual (1000) > csi-attacher, csi-ephemeral, share-manager (900) > snapshot, backup, clone,
     /// cleanup (800, background: interruptible) > idle-mount (700, background).
     #[serde(rename = "type")]
     pub type_: AttacherType,
@@ -119,6 +119,10 @@ pub enum AttacherType {
     Manual,
     /// The CSI driver, on behalf of a storage.k8s.io VolumeAttachment (a pod).
     CsiAttacher,
+    /// The CSI Node service, for a CSI ephemeral inline volume of a Pod on its node
+    /// (no storage.k8s.io VolumeAttachment exists for those): written by NodePublish,
+    /// removed by NodeUnpublish, and by the controller once the Pod is gone.
+    CsiEphemeral,
     /// A share manager exporting the volume.
     ShareManager,
     /// Taking a snapshot (background).
@@ -138,11 +142,12 @@ pub enum AttacherType {
 
 impl AttacherType {
     /// Every attacher type, in priority order.
-    pub const ALL: [AttacherType; 10] = [
+    pub const ALL: [AttacherType; 11] = [
         AttacherType::VolumeRestore,
         AttacherType::VolumeExpansion,
         AttacherType::Manual,
         AttacherType::CsiAttacher,
+        AttacherType::CsiEphemeral,
         AttacherType::ShareManager,
         AttacherType::Snapshot,
         AttacherType::Backup,
@@ -158,6 +163,7 @@ impl AttacherType {
             AttacherType::VolumeExpansion => "volume-expansion",
             AttacherType::Manual => "manual",
             AttacherType::CsiAttacher => "csi-attacher",
+            AttacherType::CsiEphemeral => "csi-ephemeral",
             AttacherType::ShareManager => "share-manager",
             AttacherType::Snapshot => "snapshot",
             AttacherType::Backup => "backup",

@@ -9,7 +9,8 @@
 //!  Node (names) ─────┘        │ MountPods created/deleted per the decision
 //!                             │ ticket statuses + Volume status written (SSA, status only)
 //!  Node, storage VA, clock ─▶ reaper ──▶ removes Tessera's own tickets nothing stands
-//!                                        behind (+ Event); never another manager's
+//!                                        behind (+ Event); never another manager's;
+//!                                        deletes inline Volumes whose Pod is gone ([`inline`])
 //! ```
 //!
 //! Everything is level-triggered: a reconcile reads the current objects, decides, and
@@ -30,6 +31,7 @@ pub mod attachment;
 mod context;
 mod error;
 pub mod events;
+pub mod inline;
 pub mod leader;
 pub mod own_writes;
 pub mod protection;

@@ -9,6 +9,9 @@
 //!   workload on another node, or the volume is being deleted (an idle mount is kept,
 //!   never brought back).
 //!
+//! Every few passes it also deletes the inline Volumes whose Pod is gone
+//! ([`super::inline`]).
+//!
 //! Only tickets whose fields only Tessera's field managers own ([`written_by_tessera`],
 //! from `managedFields`) are removed. A ticket another manager owns (a GitOps tool, a
 //! person) is never removed: a re-apply would bring it back, forever. Arbitration stops
@@ -43,6 +46,7 @@ pub const TESSERA_MANAGERS: [&str; 2] = [FIELD_MANAGER, crate::csi::controller::
 
 /// Run the reaper every `interval`, forever.
 pub async fn run(ctx: Arc<Context>, interval: Duration) {
+    let mut pass: u64 = 0;
     loop {
         tokio::time::sleep(interval).await;
         if !ctx.caches_ready().await {
@@ -51,6 +55,13 @@ pub async fn run(ctx: Arc<Context>, interval: Duration) {
         let res = measured(&ctx.metrics, "reaper", reap_once(&ctx)).await;
         if let Err(e) = res {
             warn!(error = %error_chain(&e), "reaper pass failed");
+        }
+        pass += 1;
+        if pass.is_multiple_of(super::inline::ORPHAN_EVERY) {
+            let res = measured(&ctx.metrics, "reaper", super::inline::reap_orphans(&ctx)).await;
+            if let Err(e) = res {
+                warn!(error = %error_chain(&e), "inline orphan pass failed");
+            }
         }
     }
 }

@@ -6,6 +6,7 @@
 //!                     ─▶ ControllerUnpublish ─▶ remove ticket ─▶ await gone
 //!  external-resizer ─▶ ControllerExpandVolume ─▶ Volume spec.size grows ─▶ quota grows online
 //!  kubelet ─▶ NodeStage/NodePublish ─▶ bind the node's FUSE mount; reference on the MountPod
+//!  kubelet ─▶ NodePublish (inline) ─▶ Volume + csi-ephemeral ticket first ([`node::ephemeral`])
 //! ```
 //!
 //! The driver never arbitrates: it only adds, removes and awaits tickets. Identity and
@@ -43,6 +44,9 @@ use crate::runtime::{error_chain, truncated};
 use proto::controller_server::ControllerServer;
 use proto::identity_server::IdentityServer;
 use proto::node_server::NodeServer;
+
+/// Prefix of the `volume_context` keys the kubelet and the sidecars set themselves.
+pub const CSI_KEY_PREFIX: &str = "csi.storage.k8s.io/";
 
 /// Topology key of node-local volumes.
 pub const TOPOLOGY_NODE_KEY: &str = "topology.tessera.io/node";

@@ -28,14 +28,19 @@ use fuser::{
 };
 
 use super::counters::{self, Op, Slot};
-use super::fs::{Attr, FsError, IoMode, LockSpec, SetAttr, VolumeFs, Waiters, Xattr};
+use super::fs::{Attr, FsError, IoMode, LockSpec, SetAttr, VolumeFs, Waiters, WriteReq, Xattr};
 use super::quota::Mode;
 use convert::{caller, file_attr, file_type, set_time};
 
 mod backing;
 mod coherence;
 mod convert;
+pub mod fault;
 mod locks;
+
+/// The bit the kernel sets in the `unique` of a request it queues again after
+/// `FUSE_NOTIFY_RESEND` (`FUSE_UNIQUE_RESEND`, Linux 6.9; fuser passes it on).
+const FUSE_UNIQUE_RESEND: u64 = 1 << 63;
 
 /// Largest write the kernel sends in one request.
 pub const MAX_WRITE: u32 = 1 << 20;
@@ -458,7 +463,7 @@ impl Filesystem for Adapter {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -470,10 +475,18 @@ impl Filesystem for Adapter {
     ) {
         counters::op(Op::Write);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        match self.fs.write(fh.0, offset, data, kill) {
-            Ok(n) => {
+        let unique = req.unique().0;
+        let w = WriteReq {
+            unique: unique & !FUSE_UNIQUE_RESEND,
+            resent: unique & FUSE_UNIQUE_RESEND != 0,
+        };
+        match self.fs.write_request(w, fh.0, offset, data, kill) {
+            Ok((n, journaled)) => {
                 counters::table().bytes(Slot::WrittenBytes, n as u64);
-                reply.written(n as u32)
+                fault::after_write();
+                reply.written(n as u32);
+                // Answered: the kernel will not resend it.
+                drop(journaled);
             }
             Err(e) => reply.error(errno(&e)),
         }

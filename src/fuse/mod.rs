@@ -423,6 +423,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
             return Err(Error::Timeout(name, t));
         }
     }
+    adapter::fault::warn_if_armed();
     let (mount_options, options) = mount_options(&args)?;
     // The kernel applies the caller's umask before a create reaches us; ours must not
     // apply a second one. Set before any thread exists (umask is per process).

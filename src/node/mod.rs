@@ -140,9 +140,22 @@ pub struct NodeArgs {
     /// The agent's own Pod (its image is the mount Pods' by default).
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
+    /// The largest CSI ephemeral inline volume a Pod may ask for (`size` in its
+    /// `volumeAttributes`), as a quantity.
+    #[arg(long, default_value = "10Gi", value_parser = parse_size)]
+    pub inline_max_size: u64,
     /// The backend roots MountPods may name (the node administrator's).
     #[command(flatten)]
     pub roots: RootArgs,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    crate::api::quantity_bytes(s)
+        .map_err(|e| e.to_string())
+        .and_then(|b| match b {
+            0 => Err("must be positive".into()),
+            b => Ok(b),
+        })
 }
 
 /// Where the FUSE daemons run.

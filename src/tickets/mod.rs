@@ -170,7 +170,7 @@ pub fn priority(t: AttacherType) -> u32 {
     match t {
         AttacherType::VolumeRestore | AttacherType::VolumeExpansion => 2000,
         AttacherType::Manual => 1000,
-        AttacherType::CsiAttacher | AttacherType::ShareManager => 900,
+        AttacherType::CsiAttacher | AttacherType::CsiEphemeral | AttacherType::ShareManager => 900,
         AttacherType::Snapshot
         | AttacherType::Backup
         | AttacherType::Clone

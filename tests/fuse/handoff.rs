@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tessera::fuse::handoff::holder::Holder;
 
-use crate::support::Mount;
+use crate::support::{Builder, Mount};
 
 /// A holder socket and a state file outside the mount's own directory.
 struct Held {
@@ -35,7 +35,10 @@ impl Held {
         self.dir.path().join("mount.handoff")
     }
     fn mount(&self) -> Mount {
-        Mount::builder()
+        self.mount_with(|b| b)
+    }
+    fn mount_with(&self, f: impl FnOnce(Builder) -> Builder) -> Mount {
+        f(Mount::builder())
             .arg("--holder")
             .arg(self.socket().to_str().unwrap())
             .arg("--handoff-state")
@@ -431,4 +434,113 @@ fn an_orphaned_connection_is_let_go_after_the_grace() {
     );
     assert!(!holder.holds(&m.mnt), "the holder let go");
     nix::mount::umount2(&m.mnt, nix::mount::MntFlags::MNT_DETACH).unwrap();
+}
+
+/// Appends `n` records to `path` through a descriptor opened `O_APPEND`, one write
+/// each; the first error, if any.
+fn append_records(path: &Path, n: u64) -> Result<(), String> {
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    for i in 0..n {
+        f.write_all(format!("record {i:08}\n").as_bytes())
+            .map_err(|e| format!("write {i}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The same appends through a bind mount of a plain directory: what the file holds.
+fn appended_through_a_bind_mount(n: u64) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let (source, bind) = (dir.path().join("source"), dir.path().join("bind"));
+    fs::create_dir(&source).unwrap();
+    fs::create_dir(&bind).unwrap();
+    nix::mount::mount(
+        Some(&source),
+        &bind,
+        None::<&str>,
+        nix::mount::MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .expect("bind mount");
+    let r = append_records(&bind.join("log"), n);
+    let text = fs::read_to_string(source.join("log"));
+    nix::mount::umount2(&bind, nix::mount::MntFlags::MNT_DETACH).unwrap();
+    r.unwrap();
+    text.unwrap()
+}
+
+/// A WRITE the dead daemon had applied to its `O_APPEND` backing file but not
+/// answered is resent by the kernel after the takeover; the successor answers it
+/// from the dead daemon's write journal instead of appending the record again. The
+/// daemon dies exactly there (test-only fault point `TESSERA_FAULT_EXIT_AFTER_WRITE`:
+/// `_exit(9)` after applying its 5th write, before the reply).
+#[test]
+fn a_write_applied_but_not_answered_is_not_applied_again() {
+    write_applied_then_takeover(false);
+}
+
+/// The same, and the successor dies too, right after taking the resent WRITE from
+/// its predecessor's journal and before answering it: a third daemon still finds
+/// it applied (the successor carried the slot into its own journal).
+#[test]
+fn a_resent_write_survives_a_second_takeover() {
+    write_applied_then_takeover(true);
+}
+
+fn write_applied_then_takeover(successor_dies: bool) {
+    const RECORDS: u64 = 12;
+    let want: String = (0..RECORDS).map(|i| format!("record {i:08}\n")).collect();
+    assert_eq!(
+        appended_through_a_bind_mount(RECORDS),
+        want,
+        "the comparator"
+    );
+
+    let held = Held::new();
+    let _holder = Holder::serve(&held.socket()).unwrap();
+    let mut m = held.mount_with(|b| b.env("TESSERA_FAULT_EXIT_AFTER_WRITE", "5"));
+    wait_log(&m, "FUSE descriptor handed to the holder");
+    let path = m.path("log");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(append_records(&path, RECORDS));
+    });
+    let status = m
+        .wait_exit(Duration::from_secs(10))
+        .expect("the daemon exits at its fault point");
+    assert_eq!(status.code(), Some(9), "{}", m.log());
+    // The application waits for the answer to its 5th record, already in the file.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(rx.try_recv().is_err(), "the writer did not wait");
+    if successor_dies {
+        // Its first write is the resent one.
+        m.respawn_with(&[("TESSERA_FAULT_EXIT_AFTER_WRITE", "1")]);
+        let status = m
+            .wait_exit(Duration::from_secs(10))
+            .expect("the successor exits at its fault point");
+        assert_eq!(status.code(), Some(9), "{}", m.log());
+        assert!(rx.try_recv().is_err(), "the writer did not wait");
+    }
+    m.respawn();
+    wait_log(&m, "serving the held connection");
+    let r = rx
+        .recv_timeout(Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("the writer was never answered:\n{}", m.log()));
+    assert_eq!(r, Ok(()), "{}", m.log());
+    let text = fs::read_to_string(m.backing("log")).unwrap();
+    assert!(
+        text == want,
+        "each record exactly once, as through a bind mount; got:\n{text}\n{}",
+        m.log()
+    );
+    assert!(
+        m.log()
+            .contains("a WRITE the predecessor had begun, resent"),
+        "the resent write was recognised:\n{}",
+        m.log()
+    );
+    m.stop();
 }

@@ -46,9 +46,17 @@ pub struct Builder {
     source: Option<PathBuf>,
     quota: Option<String>,
     nofile: Option<u64>,
+    envs: Vec<(String, String)>,
 }
 
 impl Builder {
+    /// An environment variable of this daemon only (not of a successor started by
+    /// [`Mount::respawn`]): the test-only fault points.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.envs.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
     /// Quota in bytes (`--capacity-bytes`).
     pub fn capacity(mut self, bytes: u64) -> Self {
         self.capacity = bytes;
@@ -166,6 +174,7 @@ impl Builder {
             }
         }
         cmd.args(&self.args)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -233,6 +242,7 @@ impl Mount {
             source: None,
             quota: None,
             nofile: None,
+            envs: Vec::new(),
         }
     }
 
@@ -275,10 +285,16 @@ impl Mount {
     /// Start a daemon with the same command line (a successor), its log appended to
     /// the first one's, without waiting for anything.
     pub fn respawn(&mut self) {
+        self.respawn_with(&[]);
+    }
+
+    /// [`Self::respawn`] with these environment variables (fault points).
+    pub fn respawn_with(&mut self, envs: &[(&str, &str)]) {
         assert!(self.child.is_none(), "the daemon still runs");
         let log = fs::OpenOptions::new().append(true).open(&self.log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_tessera"))
             .args(&self.argv)
+            .envs(envs.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -18,10 +18,12 @@
 //! | [`resources`] | the mount daemon's CPU and memory parameters, no I/O |
 //! | [`snapshot`] | snapshots, restores and clones: volumes filled from another's data |
 //! | [`copy_plan`] | the steps of such a fill (tickets), the copy node, sizes; no I/O |
+//! | [`existing`] | Validate, List, Expand, Modify: reads and patches of existing Volumes |
 //! | [`error`] | [`Error`] and its one mapping to gRPC codes |
 
 pub mod copy_plan;
 pub mod error;
+mod existing;
 pub mod modify;
 pub mod request;
 pub mod resources;
@@ -31,7 +33,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -51,8 +53,8 @@ use crate::runtime::KubeContext;
 pub use error::Error;
 pub use request::{DEFAULT_SIZE, volume_name};
 use request::{
-    Parameters, access_mode_for, compatible, csi_volume, idle_ticket, mount_options, size_fits,
-    size_for, topology_node, volume_bytes,
+    Parameters, access_mode_for, compatible, idle_ticket, mount_options, size_fits, size_for,
+    topology_node, volume_bytes,
 };
 
 /// Annotation on a Volume with the CSI name it was created for.
@@ -469,173 +471,6 @@ impl ControllerService {
                 node: shown(&node),
             }),
         }
-    }
-
-    async fn validate(
-        &self,
-        req: ValidateVolumeCapabilitiesRequest,
-    ) -> Result<ValidateVolumeCapabilitiesResponse, Error> {
-        let volume_id = existing_id(
-            required("volume_id", &req.volume_id)?,
-            Error::VolumeNotFound,
-        )?;
-        let caps = required("volume_capabilities", &req.volume_capabilities)?;
-        let volume = self
-            .volumes()
-            .get_opt(volume_id)
-            .await
-            .context(|| format!("reading Volume {}", shown(volume_id)))?
-            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
-        let problems: Vec<String> = caps
-            .iter()
-            .filter_map(|c| compatible(volume.spec.access_mode, c).err())
-            .map(|e| e.to_string())
-            .collect();
-        let confirmed =
-            problems
-                .is_empty()
-                .then(|| validate_volume_capabilities_response::Confirmed {
-                    volume_context: req.volume_context.clone(),
-                    volume_capabilities: req.volume_capabilities.clone(),
-                    parameters: req.parameters.clone(),
-                    mutable_parameters: req.mutable_parameters.clone(),
-                });
-        Ok(ValidateVolumeCapabilitiesResponse {
-            confirmed,
-            message: problems.join("; "),
-        })
-    }
-
-    async fn list(&self, req: ListVolumesRequest) -> Result<ListVolumesResponse, Error> {
-        let start: usize = if req.starting_token.is_empty() {
-            0
-        } else {
-            req.starting_token
-                .parse()
-                .map_err(|_| Error::BadToken(shown(&req.starting_token)))?
-        };
-        let selector = self.settings.labels.selector();
-        let mut volumes = self
-            .volumes()
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .context(|| "listing Volumes".into())?
-            .items;
-        // A Volume being deleted (its data being removed) is no longer a volume to list,
-        // nor is a snapshot's.
-        volumes.retain(|v| v.metadata.deletion_timestamp.is_none() && !snapshot::is_snapshot(v));
-        volumes.sort_by_key(|v| v.name_any());
-        if start > volumes.len() {
-            return Err(Error::TokenPastEnd(start));
-        }
-        let max = if req.max_entries > 0 {
-            req.max_entries as usize
-        } else {
-            usize::MAX
-        };
-        let page: Vec<&Volume> = volumes.iter().skip(start).take(max).collect();
-        let next = start + page.len();
-        // One list of the VolumeAttachments, not one read per volume: the
-        // external-attacher calls this to reconcile every attachment it knows.
-        let published: std::collections::HashMap<String, Vec<String>> = self
-            .attachments()
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .context(|| "listing VolumeAttachments".into())?
-            .items
-            .into_iter()
-            .map(|va| {
-                (
-                    va.name_any(),
-                    va.status.map(|s| s.nodes).unwrap_or_default(),
-                )
-            })
-            .collect();
-        let mut entries = vec![];
-        for v in page {
-            entries.push(list_volumes_response::Entry {
-                volume: Some(csi_volume(v)?),
-                status: Some(list_volumes_response::VolumeStatus {
-                    published_node_ids: published.get(&v.name_any()).cloned().unwrap_or_default(),
-                    volume_condition: None,
-                }),
-            });
-        }
-        let next_token = if next < volumes.len() {
-            next.to_string()
-        } else {
-            String::new()
-        };
-        Ok(ListVolumesResponse {
-            entries,
-            next_token,
-        })
-    }
-
-    /// Patch the Volume's spec with what the VolumeAttributesClass asks (nothing
-    /// written when it has it already); the MountPods follow (see [`modify`]).
-    async fn modify(
-        &self,
-        req: ControllerModifyVolumeRequest,
-    ) -> Result<ControllerModifyVolumeResponse, Error> {
-        let volume_id = existing_id(
-            required("volume_id", &req.volume_id)?,
-            Error::VolumeNotFound,
-        )?;
-        let changes = modify::parse(&req.mutable_parameters)?;
-        let _guard = self.inflight.start(volume_id)?;
-        let volume = self
-            .volumes()
-            .get_opt(volume_id)
-            .await
-            .context(|| format!("reading Volume {}", shown(volume_id)))?
-            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
-        if let Some(mut patch) = modify::patch(&volume, &changes)? {
-            // Guarded by the version the changes were computed on.
-            patch["metadata"] = json!({"resourceVersion": volume.resource_version()});
-            self.volumes()
-                .patch(volume_id, &merge_params(), &Patch::Merge(&patch))
-                .await
-                .context(|| format!("modifying Volume {volume_id}"))?;
-            info!(changes = %patch["spec"], "volume modified");
-        }
-        Ok(ControllerModifyVolumeResponse {})
-    }
-
-    async fn expand(
-        &self,
-        req: ControllerExpandVolumeRequest,
-    ) -> Result<ControllerExpandVolumeResponse, Error> {
-        let volume_id = existing_id(
-            required("volume_id", &req.volume_id)?,
-            Error::VolumeNotFound,
-        )?;
-        let range = required("capacity_range", req.capacity_range.as_ref())?;
-        let want = size_for(Some(range))?;
-        let _guard = self.inflight.start(volume_id)?;
-        let volume = self
-            .volumes()
-            .get_opt(volume_id)
-            .await
-            .context(|| format!("reading Volume {}", shown(volume_id)))?
-            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
-        let have = volume_bytes(&volume)?;
-        if want > have {
-            let patch = json!({"spec": {"size": quantity_of(want)}});
-            self.volumes()
-                .patch(volume_id, &merge_params(), &Patch::Merge(&patch))
-                .await
-                .context(|| format!("growing Volume {volume_id}"))?;
-            info!(
-                from = have,
-                to = want,
-                "volume expanded (the mounts' quota grows online)"
-            );
-        }
-        Ok(ControllerExpandVolumeResponse {
-            capacity_bytes: i64::try_from(want.max(have)).unwrap_or(i64::MAX),
-            node_expansion_required: false,
-        })
     }
 }
 

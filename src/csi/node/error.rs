@@ -7,7 +7,9 @@
 
 use tonic::{Code, Status};
 
-use crate::api::QuantityError;
+use super::ephemeral::InlineError;
+use crate::api::{QuantityError, TicketReason};
+use crate::csi::watch::WatchError;
 use crate::csi::{Missing, Pending};
 use crate::host::mounts;
 use crate::host::paths::PathError;
@@ -123,6 +125,35 @@ pub enum Error {
         #[source]
         source: QuantityError,
     },
+    /// An inline volume's attributes or path are refused (the Pod must change).
+    #[error(transparent)]
+    Inline(#[from] InlineError),
+    /// The inline Volume of this Pod volume is being deleted (a Pod uid is never
+    /// reused, so this is a late retry).
+    #[error("inline volume {0} is being deleted")]
+    InlineBeingDeleted(String),
+    /// The inline Volume of this Pod volume exists with other attributes.
+    #[error("inline volume {0} exists with other attributes or for another Pod")]
+    InlineOtherwise(String),
+    /// The inline Volume got no VolumeAttachment in time.
+    #[error("inline volume {0} has no VolumeAttachment yet (is the controller running?)")]
+    InlineNoAttachment(String),
+    /// The inline volume's ticket was not satisfied in time.
+    #[error("ticket {ticket} not satisfied: {reason}: {message}")]
+    InlineNotSatisfied {
+        /// The ticket.
+        ticket: String,
+        /// Why, as its status says.
+        reason: TicketReason,
+        /// What blocks it.
+        message: String,
+    },
+    /// Watching the inline volume's VolumeAttachment failed.
+    #[error(transparent)]
+    Watch(WatchError),
+    /// The inline Volume could not be encoded (a bug).
+    #[error("encoding the inline Volume")]
+    Encode(#[source] serde_json::Error),
 }
 
 impl Error {
@@ -130,10 +161,12 @@ impl Error {
     pub fn code(&self) -> Code {
         use Error::*;
         match self {
-            Missing(_) | Block | Path { .. } => Code::InvalidArgument,
-            Pending(_) | KeptChanging(_) => Code::Aborted,
-            Kube(_) | NoMountPoint => Code::Unavailable,
-            Mount(_) | Dir { .. } | Statfs(_) | Size { .. } => Code::Internal,
+            Missing(_) | Block | Path { .. } | Inline(_) => Code::InvalidArgument,
+            Pending(_) | KeptChanging(_) | InlineBeingDeleted(_) => Code::Aborted,
+            Kube(_) | NoMountPoint | InlineNoAttachment(_) | Watch(_) => Code::Unavailable,
+            InlineNotSatisfied { .. } => Code::Unavailable,
+            InlineOtherwise(_) => Code::AlreadyExists,
+            Mount(_) | Dir { .. } | Statfs(_) | Size { .. } | Encode(_) => Code::Internal,
             UnknownPath { .. } | PathMissing(_) | VolumeNotFound(_) => Code::NotFound,
             NotAttached { .. } | NotReady { .. } | MountPodGone(_) | SingleWriter { .. } => {
                 Code::FailedPrecondition

@@ -28,7 +28,12 @@
 //! merge patch that carries the MountPod's resourceVersion, so two concurrent
 //! publishes of one volume cannot lose each other's reference (a conflict is retried).
 //! Every RPC fails with an [`Error`], mapped to its gRPC code in [`error`].
+//!
+//! **Inline volumes.** A NodePublish whose context says `csi.storage.k8s.io/ephemeral`
+//! first makes the Pod's own Volume and its ticket on this node ([`ephemeral`]); a
+//! NodeUnpublish of such a target then removes them.
 
+pub mod ephemeral;
 pub mod error;
 
 use std::collections::HashMap;
@@ -64,6 +69,7 @@ pub struct NodeService {
     kubelet_dir: PathBuf,
     mounts: Arc<dyn Mounts>,
     inflight: InFlight,
+    inline: ephemeral::Settings,
 }
 
 /// One RPC's outcome as tonic wants it.
@@ -82,6 +88,7 @@ impl NodeService {
         node_name: String,
         kubelet_dir: PathBuf,
         mounts: Arc<dyn Mounts>,
+        inline: ephemeral::Settings,
     ) -> Self {
         NodeService {
             client,
@@ -89,6 +96,7 @@ impl NodeService {
             kubelet_dir,
             mounts,
             inflight: InFlight::default(),
+            inline,
         }
     }
 
@@ -212,14 +220,27 @@ impl NodeService {
         &self,
         req: NodePublishVolumeRequest,
     ) -> Result<NodePublishVolumeResponse, Error> {
-        let volume_id = existing_id(
-            required("volume_id", &req.volume_id)?,
-            Error::VolumeNotFound,
-        )?;
+        let raw_id = required("volume_id", &req.volume_id)?;
+        let is_inline = ephemeral::is_inline(&req.volume_context);
+        // An inline volume's id is the kubelet's handle, `csi-` and 64 hex digits: no
+        // object name (a label is at most 63 characters).
+        let volume_id = match is_inline {
+            true if ephemeral::is_kubelet_handle(raw_id) => raw_id,
+            _ => existing_id(raw_id, Error::VolumeNotFound)?,
+        };
         let target = required("target_path", &req.target_path)?;
         let single_cap = check_capability(req.volume_capability.as_ref())?;
         let target = self.path("target_path", target)?;
         let _guard = self.inflight.start(volume_id)?;
+        // An inline volume: the Pod's own Volume, attached here, stands for it.
+        let inline = match is_inline {
+            true => Some(
+                self.attach_inline(&req.volume_context, volume_id, &target, req.readonly)
+                    .await?,
+            ),
+            false => None,
+        };
+        let volume_id = inline.as_deref().unwrap_or(volume_id);
         let volume = self.volume(volume_id).await?;
         let single = single_cap || volume.spec.access_mode == api::AccessMode::ReadWriteOncePod;
         let (mp, mount_point) = self.ready_mount_point(volume_id).await?;
@@ -299,16 +320,28 @@ impl NodeService {
         &self,
         req: NodeUnpublishVolumeRequest,
     ) -> Result<NodeUnpublishVolumeResponse, Error> {
-        let volume_id = existing_id(
-            required("volume_id", &req.volume_id)?,
-            Error::VolumeNotFound,
-        )?;
+        let raw_id = required("volume_id", &req.volume_id)?;
+        // The kubelet's handle of an inline volume is no object name: see publish.
+        let handle = ephemeral::is_kubelet_handle(raw_id);
+        let volume_id = match handle {
+            true => raw_id,
+            false => existing_id(raw_id, Error::VolumeNotFound)?,
+        };
         let target = required("target_path", &req.target_path)?;
         let target = self.path("target_path", target)?;
         let _guard = self.inflight.start(volume_id)?;
         self.unmount_and_remove(&target, true)?;
-        self.set_reference(volume_id, &target, None).await?;
-        info!(target = %target.display(), "unpublished");
+        let inline = self.inline_volume_at(volume_id, &target).await?;
+        match &inline {
+            Some(name) => {
+                self.set_reference(name, &target, None).await?;
+                self.release_inline(name).await?;
+            }
+            // An inline volume released already (a retry): nothing of it is left.
+            None if handle => {}
+            None => self.set_reference(volume_id, &target, None).await?,
+        }
+        info!(target = %target.display(), inline = inline.is_some(), "unpublished");
         Ok(NodeUnpublishVolumeResponse {})
     }
 

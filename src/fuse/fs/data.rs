@@ -1,6 +1,11 @@
 //! File data: open, read, write, copy_file_range, fallocate, truncation, lseek, flush,
 //! fsync and release.
 //!
+//! **Writes in flight.** With a handoff state, every WRITE is journaled: recorded
+//! before its data is written, marked applied after, forgotten once answered; a
+//! request the kernel resends after a takeover is decided from the predecessor's
+//! record ([`super::journal`]), so it is never applied twice.
+//!
 //! **Quota.** Every operation that can grow a file asks the quota for the growth first
 //! (`Enforcement::reserve_up_to` or `reserve`), under the inode's size lock so the size
 //! it computes from stays put, makes the syscall, and gives back what it did not use;
@@ -14,7 +19,9 @@ use std::sync::atomic::AtomicU8;
 
 use super::handles::Handle;
 use super::inodes::Inode;
-use super::{FileKind, FsError, NodeId, Opened, Result, VolumeFs, lock};
+use super::journal::{Journaled, Replay, replay};
+use super::{FileKind, FsError, NodeId, Opened, Result, VolumeFs, WriteReq, lock};
+use crate::fuse::handoff::state::JournalSlot;
 use crate::fuse::quota::Mode;
 use crate::fuse::sys::{self, Errno, Op, SysError};
 
@@ -96,15 +103,114 @@ impl VolumeFs {
     /// `kill_suidgid`: the writer lacks `CAP_FSETID`, so set-user/group-ID bits go
     /// (the kernel leaves that to the daemon, see `FUSE_HANDLE_KILLPRIV_V2`).
     pub fn write(&self, fh: u64, offset: u64, data: &[u8], kill_suidgid: bool) -> Result<usize> {
+        let req = WriteReq {
+            unique: 0,
+            resent: false,
+        };
+        Ok(self.write_request(req, fh, offset, data, kill_suidgid)?.0)
+    }
+
+    /// [`Self::write`] for the kernel's request `req`, journaled (with a handoff
+    /// state): the guard returned is dropped once the reply is sent. A request the
+    /// kernel resent after a takeover is answered from the predecessor's journal
+    /// instead of being applied twice (see [`super::journal`]).
+    pub fn write_request(
+        &self,
+        req: WriteReq,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: bool,
+    ) -> Result<(usize, Option<Journaled>)> {
         self.writable()?;
         let h = self.handle(fh)?;
         let _size = lock(&h.inode.size_lock);
+        let mut skip = 0;
+        let mut carried = None;
+        let mut size_before = None;
+        if req.resent
+            && let Some((rec, guard)) = self.journal.take_carried(req.unique)
+        {
+            let (landed, size) = if rec.append && rec.applied.is_none() {
+                let size = sys::fstat(h.file.as_fd()).op("fstat")?.st_size as u64;
+                (self.landed(&h, rec.size_before, data), size)
+            } else {
+                (0, 0)
+            };
+            let decision = replay(Some(&rec), fh, data.len(), landed, size);
+            tracing::info!(
+                unique = req.unique,
+                ?decision,
+                "a WRITE the predecessor had begun, resent"
+            );
+            match decision {
+                Replay::Answer(n) => return Ok((n, guard)),
+                Replay::Rest { skip: s } => {
+                    skip = s;
+                    size_before = Some(rec.size_before);
+                }
+                Replay::Write => {}
+            }
+            carried = guard;
+        }
         let st = sys::fstat(h.file.as_fd()).op("fstat")?;
         if kill_suidgid && st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
             self.kill_suidgid(&h.inode, Some(st.st_mode))?;
         }
         let size = st.st_size as u64;
         let offset = if h.append { size } else { offset };
+        let journaled = (req.unique != 0)
+            .then(|| {
+                self.journal.begin(&JournalSlot {
+                    unique: req.unique,
+                    fh,
+                    offset,
+                    len: data.len() as u64,
+                    size_before: size_before.unwrap_or(size),
+                    append: h.append,
+                    applied: None,
+                })
+            })
+            .flatten();
+        // Recorded anew: the predecessor's slot can go.
+        drop(carried);
+        let done = skip + self.write_at(&h, size, offset, &data[skip..])?;
+        if let Some(j) = &journaled {
+            j.applied(done);
+        }
+        Ok((done, journaled))
+    }
+
+    /// How many leading bytes of `data` the backing file holds at `at` (where an
+    /// append the predecessor was writing would have landed).
+    fn landed(&self, h: &Handle, at: u64, data: &[u8]) -> usize {
+        let file = self.fd(&h.inode).and_then(|fd| {
+            Ok(sys::reopen(self.proc_fd.as_fd(), fd.as_fd(), libc::O_RDONLY).op("open")?)
+        });
+        let file = match file {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "a resent append cannot be checked: written again");
+                return 0;
+            }
+        };
+        let mut buf = vec![0u8; data.len()];
+        let mut got = 0;
+        while got < buf.len() {
+            match sys::pread(file.as_fd(), &mut buf[got..], at + got as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+        }
+        buf[..got]
+            .iter()
+            .zip(data)
+            .take_while(|(a, b)| a == b)
+            .count()
+    }
+
+    /// Write `data` at `offset` of `h`'s file of size `size`, within the quota.
+    fn write_at(&self, h: &Handle, size: u64, offset: u64, data: &[u8]) -> Result<usize> {
         let end = offset.checked_add(data.len() as u64).ok_or(SysError {
             op: "write",
             errno: Errno::EFBIG,

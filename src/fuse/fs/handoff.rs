@@ -6,7 +6,8 @@
 //! (creation and truncation flags dropped, as for any backing open), keeps its `fh`
 //! and I/O mode, and is counted in its inode's I/O state as the open was. A directory
 //! handle is reopened at its start: the kernel's next `readdir` carries its offset,
-//! and the stream seeks there.
+//! and the stream seeks there. The predecessor's write journal is carried over (see
+//! `journal`).
 
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -26,13 +27,16 @@ pub struct Restored {
     pub inodes_lost: usize,
     pub handles: usize,
     pub handles_lost: usize,
+    /// WRITE requests the predecessor had begun and not answered (journaled).
+    pub writes_in_flight: usize,
 }
 
 impl VolumeFs {
     /// Record the inode and handle tables in `state` from now on.
     pub fn record_into(&self, state: Arc<StateFile>) {
         self.inodes.record_into(state.clone());
-        self.handles.record_into(state);
+        self.handles.record_into(state.clone());
+        self.journal.record_into(state);
     }
 
     /// `fh`'s passthrough open uses the kernel's backing id `id`.
@@ -45,7 +49,11 @@ impl VolumeFs {
     /// never named by a handle) is counted as lost: the kernel's requests on it fail
     /// with ESTALE or EBADF, as they would on a freed inode.
     pub fn restore(&self, snap: &Snapshot) -> Restored {
-        let mut r = Restored::default();
+        let mut r = Restored {
+            writes_in_flight: snap.journal.len(),
+            ..Restored::default()
+        };
+        self.journal.restore(&snap.journal);
         for rec in &snap.inodes {
             match self.inodes.restore(rec) {
                 Ok(()) => r.inodes += 1,

@@ -26,6 +26,7 @@
 //! | `fhandle` | kernel file handles (`name_to_handle_at`, `open_by_handle_at`) |
 //! | `handles` | the open-handle table |
 //! | `handoff` | recording both tables in the handoff state file; restoring them in a successor |
+//! | `journal` | WRITE requests in flight, so a successor does not apply a resent one twice |
 //! | `iomode` | passthrough, cached or direct I/O per open, and the rules that pick one |
 //! | `locks` | POSIX and flock locks taken on the backing files, waits for them |
 //! | `entries` | lookup, create, mknod, mkdir, symlink, link, unlink, rmdir, rename; confinement, ownership |
@@ -48,6 +49,7 @@ mod handles;
 mod handoff;
 mod inodes;
 mod iomode;
+mod journal;
 mod locks;
 mod types;
 mod xattrs;
@@ -68,11 +70,12 @@ pub use self::handles::Handle;
 pub use self::handoff::Restored;
 pub use self::inodes::{InodeRecord, Naming};
 pub use self::iomode::IoMode;
+pub use self::journal::{Journaled, Replay, replay};
 pub use self::locks::wait::WaitEnd;
 pub use self::locks::{Conflict, LockSpec, Waiters, is_contended, probe_locks};
 pub use self::types::{
     Attr, Caller, DirEntry, FileKind, NodeId, Opened, Options, ROOT_ID, SetAttr, SetTime, StatFs,
-    Stats, Xattr,
+    Stats, WriteReq, Xattr,
 };
 
 use self::handles::HandleTable;
@@ -99,6 +102,8 @@ pub struct VolumeFs {
     passthrough: AtomicBool,
     stats: Stats,
     locks: locks::LockTable,
+    /// WRITE requests in flight, for a successor (see `journal`).
+    journal: journal::Journal,
 }
 
 /// Lock a mutex of the core (inode I/O state, size locks, tables, dir streams).
@@ -146,6 +151,7 @@ impl VolumeFs {
             passthrough: AtomicBool::new(false),
             stats: Stats::default(),
             locks: locks::LockTable::default(),
+            journal: journal::Journal::default(),
         })
     }
 

@@ -238,3 +238,11 @@ pub struct Options {
     /// host-side tools may open.
     pub devices: bool,
 }
+
+/// Who sent a WRITE: the kernel's `unique` of the request (without its resend bit;
+/// 0: not journaled) and whether the kernel resent it after a takeover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteReq {
+    pub unique: u64,
+    pub resent: bool,
+}

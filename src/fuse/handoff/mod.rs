@@ -217,6 +217,7 @@ pub fn prepare(
             inodes_lost = r.inodes_lost,
             handles = r.handles,
             handles_lost = r.handles_lost,
+            writes_in_flight = r.writes_in_flight,
             "handoff: predecessor's state restored"
         );
     }

@@ -6,6 +6,7 @@
 //!  header  (64 words)   magic, layout, init (abi, flags, read-ahead), capacities, overflow
 //!  inodes  (INODE_SLOTS × 24 words)  id, dev, ino, kind, handle type/len, lookups, handle bytes
 //!  handles (HANDLE_SLOTS × 8 words)  fh, node id, open flags, I/O mode, backing id, kind
+//!  journal (JOURNAL_SLOTS × 8 words) unique, fh, offset, len, size before, append, state, count
 //! ```
 //!
 //! Every field is an `AtomicU64` in the mapping: updating the state costs plain
@@ -14,6 +15,12 @@
 //! with its key (`id`, `fh`) stored last and emptied with its key cleared first, so a
 //! daemon killed mid-update leaves each slot either whole or empty. Slots are given
 //! out from an in-process free list; the successor scans every slot.
+//!
+//! The **write journal** (layout 2) holds the WRITE requests in flight: a slot is
+//! filled (unique last) before the data is written, marked applied with the count
+//! after, and emptied once the reply is sent, so a successor answering a request the
+//! kernel resends knows whether its predecessor had already applied it (see
+//! `crate::fuse::fs::journal`). A layout-1 file (no journal) is still read.
 //!
 //! The file is sparse: only slots ever used take space. A table that fills up sets
 //! `overflow`, and a successor then refuses the takeover (the agent repairs instead).
@@ -29,16 +36,25 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::fuse::fs::FileHandle;
 
 const MAGIC: u64 = 0x7465_7373_686f_6666; // "tesshoff"
-const LAYOUT: u64 = 1;
+const LAYOUT: u64 = 2;
+/// The layout before the write journal: read, without a journal.
+const LAYOUT_V1: u64 = 1;
 const HEADER_WORDS: usize = 64;
 const INODE_WORDS: usize = 24;
 const HANDLE_WORDS: usize = 8;
+const JOURNAL_WORDS: usize = 8;
 /// Inodes the kernel may hold at once for a takeover to stay possible.
 pub const INODE_SLOTS: usize = 1 << 18;
 /// Open files and directories at once.
 pub const HANDLE_SLOTS: usize = 1 << 16;
-const WORDS: usize = HEADER_WORDS + INODE_SLOTS * INODE_WORDS + HANDLE_SLOTS * HANDLE_WORDS;
+/// WRITE requests in flight at once (a worker serves one at a time; at most 64
+/// workers), with room for entries carried over from a predecessor.
+pub const JOURNAL_SLOTS: usize = 256;
+const JOURNAL_AT: usize = HEADER_WORDS + INODE_SLOTS * INODE_WORDS + HANDLE_SLOTS * HANDLE_WORDS;
+const WORDS_V1: usize = JOURNAL_AT;
+const WORDS: usize = JOURNAL_AT + JOURNAL_SLOTS * JOURNAL_WORDS;
 const FILE_LEN: usize = WORDS * 8;
+const FILE_LEN_V1: usize = WORDS_V1 * 8;
 
 // Header words.
 const H_MAGIC: usize = 0;
@@ -87,6 +103,21 @@ pub struct HandleSlot {
     pub kind: HandleKind,
 }
 
+/// One WRITE request in flight, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalSlot {
+    /// The request's `unique`, without the kernel's resend bit (never 0).
+    pub unique: u64,
+    pub fh: u64,
+    pub offset: u64,
+    pub len: u64,
+    /// The backing file's size before the write (where an append lands).
+    pub size_before: u64,
+    pub append: bool,
+    /// `Some(n)`: the data was written, `n` bytes; `None`: in progress.
+    pub applied: Option<u64>,
+}
+
 /// Everything a successor needs, read from a state file.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
@@ -94,6 +125,7 @@ pub struct Snapshot {
     pub overflow: bool,
     pub inodes: Vec<InodeSlot>,
     pub handles: Vec<HandleSlot>,
+    pub journal: Vec<JournalSlot>,
 }
 
 /// Slots handed out, and those free again.
@@ -123,14 +155,15 @@ pub struct StateFile {
     path: PathBuf,
     inodes: Mutex<Free>,
     handles: Mutex<Free>,
+    journal: Mutex<Free>,
 }
 
-fn map(file: &File, writable: bool) -> io::Result<&'static [AtomicU64]> {
-    let addr = crate::fuse::sys::mmap_shared(file.as_fd(), FILE_LEN, writable)?;
-    // SAFETY: page-aligned, FILE_LEN bytes = WORDS u64s, valid for any bit pattern;
+fn map(file: &File, len: usize, writable: bool) -> io::Result<&'static [AtomicU64]> {
+    let addr = crate::fuse::sys::mmap_shared(file.as_fd(), len, writable)?;
+    // SAFETY: page-aligned, `len` bytes = len / 8 u64s, valid for any bit pattern;
     // the writer's mapping is never unmapped (the daemon writes it until it exits);
     // the reader unmaps its own once it has parsed it and no longer uses the slice.
-    Ok(unsafe { std::slice::from_raw_parts(addr as *const AtomicU64, WORDS) })
+    Ok(unsafe { std::slice::from_raw_parts(addr as *const AtomicU64, len / 8) })
 }
 
 impl StateFile {
@@ -147,7 +180,7 @@ impl StateFile {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)?;
         file.set_len(FILE_LEN as u64)?;
-        let words = map(&file, true)?;
+        let words = map(&file, FILE_LEN, true)?;
         words[H_LAYOUT].store(LAYOUT, Ordering::Relaxed);
         words[H_MAGIC].store(MAGIC, Ordering::Release);
         Ok(StateFile {
@@ -156,6 +189,7 @@ impl StateFile {
             path: path.to_owned(),
             inodes: Mutex::default(),
             handles: Mutex::default(),
+            journal: Mutex::default(),
         })
     }
 
@@ -266,6 +300,45 @@ impl StateFile {
         self.handle_words(slot as usize)[0].store(0, Ordering::Release);
         super::lock(&self.handles).free.push(slot as usize);
     }
+
+    fn journal_words(&self, slot: usize) -> &[AtomicU64] {
+        let at = JOURNAL_AT + slot * JOURNAL_WORDS;
+        &self.words[at..at + JOURNAL_WORDS]
+    }
+
+    /// Record a WRITE in flight; its slot (`None`: all slots are taken, and this
+    /// write is not journaled; the takeover stays possible).
+    pub fn journal_begin(&self, rec: &JournalSlot) -> Option<u32> {
+        let slot = super::lock(&self.journal).take(JOURNAL_SLOTS)?;
+        let w = self.journal_words(slot);
+        w[1].store(rec.fh, Ordering::Relaxed);
+        w[2].store(rec.offset, Ordering::Relaxed);
+        w[3].store(rec.len, Ordering::Relaxed);
+        w[4].store(rec.size_before, Ordering::Relaxed);
+        w[5].store(u64::from(rec.append), Ordering::Relaxed);
+        match rec.applied {
+            Some(n) => {
+                w[7].store(n, Ordering::Relaxed);
+                w[6].store(2, Ordering::Relaxed);
+            }
+            None => w[6].store(1, Ordering::Relaxed),
+        }
+        w[0].store(rec.unique, Ordering::Release);
+        Some(slot as u32)
+    }
+
+    /// The write of `slot` is done: `n` bytes.
+    pub fn journal_applied(&self, slot: u32, n: u64) {
+        let w = self.journal_words(slot as usize);
+        w[7].store(n, Ordering::Relaxed);
+        w[6].store(2, Ordering::Release);
+    }
+
+    /// The write of `slot` is answered: forget it.
+    pub fn journal_clear(&self, slot: u32) {
+        self.journal_words(slot as usize)[0].store(0, Ordering::Release);
+        super::lock(&self.journal).free.push(slot as usize);
+    }
 }
 
 /// Read the state file at `path` (`Ok(None)`: there is none, or not of this layout).
@@ -280,19 +353,29 @@ pub fn read(path: &Path) -> io::Result<Option<Snapshot>> {
         Err(e) => return Err(e),
     };
     let meta = file.metadata()?;
-    if !meta.is_file() || meta.len() != FILE_LEN as u64 {
+    let len = match meta.len() {
+        l if l == FILE_LEN as u64 => FILE_LEN,
+        l if l == FILE_LEN_V1 as u64 => FILE_LEN_V1,
+        _ => return Ok(None),
+    };
+    if !meta.is_file() {
         return Ok(None);
     }
-    let w = map(&file, false)?;
+    let w = map(&file, len, false)?;
     let snapshot = parse(w);
     // SAFETY: unmapping what `map` mapped; `w` is not used after this.
-    unsafe { libc::munmap(w.as_ptr() as *mut libc::c_void, FILE_LEN) };
+    unsafe { libc::munmap(w.as_ptr() as *mut libc::c_void, len) };
     Ok(snapshot)
 }
 
 fn parse(w: &[AtomicU64]) -> Option<Snapshot> {
     let get = |i: usize| w[i].load(Ordering::Acquire);
-    if get(H_MAGIC) != MAGIC || get(H_LAYOUT) != LAYOUT {
+    let journaled = match (get(H_LAYOUT), w.len()) {
+        (LAYOUT, WORDS) => true,
+        (LAYOUT_V1, WORDS_V1) => false,
+        _ => return None,
+    };
+    if get(H_MAGIC) != MAGIC {
         return None;
     }
     let init = (get(H_INIT) == 1).then(|| InitRecord {
@@ -348,6 +431,27 @@ fn parse(w: &[AtomicU64]) -> Option<Snapshot> {
             mode: get(at + 3) as u8,
             backing_id: backing.checked_sub(1).map(|b| b as u32),
             kind,
+        });
+    }
+    for slot in 0..if journaled { JOURNAL_SLOTS } else { 0 } {
+        let at = JOURNAL_AT + slot * JOURNAL_WORDS;
+        let unique = get(at);
+        if unique == 0 {
+            continue;
+        }
+        let applied = match get(at + 6) {
+            1 => None,
+            2 => Some(get(at + 7)),
+            _ => continue,
+        };
+        snap.journal.push(JournalSlot {
+            unique,
+            fh: get(at + 1),
+            offset: get(at + 2),
+            len: get(at + 3),
+            size_before: get(at + 4),
+            append: get(at + 5) != 0,
+            applied,
         });
     }
     Some(snap)
@@ -434,5 +538,61 @@ mod tests {
         std::fs::write(dir.path().join("junk"), b"junk").unwrap();
         assert!(read(&dir.path().join("junk")).unwrap().is_none());
         assert!(read(&dir.path().join("absent")).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_write_journal_keeps_writes_in_flight_and_layout_1_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.handoff");
+        let s = StateFile::create(&path).unwrap();
+        let rec = JournalSlot {
+            unique: 24,
+            fh: 3,
+            offset: 64,
+            len: 16,
+            size_before: 64,
+            append: true,
+            applied: None,
+        };
+        let a = s.journal_begin(&rec).unwrap();
+        let b = s.journal_begin(&JournalSlot { unique: 26, ..rec }).unwrap();
+        let c = s.journal_begin(&JournalSlot { unique: 28, ..rec }).unwrap();
+        s.journal_applied(b, 16);
+        s.journal_clear(c);
+        s.publish().unwrap();
+        let mut j = read(&path).unwrap().unwrap().journal;
+        j.sort_by_key(|s| s.unique);
+        assert_eq!(
+            j,
+            vec![
+                rec,
+                JournalSlot {
+                    unique: 26,
+                    applied: Some(16),
+                    ..rec
+                }
+            ]
+        );
+        s.journal_clear(a);
+        assert_eq!(read(&path).unwrap().unwrap().journal.len(), 1);
+        // A predecessor of layout 1 (no journal): its tables are read, no journal.
+        let old = dir.path().join("v1.handoff");
+        std::fs::copy(&path, &old).unwrap();
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&old)
+            .unwrap();
+        f.set_len(FILE_LEN_V1 as u64).unwrap();
+        let w = map(&f, FILE_LEN_V1, true);
+        drop(f);
+        let w = w.unwrap();
+        w[H_LAYOUT].store(LAYOUT_V1, Ordering::Release);
+        let snap = read(&old).unwrap().expect("layout 1 read");
+        assert!(snap.journal.is_empty());
+        assert!(snap.init.is_none());
+        // A layout-2 header on a layout-1 length is not a state file.
+        w[H_LAYOUT].store(LAYOUT, Ordering::Release);
+        assert!(read(&old).unwrap().is_none());
     }
 }

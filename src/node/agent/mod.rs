@@ -28,6 +28,9 @@
 //! a mount that is what the spec says, and keeps holding while a new reference waits
 //! for the agent. [`status`] builds these fields
 //! without I/O; this module writes them.
+//!
+//! Rolling image upgrades (one mount at a time, claimed by the health loop) are
+//! [`upgrade`]'s.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,11 +50,11 @@ use tracing::{Instrument, debug, info, info_span, warn};
 mod oom;
 mod populate;
 mod status;
+mod upgrade;
 
 use status::{Report, cond, next_status, serve_report};
 
 use super::host::{self, Health, Host, Progress};
-use super::upgrade;
 use super::{Error, FINALIZER, Labels};
 use crate::api::{MountPhase, MountPod, MountPodStatus, MountTask};
 use crate::metrics::Metrics;
@@ -77,16 +80,6 @@ pub struct Context {
     pub mount_namespace: Option<String>,
     /// The mount being upgraded (its MountPod, and since when): one at a time.
     pub upgrading: std::sync::Mutex<Option<(String, Instant)>>,
-}
-
-/// How long an upgrade claimed by the health loop may wait for its reconcile (a
-/// MountPod deleted meanwhile never gets one).
-const UPGRADE_CLAIM: Duration = Duration::from_secs(120);
-
-impl Context {
-    fn upgrade_slot(&self) -> std::sync::MutexGuard<'_, Option<(String, Instant)>> {
-        self.upgrading.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
 /// How long a first start may take before the MountPod says Mounting.
@@ -259,7 +252,7 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     };
     want.mountpod_uid = mp.uid().unwrap_or_default();
     if ctx.upgrade_slot().as_ref().is_some_and(|(n, _)| *n == name) {
-        upgrade(mp, ctx, &want).await;
+        upgrade::replace(mp, ctx, &want).await;
         *ctx.upgrade_slot() = None;
     }
     let prev = mp.status.clone().unwrap_or_default();
@@ -390,61 +383,6 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     }
     write_status_from(mp, ctx, &prev, &mut current, report, now).await?;
     Ok(action)
-}
-
-/// Replace the daemon of `want` by one of the desired image through the handoff
-/// (claimed by the health loop: one at a time, only a healthy mount whose connection
-/// is held). The serve pass that follows adopts the successor and writes the status.
-async fn upgrade(mp: &MountPod, ctx: &Context, want: &host::Want) {
-    let host = ctx.host.clone();
-    let w = want.clone();
-    let res = blocking(move || {
-        let from = host
-            .state
-            .load(&w.volume)
-            .ok()
-            .flatten()
-            .and_then(|r| host.image_of(&r));
-        (from, host.replace_daemon(&w))
-    })
-    .await;
-    let to = ctx.host.daemons.image().unwrap_or_default();
-    let (from, res) = match res {
-        Ok(r) => r,
-        Err(e) => {
-            warn!(error = %e, "upgrade task");
-            return;
-        }
-    };
-    let from = from.unwrap_or_else(|| "an unknown image".into());
-    match res {
-        Ok(Some(served)) if served.answers => {
-            let took = served.repair_time.unwrap_or_default();
-            info!(%from, %to, took_ms = took.as_millis() as u64, "mount upgraded through the handoff");
-            let note = format!(
-                "{from} → {to}: the new daemon took the held connection over in {} ms (no remount)",
-                took.as_millis()
-            );
-            publish(ctx, mp, EventType::Normal, "Upgraded", &note).await;
-        }
-        Ok(Some(served)) => {
-            let why = served
-                .failure
-                .unwrap_or_else(|| "the new daemon's mount did not answer in time".into());
-            warn!(%from, %to, error = %why, "upgrade: the new daemon did not serve");
-            let note = format!("{from} → {to}: the new daemon did not serve: {why}");
-            publish(ctx, mp, EventType::Warning, "UpgradeFailed", &note).await;
-        }
-        Ok(None) => {
-            info!(%from, %to, "upgrade not done: no daemon runs or its connection is not held");
-        }
-        Err(e) => {
-            let msg = error_chain(&e);
-            warn!(%from, %to, error = %msg, "upgrade failed");
-            let note = format!("{from} → {to}: {msg}");
-            publish(ctx, mp, EventType::Warning, "UpgradeFailed", &note).await;
-        }
-    }
 }
 
 async fn remove_data(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
@@ -672,13 +610,7 @@ async fn health_loop(
                     } else {
                         Health::Starting
                     };
-                    let serving = desired.as_ref().and_then(|_| host.image_of(&r));
-                    let due = upgrade::differs(serving.as_deref(), desired.as_deref());
-                    let candidate = upgrade::Candidate {
-                        healthy: health == Health::Healthy,
-                        held: due && host.holds(&r.mountpoint),
-                        serving,
-                    };
+                    let candidate = upgrade::candidate(&host, &r, &health, desired.as_deref());
                     (r, health, candidate)
                 })
                 .collect::<Vec<_>>()
@@ -691,7 +623,7 @@ async fn health_loop(
                 let _ = trigger.unbounded_send(ObjectRef::new(&record.mountpod));
             }
         }
-        plan_upgrades(&ctx, &store, &trigger, &checked, &mut blocked_told).await;
+        upgrade::plan(&ctx, &store, &trigger, &checked, &mut blocked_told).await;
         let checked: Vec<_> = checked.into_iter().map(|(r, h, _)| (r, h)).collect();
         if n.is_multiple_of(orphan_every) && store.wait_until_ready().await.is_ok() {
             for (record, _) in checked {
@@ -700,56 +632,6 @@ async fn health_loop(
                 }
             }
         }
-    }
-}
-
-/// Claim the next mount to upgrade (`upgrade::next`) and reconcile its MountPod, whose
-/// serve pass replaces the daemon; say once per mount and image when one cannot be
-/// upgraded without a remount (its connection is not held).
-async fn plan_upgrades(
-    ctx: &Context,
-    store: &Store<MountPod>,
-    trigger: &mpsc::UnboundedSender<ObjectRef<MountPod>>,
-    checked: &[(super::supervisor::Record, Health, upgrade::Candidate)],
-    blocked_told: &mut std::collections::HashSet<(String, String)>,
-) {
-    let Some(desired) = ctx.host.daemons.image() else {
-        return;
-    };
-    let busy = {
-        let mut slot = ctx.upgrade_slot();
-        if slot
-            .as_ref()
-            .is_some_and(|(_, at)| at.elapsed() > UPGRADE_CLAIM)
-        {
-            *slot = None;
-        }
-        slot.is_some()
-    };
-    let candidates: Vec<upgrade::Candidate> = checked.iter().map(|c| c.2.clone()).collect();
-    let next = upgrade::next(&candidates, Some(&desired), busy);
-    for i in next.blocked {
-        let (record, _, c) = &checked[i];
-        let key = (record.mountpod.clone(), desired.clone());
-        if blocked_told.contains(&key) {
-            continue;
-        }
-        let Some(mp) = store.get(&ObjectRef::new(&record.mountpod)) else {
-            continue;
-        };
-        let note = format!(
-            "not upgraded from {} to {desired}: the fd holder does not hold this mount's connection, and an upgrade never remounts (open files would break); it keeps its image until it is next started",
-            c.serving.as_deref().unwrap_or("?")
-        );
-        warn!(mountpod = %record.mountpod, %note, "upgrade blocked");
-        publish(ctx, &mp, EventType::Warning, "UpgradeBlocked", &note).await;
-        blocked_told.insert(key);
-    }
-    if let Some(i) = next.upgrade {
-        let (record, _, c) = &checked[i];
-        info!(mountpod = %record.mountpod, from = c.serving.as_deref().unwrap_or("?"), to = %desired, "upgrading the mount's daemon");
-        *ctx.upgrade_slot() = Some((record.mountpod.clone(), Instant::now()));
-        let _ = trigger.unbounded_send(ObjectRef::new(&record.mountpod));
     }
 }
 

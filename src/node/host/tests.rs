@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use nix::errno::Errno;
 
 use super::*;
-use crate::api::{MountReference, MountTask};
+use crate::api::{MountPodSpec, MountReference, MountTask};
 use crate::host::mounts::MountInfo;
 
 #[derive(Default)]

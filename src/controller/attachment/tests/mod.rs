@@ -3,7 +3,9 @@
 
 mod input;
 mod mountpods;
+mod ready;
 mod status;
+mod writes;
 
 use std::sync::Arc;
 
