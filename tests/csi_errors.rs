@@ -2,8 +2,10 @@
 //! part of security item 1), against the running `tessera controller` and `tessera node`
 //! on the cluster under test: an invalid volume id is NotFound (never a retryable
 //! code), a 2,000-component target path is refused and not created, sizes above
-//! `api::MAX_VOLUME_BYTES` are refused on create and on expansion, and a StorageClass
-//! `backendRoot` outside the allowed roots is INVALID_ARGUMENT.
+//! `api::MAX_VOLUME_BYTES` are refused on create and on expansion, a StorageClass
+//! `backendRoot` outside the allowed roots is INVALID_ARGUMENT, and so is a
+//! VolumeAttributesClass with an unknown or immutable key (issue 19), creating and
+//! changing nothing.
 
 mod support;
 
@@ -204,6 +206,73 @@ async fn hostile_csi_requests_get_the_right_codes() {
             .await,
         ),
         &[Code::InvalidArgument],
+    );
+
+    // A VolumeAttributesClass with a key Tessera does not know, or one that cannot
+    // change on a live volume (issue 19, bad input): INVALID_ARGUMENT, nothing
+    // created, nothing written.
+    let volumes: kube::Api<tessera::api::Volume> = kube::Api::all(client.clone());
+    let mut vac_create = create(&format!("{id}-vac"), 1 << 20, &[]);
+    vac_create.mutable_parameters = [("colour".to_string(), "blue".to_string())].into();
+    check(
+        "CreateVolume with VolumeAttributesClass key colour",
+        code(ctrl.create_volume(vac_create).await),
+        &[Code::InvalidArgument],
+    );
+    let none = volumes
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|v| {
+            v.metadata
+                .name
+                .as_deref()
+                .unwrap_or("")
+                .contains(&format!("{id}-vac"))
+        })
+        .count();
+    check(
+        "Volumes made by that CreateVolume",
+        if none == 0 { Ok(Code::Ok) } else { Err(()) },
+        &[Code::Ok],
+    );
+    // Its spec (the controller may write its status meanwhile).
+    let version = |v: tessera::api::Volume| {
+        (
+            v.metadata.generation,
+            serde_json::to_string(&v.spec).unwrap(),
+        )
+    };
+    let before = version(volumes.get(&made.volume_id).await.unwrap());
+    for (key, value) in [
+        ("colour", "blue"),
+        ("backendRoot", "/srv"),
+        ("scope", "NodeLocal"),
+    ] {
+        check(
+            &format!("ControllerModifyVolume with {key}={value}"),
+            code(
+                ctrl.controller_modify_volume(ControllerModifyVolumeRequest {
+                    volume_id: made.volume_id.clone(),
+                    mutable_parameters: [(key.to_string(), value.to_string())].into(),
+                    ..Default::default()
+                })
+                .await,
+            ),
+            &[Code::InvalidArgument],
+        );
+    }
+    let after = version(volumes.get(&made.volume_id).await.unwrap());
+    check(
+        "the Volume after the refused modifies (unchanged)",
+        if before == after {
+            Ok(Code::Ok)
+        } else {
+            Err(())
+        },
+        &[Code::Ok],
     );
 
     // A 2,000-component target path: refused, nothing created.
