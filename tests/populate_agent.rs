@@ -9,14 +9,12 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use kube::Api;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use support::fixtures::{self, AgentProcess, eventually};
+use support::tree::tree_sums;
 use tessera::api::{DataSource, MountPod, MountTask, Volume};
 use tessera::csi::proto::controller_client::ControllerClient;
 use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
@@ -28,29 +26,6 @@ use tonic::transport::Endpoint;
 const WAIT: Duration = Duration::from_secs(60);
 
 use support::env::AgentEnv as Env;
-
-fn tree_sums(dir: &Path) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            let p = e.path();
-            let rel = p.strip_prefix(dir).unwrap().display().to_string();
-            let ft = e.file_type().unwrap();
-            let v = if ft.is_symlink() {
-                format!("-> {}", std::fs::read_link(&p).unwrap().display())
-            } else if ft.is_dir() {
-                stack.push(p.clone());
-                "dir".into()
-            } else {
-                hex::encode(Sha256::digest(std::fs::read(&p).unwrap()))
-            };
-            out.insert(rel, v);
-        }
-    }
-    out
-}
 
 /// A Volume `<id>-<suffix>` of `size` filled from `from`.
 async fn filled_volume(e: &Env, suffix: &str, size: &str, from: &str) -> String {

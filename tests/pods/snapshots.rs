@@ -15,12 +15,10 @@
 //!  snapshot's records are a gap-free prefix of what the writer wrote
 //! ```
 
-use std::collections::BTreeMap;
-
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use sha2::{Digest, Sha256};
 
 use super::*;
+use crate::support::tree::tree_sums;
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
     ApiResource::from_gvk_with_plural(
@@ -108,31 +106,6 @@ async fn filled_claim(client: &Client, ns: &str, name: &str, kind: &str, source:
     })
     .await;
     tessera_volume(client, &pvc.spec.unwrap().volume_name.unwrap()).await
-}
-
-/// Every entry under `dir`: files by their sha256, symlinks by their target,
-/// directories as such (relative paths).
-fn tree_sums(dir: &Path) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            let p = e.path();
-            let rel = p.strip_prefix(dir).unwrap().display().to_string();
-            let ft = e.file_type().unwrap();
-            let v = if ft.is_symlink() {
-                format!("-> {}", std::fs::read_link(&p).unwrap().display())
-            } else if ft.is_dir() {
-                stack.push(p.clone());
-                "dir".to_string()
-            } else {
-                hex::encode(Sha256::digest(std::fs::read(&p).unwrap()))
-            };
-            out.insert(rel, v);
-        }
-    }
-    out
 }
 
 /// The known tree: nested directories, a 1 MiB file of random bytes, a small one, an

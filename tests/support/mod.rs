@@ -240,6 +240,7 @@ pub mod env;
 pub mod fixtures;
 pub mod invariants;
 pub mod sqlite;
+pub mod tree;
 
 /// A `kB` field of `/proc/<pid>/status` (`VmRSS`, `VmHWM`, ...), in KiB; 0 if the
 /// process or the field is gone.
