@@ -11,36 +11,14 @@ mod support;
 use std::time::Duration;
 
 use kube::Api;
+use support::csi::create;
 use support::fixtures::{ControllerProcess, eventually};
 use tessera::api::Volume;
 use tessera::csi::proto::controller_client::ControllerClient;
-use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use tessera::csi::proto::volume_content_source::{SnapshotSource, Type, VolumeSource};
 use tessera::csi::proto::*;
 use tonic::Code;
 use tonic::transport::Endpoint;
-
-fn cap() -> VolumeCapability {
-    VolumeCapability {
-        access_mode: Some(AccessMode {
-            mode: access_mode::Mode::SingleNodeWriter as i32,
-        }),
-        access_type: Some(AccessType::Mount(MountVolume::default())),
-    }
-}
-
-fn create(name: &str, bytes: i64, source: Option<Type>) -> CreateVolumeRequest {
-    CreateVolumeRequest {
-        name: name.into(),
-        capacity_range: Some(CapacityRange {
-            required_bytes: bytes,
-            limit_bytes: 0,
-        }),
-        volume_capabilities: vec![cap()],
-        volume_content_source: source.map(|t| VolumeContentSource { r#type: Some(t) }),
-        ..Default::default()
-    }
-}
 
 #[tokio::test]
 async fn snapshot_and_clone_requests_get_the_right_codes_and_create_nothing_on_error() {

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use kube::Api;
 use serde_json::json;
+use support::csi::create;
 use support::fixtures::{self, AgentProcess, eventually};
 use support::tree::tree_sums;
 use tessera::api::{DataSource, MountPod, MountTask, Volume};
 use tessera::csi::proto::controller_client::ControllerClient;
-use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use tessera::csi::proto::volume_content_source::{SnapshotSource, Type, VolumeSource};
 use tessera::csi::proto::*;
 use tonic::Code;
@@ -150,28 +150,6 @@ async fn a_restore_ticket_fills_a_volume_from_a_live_source() {
     e.cleanup(&[src, dst, small]).await;
 }
 
-fn cap() -> VolumeCapability {
-    VolumeCapability {
-        access_mode: Some(AccessMode {
-            mode: access_mode::Mode::SingleNodeWriter as i32,
-        }),
-        access_type: Some(AccessType::Mount(MountVolume::default())),
-    }
-}
-
-fn create(name: &str, source: Option<Type>) -> CreateVolumeRequest {
-    CreateVolumeRequest {
-        name: name.into(),
-        capacity_range: Some(CapacityRange {
-            required_bytes: 64 << 20,
-            limit_bytes: 0,
-        }),
-        volume_capabilities: vec![cap()],
-        volume_content_source: source.map(|t| VolumeContentSource { r#type: Some(t) }),
-        ..Default::default()
-    }
-}
-
 /// The CSI calls the sidecars make, against the controller's socket with a real
 /// agent: CreateSnapshot of an attached volume answers not ready until the copy is
 /// done, then ready; the snapshot, a restore of it and a clone hold the same tree; the
@@ -209,7 +187,7 @@ async fn snapshot_restore_and_clone_through_the_csi_controller_with_a_real_agent
     let mut ctrl = ControllerClient::new(channel);
 
     let src = ctrl
-        .create_volume(create(&format!("{}-src", base.id), None))
+        .create_volume(create(&format!("{}-src", base.id), 64 << 20, None))
         .await
         .unwrap()
         .into_inner()
@@ -269,7 +247,7 @@ async fn snapshot_restore_and_clone_through_the_csi_controller_with_a_real_agent
             }),
         ),
     ] {
-        let req = create(&format!("{}-{name}", base.id), Some(source));
+        let req = create(&format!("{}-{name}", base.id), 64 << 20, Some(source));
         let v = eventually(WAIT, &format!("{name} created"), || {
             let (mut ctrl, req) = (ctrl.clone(), req.clone());
             async move {

@@ -236,6 +236,7 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files.sort();
     files
 }
+pub mod csi;
 pub mod env;
 pub mod fixtures;
 pub mod invariants;

@@ -1,0 +1,34 @@
+//! CSI requests as the sidecars send them, for the tests that call Tessera's CSI
+//! controller over its socket (`tests/csi_snapshots.rs`, `tests/populate_agent.rs`):
+//! one definition of the mount capability and of a CreateVolume, with or without a
+//! content source (snapshot or volume).
+
+use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use tessera::csi::proto::volume_content_source::Type;
+use tessera::csi::proto::{
+    CapacityRange, CreateVolumeRequest, VolumeCapability, VolumeContentSource,
+};
+
+/// A single-node-writer mount, what the provisioner asks for a ReadWriteOnce claim.
+pub fn cap() -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(AccessType::Mount(MountVolume::default())),
+    }
+}
+
+/// CreateVolume of `name`, `bytes` required, filled from `source` when given.
+pub fn create(name: &str, bytes: i64, source: Option<Type>) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![cap()],
+        volume_content_source: source.map(|t| VolumeContentSource { r#type: Some(t) }),
+        ..Default::default()
+    }
+}
