@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{
     Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
 };
-use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVolumeAttachment;
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment as StorageVolumeAttachment};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -314,6 +314,72 @@ async fn claimed(client: &Client, prefix: &str, claim: &str, mode: &str) -> Clai
         volume,
         data,
     }
+}
+
+/// A claim of a StorageClass of its own: what the tests of a class parameter start
+/// from once their namespace exists.
+struct ClassClaim {
+    /// The StorageClass (a unique name from the prefix); the test deletes it.
+    class: String,
+    pv: String,
+    volume: Volume,
+}
+
+/// Create a StorageClass named after `prefix` (Tessera on the shared backend, Shared
+/// scope, with `parameters` added) and a 64Mi ReadWriteOnce claim `claim` of it in
+/// `ns` (of the VolumeAttributesClass `vac` when given); wait until it is bound.
+async fn class_claim(
+    client: &Client,
+    ns: &str,
+    prefix: &str,
+    parameters: serde_json::Value,
+    claim: &str,
+    vac: Option<&str>,
+) -> ClassClaim {
+    let class = support::unique_name(prefix);
+    let mut params = json!({"backendRoot": "/mnt/shared/tessera", "scope": "Shared"});
+    params.as_object_mut().unwrap().extend(
+        parameters
+            .as_object()
+            .expect("parameters: an object")
+            .clone(),
+    );
+    let sc: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": class},
+        "provisioner": tessera::api::CSI_DRIVER_NAME,
+        "parameters": params,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    }))
+    .unwrap();
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &sc)
+        .await
+        .unwrap();
+    let mut pvc = json!({
+        "metadata": {"name": claim},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": class,
+            "resources": {"requests": {"storage": "64Mi"}},
+        }
+    });
+    if let Some(vac) = vac {
+        pvc["spec"]["volumeAttributesClassName"] = json!(vac);
+    }
+    let pvc: PersistentVolumeClaim = serde_json::from_value(pvc).unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    claims.create(&PostParams::default(), &pvc).await.unwrap();
+    let pv = eventually(WAIT, "the claim bound", || async {
+        claims
+            .get(claim)
+            .await
+            .ok()
+            .and_then(|c| c.spec?.volume_name)
+    })
+    .await;
+    let volume = tessera_volume(client, &pv).await;
+    ClassClaim { class, pv, volume }
 }
 
 /// Delete the claim and wait until the PV, the Volume and the data are gone.

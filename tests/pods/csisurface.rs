@@ -270,41 +270,15 @@ async fn an_idle_mount_is_kept_for_the_delay_and_reused() {
     assert!(names.len() >= 2, "two nodes needed: {names:?}");
     let (a, b) = (&names[0], &names[1]);
     let ns = namespace(&client, "pods-idle").await;
-    let class = support::unique_name("tessera-idle");
-    let sc: StorageClass = serde_json::from_value(json!({
-        "metadata": {"name": class},
-        "provisioner": api::CSI_DRIVER_NAME,
-        "parameters": {
-            "backendRoot": "/mnt/shared/tessera",
-            "scope": "Shared",
-            "idleMountDelay": format!("{}s", IDLE_DELAY.as_secs()),
-        },
-        "reclaimPolicy": "Delete",
-        "volumeBindingMode": "Immediate",
-    }))
-    .unwrap();
-    let classes: Api<StorageClass> = Api::all(client.clone());
-    classes.create(&PostParams::default(), &sc).await.unwrap();
-    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": {"name": "warm"},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": class,
-            "resources": {"requests": {"storage": "64Mi"}},
-        }
-    }))
-    .unwrap();
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    claims.create(&PostParams::default(), &claim).await.unwrap();
-    let pv = eventually(WAIT, "the claim bound", || async {
-        claims
-            .get("warm")
-            .await
-            .ok()
-            .and_then(|c| c.spec?.volume_name)
-    })
+    let ClassClaim { class, pv, volume } = class_claim(
+        &client,
+        &ns,
+        "tessera-idle",
+        json!({"idleMountDelay": format!("{}s", IDLE_DELAY.as_secs())}),
+        "warm",
+        None,
+    )
     .await;
-    let volume = tessera_volume(&client, &pv).await;
     let name = volume.name_any();
     assert_eq!(
         volume.spec.idle_mount_delay_seconds,
@@ -405,7 +379,9 @@ async fn an_idle_mount_is_kept_for_the_delay_and_reused() {
     );
 
     delete_claim(&client, &ns, "warm", &pv, &name, &data).await;
-    let _ = classes.delete(&class, &DeleteParams::default()).await;
+    let _ = Api::<StorageClass>::all(client.clone())
+        .delete(&class, &DeleteParams::default())
+        .await;
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())
         .await;

@@ -80,38 +80,16 @@ async fn a_volume_attributes_class_change_reaches_the_running_mount() {
     vac(&fresh, json!({"attrCacheSeconds": "0"}));
     vac(&cached, json!({"attrCacheSeconds": "60"}));
     vac(&moved, json!({"backendRoot": "/mnt/shared/elsewhere"}));
-    let class = support::unique_name("tessera-modify");
-    let sc: StorageClass = serde_json::from_value(json!({
-        "metadata": {"name": class},
-        "provisioner": api::CSI_DRIVER_NAME,
-        "parameters": {"backendRoot": "/mnt/shared/tessera", "scope": "Shared"},
-        "reclaimPolicy": "Delete",
-        "volumeBindingMode": "Immediate",
-    }))
-    .unwrap();
-    let classes: Api<StorageClass> = Api::all(client.clone());
-    classes.create(&PostParams::default(), &sc).await.unwrap();
-    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": {"name": "data"},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": class,
-            "volumeAttributesClassName": fresh,
-            "resources": {"requests": {"storage": "64Mi"}},
-        }
-    }))
-    .unwrap();
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    claims.create(&PostParams::default(), &claim).await.unwrap();
-    let pv = eventually(WAIT, "the claim bound", || async {
-        claims
-            .get("data")
-            .await
-            .ok()
-            .and_then(|c| c.spec?.volume_name)
-    })
+    let ClassClaim { class, pv, volume } = class_claim(
+        &client,
+        &ns,
+        "tessera-modify",
+        json!({}),
+        "data",
+        Some(fresh.as_str()),
+    )
     .await;
-    let volume = tessera_volume(&client, &pv).await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let vol = volume.name_any();
     assert_eq!(
         volume.spec.attr_cache_seconds,
@@ -215,7 +193,9 @@ async fn a_volume_attributes_class_change_reaches_the_running_mount() {
 
     delete_pod(&client, &ns, "app").await;
     delete_claim(&client, &ns, "data", &pv, &vol, &data).await;
-    let _ = classes.delete(&class, &DeleteParams::default()).await;
+    let _ = Api::<StorageClass>::all(client.clone())
+        .delete(&class, &DeleteParams::default())
+        .await;
     // Not waited for: the harness's kube-controller-manager leaves the
     // kubernetes.io/vac-protection finalizer on a class no claim uses any more.
     for v in [&fresh, &cached, &moved] {

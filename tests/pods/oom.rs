@@ -79,42 +79,15 @@ async fn a_mount_daemon_past_its_memory_limit_is_oom_killed_and_told() {
     let nodes = Nodes::load();
     let node = nodes.names()[0].clone();
     let ns = namespace(&client, "pods-oom").await;
-    let class = support::unique_name("tessera-oom");
-    let sc: StorageClass = serde_json::from_value(json!({
-        "metadata": {"name": class},
-        "provisioner": api::CSI_DRIVER_NAME,
-        "parameters": {
-            "backendRoot": "/mnt/shared/tessera",
-            "scope": "Shared",
-            "mountMemoryRequest": "16Mi",
-            "mountMemoryLimit": LIMIT,
-        },
-        "reclaimPolicy": "Delete",
-        "volumeBindingMode": "Immediate",
-    }))
-    .unwrap();
-    let classes: Api<StorageClass> = Api::all(client.clone());
-    classes.create(&PostParams::default(), &sc).await.unwrap();
-    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": {"name": "data"},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": class,
-            "resources": {"requests": {"storage": "64Mi"}},
-        }
-    }))
-    .unwrap();
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    claims.create(&PostParams::default(), &claim).await.unwrap();
-    let pv = eventually(WAIT, "the claim bound", || async {
-        claims
-            .get("data")
-            .await
-            .ok()
-            .and_then(|c| c.spec?.volume_name)
-    })
+    let ClassClaim { class, pv, volume } = class_claim(
+        &client,
+        &ns,
+        "tessera-oom",
+        json!({"mountMemoryRequest": "16Mi", "mountMemoryLimit": LIMIT}),
+        "data",
+        None,
+    )
     .await;
-    let volume = tessera_volume(&client, &pv).await;
     let vol = volume.name_any();
     let limits = volume.spec.mount_resources.as_ref().map(|r| &r.limits);
     assert_eq!(
@@ -229,7 +202,9 @@ async fn a_mount_daemon_past_its_memory_limit_is_oom_killed_and_told() {
     let status = mp.status.clone().unwrap_or_default();
     delete_pod(&client, &ns, "app").await;
     delete_claim(&client, &ns, "data", &pv, &vol, &data).await;
-    let _ = classes.delete(&class, &DeleteParams::default()).await;
+    let _ = Api::<StorageClass>::all(client.clone())
+        .delete(&class, &DeleteParams::default())
+        .await;
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())
         .await;
