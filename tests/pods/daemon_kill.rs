@@ -10,7 +10,8 @@
 //! daemon dies while no agent runs (before the kubelet restarts the agent's
 //! container), and the restarted agent finds the restarted daemon serving the held
 //! connection. The helpers here (the mount Pod, its daemon's pid, the node's FUSE
-//! mounts) serve `upgrade.rs` too.
+//! mounts, and a case's start and end: [`begin`], [`Case::finish`]) serve
+//! `upgrade.rs` too.
 
 use tessera::api::MountPod;
 use tessera::node::pods::spec::pod_name;
@@ -119,6 +120,85 @@ pub fn holder_says(node: &str) -> String {
     text.lines().last().unwrap_or_default().to_string()
 }
 
+/// A case of this module or of `upgrade.rs` under way: the writer app on the first
+/// node with its claim's volume, the mount Pod serving it, the FUSE mounts of it the
+/// kubelet sees and the mount daemon's pid, all taken before Tessera is disturbed.
+pub struct Case {
+    pub nodes: Nodes,
+    pub node: String,
+    pub ns: String,
+    pub pv: String,
+    /// The Tessera Volume's name.
+    pub vol: String,
+    pub data: PathBuf,
+    /// The mount Pod's uid and its container's restart count.
+    pub uid: String,
+    pub container_restarts: i32,
+    pub mounts_before: Vec<(String, String)>,
+    pub pid: i32,
+}
+
+/// Start a case: a claim in a namespace named after `prefix`, the writer app on the
+/// first node, 20 records written; what the fd holder says is printed.
+pub async fn begin(client: &Client, prefix: &str) -> Case {
+    let Claimed {
+        nodes,
+        ns,
+        pv,
+        volume,
+        data,
+    } = claimed(client, prefix, "data", "ReadWriteOnce").await;
+    let node = nodes.names()[0].clone();
+    let vol = volume.name_any();
+    writer::start(client, &ns, "app", &node, "data").await;
+    writer::wait_records(&data, 20).await;
+    let (uid, container_restarts) = mount_pod(client, &vol, &node).await;
+    let mounts_before = fuse_mounts(&nodes, &node, &vol, &pv);
+    assert!(
+        mounts_before.len() >= 2,
+        "the mount root and the app's bind mount of {vol}: {mounts_before:?}"
+    );
+    let pid = daemon_pid(&vol, &uid).expect("the mount daemon in /proc");
+    // What the node's fd holder says (none deployed: today's pod mode, the test fails).
+    eprintln!("fd holder on {node}: {}", holder_says(&node));
+    Case {
+        nodes,
+        node,
+        ns,
+        pv,
+        vol,
+        data,
+        uid,
+        container_restarts,
+        mounts_before,
+        pid,
+    }
+}
+
+impl Case {
+    /// The FUSE mounts of the volume the kubelet sees now.
+    pub fn mounts(&self) -> Vec<(String, String)> {
+        fuse_mounts(&self.nodes, &self.node, &self.vol, &self.pv)
+    }
+
+    /// End the case: stop the app and check its records, delete it and the claim, see
+    /// no FUSE mount of the volume left on the node, delete the namespace.
+    pub async fn finish(&self, client: &Client) -> writer::Checked {
+        let (ns, node, vol) = (&self.ns, &self.node, &self.vol);
+        let checked = writer::stop_and_check(client, ns, "app", &self.data).await;
+        delete_pod(client, ns, "app").await;
+        delete_claim(client, ns, "data", &self.pv, vol, &self.data).await;
+        assert!(
+            !kubelet_sees_mount_root(&self.nodes, node, vol),
+            "a FUSE mount of {vol} is left on {node}"
+        );
+        let _ = Api::<Namespace>::all(client.clone())
+            .delete(ns, &DeleteParams::default())
+            .await;
+        checked
+    }
+}
+
 /// The node agent's Pod on `node`: its uid.
 async fn agent_pod_uid(client: &Client, node: &str) -> String {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -158,34 +238,16 @@ async fn kill_case(agent_first: bool) {
     } else {
         "pods-daemon-kill"
     };
-    let Claimed {
-        nodes,
-        ns,
-        pv,
-        volume,
-        data,
-    } = claimed(&client, prefix, "data", "ReadWriteOnce").await;
-    let node = nodes.names()[0].clone();
-    let vol = volume.name_any();
-    writer::start(&client, &ns, "app", &node, "data").await;
-    writer::wait_records(&data, 20).await;
-    let (uid, container_restarts) = mount_pod(&client, &vol, &node).await;
-    let mp_name = tessera::api::mountpod_name(&vol, &node);
+    let c = begin(&client, prefix).await;
+    let (ns, node, vol, data, uid, pid) = (&c.ns, &c.node, &c.vol, &c.data, &c.uid, c.pid);
+    let mp_name = tessera::api::mountpod_name(vol, node);
     let mps: Api<MountPod> = Api::all(client.clone());
     let restarts = |m: MountPod| m.status.map(|s| s.restarts).unwrap_or(0);
     let restarts_before = restarts(mps.get(&mp_name).await.unwrap());
-    let mounts_before = fuse_mounts(&nodes, &node, &vol, &pv);
-    assert!(
-        mounts_before.len() >= 2,
-        "the mount root and the app's bind mount of {vol}: {mounts_before:?}"
-    );
-    let pid = daemon_pid(&vol, &uid).expect("the mount daemon in /proc");
-    // What the node's fd holder says (none deployed: today's pod mode, the test fails).
-    eprintln!("fd holder on {node}: {}", holder_says(&node));
 
     let agent = match agent_first {
         true => {
-            let agent_uid = agent_pod_uid(&client, &node).await;
+            let agent_uid = agent_pod_uid(&client, node).await;
             let agent = agent_pid(&agent_uid).expect("the node agent in /proc");
             nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(agent),
@@ -210,27 +272,19 @@ async fn kill_case(agent_first: bool) {
         );
     }
     // The app first: it keeps writing, or it failed (ENOTCONN: the mount was lost).
-    let from = writer::records_so_far(&data);
-    let apps: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let from = writer::records_so_far(data);
     eventually(WAIT, "40 more records after the kill", || async {
-        if pod_phase(&client, &ns, "app").await.as_deref() == Some("Failed") {
-            let logs = apps
-                .logs("app", &Default::default())
-                .await
-                .unwrap_or_default();
-            let tail: Vec<&str> = logs.lines().rev().take(3).collect();
-            panic!("the app failed after the daemon's kill -9: {tail:?}");
-        }
-        (writer::records_so_far(&data) >= from + 40).then_some(())
+        writer::fail_if_failed(&client, ns, "app", "after the daemon's kill -9").await;
+        (writer::records_so_far(data) >= from + 40).then_some(())
     })
     .await;
-    writer::assert_undisturbed(&client, &ns, "app").await;
+    writer::assert_undisturbed(&client, ns, "app").await;
     // The kubelet restarted the container in the same Pod, and its daemon serves.
-    let (uid_after, restarts_after) = mount_pod(&client, &vol, &node).await;
+    let (uid_after, restarts_after) = mount_pod(&client, vol, node).await;
     let back = killed.elapsed();
-    assert_eq!(uid, uid_after, "the mount Pod was replaced");
-    assert_eq!(restarts_after, container_restarts + 1);
-    let successor = daemon_pid(&vol, &uid).expect("the restarted mount daemon");
+    assert_eq!(*uid, uid_after, "the mount Pod was replaced");
+    assert_eq!(restarts_after, c.container_restarts + 1);
+    let successor = daemon_pid(vol, uid).expect("the restarted mount daemon");
     assert_ne!(successor, pid);
     // The agent saw the takeover: the MountPod counts a restart and is Ready.
     let mp = eventually(WAIT, "the MountPod counting the restart", || async {
@@ -238,9 +292,9 @@ async fn kill_case(agent_first: bool) {
         (restarts(mp.clone()) > restarts_before && mp.is_ready()).then_some(mp)
     })
     .await;
-    let mounts_after = fuse_mounts(&nodes, &node, &vol, &pv);
+    let mounts_after = c.mounts();
     assert_eq!(
-        mounts_before, mounts_after,
+        c.mounts_before, mounts_after,
         "the mount was replaced, not taken over"
     );
     assert_eq!(
@@ -249,16 +303,7 @@ async fn kill_case(agent_first: bool) {
         "more than one repair for one kill"
     );
     let mps_status = mps.get(&mp_name).await.unwrap().status;
-    let checked = writer::stop_and_check(&client, &ns, "app", &data).await;
-    delete_pod(&client, &ns, "app").await;
-    delete_claim(&client, &ns, "data", &pv, &vol, &data).await;
-    assert!(
-        !kubelet_sees_mount_root(&nodes, &node, &vol),
-        "a FUSE mount of {vol} is left on {node}"
-    );
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(&ns, &DeleteParams::default())
-        .await;
+    let checked = c.finish(&client).await;
     eprintln!("MountPod status after the takeover: {mps_status:?}");
     let case = if agent_first {
         "node agent kill -9, then mount daemon kill -9"

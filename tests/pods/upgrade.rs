@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Event;
 use tessera::api::MountPod;
 use tessera::node::pods::spec::{pod_name, standby_name};
 
-use super::daemon_kill::{NS, daemon_pid, fuse_mounts, holder_says, mount_pod};
+use super::daemon_kill::{NS, begin, daemon_pid};
 use super::writer;
 use super::*;
 
@@ -95,20 +95,10 @@ async fn events_of(client: &Client, name: &str) -> Vec<(String, String)> {
 #[ignore = "needs real nodes with Tessera deployed (tests/run.sh: make cluster-up deploy, then --ignored)"]
 async fn a_mount_image_upgrade_breaks_no_write() {
     let client = support::client().await;
-    let Claimed {
-        nodes,
-        ns,
-        pv,
-        volume,
-        data,
-    } = claimed(&client, "pods-upgrade", "data", "ReadWriteOnce").await;
-    let node = nodes.names()[0].clone();
-    let vol = volume.name_any();
-    writer::start(&client, &ns, "app", &node, "data").await;
-    writer::wait_records(&data, 20).await;
-    let (uid, _) = mount_pod(&client, &vol, &node).await;
+    let c = begin(&client, "pods-upgrade").await;
+    let (nodes, ns, node, vol, data, uid) = (&c.nodes, &c.ns, &c.node, &c.vol, &c.data, &c.uid);
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let name = pod_name(&vol, &node);
+    let name = pod_name(vol, node);
     let image_of = |p: &Pod| {
         p.spec
             .as_ref()
@@ -128,36 +118,21 @@ async fn a_mount_image_upgrade_breaks_no_write() {
     assert_eq!(old, agent_image, "the mount Pod runs the agent's image");
     let new = format!("{old}-upgrade");
     // The successor starts beside it, as a standby, under the other name.
-    let standby = standby_name(&vol, &node, &new);
-    let mp_name = tessera::api::mountpod_name(&vol, &node);
+    let standby = standby_name(vol, node, &new);
+    let mp_name = tessera::api::mountpod_name(vol, node);
     let mps: Api<MountPod> = Api::all(client.clone());
     let restarts = |m: &MountPod| m.status.as_ref().map(|s| s.restarts).unwrap_or(0);
     let restarts_before = restarts(&mps.get(&mp_name).await.unwrap());
-    let mounts_before = fuse_mounts(&nodes, &node, &vol, &pv);
-    assert!(
-        mounts_before.len() >= 2,
-        "the mount root and the app's bind mount of {vol}: {mounts_before:?}"
-    );
-    let pid = daemon_pid(&vol, &uid).expect("the mount daemon in /proc");
-    eprintln!("fd holder on {node}: {}", holder_says(&node));
 
-    tag_on_nodes(&nodes, &old, &new);
+    tag_on_nodes(nodes, &old, &new);
     let _restore = Restore(old.clone());
     let begun = Instant::now();
     kubectl(&["-n", NS, "set", "image", DS, &format!("{CONTAINER}={new}")]);
     kubectl(&["-n", NS, "rollout", "status", DS, "--timeout=180s"]);
     let rolled = begun.elapsed();
     // The app first: it keeps writing, or it failed (the mount was lost).
-    let apps: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let upgraded = eventually(WAIT, "the mount Pod of the new image", || async {
-        if pod_phase(&client, &ns, "app").await.as_deref() == Some("Failed") {
-            let logs = apps
-                .logs("app", &Default::default())
-                .await
-                .unwrap_or_default();
-            let tail: Vec<&str> = logs.lines().rev().take(3).collect();
-            panic!("the app failed during the upgrade: {tail:?}");
-        }
+        writer::fail_if_failed(&client, ns, "app", "during the upgrade").await;
         let p = pods.get_opt(&standby).await.ok().flatten()?;
         let status = p.status.as_ref()?;
         let ready = status
@@ -169,19 +144,16 @@ async fn a_mount_image_upgrade_breaks_no_write() {
     })
     .await;
     let took = begun.elapsed();
-    assert_ne!(upgraded, uid, "the same mount Pod");
+    assert_ne!(upgraded, *uid, "the same mount Pod");
     eventually(WAIT, "the old mount Pod gone", || async {
         pods.get_opt(&name).await.ok()?.is_none().then_some(())
     })
     .await;
-    let successor = daemon_pid(&vol, &upgraded).expect("the new mount daemon");
-    assert_ne!(successor, pid);
-    assert!(
-        daemon_pid(&vol, &uid).is_none(),
-        "the old daemon still runs"
-    );
-    writer::wait_records(&data, 40).await;
-    writer::assert_undisturbed(&client, &ns, "app").await;
+    let successor = daemon_pid(vol, &upgraded).expect("the new mount daemon");
+    assert_ne!(successor, c.pid);
+    assert!(daemon_pid(vol, uid).is_none(), "the old daemon still runs");
+    writer::wait_records(data, 40).await;
+    writer::assert_undisturbed(&client, ns, "app").await;
     // The agent reports it: Ready, the new image, no repair counted, Event Upgraded.
     let mp = eventually(WAIT, "the MountPod on the new image", || async {
         let mp = mps.get(&mp_name).await.ok()?;
@@ -203,21 +175,12 @@ async fn a_mount_image_upgrade_breaks_no_write() {
         upgraded_event.1.contains(&old) && upgraded_event.1.contains(&new),
         "{upgraded_event:?}"
     );
-    let mounts_after = fuse_mounts(&nodes, &node, &vol, &pv);
+    let mounts_after = c.mounts();
     assert_eq!(
-        mounts_before, mounts_after,
+        c.mounts_before, mounts_after,
         "the mount was replaced, not taken over"
     );
-    let checked = writer::stop_and_check(&client, &ns, "app", &data).await;
-    delete_pod(&client, &ns, "app").await;
-    delete_claim(&client, &ns, "data", &pv, &vol, &data).await;
-    assert!(
-        !kubelet_sees_mount_root(&nodes, &node, &vol),
-        "a FUSE mount of {vol} is left on {node}"
-    );
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(&ns, &DeleteParams::default())
-        .await;
+    let checked = c.finish(&client).await;
     eprintln!("Upgraded: {}", upgraded_event.1);
     eprintln!(
         "REAL NODES mount image upgrade: {} records through one descriptor, none failed; \

@@ -86,6 +86,19 @@ pub async fn wait_records(data: &Path, more: usize) -> usize {
     .await
 }
 
+/// Fail the test at once if the app failed (a write was refused: the mount was
+/// lost), with the last lines of its log; `when` says during what.
+pub async fn fail_if_failed(client: &Client, ns: &str, name: &str, when: &str) {
+    if pod_phase(client, ns, name).await.as_deref() == Some("Failed") {
+        let logs = Api::<Pod>::namespaced(client.clone(), ns)
+            .logs(name, &Default::default())
+            .await
+            .unwrap_or_default();
+        let tail: Vec<&str> = logs.lines().rev().take(3).collect();
+        panic!("the app failed {when}: {tail:?}");
+    }
+}
+
 /// The app's container: still running, never restarted, never terminated.
 pub async fn assert_undisturbed(client: &Client, ns: &str, name: &str) {
     let pod = Api::<Pod>::namespaced(client.clone(), ns)
