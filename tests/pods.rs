@@ -187,27 +187,48 @@ async fn pod_of(
     image: &str,
     script: &str,
 ) {
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "app",
-                "image": image,
-                "imagePullPolicy": "Never",
-                "command": ["sh", "-c", script],
-                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-            }],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-        }
-    }))
-    .unwrap();
+    let volume = claim_volume(claim);
+    app_pod(client, ns, name, Some(node), image, script, volume).await;
+}
+
+/// The Pod volume `data` of a claim.
+fn claim_volume(claim: &str) -> serde_json::Value {
+    json!({"name": "data", "persistentVolumeClaim": {"claimName": claim}})
+}
+
+/// Create the Pod every test runs: `name`, one container `app` of `image` running
+/// `script` (sh -c), never restarted, with `volume` (a Pod volume: its name and
+/// source) at /data; on `node`, or where the scheduler places it. The Pod as created.
+async fn app_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    node: Option<&str>,
+    image: &str,
+    script: &str,
+    volume: serde_json::Value,
+) -> Pod {
+    let mut spec = json!({
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{
+            "name": "app",
+            "image": image,
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c", script],
+            "volumeMounts": [{"name": volume["name"], "mountPath": "/data"}],
+        }],
+        "volumes": [volume],
+    });
+    if let Some(node) = node {
+        spec["nodeName"] = json!(node);
+    }
+    let pod: Pod =
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
     Api::<Pod>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &pod)
         .await
-        .unwrap_or_else(|e| panic!("creating Pod {name}: {e}"));
+        .unwrap_or_else(|e| panic!("creating Pod {name}: {e}"))
 }
 
 async fn pod_phase(client: &Client, ns: &str, name: &str) -> Option<String> {

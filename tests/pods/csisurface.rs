@@ -26,26 +26,7 @@ use super::*;
 /// A busybox Pod that the scheduler places (no nodeName), running `script` with the
 /// claim at /data.
 async fn scheduled_pod(client: &Client, ns: &str, name: &str, claim: &str, script: &str) {
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "app",
-                "image": BUSYBOX,
-                "imagePullPolicy": "Never",
-                "command": ["sh", "-c", script],
-                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-            }],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-        }
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap_or_else(|e| panic!("creating Pod {name}: {e}"));
+    app_pod(client, ns, name, None, BUSYBOX, script, claim_volume(claim)).await;
 }
 
 /// The PodScheduled condition of a Pod: (status, reason, message).

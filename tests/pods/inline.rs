@@ -28,30 +28,12 @@ async fn inline_pod(
     attributes: serde_json::Value,
     script: &str,
 ) -> String {
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{
-                "name": "app",
-                "image": BUSYBOX,
-                "imagePullPolicy": "Never",
-                "command": ["sh", "-c", script],
-                "volumeMounts": [{"name": "scratch", "mountPath": "/data"}],
-            }],
-            "volumes": [{"name": "scratch", "csi": {
-                "driver": api::CSI_DRIVER_NAME,
-                "volumeAttributes": attributes,
-            }}],
-        }
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &pod)
+    let volume = json!({"name": "scratch", "csi": {
+        "driver": api::CSI_DRIVER_NAME,
+        "volumeAttributes": attributes,
+    }});
+    app_pod(client, ns, name, Some(node), BUSYBOX, script, volume)
         .await
-        .unwrap_or_else(|e| panic!("creating Pod {name}: {e}"))
         .uid()
         .expect("a uid")
 }
