@@ -11,14 +11,12 @@ mod support;
 use std::time::Duration;
 
 use kube::Api;
-use support::csi::create;
-use support::fixtures::{ControllerProcess, eventually};
+use support::csi::{controller, create};
+use support::fixtures::ControllerProcess;
 use tessera::api::Volume;
-use tessera::csi::proto::controller_client::ControllerClient;
 use tessera::csi::proto::volume_content_source::{SnapshotSource, Type, VolumeSource};
 use tessera::csi::proto::*;
 use tonic::Code;
-use tonic::transport::Endpoint;
 
 #[tokio::test]
 async fn snapshot_and_clone_requests_get_the_right_codes_and_create_nothing_on_error() {
@@ -40,16 +38,7 @@ async fn snapshot_and_clone_requests_get_the_right_codes_and_create_nothing_on_e
             &format!("--default-backend-root={}", backend.display()),
         ],
     );
-    eventually(Duration::from_secs(30), "the CSI socket", || async {
-        sock.exists().then_some(())
-    })
-    .await;
-    let channel = Endpoint::from_shared(format!("unix://{}", sock.display()))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut ctrl = ControllerClient::new(channel);
+    let mut ctrl = controller(&sock, Duration::from_secs(30)).await;
     let volumes: Api<Volume> = Api::all(client.clone());
     let exists = |name: String| {
         let volumes = volumes.clone();

@@ -13,15 +13,13 @@ use std::time::Duration;
 
 use kube::Api;
 use serde_json::json;
-use support::csi::create;
+use support::csi::{controller, create};
 use support::fixtures::{self, AgentProcess, eventually};
 use support::tree::tree_sums;
 use tessera::api::{DataSource, MountPod, MountTask, Volume};
-use tessera::csi::proto::controller_client::ControllerClient;
 use tessera::csi::proto::volume_content_source::{SnapshotSource, Type, VolumeSource};
 use tessera::csi::proto::*;
 use tonic::Code;
-use tonic::transport::Endpoint;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -175,16 +173,7 @@ async fn snapshot_restore_and_clone_through_the_csi_controller_with_a_real_agent
         ],
     );
     let agent = AgentProcess::start(&base.id, &node);
-    eventually(WAIT, "the CSI socket", || async {
-        sock.exists().then_some(())
-    })
-    .await;
-    let channel = Endpoint::from_shared(format!("unix://{}", sock.display()))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut ctrl = ControllerClient::new(channel);
+    let mut ctrl = controller(&sock, WAIT).await;
 
     let src = ctrl
         .create_volume(create(&format!("{}-src", base.id), 64 << 20, None))

@@ -1,13 +1,20 @@
 //! CSI requests as the sidecars send them, for the tests that call Tessera's CSI
 //! controller over its socket (`tests/csi_snapshots.rs`, `tests/populate_agent.rs`):
 //! one definition of the mount capability and of a CreateVolume, with or without a
-//! content source (snapshot or volume).
+//! content source (snapshot or volume), and of the client of the controller's socket.
 
+use std::path::Path;
+use std::time::Duration;
+
+use tessera::csi::proto::controller_client::ControllerClient;
 use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use tessera::csi::proto::volume_content_source::Type;
 use tessera::csi::proto::{
     CapacityRange, CreateVolumeRequest, VolumeCapability, VolumeContentSource,
 };
+use tonic::transport::{Channel, Endpoint};
+
+use super::fixtures::eventually;
 
 /// A single-node-writer mount, what the provisioner asks for a ReadWriteOnce claim.
 pub fn cap() -> VolumeCapability {
@@ -31,4 +38,19 @@ pub fn create(name: &str, bytes: i64, source: Option<Type>) -> CreateVolumeReque
         volume_content_source: source.map(|t| VolumeContentSource { r#type: Some(t) }),
         ..Default::default()
     }
+}
+
+/// A client of the CSI controller serving `sock`, once the socket is there (within
+/// `wait`).
+pub async fn controller(sock: &Path, wait: Duration) -> ControllerClient<Channel> {
+    eventually(wait, "the CSI socket", || async {
+        sock.exists().then_some(())
+    })
+    .await;
+    let channel = Endpoint::from_shared(format!("unix://{}", sock.display()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {}: {e}", sock.display()));
+    ControllerClient::new(channel)
 }
