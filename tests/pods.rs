@@ -403,6 +403,13 @@ async fn class_claim(
     ClassClaim { class, pv, volume }
 }
 
+/// Delete a StorageClass of [`class_claim`] (not waited for).
+async fn delete_class(client: &Client, class: &str) {
+    let _ = Api::<StorageClass>::all(client.clone())
+        .delete(class, &DeleteParams::default())
+        .await;
+}
+
 /// Delete the claim and wait until the PV, the Volume and the data are gone.
 async fn delete_claim(client: &Client, ns: &str, claim: &str, pv: &str, volume: &str, data: &Path) {
     Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)

@@ -12,7 +12,6 @@
 //!  Pod on B: the idle mount on A yields at once ─▶ deleted ─▶ after the delay: gone
 //! ```
 
-use k8s_openapi::api::storage::v1::StorageClass;
 use tessera::api::{self, AccessMode, AttacherType, MountPod, VolumeAttachment as Tickets};
 use tessera::csi::proto::node_client::NodeClient;
 use tessera::csi::proto::volume_capability::{
@@ -360,9 +359,7 @@ async fn an_idle_mount_is_kept_for_the_delay_and_reused() {
     );
 
     delete_claim(&client, &ns, "warm", &pv, &name, &data).await;
-    let _ = Api::<StorageClass>::all(client.clone())
-        .delete(&class, &DeleteParams::default())
-        .await;
+    delete_class(&client, &class).await;
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())
         .await;

@@ -13,7 +13,6 @@
 use std::os::unix::fs::MetadataExt;
 
 use k8s_openapi::api::core::v1::Event as CoreEvent;
-use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams};
 use tessera::api::{self, MountPod};
 
@@ -193,9 +192,7 @@ async fn a_volume_attributes_class_change_reaches_the_running_mount() {
 
     delete_pod(&client, &ns, "app").await;
     delete_claim(&client, &ns, "data", &pv, &vol, &data).await;
-    let _ = Api::<StorageClass>::all(client.clone())
-        .delete(&class, &DeleteParams::default())
-        .await;
+    delete_class(&client, &class).await;
     // Not waited for: the harness's kube-controller-manager leaves the
     // kubernetes.io/vac-protection finalizer on a class no claim uses any more.
     for v in [&fresh, &cached, &moved] {

@@ -22,7 +22,6 @@
 use std::fs::ReadDir;
 
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::api::storage::v1::StorageClass;
 use tessera::api::{self, MountPod};
 use tessera::node::pods::spec::pod_name;
 
@@ -202,9 +201,7 @@ async fn a_mount_daemon_past_its_memory_limit_is_oom_killed_and_told() {
     let status = mp.status.clone().unwrap_or_default();
     delete_pod(&client, &ns, "app").await;
     delete_claim(&client, &ns, "data", &pv, &vol, &data).await;
-    let _ = Api::<StorageClass>::all(client.clone())
-        .delete(&class, &DeleteParams::default())
-        .await;
+    delete_class(&client, &class).await;
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())
         .await;
