@@ -169,6 +169,19 @@ async fn pvc(client: &Client, ns: &str, name: &str, mode: &str) -> PersistentVol
     .await
 }
 
+/// Run kubectl against the cluster under test; fail the test unless it succeeds.
+/// Its stdout, trimmed.
+fn kubectl(args: &[&str]) -> String {
+    let out = support::kubectl().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// The harness's busybox image.
 const BUSYBOX: &str = "harness.tessera.io/busybox:1.35";
 

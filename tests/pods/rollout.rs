@@ -13,16 +13,6 @@ use super::*;
 
 const NS: &str = "tessera-system";
 
-fn kubectl(args: &[&str]) {
-    let out = support::kubectl().args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The uid of the mount Pod serving `volume` on `node`, once it runs.
 async fn mount_pod_uid(client: &Client, volume: &str, node: &str) -> String {
     let api: Api<Pod> = Api::namespaced(client.clone(), NS);

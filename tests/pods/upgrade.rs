@@ -21,17 +21,6 @@ use super::*;
 const DS: &str = "daemonset/tessera-node";
 const CONTAINER: &str = "tessera";
 
-fn kubectl(args: &[&str]) -> String {
-    let out = support::kubectl().args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// Tag `from` as `to` in every node's containerd (the images are loaded offline; no
 /// registry).
 fn tag_on_nodes(nodes: &Nodes, from: &str, to: &str) {
