@@ -197,7 +197,7 @@ impl ControllerService {
                     .or_else(|| topology_node(&req))
             })
             .flatten();
-        let volume: Volume = serde_json::from_value(json!({
+        let body = json!({
             "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
             "metadata": {"name": name, "annotations": {ANNOTATION_CSI_NAME: csi_name}, "labels": self.settings.labels.0},
             "spec": {
@@ -209,22 +209,33 @@ impl ControllerService {
                 "attrCacheSeconds": vac.attr_cache_seconds,
                 "dataSource": source.as_ref().map(|s| s.data_source()),
             }
-        }))
-        .map_err(|source| Error::Encode {
-            name: name.clone(),
+        });
+        let created = self.post_volume(&name, body, "Volume").await?;
+        info!(volume = %name, size, %mode, "created volume");
+        self.filled(&created, source).await
+    }
+
+    /// Create the Volume `body` describes (as this driver's field manager); `what`
+    /// names it in an error ("Volume", "snapshot Volume").
+    async fn post_volume(
+        &self,
+        name: &str,
+        body: serde_json::Value,
+        what: &str,
+    ) -> Result<Volume, Error> {
+        let volume: Volume = serde_json::from_value(body).map_err(|source| Error::Encode {
+            name: name.into(),
             source,
         })?;
         let post = PostParams {
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
-        let created = self
-            .volumes()
+        self.volumes()
             .create(&post, &volume)
             .await
-            .context(|| format!("creating Volume {name}"))?;
-        info!(volume = %name, size, %mode, "created volume");
-        self.filled(&created, source).await
+            .context(|| format!("creating {what} {name}"))
+            .map_err(Into::into)
     }
 
     async fn delete(&self, req: DeleteVolumeRequest) -> Result<DeleteVolumeResponse, Error> {

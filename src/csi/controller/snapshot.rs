@@ -16,14 +16,14 @@
 
 use std::time::Instant;
 
-use kube::api::{DeleteParams, Patch, PostParams};
+use kube::api::{DeleteParams, Patch};
 use kube::{ResourceExt, api::Api};
 use serde_json::json;
 use tracing::info;
 
 use super::copy_plan::{self, Step, next_step};
 use super::request::{csi_volume, volume_bytes};
-use super::{ANNOTATION_CSI_NAME, ControllerService, Error, FIELD_MANAGER, merge_params};
+use super::{ANNOTATION_CSI_NAME, ControllerService, Error, merge_params};
 use crate::api::{
     ANNOTATION_POPULATED, AttacherType, AttachmentTicket, BackendScope, DataSource, TicketReason,
     Volume, VolumeAttachment, quantity_of, tickets_removal_patch,
@@ -213,7 +213,7 @@ impl ControllerService {
         };
         let mut labels = self.settings.labels.0.clone();
         labels.insert(LABEL_SNAPSHOT.into(), "true".into());
-        let volume: Volume = serde_json::from_value(json!({
+        let body = json!({
             "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
             "metadata": {
                 "name": name, "labels": labels,
@@ -224,20 +224,8 @@ impl ControllerService {
                 "backend": {"root": source.spec.backend.root, "scope": source.spec.backend.scope, "node": node},
                 "dataSource": data_source(source),
             }
-        }))
-        .map_err(|source| Error::Encode {
-            name: name.into(),
-            source,
-        })?;
-        let post = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..Default::default()
-        };
-        let created = self
-            .volumes()
-            .create(&post, &volume)
-            .await
-            .context(|| format!("creating snapshot Volume {name}"))?;
+        });
+        let created = self.post_volume(name, body, "snapshot Volume").await?;
         info!(snapshot = %name, source = %source.name_any(), "snapshot volume created");
         Ok(created)
     }
