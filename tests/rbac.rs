@@ -108,6 +108,9 @@ fn can_i(user: &str, verb: &str, resource: &str) -> bool {
 async fn the_node_agent_acts_only_on_its_own_nodes_mountpods() {
     let client = support::client().await;
     support::ensure_crds(&client).await;
+    // The sidecars' snapshot rules are checked by resource name below: `kubectl auth
+    // can-i` resolves those names only when the API serves them.
+    support::ensure_snapshot_crds(&client).await;
     apply_config(&[
         "namespace.yaml",
         "rbac-node.yaml",
@@ -705,8 +708,11 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
         (NODE_SA, "create", "volumeattachments.tessera.io", false),
         (NODE_SA, "delete", "volumeattachments.tessera.io", false),
         (NODE_SA, "get", "pods", false),
+        // The orphan check reads a Pod by name. (`list` is not asserted: the CSI
+        // sidecars in the controller's Pod share its ServiceAccount, and the
+        // external-resizer's rule in rbac-sidecars.yaml lists Pods; whether that
+        // binding exists here depends on which test of this binary applied it first.)
         (CONTROLLER_SA, "get", "pods", true),
-        (CONTROLLER_SA, "list", "pods", false),
         (CONTROLLER_SA, "delete", "pods", false),
     ] {
         let got = can_i(who, verb, resource);
