@@ -386,7 +386,7 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
 }
 
 async fn remove_data(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
-    let mut current = mp.status.clone().unwrap_or_default();
+    let current = mp.status.clone().unwrap_or_default();
     let host = ctx.host.clone();
     let source = mp.spec.source.clone();
     let volume = mp.spec.volume.clone();
@@ -394,36 +394,27 @@ async fn remove_data(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
         .await
         .map_err(Error::Join)?;
     let report = match res {
-        Ok(_) => Report {
-            phase: MountPhase::Ready,
-            pid: None,
-            mount_point: None,
-            error: None,
-            restarted: false,
-            ready: cond(
-                "Ready",
-                true,
-                "DataRemoved",
-                format!("{} removed", mp.spec.source),
-            ),
-            extra: vec![cond(
-                "DataRemoved",
-                true,
-                "Removed",
-                format!("{} removed", mp.spec.source),
-            )],
-            observed: true,
-            image: None,
-        },
+        Ok(_) => Report::task_done(
+            "DataRemoved",
+            "Removed",
+            format!("{} removed", mp.spec.source),
+        ),
         Err(e) => {
             let msg = error_chain(&e);
             publish(ctx, mp, EventType::Warning, "RemoveDataFailed", &msg).await;
-            let mut r = Report::failed("RemoveDataFailed", msg.clone());
-            r.extra
-                .push(cond("DataRemoved", false, "RemoveFailed", msg));
-            r
+            Report::task_failed("RemoveDataFailed", "DataRemoved", "RemoveFailed", msg)
         }
     };
+    finish_task(mp, ctx, current, report).await
+}
+
+/// Write a one-shot task's outcome; a failed one is tried again in 10 s.
+async fn finish_task(
+    mp: &MountPod,
+    ctx: &Context,
+    mut current: MountPodStatus,
+    report: Report,
+) -> Result<Action, Error> {
     let failed = report.phase == MountPhase::Failed;
     write_status(mp, ctx, &mut current, report).await?;
     Ok(if failed {

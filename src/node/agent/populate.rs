@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use super::status::{Report, cond};
-use super::{Context, blocking, publish, write_status};
-use crate::api::{MountPhase, MountPod};
+use super::status::Report;
+use super::{Context, blocking, finish_task, publish, write_status};
+use crate::api::MountPod;
 use crate::host::copy::CopyStats;
 use crate::node::Error;
 use crate::runtime::error_chain;
@@ -45,9 +45,12 @@ pub(super) async fn populate(mp: &MountPod, ctx: &Context) -> Result<Action, Err
     let Some(from) = mp.spec.populate_from.clone() else {
         // A populated volume (or one without a data source) is never filled again.
         let msg = "the volume has no data source left to copy (populated already or none): its data is not replaced".to_string();
-        let mut r = Report::failed("NothingToPopulate", msg.clone());
-        r.extra
-            .push(cond("DataPopulated", false, "NothingToPopulate", msg));
+        let r = Report::task_failed(
+            "NothingToPopulate",
+            "DataPopulated",
+            "NothingToPopulate",
+            msg,
+        );
         write_status(mp, ctx, &mut current, r).await?;
         return Ok(Action::await_change());
     };
@@ -86,32 +89,13 @@ pub(super) async fn populate(mp: &MountPod, ctx: &Context) -> Result<Action, Err
         Ok(stats) => {
             let msg = format!("copied {}", summary(&stats));
             publish(ctx, mp, EventType::Normal, "Populated", &msg).await;
-            Report {
-                phase: MountPhase::Ready,
-                pid: None,
-                mount_point: None,
-                error: None,
-                restarted: false,
-                image: None,
-                ready: cond("Ready", true, "DataPopulated", msg.clone()),
-                extra: vec![cond("DataPopulated", true, "Copied", msg)],
-                observed: true,
-            }
+            Report::task_done("DataPopulated", "Copied", msg)
         }
         Err(e) => {
             let msg = error_chain(&e);
             publish(ctx, mp, EventType::Warning, "PopulateFailed", &msg).await;
-            let mut r = Report::failed("PopulateFailed", msg.clone());
-            r.extra
-                .push(cond("DataPopulated", false, "CopyFailed", msg));
-            r
+            Report::task_failed("PopulateFailed", "DataPopulated", "CopyFailed", msg)
         }
     };
-    let failed = report.phase == MountPhase::Failed;
-    write_status(mp, ctx, &mut current, report).await?;
-    Ok(if failed {
-        Action::requeue(Duration::from_secs(10))
-    } else {
-        Action::await_change()
-    })
+    finish_task(mp, ctx, current, report).await
 }

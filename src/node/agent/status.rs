@@ -47,6 +47,30 @@ impl Report {
         }
     }
 
+    /// A one-shot task done (its data removed, populated): Ready, and its condition
+    /// `kind` true with `reason`.
+    pub(super) fn task_done(kind: &str, reason: &str, msg: String) -> Self {
+        Report {
+            phase: MountPhase::Ready,
+            pid: None,
+            mount_point: None,
+            error: None,
+            restarted: false,
+            ready: cond("Ready", true, kind, msg.clone()),
+            extra: vec![cond(kind, true, reason, msg)],
+            observed: true,
+            image: None,
+        }
+    }
+
+    /// A one-shot task failed: Failed (`failure`), and its condition `kind` false with
+    /// `reason`.
+    pub(super) fn task_failed(failure: &str, kind: &str, reason: &str, msg: String) -> Self {
+        let mut r = Report::failed(failure, msg.clone());
+        r.extra.push(cond(kind, false, reason, msg));
+        r
+    }
+
     /// Everything as it is, in a new phase.
     pub(super) fn keep(status: &MountPodStatus, phase: MountPhase) -> Self {
         Report {
