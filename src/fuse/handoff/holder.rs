@@ -668,24 +668,23 @@ mod tests {
         }
     }
 
+    /// A "daemon" serving `key`: a PUT of a pipe's read end (it never reports POLLERR
+    /// while the returned write end is open) on a connection it keeps open.
+    fn serving(sock: &Path, key: &[u8]) -> (UnixStream, OwnedFd) {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let daemon = UnixStream::connect(sock).unwrap();
+        send(&daemon, &encode(OP_PUT, key).unwrap(), Some(r.as_fd())).unwrap();
+        assert_eq!(answer(&daemon).unwrap().0, b'K');
+        (daemon, w)
+    }
+
     #[test]
     fn a_standby_gets_the_connection_once_its_server_left() {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("h.sock");
         let holder = Holder::serve(&sock).unwrap();
         let key = Path::new("/mnt/v");
-        // A pipe stands for the FUSE descriptor (its read end never reports POLLERR
-        // while the write end is open).
-        let (r, _w) = nix::unistd::pipe().unwrap();
-        // The "daemon" serving it: a PUT on a connection it keeps open.
-        let daemon = UnixStream::connect(&sock).unwrap();
-        send(
-            &daemon,
-            &encode(OP_PUT, b"/mnt/v").unwrap(),
-            Some(r.as_fd()),
-        )
-        .unwrap();
-        assert_eq!(answer(&daemon).unwrap().0, b'K');
+        let (daemon, _w) = serving(&sock, b"/mnt/v");
         assert!(matches!(claim(&sock, key).unwrap(), Claimed::Busy));
         let standby = {
             let sock = sock.clone();
@@ -716,15 +715,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("h.sock");
         let _holder = Holder::serve(&sock).unwrap();
-        let (r, _w) = nix::unistd::pipe().unwrap();
-        let daemon = UnixStream::connect(&sock).unwrap();
-        send(
-            &daemon,
-            &encode(OP_PUT, b"/mnt/v").unwrap(),
-            Some(r.as_fd()),
-        )
-        .unwrap();
-        assert_eq!(answer(&daemon).unwrap().0, b'K');
+        let (daemon, _w) = serving(&sock, b"/mnt/v");
         drop(daemon);
         // The protocol by hand (not `claim`, whose process-wide slot other tests use):
         // a CLAIM on a connection of its own, answered Y with the descriptor or B.
