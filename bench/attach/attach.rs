@@ -401,6 +401,7 @@ impl Bench {
             if let Some(done) = attached.get(name) {
                 attach.push(done.saturating_duration_since(*at));
                 last = last.max(*done);
+                trace_attach(kind, name, *at, *done);
             }
         }
         let failed = names.len() - attach.len();
@@ -462,6 +463,39 @@ impl Bench {
             failed,
             daemons,
         }
+    }
+}
+
+/// With `BENCH_ATTACH_TRACE=<file>`: one line per attach appended to it, `<driver>
+/// <VolumeAttachment> <created> <attached>` (wall clock, RFC 3339 with microseconds),
+/// to line up with the components' logs for a per-hop breakdown.
+fn trace_attach(kind: Kind, name: &str, created: Instant, attached: Instant) {
+    use std::io::Write;
+    let Ok(path) = std::env::var("BENCH_ATTACH_TRACE") else {
+        return;
+    };
+    let now = Instant::now();
+    let wall = |i: Instant| {
+        let back = jiff::SignedDuration::try_from(now.saturating_duration_since(i))
+            .unwrap_or_default();
+        jiff::Timestamp::now()
+            .checked_sub(back)
+            .unwrap_or_default()
+            .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+            .to_string()
+    };
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(
+            f,
+            "{} {name} {} {}",
+            kind.short(),
+            wall(created),
+            wall(attached)
+        );
     }
 }
 

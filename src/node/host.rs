@@ -580,6 +580,7 @@ impl Host {
             std::thread::sleep(Duration::from_millis(5));
         }
         served.answers = true;
+        tracing::debug!(volume = %want.volume, "mount answers");
         if !record.answered {
             let mut answered = record.clone();
             answered.answered = true;

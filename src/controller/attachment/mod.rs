@@ -77,6 +77,7 @@ pub fn error_policy(_va: Arc<VolumeAttachment>, err: &Error, _ctx: Arc<Context>)
 }
 
 async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result<Action, Error> {
+    debug!("attachment reconcile");
     if !ctx.caches_ready().await {
         return Ok(Action::requeue(Duration::from_millis(200)));
     }

@@ -156,6 +156,7 @@ pub async fn run(
 pub async fn reconcile(mp: Arc<MountPod>, ctx: Arc<Context>) -> Result<Action, Error> {
     let span = info_span!("mountpod", mountpod = %mp.name_any(), volume = %mp.spec.volume, node = %ctx.node);
     async {
+        debug!(resource_version = ?mp.resource_version(), "mountpod reconcile");
         let start = Instant::now();
         let res = reconcile_inner(&mp, &ctx).await;
         ctx.metrics
