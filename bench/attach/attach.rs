@@ -476,8 +476,8 @@ fn trace_attach(kind: Kind, name: &str, created: Instant, attached: Instant) {
     };
     let now = Instant::now();
     let wall = |i: Instant| {
-        let back = jiff::SignedDuration::try_from(now.saturating_duration_since(i))
-            .unwrap_or_default();
+        let back =
+            jiff::SignedDuration::try_from(now.saturating_duration_since(i)).unwrap_or_default();
         jiff::Timestamp::now()
             .checked_sub(back)
             .unwrap_or_default()

@@ -19,9 +19,10 @@
 //! agent's metrics, [`quota`] the quota modes and the daemon's accounting,
 //! [`projquota`] the XFS project quota, [`handoff`] the fd holder, the state file
 //! and the takeover of a held connection, [`budget`] the memory limit and what is
-//! sized to it (worker threads, hot descriptors), `signals` the signal thread, [`sys`]
-//! the syscalls. This module owns the process: it chooses the quota mode, mounts (or
-//! takes a held connection over), and serves until unmounted.
+//! sized to it (worker threads, hot descriptors), `signals` the signal thread, `ready`
+//! the word to the node agent that the mount is in place, [`sys`] the syscalls. This
+//! module owns the process: it chooses the quota mode, mounts (or takes a held
+//! connection over), and serves until unmounted.
 //!
 //! **Quota mode** (`--quota`, default `auto`). `backend` when the volume directory is
 //! on XFS with project quotas accounted and enforced: the directory gets a project id
@@ -61,6 +62,7 @@ pub mod fs;
 pub mod handoff;
 pub mod projquota;
 pub mod quota;
+mod ready;
 pub mod settings;
 mod signals;
 mod sys;
@@ -165,6 +167,11 @@ pub struct MountArgs {
     /// left the held connection, then take it over; never mount. Needs `--holder`.
     #[arg(long, requires = "holder")]
     pub standby: bool,
+    /// The write end of a pipe (a descriptor inherited from the node agent): one byte
+    /// is written to it, and it is closed, once the mount is in place, so the agent
+    /// probes the mount at once instead of polling. Ignored unless it is a pipe.
+    #[arg(long, hide = true)]
+    pub ready_fd: Option<i32>,
 }
 
 fn parse_grace(s: &str) -> Result<f64, String> {
@@ -559,6 +566,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         source,
     })?;
     let _ = notifier.set(session.notifier());
+    ready::say_mounted(args.ready_fd);
     let unmounter = session.unmount_callable();
     let signal_ctx = signals::SignalContext {
         signals,

@@ -576,8 +576,11 @@ impl Host {
                 return Ok(served);
             }
             // A new mount usually answers within tens of milliseconds, and its ticket
-            // (and so the pod's attach) waits for this: look often.
-            std::thread::sleep(Duration::from_millis(5));
+            // (and so the pod's attach) waits for this: probe again as soon as the
+            // daemon says it mounted (or exited), or after a short pause if it cannot
+            // say (bounded, so liveness and the deadline are looked at again).
+            self.daemons
+                .await_mounted(record.daemon, left.min(Duration::from_millis(200)));
         }
         served.answers = true;
         tracing::debug!(volume = %want.volume, "mount answers");

@@ -19,11 +19,17 @@
 //! start time (in clock ticks since boot) tells the process apart from a later one
 //! that reuses its pid.
 //!
+//! A daemon the agent starts gets the write end of a pipe (`--ready-fd 3`) and writes
+//! to it once its mount is in place; [`Daemons::await_mounted`] waits on the read end,
+//! so the agent probes the new mount as soon as it is there instead of polling. The
+//! pipe also ends (EOF) when the daemon exits before mounting.
+//!
 //! The state directory (records, quota and settings files, logs) is [`state`]'s.
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -177,6 +183,12 @@ pub trait Daemons: Send + Sync {
     }
     /// Wait for exited children (no zombies).
     fn reap(&self);
+    /// Wait, at most `timeout`, for a sign that `daemon` has mounted (or exited): here
+    /// a short pause, for daemons that give no such sign (the caller probes after it).
+    fn await_mounted(&self, daemon: Daemon, timeout: Duration) {
+        let _ = daemon;
+        std::thread::sleep(timeout.min(POLL_PAUSE));
+    }
     /// The image daemons started now run (`None`: not an image, process mode).
     fn image(&self) -> Option<String> {
         None
@@ -237,11 +249,21 @@ fn wait_gone<D: Daemons + ?Sized>(
     }
 }
 
+/// How long the agent pauses between probes of a mount that gives no sign of its
+/// own: a new mount usually answers within tens of milliseconds, and its ticket (and
+/// so the pod's attach) waits for this.
+pub const POLL_PAUSE: Duration = Duration::from_millis(5);
+
+/// The descriptor number of the readiness pipe in a daemon the agent starts.
+const READY_FD: i32 = 3;
+
 /// Real daemons: `tessera mount` children of this process.
 pub struct HostDaemons {
     program: PathBuf,
     children: Mutex<HashMap<i32, Child>>,
     exits: Mutex<HashMap<i32, ExitStatus>>,
+    /// The read end of each new daemon's readiness pipe, until it has said it mounted.
+    ready: Mutex<HashMap<i32, OwnedFd>>,
 }
 
 impl HostDaemons {
@@ -252,6 +274,7 @@ impl HostDaemons {
             program,
             children: Mutex::default(),
             exits: Mutex::default(),
+            ready: Mutex::default(),
         }
     }
 
@@ -288,20 +311,36 @@ impl Daemons for HostDaemons {
             cmd.arg0(exe);
         }
         cmd.args(super::daemon_args::mount_args(spec));
+        // Both ends close on exec; the child's copy of the write end is made READY_FD
+        // (not close-on-exec) just before it, so only this daemon inherits it.
+        let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| spawn_err(std::io::Error::from(e)))?;
+        let ready_raw = ready_w.as_raw_fd();
+        cmd.arg(format!("--ready-fd={READY_FD}"));
         cmd.stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
             .env("NO_COLOR", "1")
             .env_remove("KUBECONFIG");
-        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        // SAFETY: setsid, dup2 and fcntl are async-signal-safe and touch no memory of
+        // the parent.
         unsafe {
-            cmd.pre_exec(|| {
-                nix::unistd::setsid()
-                    .map(drop)
-                    .map_err(std::io::Error::from)
+            cmd.pre_exec(move || {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                if ready_raw == READY_FD {
+                    // dup2 onto itself keeps close-on-exec: clear it instead.
+                    if libc::fcntl(READY_FD, libc::F_SETFD, 0) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(ready_raw, READY_FD) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
             });
         }
         let child = cmd.spawn().map_err(spawn_err)?;
+        // The daemon holds the only write end now: its exit ends the pipe.
+        drop(ready_w);
         let pid = child.id() as i32;
         let start_ticks = proc_start_ticks(pid).unwrap_or(0);
         self.exits
@@ -312,7 +351,42 @@ impl Daemons for HostDaemons {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(pid, child);
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pid, ready_r);
         Ok(Daemon { pid, start_ticks })
+    }
+
+    fn await_mounted(&self, daemon: Daemon, timeout: Duration) {
+        let fd = self
+            .ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&daemon.pid);
+        let Some(fd) = fd else {
+            // Adopted, or it said so already: probe at the usual pace.
+            std::thread::sleep(timeout.min(POLL_PAUSE));
+            return;
+        };
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, valid for the call; `fd` stays open throughout.
+        match unsafe { libc::poll(&mut pfd, 1, ms) } {
+            // Mounted (a byte) or exited (EOF): the pipe has said all it will.
+            n if n > 0 => {}
+            // Not yet (or interrupted): keep it for the next wait.
+            _ => {
+                self.ready
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(daemon.pid, fd);
+            }
+        }
     }
 
     fn liveness(&self, daemon: Daemon, mountpoint: &Path) -> Liveness {
@@ -342,8 +416,10 @@ impl Daemons for HostDaemons {
             }
         }
         let mut exits = self.exits.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ready = self.ready.lock().unwrap_or_else(|e| e.into_inner());
         for (pid, status) in done {
             children.remove(&pid);
+            ready.remove(&pid);
             exits.insert(pid, status);
         }
     }
@@ -494,6 +570,87 @@ mod tests {
         // The process ran in a session of its own and its output went to the log.
         let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
         assert!(log.contains("starting tessera mount"), "{log}");
+    }
+
+    /// A stand-in daemon: a shell script run with the daemon's arguments.
+    fn script_daemons(dir: &Path, body: &str) -> HostDaemons {
+        use std::os::unix::fs::PermissionsExt;
+        let program = dir.join("daemon.sh");
+        std::fs::write(&program, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        HostDaemons::new(program)
+    }
+
+    fn spec_in(dir: &Path) -> DaemonSpec {
+        DaemonSpec {
+            volume: "v".into(),
+            mountpod: "v-1".into(),
+            mountpod_uid: String::new(),
+            source: dir.join("src"),
+            mountpoint: dir.join("mnt"),
+            capacity_bytes: 1,
+            capacity_file: dir.join("cap"),
+            counters_file: dir.join("counters"),
+            read_only: false,
+            shared_backend: false,
+            options: vec![],
+            resources: None,
+            settings_file: None,
+            handoff: None,
+        }
+    }
+
+    /// The daemon's byte on its readiness pipe ends the agent's wait, while it runs.
+    #[test]
+    fn the_readiness_pipe_ends_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemons = script_daemons(dir.path(), "printf m >&3\nexec sleep 60");
+        let d = daemons
+            .start(&spec_in(dir.path()), &dir.path().join("log"))
+            .unwrap();
+        let t = Instant::now();
+        daemons.await_mounted(d, Duration::from_secs(30));
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "waited {:?}",
+            t.elapsed()
+        );
+        assert!(
+            proc_stat(d.pid).is_some(),
+            "the byte, not the exit, ended the wait"
+        );
+        // Said once: later waits are the usual short pause.
+        let t = Instant::now();
+        daemons.await_mounted(d, Duration::from_secs(30));
+        assert!(t.elapsed() < Duration::from_secs(20));
+        kill(Pid::from_raw(d.pid), Signal::SIGKILL).unwrap();
+    }
+
+    /// A daemon that has not said anything keeps the agent waiting (up to the
+    /// timeout) until it exits, which ends the wait too.
+    #[test]
+    fn a_silent_daemon_is_waited_for_until_it_exits() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemons = script_daemons(dir.path(), "exec sleep 60");
+        let d = daemons
+            .start(&spec_in(dir.path()), &dir.path().join("log"))
+            .unwrap();
+        let t = Instant::now();
+        daemons.await_mounted(d, Duration::from_millis(300));
+        assert!(
+            t.elapsed() >= Duration::from_millis(250),
+            "{:?}",
+            t.elapsed()
+        );
+        kill(Pid::from_raw(d.pid), Signal::SIGKILL).unwrap();
+        let t = Instant::now();
+        daemons.await_mounted(d, Duration::from_secs(30));
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "waited {:?}",
+            t.elapsed()
+        );
+        daemons.reap();
     }
 
     #[test]
