@@ -128,11 +128,11 @@ impl TicketWriter {
     /// change does, for the error.
     pub async fn write(&self, volume: &str, changes: Changes, action: String) -> Answer {
         let (tx, rx) = oneshot::channel();
-        let start = self
-            .batches
-            .lock()
-            .expect("ticket batches poisoned")
-            .push(volume, changes, Waiter { action, answer: tx });
+        let start = self.batches.lock().expect("ticket batches poisoned").push(
+            volume,
+            changes,
+            Waiter { action, answer: tx },
+        );
         if start {
             // A task of its own: a caller giving up (its RPC cancelled) stops no one's
             // write.
@@ -154,7 +154,10 @@ impl TicketWriter {
                 .take(&volume);
             let Some(batch) = batch else { return };
             let patch = merged(batch.iter().map(|(c, _)| c));
-            let res = self.api.patch(&volume, &params, &Patch::Merge(&patch)).await;
+            let res = self
+                .api
+                .patch(&volume, &params, &Patch::Merge(&patch))
+                .await;
             debug!(%volume, changes = batch.len(), ok = res.is_ok(), "ticket batch written");
             match res {
                 Ok(va) => {
@@ -171,7 +174,10 @@ impl TicketWriter {
                 Err(_) => {
                     for (changes, w) in batch {
                         let patch = merged([&changes]);
-                        let res = self.api.patch(&volume, &params, &Patch::Merge(&patch)).await;
+                        let res = self
+                            .api
+                            .patch(&volume, &params, &Patch::Merge(&patch))
+                            .await;
                         let _ = w.answer.send(res.context(|| w.action.clone()));
                     }
                 }
@@ -212,17 +218,17 @@ mod tests {
     fn a_batch_is_one_patch_of_every_change() {
         let cases: [(&[(&str, Value)], Value); 4] = [
             (&[], json!({})),
-            (&[("a", json!({"nodeID": "n1"}))], json!({"a": {"nodeID": "n1"}})),
+            (
+                &[("a", json!({"nodeID": "n1"}))],
+                json!({"a": {"nodeID": "n1"}}),
+            ),
             // An upsert and a removal (the idle-mount ticket swap) in one patch.
             (
                 &[("csi-a", json!({"nodeID": "n1"})), ("idle-a", Value::Null)],
                 json!({"csi-a": {"nodeID": "n1"}, "idle-a": null}),
             ),
             // The same ticket twice: the later change wins.
-            (
-                &[("a", json!(1)), ("a", Value::Null)],
-                json!({"a": null}),
-            ),
+            (&[("a", json!(1)), ("a", Value::Null)], json!({"a": null})),
         ];
         for (changes, want) in cases {
             let batch: Vec<Changes> = changes
