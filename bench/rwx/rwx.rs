@@ -65,6 +65,25 @@ struct Run {
     /// controller process (its CSI service and its reconciler).
     ticket_writes: f64,
     va_status_writes: f64,
+    /// Watch events the API server sent of Tessera VolumeAttachments, and their bytes
+    /// (every watcher: the controller's, each waiting ControllerPublish's).
+    watch_events: (f64, f64),
+}
+
+/// The API server's count and bytes of watch events of Tessera VolumeAttachments
+/// (`apiserver_watch_events_total`, `apiserver_watch_events_sizes_sum`).
+fn watch_events() -> (f64, f64) {
+    let text = support::kubectl_output(&["get", "--raw", "/metrics"]);
+    let get = |metric: &str| {
+        procs::samples(&text, metric, &["group", "resource"])
+            .get("tessera.io volumeattachments")
+            .copied()
+            .unwrap_or(0.0)
+    };
+    (
+        get("apiserver_watch_events_total"),
+        get("apiserver_watch_events_sizes_sum"),
+    )
 }
 
 fn cpu_now(controller: u32, attacher: u32) -> BTreeMap<String, f64> {
@@ -172,6 +191,7 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
         .collect();
 
     let writes0 = va_writes(&ctrl);
+    let events0 = watch_events();
     let req0 = procs::apiserver_requests();
     let cpu0 = cpu_now(ctrl.child.id(), attacher.0.id());
     let t0 = Instant::now();
@@ -213,6 +233,7 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
     let cpu = delta(&cpu_now(ctrl.child.id(), attacher.0.id()), &cpu0);
     let requests = delta(&procs::apiserver_requests(), &req0);
     let writes1 = va_writes(&ctrl);
+    let events1 = watch_events();
     let va =
         serde_json::to_value(vas.get(&name).await.expect("reading the VolumeAttachment")).unwrap();
     let size = |v: &serde_json::Value| v.to_string().len();
@@ -301,6 +322,7 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
         bytes,
         ticket_writes: writes1.0 - writes0.0,
         va_status_writes: writes1.1 - writes0.1,
+        watch_events: (events1.0 - events0.0, events1.1 - events0.1),
     }
 }
 
@@ -335,6 +357,13 @@ fn print_run(r: &Run) {
         r.ticket_writes / n,
         r.va_status_writes,
         r.va_status_writes / n
+    );
+    println!(
+        "  watch events of Tessera VolumeAttachments sent: {:.0} ({:.1} per ticket), {:.1} MB ({:.1} KB per ticket)",
+        r.watch_events.0,
+        r.watch_events.0 / n,
+        r.watch_events.1 / 1e6,
+        r.watch_events.1 / 1e3 / n
     );
     let (spec, status, managed) = r.bytes;
     println!(
@@ -393,6 +422,11 @@ async fn main() {
         line = line
             .num(&format!("{p}_wall_s"), r.wall.as_secs_f64(), 2)
             .num(&format!("{p}_failed"), r.failed as f64, 0)
+            .num(
+                &format!("{p}_watch_kb_per_ticket"),
+                r.watch_events.1 / 1e3 / r.n as f64,
+                1,
+            )
             .num(&format!("{p}_detach_s"), r.detach.as_secs_f64(), 2)
             .num(
                 &format!("{p}_ticket_writes_per_ticket"),
