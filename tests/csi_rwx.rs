@@ -3,7 +3,8 @@
 //! them, K ControllerPublish calls of one volume to K nodes arrive together. Every one
 //! succeeds (none is turned away with ABORTED because another node's publish of the
 //! volume is in flight), and their K tickets reach the VolumeAttachment in fewer than
-//! K writes (grouped per volume). The same for K ControllerUnpublish calls. The
+//! K writes (grouped per volume), and they wait on one shared watch of the
+//! VolumeAttachment, not one each. The same for K ControllerUnpublish calls. The
 //! stand-in agent reports the MountPods Ready; the writes are counted by the
 //! controller's own request counter (`tessera_api_requests_total`).
 
@@ -23,17 +24,22 @@ use tessera::csi::proto::*;
 /// Nodes publishing at once.
 const K: usize = 12;
 
-/// PATCHes of VolumeAttachments (not their status) the controller process sent.
-fn ticket_patches(ctrl: &ControllerProcess) -> f64 {
+/// Requests of `verb` on VolumeAttachments (not their status) the controller process
+/// sent: PATCHes are ticket writes; GETs are reads and watches (a watch counts as one
+/// GET).
+fn va_requests(ctrl: &ControllerProcess, verb: &str) -> f64 {
     support::api_requests(&ctrl.metrics().unwrap_or_default())
         .iter()
         .filter(|(l, _)| {
-            l["verb"] == "PATCH"
-                && l["resource"] == "volumeattachments"
-                && l["subresource"].is_empty()
+            l["verb"] == verb && l["resource"] == "volumeattachments" && l["subresource"].is_empty()
         })
         .map(|(_, v)| v)
         .sum()
+}
+
+/// PATCHes of VolumeAttachments (not their status) the controller process sent.
+fn ticket_patches(ctrl: &ControllerProcess) -> f64 {
+    va_requests(ctrl, "PATCH")
 }
 
 fn rwx() -> VolumeCapability {
@@ -81,6 +87,7 @@ async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
     let csi = controller(&sock, Duration::from_secs(30)).await;
 
     let before = ticket_patches(&ctrl);
+    let gets_before = va_requests(&ctrl, "GET");
     let published = join_all(nodes.iter().map(|node| {
         let mut csi = csi.clone();
         let req = ControllerPublishVolumeRequest {
@@ -93,13 +100,14 @@ async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
     }))
     .await;
     let writes = ticket_patches(&ctrl) - before;
+    let gets = va_requests(&ctrl, "GET") - gets_before;
     let failed: Vec<String> = published
         .iter()
         .zip(&nodes)
         .filter_map(|(r, n)| r.as_ref().err().map(|e| format!("{n}: {e:?}")))
         .collect();
     println!(
-        "{K} concurrent publishes: {} failed, {writes} ticket writes",
+        "{K} concurrent publishes: {} failed, {writes} ticket writes, {gets} reads and watches",
         failed.len()
     );
     assert!(failed.is_empty(), "publishes failed: {failed:#?}");
@@ -114,6 +122,12 @@ async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
     assert!(
         writes >= 1.0 && writes < K as f64,
         "{writes} ticket writes for {K} publishes: not grouped"
+    );
+    // Each publish reads the VolumeAttachment once; they wait on one shared watch, not
+    // one watch each (that would be 2K).
+    assert!(
+        gets < (2 * K) as f64,
+        "{gets} reads and watches of the VolumeAttachment for {K} publishes: a watch each"
     );
 
     // And back: K unpublishes at once, all succeed, fewer than K writes, no ticket left.

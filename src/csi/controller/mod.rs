@@ -21,12 +21,14 @@
 //! | [`existing`] | Validate, List, Expand, Modify: reads and patches of existing Volumes |
 //! | [`error`] | [`Error`] and its one mapping to gRPC codes |
 //! | [`group_commit`] | ticket writes of one volume arriving together: one patch |
+//! | [`super::shared_watch`] | one watch per VolumeAttachment for all its waiting calls |
 //!
 //! Publish and unpublish of one volume on different nodes run concurrently (one
 //! in-flight slot per volume and node, as the external-attacher keys its work): a
 //! ReadWriteMany volume published to hundreds of nodes at once is not turned away
 //! with ABORTED. Their ticket changes touch disjoint tickets and are written
-//! together ([`group_commit`]).
+//! together ([`group_commit`]), and they wait for their tickets on one shared watch
+//! of the VolumeAttachment ([`super::shared_watch`]).
 
 pub mod copy_plan;
 pub mod error;
@@ -51,6 +53,7 @@ use tracing::{info, instrument, warn};
 use super::proto::controller_server::Controller;
 use super::proto::controller_service_capability::{self, rpc};
 use super::proto::*;
+use super::shared_watch::SharedWatches;
 use super::watch::{WatchError, await_from};
 use super::{InFlight, csi_ticket_id, existing_id, idle_ticket_id, required, shown};
 use crate::api::{
@@ -105,6 +108,7 @@ pub struct ControllerService {
     settings: Settings,
     inflight: InFlight,
     tickets: group_commit::TicketWriter,
+    watches: SharedWatches,
 }
 
 /// The in-flight slot of a publish or unpublish of `volume` on `node` (all nodes:
@@ -141,6 +145,7 @@ impl ControllerService {
     pub fn new(client: Client, settings: Settings) -> Self {
         ControllerService {
             tickets: group_commit::TicketWriter::new(Api::all(client.clone())),
+            watches: SharedWatches::new(Api::all(client.clone())),
             client,
             settings,
             inflight: InFlight::default(),
@@ -385,7 +390,8 @@ impl ControllerService {
         }
         // Watch from the version just read or written: no list round trip before the
         // watch, and no change after it can be missed.
-        let wait = await_from(api.clone(), current, {
+        // One watch of the VolumeAttachment for every publish waiting on it.
+        let wait = self.watches.wait(current, {
             let id = id.clone();
             move |va: Option<&VolumeAttachment>| va.is_some_and(|va| va.ticket_satisfied(&id))
         });
@@ -513,7 +519,7 @@ impl ControllerService {
         };
         let detached = async {
             tokio::select! {
-                res = await_from(api, va, wanted) => res.map(drop),
+                res = self.watches.wait(va, wanted) => res.map(drop),
                 res = await_from(mps, mp, |mp: Option<&MountPod>| mp.is_none()) => res.map(drop),
             }
         };
