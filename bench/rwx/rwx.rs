@@ -43,7 +43,7 @@ use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment as StorageVa};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL};
-use tessera::api::{CSI_DRIVER_NAME, MountPod, VolumeAttachment};
+use tessera::api::{CSI_DRIVER_NAME, MOUNT_FINALIZER, MountPod, VolumeAttachment};
 
 /// What one scale measured.
 struct Run {
@@ -126,6 +126,48 @@ fn va_writes(ctrl: &ControllerProcess) -> (f64, f64) {
     out
 }
 
+/// What the node agent does once a MountPod being deleted is unmounted, and the
+/// stand-in agent does not: drop its `tessera.io/mount` finalizer, for every MountPod
+/// of test `id` (so that ControllerUnpublish, waiting for the MountPod to go,
+/// returns). Stops when dropped.
+struct ReleaseMounts(tokio::task::JoinHandle<()>);
+
+impl ReleaseMounts {
+    fn start(client: kube::Client, id: &str) -> Self {
+        use kube::runtime::{WatchStreamExt, watcher};
+        let api: Api<MountPod> = Api::all(client);
+        let wc = watcher::Config::default().labels(&format!("{TEST_LABEL}={id}"));
+        ReleaseMounts(tokio::spawn(async move {
+            let mut stream = watcher(api.clone(), wc).applied_objects().boxed();
+            while let Some(res) = stream.next().await {
+                let Ok(mp) = res else { continue };
+                let held = mp
+                    .metadata
+                    .finalizers
+                    .as_ref()
+                    .is_some_and(|f| f.iter().any(|f| f == MOUNT_FINALIZER));
+                if mp.metadata.deletion_timestamp.is_none() || !held {
+                    continue;
+                }
+                let name = mp.metadata.name.clone().unwrap_or_default();
+                let patch = json!({"metadata": {"finalizers": null}});
+                let api = api.clone();
+                tokio::spawn(async move {
+                    let _ = api
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                });
+            }
+        }))
+    }
+}
+
+impl Drop for ReleaseMounts {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A ReadWriteMany PersistentVolume of Tessera's driver for Volume `name`.
 fn pv(name: &str, id: &str) -> PersistentVolume {
     serde_json::from_value(json!({
@@ -163,6 +205,7 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
         ],
     );
     let _agent = FakeAgent::start(client.clone(), &id);
+    let _release = ReleaseMounts::start(client.clone(), &id);
     wait_socket(&sock, "tessera controller's CSI socket").await;
     let attacher = sidecar.start(&sock, &logs.join(format!("csi-attacher-{n}.log")));
     let name = format!("{id}-v");
