@@ -56,7 +56,7 @@ bench-fuse:
 bench-controller: harness
 	bash bench/controller/run.sh
 
-## bench-rwx: one RWX volume, 50 then 250 tickets on as many nodes, through the controller
+## bench-rwx: one RWX volume, 50 then 500 nodes, through the real csi-attacher and the CSI controller
 bench-rwx: harness
 	bash bench/rwx/run.sh
 

@@ -26,158 +26,30 @@
 
 #[path = "../bench_line.rs"]
 mod bench_line;
+#[path = "../csi_attach.rs"]
+mod csi_attach;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bench_line::{BenchLine, loadavg};
+use csi_attach::{
+    Proc, Seen, Sidecar, create_csinode, env_or, va_name, wait_socket, watch_attachments,
+};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment as StorageVa};
+use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVa;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use support::fixtures::{self, AgentProcess, ControllerProcess, FakeAgent, TEST_LABEL};
 use tessera::api::{CSI_DRIVER_NAME, Volume};
-use tokio::sync::Notify;
 
 const NOOP_DRIVER: &str = "bench.noop.csi.k8s.io";
-
-fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The name Kubernetes gives the VolumeAttachment of (handle, driver, node).
-fn va_name(handle: &str, driver: &str, node: &str) -> String {
-    let digest = Sha256::digest(format!("{handle}{driver}{node}").as_bytes());
-    format!("csi-{}", hex::encode(digest))
-}
-
-/// When each VolumeAttachment of the benchmark was seen attached, and seen gone, by
-/// one watch.
-#[derive(Default)]
-struct Seen {
-    attached: Mutex<HashMap<String, Instant>>,
-    gone: Mutex<HashMap<String, Instant>>,
-    changed: Notify,
-}
-
-impl Seen {
-    async fn wait(&self, timeout: Duration, mut done: impl FnMut(&Self) -> bool) -> bool {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let notified = self.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if done(self) {
-                return true;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return done(self);
-            }
-        }
-    }
-}
-
-fn watch_attachments(client: Client, id: &str) -> (Arc<Seen>, tokio::sync::oneshot::Receiver<()>) {
-    let seen = Arc::new(Seen::default());
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let api: Api<StorageVa> = Api::all(client);
-    let wc = watcher::Config::default().labels(&format!("{TEST_LABEL}={id}"));
-    let s = seen.clone();
-    tokio::spawn(async move {
-        let mut ready = Some(ready_tx);
-        let mut stream = watcher::watcher(api, wc).boxed();
-        while let Some(ev) = stream.next().await {
-            let now = Instant::now();
-            let record = |va: &StorageVa| {
-                if va.status.as_ref().is_some_and(|st| st.attached) {
-                    s.attached
-                        .lock()
-                        .unwrap()
-                        .entry(va.name_any())
-                        .or_insert(now);
-                }
-            };
-            match ev {
-                Ok(Event::Apply(va)) | Ok(Event::InitApply(va)) => record(&va),
-                Ok(Event::Delete(va)) => {
-                    s.gone.lock().unwrap().entry(va.name_any()).or_insert(now);
-                }
-                Ok(Event::InitDone) => {
-                    if let Some(tx) = ready.take() {
-                        let _ = tx.send(());
-                    }
-                }
-                Ok(Event::Init) => {}
-                Err(e) => {
-                    eprintln!("  (watch error, resuming: {e})");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-            s.changed.notify_waiters();
-        }
-    });
-    (seen, ready_rx)
-}
-
-/// A child process killed (and reaped) on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The external-attacher's settings, the same for both drivers.
-struct Sidecar {
-    workers: u32,
-    qps: u32,
-    burst: u32,
-    timeout: String,
-}
-
-impl Sidecar {
-    fn describe(&self) -> String {
-        format!(
-            "--worker-threads={} --kube-api-qps={} --kube-api-burst={} --timeout={} --leader-election=false",
-            self.workers, self.qps, self.burst, self.timeout
-        )
-    }
-
-    fn start(&self, socket: &Path, log: &Path) -> Proc {
-        let bin = support::repo_root().join("target/harness/bin/csi-attacher");
-        let child = Command::new(&bin)
-            .arg(format!("--csi-address={}", socket.display()))
-            .arg(format!(
-                "--kubeconfig={}",
-                support::kubeconfig_path().display()
-            ))
-            .arg("--leader-election=false")
-            .arg(format!("--worker-threads={}", self.workers))
-            .arg(format!("--kube-api-qps={}", self.qps))
-            .arg(format!("--kube-api-burst={}", self.burst))
-            .arg(format!("--timeout={}", self.timeout))
-            .arg(format!("--v={}", env_or("BENCH_ATTACHER_V", 2u32)))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-        Proc(child)
-    }
-}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
@@ -517,30 +389,6 @@ fn merge(runs: Vec<Run>) -> Run {
     out
 }
 
-async fn create_csinode(client: &Client, node: &str) {
-    let api: Api<CSINode> = Api::all(client.clone());
-    let csinode: CSINode = serde_json::from_value(json!({
-        "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
-        "metadata": {"name": node},
-        "spec": {"drivers": [
-            {"name": CSI_DRIVER_NAME, "nodeID": node},
-            {"name": NOOP_DRIVER, "nodeID": node},
-        ]},
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &csinode)
-        .await
-        .expect("creating CSINode");
-}
-
-/// Wait until a unix socket exists at `path`.
-async fn wait_socket(path: &Path, what: &str) {
-    fixtures::eventually(Duration::from_secs(60), what, || async {
-        path.exists().then_some(())
-    })
-    .await;
-}
-
 #[tokio::main]
 async fn main() {
     if !std::env::args().any(|a| a == "--bench") {
@@ -559,12 +407,7 @@ async fn main() {
         Ok("noop") => vec![Kind::Noop],
         _ => vec![Kind::Tessera, Kind::Noop],
     };
-    let sidecar = Sidecar {
-        workers: env_or("BENCH_ATTACHER_WORKERS", 100),
-        qps: env_or("BENCH_ATTACHER_QPS", 200),
-        burst: env_or("BENCH_ATTACHER_BURST", 400),
-        timeout: std::env::var("BENCH_ATTACHER_TIMEOUT").unwrap_or_else(|_| "15s".into()),
-    };
+    let sidecar = Sidecar::from_env();
 
     let load_before = loadavg();
     let client = support::client().await;
@@ -580,7 +423,7 @@ async fn main() {
     let root = dir.path().join("backend");
     std::fs::create_dir_all(&root).unwrap();
     fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
-    create_csinode(&client, &node).await;
+    create_csinode(&client, &node, &[CSI_DRIVER_NAME, NOOP_DRIVER]).await;
 
     // Drivers and their attachers.
     let tessera_sock = dir.path().join("tessera.sock");

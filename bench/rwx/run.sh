@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One RWX volume, 50 then 250 tickets on as many nodes, through `tessera controller` on
-# the local control plane (or KUBECONFIG). See bench/rwx/rwx.rs.
-#   BENCH_RWX_SCALES=50,250 (at most 256: the CRD's limit of tickets on one volume)
+# One RWX volume, 50 then 500 nodes, through the real csi-attacher and `tessera
+# controller --csi-endpoint` on the local control plane (or KUBECONFIG). See
+# bench/rwx/rwx.rs.
+#   BENCH_RWX_SCALES=50,500 (at most 1024: the CRD's limit of tickets on one volume)
+#   BENCH_ATTACHER_WORKERS=100 BENCH_ATTACHER_QPS=200 BENCH_ATTACHER_BURST=400
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 [[ -n "${KUBECONFIG:-}" ]] || bash tests/harness/cluster.sh up

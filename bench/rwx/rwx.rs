@@ -1,18 +1,22 @@
-//! Benchmark: one ReadWriteMany volume used by many nodes, through a real `tessera
-//! controller` (release build) on the cluster under test. For each scale N
-//! (`BENCH_RWX_SCALES`, default `50,250`): N Nodes, one RWX Volume, then N tickets,
-//! one per node, added at once (32 in flight, as many CSI ControllerPublish calls
-//! would), MountPod status driven by the test fixtures' stand-in agent. Timed from the
-//! first ticket to the VolumeAttachment's status saying all N satisfied.
+//! Benchmark: one ReadWriteMany volume used by many nodes, through the real
+//! external-attacher and a real `tessera controller --csi-endpoint` (release build) on
+//! the cluster under test. For each scale N (`BENCH_RWX_SCALES`, default `50,500`): N
+//! Nodes with their CSINodes, one RWX Volume and its PersistentVolume, then N
+//! storage.k8s.io VolumeAttachments, one per node, created at once (as the
+//! attach-detach controller would for N Pods on N nodes); the `csi-attacher`
+//! (bench/csi_attach.rs, `BENCH_ATTACHER_*`) calls ControllerPublish for each, which
+//! puts a ticket on the volume's Tessera VolumeAttachment and waits until it is
+//! satisfied. MountPod status is driven by the test fixtures' stand-in agent. Timed
+//! from the first create to the last VolumeAttachment seen `attached`; then all are
+//! deleted (ControllerUnpublish) and the time until all are gone is reported too.
 //!
 //! Prints per scale: wall time, the CPU seconds of kube-apiserver and etcd (the
-//! control plane is the bottleneck here), the requests the API server served by
-//! resource and verb (its own `apiserver_request_total`, so the tickets and the
-//! stand-in agent count too) and per ticket, and the size of the VolumeAttachment at
-//! the end (bytes per ticket in spec, status and managedFields). Then the ratios of
-//! the largest scale to the smallest, against the goal (linear, not quadratic: 500
-//! tickets at most 15× 50, so 250 at most 7.5×). 250, not 500: the CRD allows at most
-//! 256 tickets on one VolumeAttachment (`maxProperties`), and the 257th is refused.
+//! control plane is the bottleneck here), of the controller and the attacher, the
+//! requests the API server served for Tessera's kinds by resource and verb (its own
+//! `apiserver_request_total`) and per ticket, and the size of the Tessera
+//! VolumeAttachment once all were attached (bytes per ticket in spec, status and
+//! managedFields). Then the ratios of the largest scale to the smallest, against the
+//! goal (linear, not quadratic: 500 tickets at most 15× 50).
 //!
 //! Ends with one `BENCH rwx key=value …` line (bench/bench_line.rs), keys `n<N>_…`.
 //!
@@ -20,37 +24,69 @@
 
 #[path = "../bench_line.rs"]
 mod bench_line;
+#[path = "../csi_attach.rs"]
+mod csi_attach;
 #[path = "../procs.rs"]
 mod procs;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bench_line::{BenchLine, loadavg};
+use csi_attach::{Seen, Sidecar, create_csinode, va_name, wait_socket, watch_attachments};
 use futures::{StreamExt, stream};
-use kube::api::{Api, ListParams};
-use kube::runtime::wait::await_condition;
+use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment as StorageVa};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL};
-use tessera::api::{MountPod, VolumeAttachment};
+use tessera::api::{CSI_DRIVER_NAME, MOUNT_FINALIZER, MountPod, VolumeAttachment};
 
 /// What one scale measured.
 struct Run {
     n: usize,
+    /// From the first storage VolumeAttachment created to the last seen attached.
     wall: Duration,
-    /// CPU seconds by process.
+    /// VolumeAttachments not attached within the timeout.
+    failed: usize,
+    /// From the first delete to the last VolumeAttachment gone (detach).
+    detach: Duration,
+    /// CPU seconds by process, while attaching.
     cpu: BTreeMap<String, f64>,
-    /// API server requests by "resource[/subresource] VERB".
+    /// API server requests by "resource[/subresource] VERB", while attaching.
     requests: BTreeMap<String, f64>,
-    /// Bytes of the VolumeAttachment's JSON at the end: spec, status, managedFields.
+    /// Bytes of the Tessera VolumeAttachment's JSON once all were attached: spec,
+    /// status, managedFields.
     bytes: (usize, usize, usize),
-    /// Status writes on the VolumeAttachment by the controller.
+    /// PATCHes of the Tessera VolumeAttachment (the tickets) and status writes, by the
+    /// controller process (its CSI service and its reconciler).
+    ticket_writes: f64,
     va_status_writes: f64,
+    /// Watch events the API server sent of Tessera VolumeAttachments, and their bytes
+    /// (every watcher: the controller's, each waiting ControllerPublish's).
+    watch_events: (f64, f64),
 }
 
-fn cpu_now(controller: u32) -> BTreeMap<String, f64> {
+/// The API server's count and bytes of watch events of Tessera VolumeAttachments
+/// (`apiserver_watch_events_total`, `apiserver_watch_events_sizes_sum`).
+fn watch_events() -> (f64, f64) {
+    let text = support::kubectl_output(&["get", "--raw", "/metrics"]);
+    let get = |metric: &str| {
+        procs::samples(&text, metric, &["group", "resource"])
+            .get("tessera.io volumeattachments")
+            .copied()
+            .unwrap_or(0.0)
+    };
+    (
+        get("apiserver_watch_events_total"),
+        get("apiserver_watch_events_sizes_sum"),
+    )
+}
+
+fn cpu_now(controller: u32, attacher: u32) -> BTreeMap<String, f64> {
     let mut out: BTreeMap<String, f64> =
         procs::cluster_pids(&support::repo_root(), &["kube-apiserver", "etcd"])
             .into_iter()
@@ -60,6 +96,7 @@ fn cpu_now(controller: u32) -> BTreeMap<String, f64> {
         "tessera-controller".into(),
         procs::proc_cpu_seconds(controller),
     );
+    out.insert("csi-attacher".into(), procs::proc_cpu_seconds(attacher));
     out.insert("bench".into(), procs::proc_cpu_seconds(std::process::id()));
     out
 }
@@ -72,12 +109,105 @@ fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTree
         .collect()
 }
 
-async fn run_scale(client: &kube::Client, n: usize) -> Run {
+/// The controller process's requests to the API server on VolumeAttachments:
+/// (PATCHes of the object, i.e. ticket writes; writes of its status).
+fn va_writes(ctrl: &ControllerProcess) -> (f64, f64) {
+    let mut out = (0.0, 0.0);
+    for (l, v) in support::api_requests(&ctrl.metrics().unwrap_or_default()) {
+        if l["resource"] != "volumeattachments" || l["group"] != "tessera.io" {
+            continue;
+        }
+        match (l["verb"].as_str(), l["subresource"].as_str()) {
+            ("PATCH", "") => out.0 += v,
+            (verb, "status") if verb != "GET" => out.1 += v,
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What the node agent does once a MountPod being deleted is unmounted, and the
+/// stand-in agent does not: drop its `tessera.io/mount` finalizer, for every MountPod
+/// of test `id` (so that ControllerUnpublish, waiting for the MountPod to go,
+/// returns). Stops when dropped.
+struct ReleaseMounts(tokio::task::JoinHandle<()>);
+
+impl ReleaseMounts {
+    fn start(client: kube::Client, id: &str) -> Self {
+        use kube::runtime::{WatchStreamExt, watcher};
+        let api: Api<MountPod> = Api::all(client);
+        let wc = watcher::Config::default().labels(&format!("{TEST_LABEL}={id}"));
+        ReleaseMounts(tokio::spawn(async move {
+            let mut stream = watcher(api.clone(), wc).applied_objects().boxed();
+            while let Some(res) = stream.next().await {
+                let Ok(mp) = res else { continue };
+                let held = mp
+                    .metadata
+                    .finalizers
+                    .as_ref()
+                    .is_some_and(|f| f.iter().any(|f| f == MOUNT_FINALIZER));
+                if mp.metadata.deletion_timestamp.is_none() || !held {
+                    continue;
+                }
+                let name = mp.metadata.name.clone().unwrap_or_default();
+                let patch = json!({"metadata": {"finalizers": null}});
+                let api = api.clone();
+                tokio::spawn(async move {
+                    let _ = api
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await;
+                });
+            }
+        }))
+    }
+}
+
+impl Drop for ReleaseMounts {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A ReadWriteMany PersistentVolume of Tessera's driver for Volume `name`.
+fn pv(name: &str, id: &str) -> PersistentVolume {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {TEST_LABEL: id}},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "volumeMode": "Filesystem",
+            "csi": {"driver": CSI_DRIVER_NAME, "volumeHandle": name},
+        }
+    }))
+    .unwrap()
+}
+
+async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Path) -> Run {
     let id = support::unique_name("rwx");
     let nodes: Vec<String> = (0..n).map(|i| format!("{id}-n{i}")).collect();
     fixtures::create_nodes(client, &nodes).await;
-    let ctrl = ControllerProcess::start(&id, &["--no-leader-election"]);
+    stream::iter(
+        nodes
+            .iter()
+            .map(|node| create_csinode(client, node, &[CSI_DRIVER_NAME])),
+    )
+    .buffer_unordered(32)
+    .collect::<Vec<()>>()
+    .await;
+    let sock = logs.join(format!("{id}.sock"));
+    let ctrl = ControllerProcess::start(
+        &id,
+        &[
+            "--no-leader-election",
+            &format!("--csi-endpoint=unix://{}", sock.display()),
+        ],
+    );
     let _agent = FakeAgent::start(client.clone(), &id);
+    let _release = ReleaseMounts::start(client.clone(), &id);
+    wait_socket(&sock, "tessera controller's CSI socket").await;
+    let attacher = sidecar.start(&sock, &logs.join(format!("csi-attacher-{n}.log")));
     let name = format!("{id}-v");
     fixtures::create_volume(
         client,
@@ -85,53 +215,68 @@ async fn run_scale(client: &kube::Client, n: usize) -> Run {
         Duration::from_secs(60),
     )
     .await;
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    pvs.create(&PostParams::default(), &pv(&name, &id))
+        .await
+        .expect("creating the PersistentVolume");
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
     // Settle: the controller has written the empty VolumeAttachment's first status.
     fixtures::eventually(Duration::from_secs(60), "first status", || async {
         vas.get(&name).await.ok()?.status.map(|_| ())
     })
     .await;
+    let (seen, ready) = watch_attachments(client.clone(), &id);
+    ready.await.expect("VolumeAttachment watch started");
+    let storage: Api<StorageVa> = Api::all(client.clone());
+    let names: Vec<String> = nodes
+        .iter()
+        .map(|node| va_name(&name, CSI_DRIVER_NAME, node))
+        .collect();
 
-    let writes = |m: &str| {
-        procs::samples(m, "tessera_api_writes_total", &["kind", "verb"])
-            .get("VolumeAttachment status")
-            .copied()
-            .unwrap_or(0.0)
-    };
-    let va_writes0 = writes(&ctrl.metrics().unwrap_or_default());
+    let writes0 = va_writes(&ctrl);
+    let events0 = watch_events();
     let req0 = procs::apiserver_requests();
-    let cpu0 = cpu_now(ctrl.child.id());
+    let cpu0 = cpu_now(ctrl.child.id(), attacher.0.id());
     let t0 = Instant::now();
-    let all = {
-        let n = i32::try_from(n).unwrap();
-        let (vas, name) = (vas.clone(), name.clone());
-        tokio::spawn(async move {
-            let all = await_condition(vas, &name, move |va: Option<&VolumeAttachment>| {
-                va.and_then(|va| va.status.as_ref())
-                    .is_some_and(|s| s.satisfied_count == n && s.ticket_count == n)
-            });
-            tokio::time::timeout(Duration::from_secs(900), all).await
-        })
-    };
-    stream::iter(nodes.iter().enumerate().map(|(i, node)| {
-        let name = name.clone();
+    stream::iter(nodes.iter().zip(&names).map(|(node, va)| {
+        let storage = storage.clone();
+        let body: StorageVa = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+            "metadata": {"name": va, "labels": {TEST_LABEL: id}},
+            "spec": {"attacher": CSI_DRIVER_NAME, "nodeName": node, "source": {"persistentVolumeName": name}},
+        }))
+        .unwrap();
         async move {
-            let id = format!("csi-{i:04}");
-            fixtures::put_ticket(client, &name, &id, "csi-attacher", node, json!({})).await
+            storage
+                .create(&PostParams::default(), &body)
+                .await
+                .unwrap_or_else(|e| panic!("creating VolumeAttachment {va}: {e}"));
         }
     }))
-    .buffer_unordered(32)
+    .buffer_unordered(64)
     .collect::<Vec<()>>()
     .await;
-    all.await
-        .expect("wait task")
-        .expect("all tickets satisfied within 900 s")
-        .expect("watching the VolumeAttachment");
-    let wall = t0.elapsed();
-    let cpu = delta(&cpu_now(ctrl.child.id()), &cpu0);
+    let all_attached = |s: &Seen| {
+        let a = s.attached.lock().unwrap();
+        names.iter().all(|n| a.contains_key(n))
+    };
+    let all = seen.wait(Duration::from_secs(900), all_attached).await;
+    let last = {
+        let a = seen.attached.lock().unwrap();
+        names.iter().filter_map(|n| a.get(n)).max().copied()
+    };
+    let failed = {
+        let a = seen.attached.lock().unwrap();
+        names.iter().filter(|n| !a.contains_key(*n)).count()
+    };
+    if !all {
+        eprintln!("  warning: {failed} of {n} VolumeAttachments not attached within 900 s");
+    }
+    let wall = last.map_or(t0.elapsed(), |l| l.saturating_duration_since(t0));
+    let cpu = delta(&cpu_now(ctrl.child.id(), attacher.0.id()), &cpu0);
     let requests = delta(&procs::apiserver_requests(), &req0);
-    let va_status_writes = writes(&ctrl.metrics().unwrap_or_default()) - va_writes0;
-
+    let writes1 = va_writes(&ctrl);
+    let events1 = watch_events();
     let va =
         serde_json::to_value(vas.get(&name).await.expect("reading the VolumeAttachment")).unwrap();
     let size = |v: &serde_json::Value| v.to_string().len();
@@ -141,16 +286,48 @@ async fn run_scale(client: &kube::Client, n: usize) -> Run {
         size(&va["metadata"]["managedFields"]),
     );
 
-    // Clean up: the tickets (a node serving a workload ticket keeps the data, and so
-    // the Volume), the Volume (its MountPods and VolumeAttachment go with it), then the
-    // nodes, and wait until the MountPods are gone before the next scale.
-    vas.patch(
-        &name,
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(json!({"spec": {"attachmentTickets": null}})),
-    )
-    .await
-    .expect("removing the tickets");
+    // Detach: delete them all (ControllerUnpublish for each), wait until all are gone.
+    let t1 = Instant::now();
+    stream::iter(names.iter().map(|va| {
+        let storage = storage.clone();
+        async move {
+            let _ = storage.delete(va, &DeleteParams::default()).await;
+        }
+    }))
+    .buffer_unordered(64)
+    .collect::<Vec<()>>()
+    .await;
+    let all_gone = |s: &Seen| {
+        let g = s.gone.lock().unwrap();
+        names.iter().all(|n| g.contains_key(n))
+    };
+    if !seen.wait(Duration::from_secs(600), all_gone).await {
+        eprintln!("  warning: VolumeAttachments still present after 600 s; removing finalizers");
+        for va in &names {
+            let patch = json!({"metadata": {"finalizers": null}});
+            let _ = storage
+                .patch(va, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+        }
+    }
+    let detach = {
+        let g = seen.gone.lock().unwrap();
+        names
+            .iter()
+            .filter_map(|n| g.get(n))
+            .max()
+            .map_or(t1.elapsed(), |l| l.saturating_duration_since(t1))
+    };
+
+    // Clean up: the PV (its attacher finalizer), the Volume (its MountPods and
+    // VolumeAttachment go with it), then the nodes, and wait until the MountPods are
+    // gone before the next scale.
+    drop(attacher);
+    let _ = pvs.delete(&name, &DeleteParams::default()).await;
+    let patch = json!({"metadata": {"finalizers": null}});
+    let _ = pvs
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await;
     fixtures::delete_volumes(client, std::slice::from_ref(&name)).await;
     let mps: Api<MountPod> = Api::all(client.clone());
     let selector = ListParams::default().labels(&format!("{TEST_LABEL}={id}"));
@@ -166,15 +343,29 @@ async fn run_scale(client: &kube::Client, n: usize) -> Run {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    let csinodes: Api<CSINode> = Api::all(client.clone());
+    stream::iter(nodes.iter().map(|node| {
+        let csinodes = csinodes.clone();
+        async move {
+            let _ = csinodes.delete(node, &DeleteParams::default()).await;
+        }
+    }))
+    .buffer_unordered(32)
+    .collect::<Vec<()>>()
+    .await;
     fixtures::delete_nodes(client, &nodes).await;
     drop(ctrl);
     Run {
         n,
         wall,
+        failed,
+        detach,
         cpu,
         requests,
         bytes,
-        va_status_writes,
+        ticket_writes: writes1.0 - writes0.0,
+        va_status_writes: writes1.1 - writes0.1,
+        watch_events: (events1.0 - events0.0, events1.1 - events0.1),
     }
 }
 
@@ -183,8 +374,17 @@ fn print_run(r: &Run) {
     println!();
     println!("RWX: one volume, {} tickets on {} nodes", r.n, r.n);
     println!(
-        "  all satisfied after                        {:>8.2} s",
-        r.wall.as_secs_f64()
+        "  all attached after                         {:>8.2} s{}",
+        r.wall.as_secs_f64(),
+        if r.failed > 0 {
+            format!(" ({} NOT attached)", r.failed)
+        } else {
+            String::new()
+        }
+    );
+    println!(
+        "  all detached after                         {:>8.2} s",
+        r.detach.as_secs_f64()
     );
     println!("  CPU seconds");
     for (k, v) in &r.cpu {
@@ -195,9 +395,18 @@ fn print_run(r: &Run) {
         println!("    {k:<40} {v:>8.0} ({:.2})", v / n);
     }
     println!(
-        "  VolumeAttachment status writes by the controller {:>4.0} ({:.2} per ticket)",
+        "  Tessera VolumeAttachment writes by the controller process: tickets {:.0} ({:.3} per ticket), status {:.0} ({:.3} per ticket)",
+        r.ticket_writes,
+        r.ticket_writes / n,
         r.va_status_writes,
         r.va_status_writes / n
+    );
+    println!(
+        "  watch events of Tessera VolumeAttachments sent: {:.0} ({:.1} per ticket), {:.1} MB ({:.1} KB per ticket)",
+        r.watch_events.0,
+        r.watch_events.0 / n,
+        r.watch_events.1 / 1e6,
+        r.watch_events.1 / 1e3 / n
     );
     let (spec, status, managed) = r.bytes;
     println!(
@@ -224,16 +433,27 @@ async fn main() {
         return;
     }
     let scales: Vec<usize> = std::env::var("BENCH_RWX_SCALES")
-        .unwrap_or_else(|_| "50,250".into())
+        .unwrap_or_else(|_| "50,500".into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
+    let sidecar = Sidecar::from_env();
     let load_before = loadavg();
     let client = support::client().await;
     support::ensure_crds(&client).await;
+    let logs = tempfile::Builder::new()
+        .prefix("tessera-bench-rwx-")
+        .tempdir()
+        .unwrap()
+        .keep();
+    println!(
+        "csi-attacher {}; logs: {}",
+        sidecar.describe(),
+        logs.display()
+    );
     let mut runs = Vec::new();
     for n in scales {
-        let r = run_scale(&client, n).await;
+        let r = run_scale(&client, n, &sidecar, &logs).await;
         print_run(&r);
         runs.push(r);
     }
@@ -244,6 +464,18 @@ async fn main() {
         let etcd_cpu = r.cpu.get("etcd").copied().unwrap_or(0.0);
         line = line
             .num(&format!("{p}_wall_s"), r.wall.as_secs_f64(), 2)
+            .num(&format!("{p}_failed"), r.failed as f64, 0)
+            .num(
+                &format!("{p}_watch_kb_per_ticket"),
+                r.watch_events.1 / 1e3 / r.n as f64,
+                1,
+            )
+            .num(&format!("{p}_detach_s"), r.detach.as_secs_f64(), 2)
+            .num(
+                &format!("{p}_ticket_writes_per_ticket"),
+                r.ticket_writes / r.n as f64,
+                3,
+            )
             .num(&format!("{p}_apiserver_cpu_s"), api_cpu, 2)
             .num(&format!("{p}_etcd_cpu_s"), etcd_cpu, 2)
             .num(
@@ -259,7 +491,7 @@ async fn main() {
             .num(
                 &format!("{p}_va_status_writes_per_ticket"),
                 r.va_status_writes / r.n as f64,
-                2,
+                3,
             )
             .num(
                 &format!("{p}_status_bytes_per_ticket"),

@@ -47,7 +47,7 @@ pub struct VolumeAttachmentSpec {
     /// Attachment tickets, keyed by ticket id. Each key must equal its ticket's `id`.
     #[serde(default)]
     #[x_kube(validation = Rule::new("self.all(k, self[k].id == k)").message("each key of spec.attachmentTickets must equal the ticket's id"))]
-    #[schemars(extend("maxProperties" = 256))]
+    #[schemars(extend("maxProperties" = 1024))]
     pub attachment_tickets: BTreeMap<String, AttachmentTicket>,
 }
 

@@ -21,6 +21,7 @@
 //! | [`controller`] | volumes as `Volume` objects, publishes as tickets |
 //! | [`node`] | stage/publish bind mounts and the MountPod's references |
 //! | [`watch`] | waiting for a condition on one object by watch |
+//! | [`shared_watch`] | one watch per VolumeAttachment for every call waiting on it |
 //! | this one | what both services share: ticket ids, the in-flight guard, required fields, how an error becomes a status |
 //!
 //! Errors: each service has one `Error` enum and one `From<Error> for Status`; a
@@ -31,6 +32,7 @@ pub mod controller;
 pub mod identity;
 pub mod node;
 pub mod proto;
+pub mod shared_watch;
 pub mod watch;
 
 use std::collections::HashSet;

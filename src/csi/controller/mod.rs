@@ -20,10 +20,20 @@
 //! | [`copy_plan`] | the steps of such a fill (tickets), the copy node, sizes; no I/O |
 //! | [`existing`] | Validate, List, Expand, Modify: reads and patches of existing Volumes |
 //! | [`error`] | [`Error`] and its one mapping to gRPC codes |
+//! | [`group_commit`] | ticket writes of one volume arriving together: one patch |
+//! | [`super::shared_watch`] | one watch per VolumeAttachment for all its waiting calls |
+//!
+//! Publish and unpublish of one volume on different nodes run concurrently (one
+//! in-flight slot per volume and node, as the external-attacher keys its work): a
+//! ReadWriteMany volume published to hundreds of nodes at once is not turned away
+//! with ABORTED. Their ticket changes touch disjoint tickets and are written
+//! together ([`group_commit`]), and they wait for their tickets on one shared watch
+//! of the VolumeAttachment ([`super::shared_watch`]).
 
 pub mod copy_plan;
 pub mod error;
 mod existing;
+pub mod group_commit;
 pub mod modify;
 pub mod request;
 pub mod resources;
@@ -33,7 +43,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -43,11 +53,12 @@ use tracing::{info, instrument, warn};
 use super::proto::controller_server::Controller;
 use super::proto::controller_service_capability::{self, rpc};
 use super::proto::*;
+use super::shared_watch::SharedWatches;
 use super::watch::{WatchError, await_from};
 use super::{InFlight, csi_ticket_id, existing_id, idle_ticket_id, required, shown};
 use crate::api::{
     self, AttacherType, AttachmentTicket, BackendScope, MountPod, TicketReason, Volume,
-    VolumeAttachment, quantity_of, tickets_removal_patch,
+    VolumeAttachment, quantity_of,
 };
 use crate::runtime::KubeContext;
 pub use error::Error;
@@ -96,6 +107,18 @@ pub struct ControllerService {
     client: Client,
     settings: Settings,
     inflight: InFlight,
+    tickets: group_commit::TicketWriter,
+    watches: SharedWatches,
+}
+
+/// The in-flight slot of a publish or unpublish of `volume` on `node` (all nodes:
+/// empty).
+fn node_slot(volume: &str, node: &str) -> String {
+    if node.is_empty() {
+        format!("{volume} on every node")
+    } else {
+        format!("{volume} on node {node}")
+    }
 }
 
 /// Whether anything still wants `volume` on `node` once the tickets `ids` were
@@ -121,6 +144,8 @@ impl ControllerService {
     /// A Controller service using `client`.
     pub fn new(client: Client, settings: Settings) -> Self {
         ControllerService {
+            tickets: group_commit::TicketWriter::new(Api::all(client.clone())),
+            watches: SharedWatches::new(Api::all(client.clone())),
             client,
             settings,
             inflight: InFlight::default(),
@@ -292,7 +317,9 @@ impl ControllerService {
         node.context(|| format!("reading Node {}", shown(node_id)))?
             .ok_or_else(|| Error::NodeNotFound(shown(node_id)))?;
         compatible(volume.spec.access_mode, cap)?;
-        let _guard = self.inflight.start(volume_id)?;
+        // One slot per volume and node: publishes to other nodes run meanwhile (their
+        // tickets are others, and their writes are grouped).
+        let _guard = self.inflight.start(&node_slot(volume_id, node_id))?;
 
         let id = csi_ticket_id(volume_id, node_id);
         let mut params = BTreeMap::new();
@@ -340,19 +367,31 @@ impl ControllerService {
             let mut ticket = AttachmentTicket::new(&id, AttacherType::CsiAttacher, node_id);
             ticket.parameters = params.clone();
             ticket.generation = existing.map(|t| t.generation + 1).unwrap_or(0);
-            let mut patch = ticket.upsert_patch();
+            let mut changes = group_commit::Changes::new();
+            changes.insert(
+                id.clone(),
+                serde_json::to_value(&ticket).map_err(|source| Error::Encode {
+                    name: id.clone(),
+                    source,
+                })?,
+            );
             if idle {
-                patch["spec"]["attachmentTickets"][&idle_id] = serde_json::Value::Null;
+                changes.insert(idle_id, serde_json::Value::Null);
             }
-            current = api
-                .patch(volume_id, &merge_params(), &Patch::Merge(patch))
-                .await
-                .context(|| format!("adding ticket {id} to VolumeAttachment {volume_id}"))?;
+            current = self
+                .tickets
+                .write(
+                    volume_id,
+                    changes,
+                    format!("adding ticket {id} to VolumeAttachment {volume_id}"),
+                )
+                .await?;
             info!(ticket = %id, replaced_idle = idle, "ticket upserted");
         }
         // Watch from the version just read or written: no list round trip before the
         // watch, and no change after it can be missed.
-        let wait = await_from(api.clone(), current, {
+        // One watch of the VolumeAttachment for every publish waiting on it.
+        let wait = self.watches.wait(current, {
             let id = id.clone();
             move |va: Option<&VolumeAttachment>| va.is_some_and(|va| va.ticket_satisfied(&id))
         });
@@ -394,7 +433,7 @@ impl ControllerService {
             // No such volume: nothing is published (CSI spec).
             return Ok(ControllerUnpublishVolumeResponse {});
         }
-        let _guard = self.inflight.start(volume_id)?;
+        let _guard = self.inflight.start(&node_slot(volume_id, &req.node_id))?;
         let api = self.attachments();
         let Some(mut va) = api
             .get_opt(volume_id)
@@ -432,18 +471,27 @@ impl ControllerService {
             _ => None,
         };
         if !present.is_empty() {
-            let mut patch = tickets_removal_patch(present.iter().map(|id| id.as_str()));
+            let mut changes: group_commit::Changes = present
+                .iter()
+                .map(|id| (id.to_string(), serde_json::Value::Null))
+                .collect();
             if let Some(t) = &idle {
-                patch["spec"]["attachmentTickets"][&t.id] =
+                changes.insert(
+                    t.id.clone(),
                     serde_json::to_value(t).map_err(|source| Error::Encode {
                         name: t.id.clone(),
                         source,
-                    })?;
+                    })?,
+                );
             }
-            va = api
-                .patch(volume_id, &merge_params(), &Patch::Merge(&patch))
-                .await
-                .context(|| format!("removing tickets from VolumeAttachment {volume_id}"))?;
+            va = self
+                .tickets
+                .write(
+                    volume_id,
+                    changes,
+                    format!("removing tickets from VolumeAttachment {volume_id}"),
+                )
+                .await?;
             match &idle {
                 Some(t) => {
                     info!(tickets = ?present, idle = %t.id, "tickets removed; the idle mount stays")
@@ -471,7 +519,7 @@ impl ControllerService {
         };
         let detached = async {
             tokio::select! {
-                res = await_from(api, va, wanted) => res.map(drop),
+                res = self.watches.wait(va, wanted) => res.map(drop),
                 res = await_from(mps, mp, |mp: Option<&MountPod>| mp.is_none()) => res.map(drop),
             }
         };

@@ -1,0 +1,169 @@
+//! One ReadWriteMany volume published to many nodes at once, at the CSI socket of the
+//! running `tessera controller` (issue 15, item 3): as the external-attacher sends
+//! them, K ControllerPublish calls of one volume to K nodes arrive together. Every one
+//! succeeds (none is turned away with ABORTED because another node's publish of the
+//! volume is in flight), and their K tickets reach the VolumeAttachment in fewer than
+//! K writes (grouped per volume), and they wait on one shared watch of the
+//! VolumeAttachment, not one each. The same for K ControllerUnpublish calls. The
+//! stand-in agent reports the MountPods Ready; the writes are counted by the
+//! controller's own request counter (`tessera_api_requests_total`).
+
+mod support;
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use kube::Api;
+use support::csi::controller;
+use support::fixtures::{self, ControllerProcess, FakeAgent};
+use tessera::api::VolumeAttachment;
+use tessera::csi::csi_ticket_id;
+use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use tessera::csi::proto::*;
+
+/// Nodes publishing at once.
+const K: usize = 12;
+
+/// Requests of `verb` on VolumeAttachments (not their status) the controller process
+/// sent: PATCHes are ticket writes; GETs are reads and watches (a watch counts as one
+/// GET).
+fn va_requests(ctrl: &ControllerProcess, verb: &str) -> f64 {
+    support::api_requests(&ctrl.metrics().unwrap_or_default())
+        .iter()
+        .filter(|(l, _)| {
+            l["verb"] == verb && l["resource"] == "volumeattachments" && l["subresource"].is_empty()
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// PATCHes of VolumeAttachments (not their status) the controller process sent.
+fn ticket_patches(ctrl: &ControllerProcess) -> f64 {
+    va_requests(ctrl, "PATCH")
+}
+
+fn rwx() -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: access_mode::Mode::MultiNodeMultiWriter as i32,
+        }),
+        access_type: Some(AccessType::Mount(MountVolume::default())),
+    }
+}
+
+#[tokio::test]
+async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
+    let client = support::client().await;
+    support::ensure_crds(&client).await;
+    let id = support::unique_name("csirwx");
+    let work = tempfile::Builder::new()
+        .prefix("tessera-csirwx-")
+        .tempdir()
+        .unwrap();
+    let sock = work.path().join("controller.sock");
+    let ctrl = ControllerProcess::start(
+        &id,
+        &[
+            "--no-leader-election",
+            &format!("--csi-endpoint=unix://{}", sock.display()),
+        ],
+    );
+    let _agent = FakeAgent::start(client.clone(), &id);
+    let nodes: Vec<String> = (0..K).map(|i| format!("{id}-n{i}")).collect();
+    fixtures::create_nodes(&client, &nodes).await;
+    let volume = format!("{id}-v");
+    fixtures::create_volume(
+        &client,
+        &fixtures::volume(&volume, &id, "ReadWriteMany"),
+        Duration::from_secs(60),
+    )
+    .await;
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    // The controller has written the empty VolumeAttachment's first status.
+    fixtures::eventually(Duration::from_secs(60), "first status", || async {
+        vas.get(&volume).await.ok()?.status.map(|_| ())
+    })
+    .await;
+    let csi = controller(&sock, Duration::from_secs(30)).await;
+
+    let before = ticket_patches(&ctrl);
+    let gets_before = va_requests(&ctrl, "GET");
+    let published = join_all(nodes.iter().map(|node| {
+        let mut csi = csi.clone();
+        let req = ControllerPublishVolumeRequest {
+            volume_id: volume.clone(),
+            node_id: node.clone(),
+            volume_capability: Some(rwx()),
+            ..Default::default()
+        };
+        async move { csi.controller_publish_volume(req).await }
+    }))
+    .await;
+    let writes = ticket_patches(&ctrl) - before;
+    let gets = va_requests(&ctrl, "GET") - gets_before;
+    let failed: Vec<String> = published
+        .iter()
+        .zip(&nodes)
+        .filter_map(|(r, n)| r.as_ref().err().map(|e| format!("{n}: {e:?}")))
+        .collect();
+    println!(
+        "{K} concurrent publishes: {} failed, {writes} ticket writes, {gets} reads and watches",
+        failed.len()
+    );
+    assert!(failed.is_empty(), "publishes failed: {failed:#?}");
+    let va = vas.get(&volume).await.unwrap();
+    for node in &nodes {
+        let ticket = csi_ticket_id(&volume, node);
+        assert!(
+            va.ticket_satisfied(&ticket),
+            "ticket of {node} not satisfied"
+        );
+    }
+    assert!(
+        writes >= 1.0 && writes < K as f64,
+        "{writes} ticket writes for {K} publishes: not grouped"
+    );
+    // Each publish reads the VolumeAttachment once; they wait on one shared watch, not
+    // one watch each (that would be 2K).
+    assert!(
+        gets < (2 * K) as f64,
+        "{gets} reads and watches of the VolumeAttachment for {K} publishes: a watch each"
+    );
+
+    // And back: K unpublishes at once, all succeed, fewer than K writes, no ticket left.
+    let before = ticket_patches(&ctrl);
+    let unpublished = join_all(nodes.iter().map(|node| {
+        let mut csi = csi.clone();
+        let req = ControllerUnpublishVolumeRequest {
+            volume_id: volume.clone(),
+            node_id: node.clone(),
+            ..Default::default()
+        };
+        async move { csi.controller_unpublish_volume(req).await }
+    }))
+    .await;
+    let writes = ticket_patches(&ctrl) - before;
+    let failed: Vec<String> = unpublished
+        .iter()
+        .zip(&nodes)
+        .filter_map(|(r, n)| r.as_ref().err().map(|e| format!("{n}: {e:?}")))
+        .collect();
+    println!(
+        "{K} concurrent unpublishes: {} failed, {writes} ticket writes",
+        failed.len()
+    );
+    assert!(failed.is_empty(), "unpublishes failed: {failed:#?}");
+    let va = vas.get(&volume).await.unwrap();
+    assert!(
+        va.spec.attachment_tickets.is_empty(),
+        "tickets left: {:?}",
+        va.spec.attachment_tickets.keys()
+    );
+    assert!(
+        writes >= 1.0 && writes < K as f64,
+        "{writes} ticket writes for {K} unpublishes: not grouped"
+    );
+
+    fixtures::delete_volumes(&client, std::slice::from_ref(&volume)).await;
+    fixtures::delete_nodes(&client, &nodes).await;
+}
