@@ -9,7 +9,8 @@
 //!  mountpods::sync_mountpods: delete on dropped nodes, create (POST) on chosen ones
 //!        │ (decided again if it only attached)
 //!        ▼
-//!  a new attach, under 1 s, nothing else changed? ─▶ no write; back when it may be slow
+//!  a new attach, under its quiet time (1 s; more while the API server is slow: pace),
+//!  nothing else changed? ─▶ no write; back when it may be slow
 //!        ▼
 //!  recheck: a single-node ticket about to be satisfied ─▶ MountPods on the other
 //!           candidate nodes re-read, decided again
@@ -21,7 +22,8 @@
 //! ```
 //!
 //! Nothing is written when nothing changed, and an attach that completes within
-//! [`status::ATTACH_QUIET`] writes each status once, when it is done. Ticket changes
+//! its quiet time ([`status::ATTACH_QUIET`], or a number of the API server's current
+//! round trips, see `controller::pace`) writes each status once, when it is done. Ticket changes
 //! that arrive while a volume's reconcile runs or is queued are decided together by
 //! the next one (kube-runtime runs one reconcile per object at a time and folds the
 //! triggers queued meanwhile), so a VolumeAttachment's status is written at most once
@@ -145,12 +147,14 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     // in a few tens of milliseconds, and then each status is written once); come back
     // when it has taken long enough for a person to look. (Not while the
     // VolumeAttachment is being deleted: its finalizer is this reconcile's business.)
+    let without_agent = ctx.nodes_without_agent(&va);
     let quiet = status::quiet_left(
         va.status.as_ref(),
         &decision,
         &input,
+        &without_agent,
         &now,
-        status::ATTACH_QUIET,
+        ctx.pace.attach_quiet(),
     );
     if let Some(left) = quiet
         && va.metadata.deletion_timestamp.is_none()
@@ -175,7 +179,6 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     // VolumeAttachment this decision read, so the API server refuses it (409) if any
     // ticket changed since.
     let precondition = if recheck { va.resource_version() } else { None };
-    let without_agent = ctx.nodes_without_agent(&va);
     let attachment = write_attachment_status(
         &ctx,
         &va,
@@ -430,12 +433,11 @@ async fn write_status(
         // Optimistic concurrency: refused with 409 unless the object is still `rv`.
         body["metadata"] = json!({"name": name, "resourceVersion": rv});
     }
-    let written = Api::<VolumeAttachment>::all(ctx.client.clone())
-        .patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
+    let api = Api::<VolumeAttachment>::all(ctx.client.clone());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let written = ctx
+        .pace
+        .timed(api.patch_status(&name, &params, &Patch::Apply(&body)))
         .await
         .context(|| format!("writing status of VolumeAttachment {name}"))?;
     ctx.written_attachments
@@ -459,12 +461,11 @@ async fn write_volume_status(
     }
     let name = volume.name_any();
     let body = json!({"apiVersion": "tessera.io/v1alpha1", "kind": "Volume", "status": status});
-    let written = Api::<Volume>::all(ctx.client.clone())
-        .patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
+    let api = Api::<Volume>::all(ctx.client.clone());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let written = ctx
+        .pace
+        .timed(api.patch_status(&name, &params, &Patch::Apply(&body)))
         .await
         .context(|| format!("writing status of Volume {name}"))?;
     ctx.written_volumes.record(
