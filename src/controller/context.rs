@@ -58,7 +58,7 @@ pub struct Context {
     pub written_mountpods: OwnWrites<MountPod>,
     /// When each ticket not yet dated by its VolumeAttachment status was first seen.
     pub ticket_sightings: super::attachment::sightings::Sightings,
-    /// The API server's recent round trips for this controller's writes: how long a
+    /// How long recent attaches took: with the backlog of new attaches, how long a
     /// new attach may go unreported.
     pub pace: super::pace::Pace,
 }

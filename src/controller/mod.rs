@@ -24,8 +24,8 @@
 //! the shared watches of `watch` with one [`Context`]; [`own_writes`] keeps the
 //! controller's writes until the caches show them; [`events`] publishes Events;
 //! [`protection`] keeps a VolumeAttachment in use from being deleted and rebuilds one
-//! that was; [`pace`] measures the API server's round trips, which set how long a new
-//! attach goes unreported.
+//! that was; [`pace`] sets how long a new attach goes unreported from the backlog of
+//! attaches and how long the last ones took.
 
 mod args;
 pub mod attachment;

@@ -9,7 +9,7 @@
 //!  mountpods::sync_mountpods: delete on dropped nodes, create (POST) on chosen ones
 //!        │ (decided again if it only attached)
 //!        ▼
-//!  a new attach, under its quiet time (1 s; more while the API server is slow: pace),
+//!  a new attach, under its quiet time (1 s; more while many wait together: pace),
 //!  nothing else changed? ─▶ no write; back when it may be slow
 //!        ▼
 //!  recheck: a single-node ticket about to be satisfied ─▶ MountPods on the other
@@ -22,8 +22,8 @@
 //! ```
 //!
 //! Nothing is written when nothing changed, and an attach that completes within
-//! its quiet time ([`status::ATTACH_QUIET`], or a number of the API server's current
-//! round trips, see `controller::pace`) writes each status once, when it is done. Ticket changes
+//! its quiet time ([`status::ATTACH_QUIET`], longer while many attaches wait together,
+//! see `controller::pace`) writes each status once, when it is done. Ticket changes
 //! that arrive while a volume's reconcile runs or is queued are decided together by
 //! the next one (kube-runtime runs one reconcile per object at a time and folds the
 //! triggers queued meanwhile), so a VolumeAttachment's status is written at most once
@@ -154,7 +154,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         &input,
         &without_agent,
         &now,
-        ctx.pace.attach_quiet(),
+        ctx.pace.attach_quiet(ctx.ticket_sightings.pending()),
     );
     if let Some(left) = quiet
         && va.metadata.deletion_timestamp.is_none()
@@ -399,6 +399,7 @@ async fn write_attachment_status(
 ) -> Result<(), Error> {
     for secs in status::satisfaction_latencies(va.status.as_ref(), decision, input, now) {
         ctx.metrics.ticket_satisfied_seconds.observe(secs);
+        ctx.pace.attached(Duration::from_secs_f64(secs));
     }
     let status = status::attachment_status(va, decision, input, without_agent, now);
     if !write_status(ctx, va, base, precondition, status).await? {
@@ -433,11 +434,12 @@ async fn write_status(
         // Optimistic concurrency: refused with 409 unless the object is still `rv`.
         body["metadata"] = json!({"name": name, "resourceVersion": rv});
     }
-    let api = Api::<VolumeAttachment>::all(ctx.client.clone());
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let written = ctx
-        .pace
-        .timed(api.patch_status(&name, &params, &Patch::Apply(&body)))
+    let written = Api::<VolumeAttachment>::all(ctx.client.clone())
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
         .await
         .context(|| format!("writing status of VolumeAttachment {name}"))?;
     ctx.written_attachments
@@ -461,11 +463,12 @@ async fn write_volume_status(
     }
     let name = volume.name_any();
     let body = json!({"apiVersion": "tessera.io/v1alpha1", "kind": "Volume", "status": status});
-    let api = Api::<Volume>::all(ctx.client.clone());
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let written = ctx
-        .pace
-        .timed(api.patch_status(&name, &params, &Patch::Apply(&body)))
+    let written = Api::<Volume>::all(ctx.client.clone())
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
         .await
         .context(|| format!("writing status of Volume {name}"))?;
     ctx.written_volumes.record(

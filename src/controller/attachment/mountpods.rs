@@ -119,9 +119,7 @@ pub(super) async fn sync_mountpods(
     let writes: Vec<_> = writes
         .into_iter()
         .map(|(node, task, desired, existing)| {
-            ctx.pace.timed(write_mountpod(
-                ctx, &api, volume, node, task, desired, existing,
-            ))
+            write_mountpod(ctx, &api, volume, node, task, desired, existing)
         })
         .collect();
     let written: Vec<()> = stream::iter(writes)

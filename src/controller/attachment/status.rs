@@ -11,12 +11,12 @@
 //!  VolumeAttachment without its Volume ─▶ missing_volume_status ─▶ VolumeNotFound
 //!  old status, new status ─▶ node_changes ─▶ Attaching / Attached / Detached per node (Events)
 //!  old status, Decision, Input, pace ─▶ quiet_left ─▶ may these writes wait? (a new attach,
-//!                                       < 1 s, longer while the API server is slow)
+//!                                       < 1 s, longer while many wait together)
 //! ```
 //!
 //! A new attach is written once, when it is done: while its tickets wait only for
 //! their mount and were requested less than the quiet time ago ([`ATTACH_QUIET`], more
-//! while the API server queues requests: `controller::pace`), [`quiet_left`] says
+//! while many attaches wait together: `controller::pace`), [`quiet_left`] says
 //! how long the writes may wait, and the reconcile comes back then. So a fast attach
 //! costs one status write on each object, and a slow one shows why it waits (and its
 //! Attaching Event) once a person would look.
@@ -84,9 +84,9 @@ pub use crate::controller::pace::ATTACH_QUIET;
 /// `now`; `None` when anything else changed (a ticket satisfied, refused, removed, an
 /// attached one waiting again…), a new ticket waits for a node in `without_agent`
 /// (nothing will mount there: that is said at once), or nothing changed: then the
-/// statuses are written as usual. `quiet` grows with the API server's round trip
-/// (`pace::attach_quiet`): an attach slow only because every request is queued
-/// reports itself later, one waiting on anything else at once.
+/// statuses are written as usual. `quiet` grows with the controller's backlog
+/// (`pace::attach_quiet`): an attach slow only because it is one of many queued
+/// together reports itself later, one waiting on anything else at once.
 pub fn quiet_left(
     old: Option<&VolumeAttachmentStatus>,
     decision: &Decision,

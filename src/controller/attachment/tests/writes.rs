@@ -198,7 +198,7 @@ fn only_a_fresh_attach_lets_the_status_writes_wait() {
         assert_eq!(got, want.map(Duration::from_millis), "{what}");
     }
 
-    // A slow API server lengthens the quiet time (pace::attach_quiet), but a ticket
+    // A backlog lengthens the quiet time (pace::attach_quiet), but a ticket
     // waiting on a node without an agent is reported at once, whatever the quiet time.
     let agentless: std::collections::BTreeSet<String> = ["n1".to_string()].into();
     let long = Duration::from_secs(30);
