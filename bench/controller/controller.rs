@@ -278,6 +278,9 @@ async fn main() {
     let id = support::unique_name("bench");
     let node = format!("{id}-n0");
     fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
+    // The node's agent is registered, as a real one is (its CSINode lists the driver):
+    // otherwise the controller reports every attach at once as waiting for an agent.
+    fixtures::create_csinodes(&client, &id, std::slice::from_ref(&node)).await;
     let ctrl = ControllerProcess::start(&id, &["--no-leader-election"]);
     let _agent = FakeAgent::start(client.clone(), &id);
     let volumes: Api<Volume> = Api::all(client.clone());
@@ -532,6 +535,7 @@ async fn main() {
         "  controller time / floor with the same mix: sums {over_mix:.2}, rounds median {:.2} (spread {:.2}–{:.2})",
         over_mix_rounds.0, over_mix_rounds.1, over_mix_rounds.2
     );
+    fixtures::delete_csinodes(&client, std::slice::from_ref(&node)).await;
     fixtures::delete_nodes(&client, &[node]).await;
 
     let mut line = BenchLine::new("controller")
