@@ -87,3 +87,18 @@ pub fn apiserver_requests() -> BTreeMap<String, f64> {
     })
     .collect()
 }
+
+/// Watch events the API server sent for Tessera's kinds (its own
+/// `apiserver_watch_events_total`, every watcher counts), by resource.
+#[allow(dead_code)] // the controller benchmark's; not every benchmark reads it
+pub fn apiserver_watch_events() -> BTreeMap<String, f64> {
+    let text = crate::support::kubectl_output(&["get", "--raw", "/metrics"]);
+    samples(
+        &text,
+        "apiserver_watch_events_total",
+        &["group", "resource"],
+    )
+    .into_iter()
+    .filter_map(|(k, v)| Some((k.strip_prefix("tessera.io ")?.to_string(), v)))
+    .collect()
+}

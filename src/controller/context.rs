@@ -58,6 +58,9 @@ pub struct Context {
     pub written_mountpods: OwnWrites<MountPod>,
     /// When each ticket not yet dated by its VolumeAttachment status was first seen.
     pub ticket_sightings: super::attachment::sightings::Sightings,
+    /// How long recent attaches took: with the backlog of new attaches, how long a
+    /// new attach may go unreported.
+    pub pace: super::pace::Pace,
 }
 
 impl Context {

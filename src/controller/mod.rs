@@ -24,7 +24,8 @@
 //! the shared watches of `watch` with one [`Context`]; [`own_writes`] keeps the
 //! controller's writes until the caches show them; [`events`] publishes Events;
 //! [`protection`] keeps a VolumeAttachment in use from being deleted and rebuilds one
-//! that was.
+//! that was; [`pace`] sets how long a new attach goes unreported from the backlog of
+//! attaches and how long the last ones took.
 
 mod args;
 pub mod attachment;
@@ -34,6 +35,7 @@ pub mod events;
 pub mod inline;
 pub mod leader;
 pub mod own_writes;
+pub mod pace;
 pub mod protection;
 pub mod reaper;
 pub mod state_metrics;

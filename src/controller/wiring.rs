@@ -150,6 +150,7 @@ pub(super) async fn run_controllers(
         written_attachments: Default::default(),
         written_mountpods: Default::default(),
         ticket_sightings: Default::default(),
+        pace: Default::default(),
     });
     metrics.set_ready(true);
     // The controllers run only once this replica leads (or runs without an election).

@@ -342,7 +342,7 @@ pub fn watch_max_mountpods(
 
 /// A stand-in for the node agent, for controller tests: every MountPod of the test is
 /// reported Ready for its current generation (a RemoveData task as done), as the agent
-/// reports it. Stops when dropped.
+/// reports it, and a deleted one loses the agent's finalizer. Stops when dropped.
 pub struct FakeAgent {
     task: tokio::task::JoinHandle<()>,
     /// Node names whose mounts are reported Failed instead.
@@ -370,6 +370,25 @@ impl FakeAgent {
             while let Some(res) = stream.next().await {
                 let Ok(mp) = res else { continue };
                 if mp.metadata.deletion_timestamp.is_some() {
+                    // Unmounted: let it go, as the agent does (the controller sets the
+                    // agent's finalizer where a CSINode lists the driver).
+                    let finalizers = mp.finalizers();
+                    if finalizers
+                        .iter()
+                        .any(|f| f == tessera::api::MOUNT_FINALIZER)
+                    {
+                        let rest: Vec<&String> = finalizers
+                            .iter()
+                            .filter(|f| *f != tessera::api::MOUNT_FINALIZER)
+                            .collect();
+                        let patch = json!({"metadata": {"finalizers": rest}});
+                        let (api, name) = (api.clone(), mp.name_any());
+                        tokio::spawn(async move {
+                            let _ = api
+                                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                                .await;
+                        });
+                    }
                     continue;
                 }
                 let fail = f.lock().unwrap().contains(&mp.spec.node_name);

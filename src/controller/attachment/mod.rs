@@ -9,7 +9,8 @@
 //!  mountpods::sync_mountpods: delete on dropped nodes, create (POST) on chosen ones
 //!        │ (decided again if it only attached)
 //!        ▼
-//!  a new attach, under 1 s, nothing else changed? ─▶ no write; back when it may be slow
+//!  a new attach, under its quiet time (1 s; more while many wait together: pace),
+//!  nothing else changed? ─▶ no write; back when it may be slow
 //!        ▼
 //!  recheck: a single-node ticket about to be satisfied ─▶ MountPods on the other
 //!           candidate nodes re-read, decided again
@@ -21,7 +22,8 @@
 //! ```
 //!
 //! Nothing is written when nothing changed, and an attach that completes within
-//! [`status::ATTACH_QUIET`] writes each status once, when it is done. Ticket changes
+//! its quiet time ([`status::ATTACH_QUIET`], longer while many attaches wait together,
+//! see `controller::pace`) writes each status once, when it is done. Ticket changes
 //! that arrive while a volume's reconcile runs or is queued are decided together by
 //! the next one (kube-runtime runs one reconcile per object at a time and folds the
 //! triggers queued meanwhile), so a VolumeAttachment's status is written at most once
@@ -146,12 +148,14 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     // in a few tens of milliseconds, and then each status is written once); come back
     // when it has taken long enough for a person to look. (Not while the
     // VolumeAttachment is being deleted: its finalizer is this reconcile's business.)
+    let without_agent = ctx.nodes_without_agent(&va);
     let quiet = status::quiet_left(
         va.status.as_ref(),
         &decision,
         &input,
+        &without_agent,
         &now,
-        status::ATTACH_QUIET,
+        ctx.pace.attach_quiet(ctx.ticket_sightings.pending()),
     );
     if let Some(left) = quiet
         && va.metadata.deletion_timestamp.is_none()
@@ -176,7 +180,6 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     // VolumeAttachment this decision read, so the API server refuses it (409) if any
     // ticket changed since.
     let precondition = if recheck { va.resource_version() } else { None };
-    let without_agent = ctx.nodes_without_agent(&va);
     let attachment = write_attachment_status(
         &ctx,
         &va,
@@ -397,6 +400,7 @@ async fn write_attachment_status(
 ) -> Result<(), Error> {
     for secs in status::satisfaction_latencies(va.status.as_ref(), decision, input, now) {
         ctx.metrics.ticket_satisfied_seconds.observe(secs);
+        ctx.pace.attached(Duration::from_secs_f64(secs));
     }
     let status = status::attachment_status(va, decision, input, without_agent, now);
     if !write_status(ctx, va, base, precondition, status).await? {

@@ -72,6 +72,17 @@ impl Sightings {
         }
         out
     }
+
+    /// How many tickets are undated (seen, their status not written yet): the new
+    /// attaches under way, the controller's backlog.
+    pub fn pending(&self) -> usize {
+        let all = self.by_volume.lock().expect("sightings lock");
+        let at = Instant::now();
+        all.values()
+            .filter(|v| at.duration_since(v.touched) < FORGET_AFTER)
+            .map(|v| v.seen.len())
+            .sum()
+    }
 }
 
 #[cfg(test)]
@@ -135,6 +146,7 @@ mod tests {
         ];
         for (i, (tickets, dated, now, want)) in steps.into_iter().enumerate() {
             let got = s.first_seen(&va(tickets, dated), &t(now));
+            assert_eq!(s.pending(), want.len(), "step {i}: pending");
             let want: BTreeMap<String, Time> = want
                 .iter()
                 .map(|(id, at)| (id.to_string(), t(*at)))

@@ -10,11 +10,13 @@
 //!  old status, Decision, MountPods ─▶ volume_status ─▶ state, attached nodes, conditions
 //!  VolumeAttachment without its Volume ─▶ missing_volume_status ─▶ VolumeNotFound
 //!  old status, new status ─▶ node_changes ─▶ Attaching / Attached / Detached per node (Events)
-//!  old status, Decision, Input ─▶ quiet_left ─▶ may these writes wait? (a new attach, < 1 s)
+//!  old status, Decision, Input, pace ─▶ quiet_left ─▶ may these writes wait? (a new attach,
+//!                                       < 1 s, longer while many wait together)
 //! ```
 //!
 //! A new attach is written once, when it is done: while its tickets wait only for
-//! their mount and were requested less than [`ATTACH_QUIET`] ago, [`quiet_left`] says
+//! their mount and were requested less than the quiet time ago ([`ATTACH_QUIET`], more
+//! while many attaches wait together: `controller::pace`), [`quiet_left`] says
 //! how long the writes may wait, and the reconcile comes back then. So a fast attach
 //! costs one status write on each object, and a slow one shows why it waits (and its
 //! Attaching Event) once a person would look.
@@ -74,18 +76,22 @@ fn condition(
 }
 use crate::tickets::{Decision, Input};
 
-/// How long a new attach may take before its statuses say it is under way.
-pub const ATTACH_QUIET: Duration = Duration::from_secs(1);
+pub use crate::controller::pace::ATTACH_QUIET;
 
 /// How long the status writes that `decision` leads to may wait: `Some(time left)`
 /// when everything that changed since `old` is new tickets (no status yet) attaching
 /// (chosen, their mount not ready yet) that were requested less than `quiet` before
 /// `now`; `None` when anything else changed (a ticket satisfied, refused, removed, an
-/// attached one waiting again…) or nothing did: then the statuses are written as usual.
+/// attached one waiting again…), a new ticket waits for a node in `without_agent`
+/// (nothing will mount there: that is said at once), or nothing changed: then the
+/// statuses are written as usual. `quiet` grows with the controller's backlog
+/// (`pace::attach_quiet`): an attach slow only because it is one of many queued
+/// together reports itself later, one waiting on anything else at once.
 pub fn quiet_left(
     old: Option<&VolumeAttachmentStatus>,
     decision: &Decision,
     input: &Input,
+    without_agent: &BTreeSet<String>,
     now: &Time,
     quiet: Duration,
 ) -> Option<Duration> {
@@ -110,6 +116,14 @@ pub fn quiet_left(
         // Only a ticket the status never showed may wait: any other change (a mount
         // lost, a wait behind another node over) is written at once.
         if before.is_some() || o.satisfied || o.reason != TicketReason::Attaching {
+            return None;
+        }
+        let node = input
+            .tickets
+            .iter()
+            .find(|t| &t.ticket.id == id)
+            .map(|t| t.ticket.node_id.as_str());
+        if node.is_some_and(|n| without_agent.contains(n)) {
             return None;
         }
         let waited = now.0.duration_since(requested.get(id.as_str())?.0);

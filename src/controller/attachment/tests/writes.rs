@@ -192,8 +192,58 @@ fn only_a_fresh_attach_lets_the_status_writes_wait() {
             None,
         ),
     ];
+    let no_agentless = Default::default();
     for (what, old, d, requested, now, want) in cases {
-        let got = quiet_left(old, &d, &input(&requested), &ms(now), quiet);
+        let got = quiet_left(old, &d, &input(&requested), &no_agentless, &ms(now), quiet);
+        assert_eq!(got, want.map(Duration::from_millis), "{what}");
+    }
+
+    // A backlog lengthens the quiet time (pace::attach_quiet), but a ticket
+    // waiting on a node without an agent is reported at once, whatever the quiet time.
+    let agentless: std::collections::BTreeSet<String> = ["n1".to_string()].into();
+    let long = Duration::from_secs(30);
+    let fresh = decision(&["n1"], &[("b", attaching.clone())]);
+    // (what, quiet, nodes without an agent, now (ms), time left)
+    let cases = [
+        (
+            "a long quiet time: 29.8 s left",
+            long,
+            &no_agentless,
+            1200,
+            Some(29_800),
+        ),
+        (
+            "a long quiet time, 20 s in",
+            long,
+            &no_agentless,
+            21_000,
+            Some(10_000),
+        ),
+        ("a long quiet time, over", long, &no_agentless, 31_000, None),
+        (
+            "no agent on the ticket's node: at once",
+            long,
+            &agentless,
+            1200,
+            None,
+        ),
+        (
+            "no agent, the usual quiet time: at once",
+            quiet,
+            &agentless,
+            1200,
+            None,
+        ),
+    ];
+    for (what, q, without_agent, now, want) in cases {
+        let got = quiet_left(
+            None,
+            &fresh,
+            &input(&[("b", 1000)]),
+            without_agent,
+            &ms(now),
+            q,
+        );
         assert_eq!(got, want.map(Duration::from_millis), "{what}");
     }
 }
