@@ -37,6 +37,9 @@ mod procs;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod floor;
+use floor::{FLOOR_PIPELINES, Mix, Template, floor, wait_gone};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -235,6 +238,32 @@ async fn controller_segment(
         .map_or(0, |l| l.items.len())
         < total
     {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // And their first statuses (written for an empty ticket list), so that those
+    // writes do not land in the timed segment; bounded, in case a status never comes.
+    let chunk: BTreeSet<&String> = names.iter().collect();
+    let settle = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (vs, ws) = tokio::join!(volumes.list(&selector), vas.list(&selector));
+        let unsettled = vs.map_or(1, |l| {
+            l.items
+                .iter()
+                .filter(|v| chunk.contains(&v.name_any()) && v.status.is_none())
+                .count()
+        }) + ws.map_or(1, |l| {
+            l.items
+                .iter()
+                .filter(|v| chunk.contains(&v.name_any()) && v.status.is_none())
+                .count()
+        });
+        if unsettled == 0 {
+            break;
+        }
+        if Instant::now() > settle {
+            eprintln!("  setup: {unsettled} objects still without a status after 30 s");
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let setup = t.elapsed();
@@ -600,205 +629,4 @@ fn key(s: &str) -> String {
         .map(str::to_ascii_lowercase)
         .collect();
     words.join("_")
-}
-
-/// How many volumes the floor works on at once.
-const FLOOR_PIPELINES: usize = 64;
-
-/// Which requests the floor issues per volume.
-#[derive(Clone, Copy, PartialEq)]
-enum Mix {
-    /// The least an attach needs: the ticket, the MountPod (POST), the agent's
-    /// MountPod status, and the VolumeAttachment and Volume statuses written once,
-    /// satisfied.
-    Minimal,
-    /// The controller's requests for an attach done within a second: also the
-    /// Attached Event on the Volume.
-    Controller,
-}
-
-/// The bodies the controller wrote for one volume, with its name as a placeholder.
-struct Template {
-    name: String,
-    mountpod: serde_json::Value,
-    va_status: serde_json::Value,
-    volume_status: serde_json::Value,
-}
-
-impl Template {
-    async fn capture(client: &kube::Client, name: &str) -> Template {
-        let va = Api::<VolumeAttachment>::all(client.clone())
-            .get(name)
-            .await
-            .expect("reading a VolumeAttachment");
-        let volume = Api::<Volume>::all(client.clone())
-            .get(name)
-            .await
-            .expect("reading a Volume");
-        let mps = Api::<MountPod>::all(client.clone())
-            .list(&ListParams::default().labels(&format!("{LABEL_VOLUME}={name}")))
-            .await
-            .expect("listing MountPods");
-        let mp = mps.items.first().expect("the volume's MountPod");
-        Template {
-            name: name.to_string(),
-            mountpod: json!({
-                "apiVersion": "tessera.io/v1alpha1", "kind": "MountPod",
-                "metadata": {"labels": mp.metadata.labels},
-                "spec": mp.spec,
-            }),
-            va_status: serde_json::to_value(&va.status).unwrap(),
-            volume_status: serde_json::to_value(&volume.status).unwrap(),
-        }
-    }
-
-    /// `value` with the template volume's name replaced by `name`.
-    fn renamed(&self, value: &serde_json::Value, name: &str) -> serde_json::Value {
-        serde_json::from_str(&value.to_string().replace(&self.name, name)).unwrap()
-    }
-}
-
-/// Wait until the objects of test `id` are gone (garbage collection included), so the
-/// floor does not share the API server with the cleanup.
-async fn wait_gone(client: &kube::Client, id: &str) {
-    let selector = ListParams::default().labels(&format!("{TEST_LABEL}={id}"));
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(300) {
-        let vas = Api::<VolumeAttachment>::all(client.clone())
-            .list_metadata(&selector)
-            .await
-            .map_or(1, |l| l.items.len());
-        let mps = Api::<MountPod>::all(client.clone())
-            .list_metadata(&selector)
-            .await
-            .map_or(1, |l| l.items.len());
-        if vas + mps == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// Attach `n` new volumes by writing what the controller and the agent would, in
-/// their order (the two statuses at once, as the controller writes them); returns
-/// the time from the first ticket to the last write. Volumes and their
-/// VolumeAttachments are created first, untimed, as in the controller run.
-async fn floor(
-    client: &kube::Client,
-    template: &Template,
-    node: &str,
-    n: usize,
-    mix: Mix,
-) -> Duration {
-    let id = support::unique_name("floor");
-    let volumes: Api<Volume> = Api::all(client.clone());
-    let vas: Api<VolumeAttachment> = Api::all(client.clone());
-    let mps: Api<MountPod> = Api::all(client.clone());
-    let names: Vec<String> = (0..n).map(|i| format!("{id}-v{i}")).collect();
-    let apply = PatchParams::apply("tessera-bench-floor").force();
-    let owners: Vec<(serde_json::Value, ObjectReference)> =
-        stream::iter(names.iter().map(|name| {
-            let (volumes, vas, apply, id) = (volumes.clone(), vas.clone(), apply.clone(), &id);
-            let body = fixtures::volume(name, id, "ReadWriteOnce");
-            async move {
-                let v = volumes.create(&PostParams::default(), &body).await?;
-                let owner = serde_json::to_value(v.controller_owner_ref(&())).unwrap();
-                let va = json!({
-                    "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
-                    "metadata": {"name": name, "labels": {TEST_LABEL: id},
-                                 "ownerReferences": [owner]},
-                    "spec": {"volume": name, "attachmentTickets": {}},
-                });
-                vas.patch(name, &apply, &Patch::Apply(&va)).await?;
-                Ok::<_, kube::Error>((owner, v.object_ref(&())))
-            }
-        }))
-        .buffered(32)
-        .try_collect()
-        .await
-        .expect("creating the floor's volumes");
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "tessera-bench-floor".into(),
-            instance: None,
-        },
-    );
-
-    let t0 = Instant::now();
-    stream::iter(names.iter().zip(owners).map(|(name, (owner, object))| {
-        let (vas, volumes, mps, apply, recorder) = (
-            vas.clone(),
-            volumes.clone(),
-            mps.clone(),
-            apply.clone(),
-            recorder.clone(),
-        );
-        let id = &id;
-        async move {
-            fixtures::put_ticket(client, name, "csi-a", "csi-attacher", node, json!({})).await;
-            let mp_name = tessera::api::mountpod_name(name, node);
-            let mut mp = template.renamed(&template.mountpod, name);
-            mp["metadata"]["name"] = json!(mp_name);
-            mp["metadata"]["ownerReferences"] = json!([owner]);
-            // The floor's own label: the controller and the stand-in agent ignore it.
-            mp["metadata"]["labels"][TEST_LABEL] = json!(id);
-            mps.create(&PostParams::default(), &serde_json::from_value(mp).unwrap())
-                .await?;
-            let va_status = template.renamed(&template.va_status, name);
-            let volume_status = template.renamed(&template.volume_status, name);
-            // The agent reports the mount Ready.
-            let ready = json!({"status": {"phase": "Ready", "observedGeneration": 1,
-                "mountPoint": format!("/var/lib/tessera/mounts/{name}"), "pid": 4242}});
-            mps.patch_status(&mp_name, &PatchParams::default(), &Patch::Merge(&ready))
-                .await?;
-            let (va_status, volume_status) = (
-                Patch::Apply(status_body("VolumeAttachment", va_status)),
-                Patch::Apply(status_body("Volume", volume_status)),
-            );
-            let (a, b) = futures::join!(
-                vas.patch_status(name, &apply, &va_status),
-                volumes.patch_status(name, &apply, &volume_status),
-            );
-            a?;
-            b?;
-            if mix == Mix::Controller {
-                let event = Event {
-                    type_: EventType::Normal,
-                    reason: "Attached".into(),
-                    note: Some(format!("attached to node {node}: the mount is ready")),
-                    action: format!("Attached:{node}"),
-                    secondary: None,
-                };
-                recorder.publish(&event, &object).await?;
-            }
-            Ok::<_, kube::Error>(())
-        }
-    }))
-    .buffer_unordered(FLOOR_PIPELINES)
-    .try_collect::<Vec<()>>()
-    .await
-    .expect("floor writes");
-    let took = t0.elapsed();
-
-    // No controller, so no finalizers. Everything is deleted directly: left to the
-    // garbage collector, the dependents would take minutes to go.
-    stream::iter(names.iter().map(|name| {
-        let (volumes, vas, mps) = (volumes.clone(), vas.clone(), mps.clone());
-        let mp_name = tessera::api::mountpod_name(name, node);
-        async move {
-            let _ = mps.delete(&mp_name, &Default::default()).await;
-            let _ = vas.delete(name, &Default::default()).await;
-            let _ = volumes.delete(name, &Default::default()).await;
-        }
-    }))
-    .buffer_unordered(32)
-    .collect::<Vec<()>>()
-    .await;
-    wait_gone(client, &id).await;
-    took
-}
-
-fn status_body(kind: &str, status: serde_json::Value) -> serde_json::Value {
-    json!({"apiVersion": "tessera.io/v1alpha1", "kind": kind, "status": status})
 }
