@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVA;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -449,6 +450,45 @@ async fn nothing_is_written_when_nothing_changed() {
     assert_eq!(
         writes_after, writes_before,
         "reconciles with nothing to change wrote to the API server"
+    );
+    e.cleanup(&[vol]).await;
+}
+
+#[tokio::test]
+async fn a_node_update_that_changes_nothing_read_reconciles_nothing() {
+    // The kubelet and the attach-detach controller update a Node's status on their
+    // own schedule (and on every attach): none of it is what the controller reads of a
+    // Node (that it exists), so none of it may reconcile the node's volumes.
+    let e = env("nodeupd", 1).await;
+    let ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _agent = FakeAgent::start(e.client.clone(), &e.id);
+    let vol = e.volume("v", "ReadWriteOnce").await;
+    e.attach(&vol, "manual-a", "manual", &e.nodes[0]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // What the controller reconciles anyway over the same time (background work of
+    // both controllers), then the same time with ten Node updates.
+    let idle_start = ctrl.metric_sum("tessera_reconciles_total");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = ctrl.metric_sum("tessera_reconciles_total") - idle_start;
+    let before = ctrl.metric_sum("tessera_reconciles_total");
+    let nodes: Api<Node> = Api::all(e.client.clone());
+    for i in 0..10 {
+        nodes
+            .patch(
+                &e.nodes[0],
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"touched": i.to_string()}}})),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let touched = ctrl.metric_sum("tessera_reconciles_total") - before;
+    assert!(
+        touched <= idle + 1.0,
+        "10 Node updates that change nothing the controller reads: {touched} reconciles \
+         (idle over the same time: {idle})"
     );
     e.cleanup(&[vol]).await;
 }

@@ -5,12 +5,20 @@
 //! ```text
 //!  watch(kind) ─▶ reflector ─▶ Store (cache) ─── read by every reconcile
 //!                     │ InitDone ─▶ CachesReady flag
-//!                     └─ each object ─▶ one stream per triggered controller
+//!                     └─ each object ─▶ forward? ─▶ one stream per triggered controller
 //! ```
+//!
+//! Every object reaches the cache; only those whose [`Projection`] changed reach the
+//! controllers, for kinds of which the controllers read only a part: a Node's
+//! existence, whether a CSINode lists the driver. Each such change reconciles every
+//! volume with a ticket on that node, so an update of anything else (a Node's status
+//! as the kubelet and the attach-detach controller write it, on every attach) would
+//! reconcile them all for nothing.
 //!
 //! A broken watch (an API server restart) is retried after at most 1 s
 //! ([`ShortBackoff`]) and re-lists, so the caches catch up soon after the server is back.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -93,6 +101,7 @@ pub(super) fn fan_out<K>(
     writer: reflector::store::Writer<K>,
     ready: Arc<AtomicBool>,
     outputs: usize,
+    mut forward: impl FnMut(&K, bool) -> bool + Send + 'static,
 ) -> (
     impl std::future::Future<Output = ()>,
     Vec<UnboundedReceiverStream<Result<K, watcher::Error>>>,
@@ -119,11 +128,18 @@ where
             reflector(writer, watcher(api, wc).backoff(ShortBackoff::default())).boxed();
         while let Some(event) = events.next().await {
             let obj = match event {
-                Ok(
-                    watcher::Event::Apply(o)
-                    | watcher::Event::Delete(o)
-                    | watcher::Event::InitApply(o),
-                ) => o,
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    if !forward(&o, false) {
+                        continue;
+                    }
+                    o
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    if !forward(&o, true) {
+                        continue;
+                    }
+                    o
+                }
                 Ok(watcher::Event::InitDone) => {
                     ready.store(true, Ordering::Release);
                     debug!(%kind, "cache ready");
@@ -141,6 +157,44 @@ where
         }
     };
     (run, rxs)
+}
+
+/// Every object, every change: for kinds whose controllers read all of them.
+pub(super) fn every_change<K>(_: &K, _: bool) -> bool {
+    true
+}
+
+/// The part of each object of a kind that its controllers read, by name, as last
+/// forwarded: [`changed`](Self::changed) says whether a new version matters to them.
+#[derive(Debug)]
+pub(super) struct Projection<V> {
+    last: HashMap<String, V>,
+}
+
+impl<V> Default for Projection<V> {
+    fn default() -> Self {
+        Projection {
+            last: HashMap::new(),
+        }
+    }
+}
+
+impl<V: PartialEq> Projection<V> {
+    /// Whether object `name`, now projected to `now` (`None`: deleted), differs from
+    /// what was last forwarded: new, changed in its projection, or gone.
+    pub(super) fn changed(&mut self, name: &str, now: Option<V>) -> bool {
+        match now {
+            None => {
+                self.last.remove(name);
+                true
+            }
+            Some(v) if self.last.get(name) == Some(&v) => false,
+            Some(v) => {
+                self.last.insert(name.to_string(), v);
+                true
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -167,5 +221,24 @@ mod tests {
         }
         ready.nodes.store(true, Ordering::Release);
         assert!(ready.all());
+    }
+
+    #[test]
+    fn only_a_change_of_the_projection_is_forwarded() {
+        let mut p = Projection::default();
+        // (name, projection now or None for a deletion, forwarded)
+        let steps = [
+            ("n1", Some(false), true),  // first sighting
+            ("n1", Some(false), false), // another update, same projection
+            ("n1", Some(true), true),   // the driver registered
+            ("n1", Some(true), false),
+            ("n2", Some(true), true), // another node
+            ("n1", None, true),       // deleted
+            ("n1", Some(true), true), // back
+            ("n3", None, true),       // a deletion never seen before still counts
+        ];
+        for (i, (name, now, want)) in steps.into_iter().enumerate() {
+            assert_eq!(p.changed(name, now), want, "step {i}: {name} {now:?}");
+        }
     }
 }

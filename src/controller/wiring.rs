@@ -21,12 +21,12 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, reflector, watcher};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 
 use super::error::log_run_error;
-use super::watch::{CachesReady, fan_out};
+use super::watch::{CachesReady, Projection, every_change, fan_out};
 use super::{Context, ControllerArgs, FIELD_MANAGER, attachment, reaper, state_metrics, volume};
-use crate::api::{MountPod, Volume, VolumeAttachment};
+use crate::api::{CSI_DRIVER_NAME, MountPod, Volume, VolumeAttachment};
 use crate::metrics::Metrics;
 
 /// Run the watches, the Volume and VolumeAttachment controllers and the reaper.
@@ -53,8 +53,14 @@ pub(super) async fn run_controllers(
     // MountPods the attachment controller.
     let ready = CachesReady::default();
     let (volume_store, volume_writer) = reflector::store();
-    let (volume_watch, mut volume_streams) =
-        fan_out(volumes, wc.clone(), volume_writer, ready.volumes.clone(), 2);
+    let (volume_watch, mut volume_streams) = fan_out(
+        volumes,
+        wc.clone(),
+        volume_writer,
+        ready.volumes.clone(),
+        2,
+        every_change,
+    );
     let (va_store, va_writer) = reflector::store();
     let (va_watch, mut va_streams) = fan_out(
         attachments,
@@ -62,9 +68,17 @@ pub(super) async fn run_controllers(
         va_writer,
         ready.attachments.clone(),
         2,
+        every_change,
     );
     let (mp_store, mp_writer) = reflector::store();
-    let (mp_watch, mut mp_streams) = fan_out(mountpods, wc, mp_writer, ready.mountpods.clone(), 1);
+    let (mp_watch, mut mp_streams) = fan_out(
+        mountpods,
+        wc,
+        mp_writer,
+        ready.mountpods.clone(),
+        1,
+        every_change,
+    );
     // Node names, of every node (the watch selector scopes Tessera's own kinds only):
     // a ticket for a node that does not exist is not honoured.
     let (node_store, node_writer) = reflector::store();
@@ -74,6 +88,13 @@ pub(super) async fn run_controllers(
         node_writer,
         ready.nodes.clone(),
         1,
+        // Reconciles read a Node's existence only.
+        {
+            let mut seen = Projection::default();
+            move |n: &PartialObjectMeta<Node>, deleted| {
+                seen.changed(&n.name_any(), (!deleted).then_some(()))
+            }
+        },
     );
 
     // CSINodes, to say when a ticket's node has no agent (status messages only: no
@@ -86,6 +107,14 @@ pub(super) async fn run_controllers(
         csinode_writer,
         csinodes_ready.clone(),
         1,
+        // Reconciles read whether a CSINode lists the driver, nothing else.
+        {
+            let mut listed = Projection::default();
+            move |c: &CSINode, deleted| {
+                let has = c.spec.drivers.iter().any(|d| d.name == CSI_DRIVER_NAME);
+                listed.changed(&c.name_any(), (!deleted).then_some(has))
+            }
+        },
     );
     // A Node (or its CSINode) that comes or goes: every VolumeAttachment with a ticket
     // for it.
