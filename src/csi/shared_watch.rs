@@ -110,6 +110,19 @@ impl SharedWatches {
         }
     }
 
+    /// The latest version of `name` a running feed has seen, if its resourceVersion is
+    /// at least `at_least` (the caller's own last write of it): a copy in hand instead
+    /// of a read of an object that grows with its tickets, while other calls wait on
+    /// it. `None`: no feed runs, or it has not seen that version yet.
+    pub fn latest(&self, name: &str, at_least: u64) -> Option<VolumeAttachment> {
+        let feeds = self.feeds.lock().expect("feeds poisoned");
+        let latest = feeds.get(name)?.borrow();
+        match &*latest {
+            Latest::Object(rv, va) if *rv >= at_least => Some(VolumeAttachment::clone(va)),
+            _ => None,
+        }
+    }
+
     /// A receiver of `name`'s feed, starting the feed from `from` (at `rv`) when none
     /// runs.
     fn subscribe(&self, name: &str, rv: u64, from: &VolumeAttachment) -> watch::Receiver<Latest> {

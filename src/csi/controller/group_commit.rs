@@ -112,6 +112,9 @@ struct Waiter {
 pub struct TicketWriter {
     api: Api<VolumeAttachment>,
     batches: Arc<Mutex<Batches<Waiter>>>,
+    /// The resourceVersion of the last object written, per volume (the newest of the
+    /// answers): a cached copy at least that new shows every change of ours.
+    written: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 impl TicketWriter {
@@ -120,7 +123,15 @@ impl TicketWriter {
         TicketWriter {
             api,
             batches: Arc::default(),
+            written: Arc::default(),
         }
+    }
+
+    /// The resourceVersion of the last VolumeAttachment of `volume` this writer wrote
+    /// (0: none yet, in this process).
+    pub fn last_written(&self, volume: &str) -> u64 {
+        let written = self.written.lock().expect("written versions poisoned");
+        written.get(volume).copied().unwrap_or(0)
     }
 
     /// Write `changes` to `volume`'s VolumeAttachment, together with the changes of
@@ -138,9 +149,20 @@ impl TicketWriter {
             // write.
             tokio::spawn(self.clone().run(volume.to_string()));
         }
-        rx.await.unwrap_or_else(|_| {
+        let answer = rx.await.unwrap_or_else(|_| {
             unreachable!("the writer answers every waiter it takes before dropping it")
-        })
+        });
+        if let Some(rv) = answer.as_ref().ok().and_then(|va| {
+            va.metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        }) {
+            let mut written = self.written.lock().expect("written versions poisoned");
+            let last = written.entry(volume.to_string()).or_default();
+            *last = (*last).max(rv);
+        }
+        answer
     }
 
     /// The writer of `volume`: batches until none is left.

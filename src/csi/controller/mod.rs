@@ -306,11 +306,19 @@ impl ControllerService {
         let volumes = self.volumes();
         let nodes = Api::<Node>::all(self.client.clone());
         let api = self.attachments();
-        let (volume, node, va) = tokio::join!(
-            volumes.get_opt(volume_id),
-            nodes.get_opt(node_id),
-            api.get_opt(volume_id),
-        );
+        // The VolumeAttachment from the feed other publishes of the volume wait on, when
+        // one runs and has seen this process's last write of it (our tickets are
+        // written by us alone, and a stale view of others' is harmless below).
+        let cached = self
+            .watches
+            .latest(volume_id, self.tickets.last_written(volume_id));
+        let (volume, node, va) =
+            tokio::join!(volumes.get_opt(volume_id), nodes.get_opt(node_id), async {
+                match cached {
+                    Some(va) => Ok(Some(va)),
+                    None => api.get_opt(volume_id).await,
+                }
+            },);
         let volume = volume
             .context(|| format!("reading Volume {}", shown(volume_id)))?
             .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
