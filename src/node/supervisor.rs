@@ -583,20 +583,11 @@ mod tests {
 
     fn spec_in(dir: &Path) -> DaemonSpec {
         DaemonSpec {
-            volume: "v".into(),
-            mountpod: "v-1".into(),
-            mountpod_uid: String::new(),
             source: dir.join("src"),
             mountpoint: dir.join("mnt"),
-            capacity_bytes: 1,
             capacity_file: dir.join("cap"),
             counters_file: dir.join("counters"),
-            read_only: false,
-            shared_backend: false,
-            options: vec![],
-            resources: None,
-            settings_file: None,
-            handoff: None,
+            ..crate::node::daemon_args::tests::spec()
         }
     }
 
