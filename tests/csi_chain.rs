@@ -281,12 +281,15 @@ impl<'a> Kubelet<'a> {
     }
 
     async fn connect(&self) -> NodeClient<Channel> {
+        // The socket file exists from the agent's bind, a moment before it listens:
+        // connect until it answers.
         let sock = self.agent.csi_socket();
-        let channel = Endpoint::from_shared(format!("unix://{}", sock.display()))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap_or_else(|e| panic!("connecting to {}: {e}", sock.display()));
+        let endpoint = Endpoint::from_shared(format!("unix://{}", sock.display())).unwrap();
+        let channel = eventually(Duration::from_secs(10), "the agent's CSI socket", || {
+            let endpoint = endpoint.clone();
+            async move { endpoint.connect().await.ok() }
+        })
+        .await;
         NodeClient::new(channel)
     }
 

@@ -43,14 +43,13 @@ pub fn create(name: &str, bytes: i64, source: Option<Type>) -> CreateVolumeReque
 /// A client of the CSI controller serving `sock`, once the socket is there (within
 /// `wait`).
 pub async fn controller(sock: &Path, wait: Duration) -> ControllerClient<Channel> {
-    eventually(wait, "the CSI socket", || async {
-        sock.exists().then_some(())
+    // The socket file exists from the server's bind, a moment before it listens:
+    // connect until it answers.
+    let endpoint = Endpoint::from_shared(format!("unix://{}", sock.display())).unwrap();
+    let channel = eventually(wait, "the CSI socket", || {
+        let endpoint = endpoint.clone();
+        async move { endpoint.connect().await.ok() }
     })
     .await;
-    let channel = Endpoint::from_shared(format!("unix://{}", sock.display()))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap_or_else(|e| panic!("connecting to {}: {e}", sock.display()));
     ControllerClient::new(channel)
 }
