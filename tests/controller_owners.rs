@@ -166,21 +166,7 @@ async fn tickets_another_manager_owns_are_never_reaped_and_say_why() {
 
 /// The Warning Events on Volume `volume` with `reason`: their notes.
 async fn warnings(client: &Client, volume: &str, reason: &str) -> Vec<String> {
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(client.clone(), "default");
-    events
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|ev| {
-            ev.reason.as_deref() == Some(reason)
-                && ev.type_.as_deref() == Some("Warning")
-                && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(volume)
-        })
-        .filter_map(|ev| ev.note)
-        .collect()
+    support::event_notes(client, volume, reason, Some("Warning")).await
 }
 
 /// A PV of the Tessera driver for `volume` and the storage.k8s.io VolumeAttachment the

@@ -49,18 +49,7 @@ async fn ephemeral_tickets(client: &Client, volume: &str) -> usize {
 }
 
 async fn orphan_events(client: &Client, volume: &str) -> Vec<String> {
-    Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "default")
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|ev| {
-            ev.reason.as_deref() == Some("InlineVolumeOrphaned")
-                && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(volume)
-        })
-        .filter_map(|ev| ev.note)
-        .collect()
+    support::event_notes(client, volume, "InlineVolumeOrphaned", None).await
 }
 
 #[tokio::test]

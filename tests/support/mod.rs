@@ -282,3 +282,27 @@ pub fn api_writes(text: &str) -> f64 {
         .map(|(_, v)| v)
         .sum()
 }
+
+/// The notes of the Events (events.k8s.io, namespace `default`, where Tessera's
+/// controller records them) with `reason` about the object named `regarding`, of
+/// `type_` (`Normal`, `Warning`) when given.
+pub async fn event_notes(
+    client: &Client,
+    regarding: &str,
+    reason: &str,
+    type_: Option<&str>,
+) -> Vec<String> {
+    Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "default")
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|ev| {
+            ev.reason.as_deref() == Some(reason)
+                && type_.is_none_or(|t| ev.type_.as_deref() == Some(t))
+                && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(regarding)
+        })
+        .filter_map(|ev| ev.note)
+        .collect()
+}
