@@ -121,6 +121,15 @@ fn node_slot(volume: &str, node: &str) -> String {
     }
 }
 
+/// The change that writes `ticket` (its id, its body) in a [`group_commit`] batch.
+fn ticket_change(ticket: &AttachmentTicket) -> Result<(String, serde_json::Value), Error> {
+    let body = serde_json::to_value(ticket).map_err(|source| Error::Encode {
+        name: ticket.id.clone(),
+        source,
+    })?;
+    Ok((ticket.id.clone(), body))
+}
+
 /// Whether anything still wants `volume` on `node` once the tickets `ids` were
 /// removed: a ticket on that node, or one of `ids` again.
 fn still_wanted(va: Option<&VolumeAttachment>, node: &str, ids: &[String]) -> bool {
@@ -375,14 +384,7 @@ impl ControllerService {
             let mut ticket = AttachmentTicket::new(&id, AttacherType::CsiAttacher, node_id);
             ticket.parameters = params.clone();
             ticket.generation = existing.map(|t| t.generation + 1).unwrap_or(0);
-            let mut changes = group_commit::Changes::new();
-            changes.insert(
-                id.clone(),
-                serde_json::to_value(&ticket).map_err(|source| Error::Encode {
-                    name: id.clone(),
-                    source,
-                })?,
-            );
+            let mut changes: group_commit::Changes = [ticket_change(&ticket)?].into();
             if idle {
                 changes.insert(idle_id, serde_json::Value::Null);
             }
@@ -484,13 +486,7 @@ impl ControllerService {
                 .map(|id| (id.to_string(), serde_json::Value::Null))
                 .collect();
             if let Some(t) = &idle {
-                changes.insert(
-                    t.id.clone(),
-                    serde_json::to_value(t).map_err(|source| Error::Encode {
-                        name: t.id.clone(),
-                        source,
-                    })?,
-                );
+                changes.extend([ticket_change(t)?]);
             }
             va = self
                 .tickets
