@@ -13,19 +13,24 @@
 //! Scenarios: single attaches (`BENCH_ROUNDS`, default 20, sequential attach/detach
 //! rounds of one volume), then bursts of N volumes created at once (`BENCH_SCALES`,
 //! default `1,100,1000`; "1" means the single-attach rounds). The two drivers take
-//! turns within each scenario. Tessera's tickets are satisfied by the real node agent
+//! turns within each scenario (in the single-attach rounds, round by round, with a
+//! third contender: the API chain floor, bench/attach/chain.rs, the API writes and
+//! watch hops Tessera's design needs, issued by plain clients). Tessera's tickets are satisfied by the real node agent
 //! (`tessera node`, real FUSE mounts) up to `BENCH_REAL_AGENT_MAX` volumes (default 100),
 //! above that by the test fixtures' stand-in agent, which reports MountPods Ready as the
 //! agent would.
 //!
 //! Ends with one `BENCH attach key=value …` line (bench/bench_line.rs): per scenario
-//! `s<N>_…` (N volumes at once; `s1` is the single-attach rounds).
+//! `s<N>_…` (N volumes at once; `s1` is the single-attach rounds, with `s1_chain_…`
+//! for the chain floor, `s1_floor_…` = the no-op driver's + the chain's, and
+//! `s1_tessera_over_floor_…`).
 //!
 //! Run: `make bench-attach` (or `bash bench/attach/run.sh`). Figures and their
 //! analysis: bench/README.md.
 
 #[path = "../bench_line.rs"]
 mod bench_line;
+mod chain;
 #[path = "../csi_attach.rs"]
 mod csi_attach;
 #[path = "../../tests/support/mod.rs"]
@@ -81,7 +86,8 @@ struct Bench {
     root: PathBuf,
 }
 
-/// Per-VolumeAttachment results of one scenario for one driver.
+/// Per-VolumeAttachment results of one scenario for one driver (or the chain floor).
+#[derive(Default)]
 struct Run {
     attach: Vec<Duration>,
     detach: Vec<Duration>,
@@ -372,13 +378,7 @@ fn trace_attach(kind: Kind, name: &str, created: Instant, attached: Instant) {
 }
 
 fn merge(runs: Vec<Run>) -> Run {
-    let mut out = Run {
-        attach: vec![],
-        detach: vec![],
-        makespan: Duration::ZERO,
-        failed: 0,
-        daemons: None,
-    };
+    let mut out = Run::default();
     for r in runs {
         out.attach.extend(r.attach);
         out.detach.extend(r.detach);
@@ -494,6 +494,19 @@ async fn main() {
         bench.delete_volumes(kind, &pv).await;
     }
 
+    // The API chain floor, in the single-attach rounds: started (and warmed up with
+    // one round, not counted) once the drivers are.
+    let mut floor = None;
+    if scales.contains(&1) {
+        let config = support::config().await;
+        let mut f = chain::Floor::start(&config, &client, &id, &node, &bench.root).await;
+        assert!(
+            f.round(Duration::from_secs(60)).await.is_some(),
+            "warm-up round of the API chain floor failed"
+        );
+        floor = Some(f);
+    }
+
     let mut rows: Vec<(usize, String, String, Vec<Option<Run>>)> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     for &scale in &scales {
@@ -503,7 +516,8 @@ async fn main() {
         } else {
             "stand-in agent (fixtures::FakeAgent)"
         };
-        let mut per_kind: Vec<Option<Run>> = vec![None, None];
+        // Tessera, the no-op driver, the API chain floor (single-attach rounds only).
+        let mut per_kind: Vec<Option<Run>> = vec![None, None, None];
         // The agent serving Tessera's MountPods in this scenario.
         let mut agent: Option<AgentProcess> = None;
         let mut fake: Option<FakeAgent> = None;
@@ -520,36 +534,25 @@ async fn main() {
             format!("{scale} volumes at once")
         };
         eprintln!("[bench-attach] {label} ({mode}) ...");
-        for (k, &kind) in [Kind::Tessera, Kind::Noop].iter().enumerate() {
-            if !kinds.contains(&kind) {
-                continue;
-            }
-            let scenario = format!("s{scale}");
-            let pvs: Vec<String> = (0..scale)
-                .map(|i| bench.pv_name(kind, &scenario, i))
-                .collect();
-            bench.create_volumes(kind, &pvs).await;
-            let mount_root = agent
+        let scenario = format!("s{scale}");
+        let order: Vec<(usize, Kind, Vec<String>)> = [Kind::Tessera, Kind::Noop]
+            .into_iter()
+            .enumerate()
+            .filter(|(_, kind)| kinds.contains(kind))
+            .map(|(k, kind)| {
+                let pvs = (0..scale)
+                    .map(|i| bench.pv_name(kind, &scenario, i))
+                    .collect();
+                (k, kind, pvs)
+            })
+            .collect();
+        let mount_root = |kind: Kind| {
+            agent
                 .as_ref()
                 .filter(|_| kind == Kind::Tessera)
-                .map(|a| a.mount_root());
-            let run = if scale == 1 {
-                let mut runs = Vec::new();
-                for _ in 0..rounds {
-                    let timeout = Duration::from_secs(60);
-                    runs.push(
-                        bench
-                            .burst(kind, &pvs, timeout, mount_root.as_deref())
-                            .await,
-                    );
-                }
-                merge(runs)
-            } else {
-                let timeout = Duration::from_secs(60 + scale as u64);
-                bench
-                    .burst(kind, &pvs, timeout, mount_root.as_deref())
-                    .await
-            };
+                .map(|a| a.mount_root())
+        };
+        let mut note = |run: &Run| {
             if let Some((n, kib)) = run.daemons.filter(|d| d.0 > 0) {
                 notes.push(format!(
                     "{label}: {n} tessera FUSE daemons while attached, {:.1} MiB resident in all, {:.1} MiB each",
@@ -557,8 +560,46 @@ async fn main() {
                     kib as f64 / 1024.0 / n as f64
                 ));
             }
-            bench.delete_volumes(kind, &pvs).await;
-            per_kind[k] = Some(run);
+        };
+        if scale == 1 {
+            // Round by round: each driver in turn, then the chain floor.
+            for (_, kind, pvs) in &order {
+                bench.create_volumes(*kind, pvs).await;
+            }
+            let mut runs: Vec<Vec<Run>> = vec![vec![], vec![]];
+            let mut chain_run = Run::default();
+            let timeout = Duration::from_secs(60);
+            for _ in 0..rounds {
+                for (k, kind, pvs) in &order {
+                    let root = mount_root(*kind);
+                    runs[*k].push(bench.burst(*kind, pvs, timeout, root.as_deref()).await);
+                }
+                if let Some(floor) = floor.as_mut() {
+                    match floor.round(timeout).await {
+                        Some(d) => chain_run.attach.push(d),
+                        None => chain_run.failed += 1,
+                    }
+                }
+            }
+            for (k, kind, pvs) in &order {
+                let run = merge(std::mem::take(&mut runs[*k]));
+                note(&run);
+                bench.delete_volumes(*kind, pvs).await;
+                per_kind[*k] = Some(run);
+            }
+            if floor.is_some() {
+                per_kind[2] = Some(chain_run);
+            }
+        } else {
+            for (k, kind, pvs) in &order {
+                bench.create_volumes(*kind, pvs).await;
+                let timeout = Duration::from_secs(60 + scale as u64);
+                let root = mount_root(*kind);
+                let run = bench.burst(*kind, pvs, timeout, root.as_deref()).await;
+                note(&run);
+                bench.delete_volumes(*kind, pvs).await;
+                per_kind[*k] = Some(run);
+            }
         }
         drop(fake);
         drop(agent);
@@ -611,6 +652,9 @@ async fn main() {
             span(&runs[0]),
             span(&runs[1]),
         );
+        if let Some(row) = chain::table_row(label, runs) {
+            println!("{row}");
+        }
         line = bench_fields(line, *scale, runs);
     }
     println!();
@@ -631,6 +675,9 @@ async fn main() {
     }
 
     // Clean up.
+    if let Some(f) = floor {
+        f.stop().await;
+    }
     support::kubectl()
         .args([
             "delete",
@@ -674,6 +721,19 @@ fn bench_fields(mut line: BenchLine, scale: usize, runs: &[Option<Run>]) -> Benc
             let ratio = pct(&t.attach, q).as_secs_f64() / pct(&n.attach, q).as_secs_f64();
             line = line.num(&format!("{p}_{k}"), ratio, 2);
         }
+    }
+    if let Some(c) = &runs[2] {
+        line = line
+            .num(&format!("{p}_chain_p50_ms"), ms(pct(&c.attach, 0.5)), 1)
+            .num(&format!("{p}_chain_p99_ms"), ms(pct(&c.attach, 0.99)), 1)
+            .field(&format!("{p}_chain_failed"), c.failed);
+    }
+    if let Some(f) = chain::Figures::of(runs) {
+        line = line
+            .num(&format!("{p}_floor_p50_ms"), ms(f.p50), 1)
+            .num(&format!("{p}_floor_p99_ms"), ms(f.p99), 1)
+            .num(&format!("{p}_tessera_over_floor_p50"), f.ratio_p50, 2)
+            .num(&format!("{p}_tessera_over_floor_p99"), f.ratio_p99, 2);
     }
     line
 }
