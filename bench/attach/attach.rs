@@ -33,6 +33,7 @@ mod bench_line;
 mod chain;
 #[path = "../csi_attach.rs"]
 mod csi_attach;
+mod daemon_start;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
@@ -506,6 +507,17 @@ async fn main() {
         );
         floor = Some(f);
     }
+    // The FUSE daemon's start alone, in the same rounds (`BENCH_DAEMON_START=0`: not).
+    let mut start = None;
+    if scales.contains(&1) && env_or("BENCH_DAEMON_START", 1) == 1 {
+        let s = daemon_start::DaemonStart::new(dir.path(), &bench.root, &logs);
+        assert!(
+            s.round(Duration::from_secs(10)).is_some(),
+            "warm-up start of the FUSE daemon failed; see {}",
+            logs.display()
+        );
+        start = Some(s);
+    }
 
     let mut rows: Vec<(usize, String, String, Vec<Option<Run>>)> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
@@ -516,8 +528,9 @@ async fn main() {
         } else {
             "stand-in agent (fixtures::FakeAgent)"
         };
-        // Tessera, the no-op driver, the API chain floor (single-attach rounds only).
-        let mut per_kind: Vec<Option<Run>> = vec![None, None, None];
+        // Tessera, the no-op driver; in the single-attach rounds the API chain floor and
+        // the FUSE daemon's start.
+        let mut per_kind: Vec<Option<Run>> = vec![None, None, None, None];
         // The agent serving Tessera's MountPods in this scenario.
         let mut agent: Option<AgentProcess> = None;
         let mut fake: Option<FakeAgent> = None;
@@ -567,7 +580,7 @@ async fn main() {
                 bench.create_volumes(*kind, pvs).await;
             }
             let mut runs: Vec<Vec<Run>> = vec![vec![], vec![]];
-            let mut chain_run = Run::default();
+            let (mut chain_run, mut start_run) = (Run::default(), Run::default());
             let timeout = Duration::from_secs(60);
             for _ in 0..rounds {
                 for (k, kind, pvs) in &order {
@@ -580,6 +593,12 @@ async fn main() {
                         None => chain_run.failed += 1,
                     }
                 }
+                if let Some(start) = &start {
+                    match tokio::task::block_in_place(|| start.round(Duration::from_secs(10))) {
+                        Some(d) => start_run.attach.push(d),
+                        None => start_run.failed += 1,
+                    }
+                }
             }
             for (k, kind, pvs) in &order {
                 let run = merge(std::mem::take(&mut runs[*k]));
@@ -589,6 +608,9 @@ async fn main() {
             }
             if floor.is_some() {
                 per_kind[2] = Some(chain_run);
+            }
+            if start.is_some() {
+                per_kind[3] = Some(start_run);
             }
         } else {
             for (k, kind, pvs) in &order {
@@ -652,7 +674,7 @@ async fn main() {
             span(&runs[0]),
             span(&runs[1]),
         );
-        if let Some(row) = chain::table_row(label, runs) {
+        for row in chain::table_rows(label, runs) {
             println!("{row}");
         }
         line = bench_fields(line, *scale, runs);
@@ -678,6 +700,7 @@ async fn main() {
     if let Some(f) = floor {
         f.stop().await;
     }
+    drop(start);
     support::kubectl()
         .args([
             "delete",
@@ -722,18 +745,23 @@ fn bench_fields(mut line: BenchLine, scale: usize, runs: &[Option<Run>]) -> Benc
             line = line.num(&format!("{p}_{k}"), ratio, 2);
         }
     }
-    if let Some(c) = &runs[2] {
-        line = line
-            .num(&format!("{p}_chain_p50_ms"), ms(pct(&c.attach, 0.5)), 1)
-            .num(&format!("{p}_chain_p99_ms"), ms(pct(&c.attach, 0.99)), 1)
-            .field(&format!("{p}_chain_failed"), c.failed);
+    for (name, run) in [("chain", &runs[2]), ("daemon_start", &runs[3])] {
+        if let Some(c) = run {
+            line = line
+                .num(&format!("{p}_{name}_p50_ms"), ms(pct(&c.attach, 0.5)), 1)
+                .num(&format!("{p}_{name}_p99_ms"), ms(pct(&c.attach, 0.99)), 1)
+                .field(&format!("{p}_{name}_failed"), c.failed);
+        }
     }
-    if let Some(f) = chain::Figures::of(runs) {
-        line = line
-            .num(&format!("{p}_floor_p50_ms"), ms(f.p50), 1)
-            .num(&format!("{p}_floor_p99_ms"), ms(f.p99), 1)
-            .num(&format!("{p}_tessera_over_floor_p50"), f.ratio_p50, 2)
-            .num(&format!("{p}_tessera_over_floor_p99"), f.ratio_p99, 2);
+    // floor = noop + chain; floor_start = noop + chain + daemon start.
+    for (name, with_start) in [("floor", false), ("floor_start", true)] {
+        if let Some(f) = chain::Figures::of(runs, with_start) {
+            line = line
+                .num(&format!("{p}_{name}_p50_ms"), ms(f.p50), 1)
+                .num(&format!("{p}_{name}_p99_ms"), ms(f.p99), 1)
+                .num(&format!("{p}_tessera_over_{name}_p50"), f.ratio_p50, 2)
+                .num(&format!("{p}_tessera_over_{name}_p99"), f.ratio_p99, 2);
+        }
     }
     line
 }

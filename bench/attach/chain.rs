@@ -595,7 +595,8 @@ impl Floor {
 }
 
 /// The floor of an attach through the csi-attacher: the no-op driver's time plus the
-/// API chain's (`floor_ms = noop + chain`, at p50 and at p99), and Tessera's ÷ it.
+/// API chain's (`floor_ms = noop + chain`, at p50 and at p99), with the FUSE daemon's
+/// start where asked, and Tessera's time ÷ it. `runs`: Tessera, no-op, chain, start.
 pub struct Figures {
     pub p50: Duration,
     pub p99: Duration,
@@ -604,15 +605,15 @@ pub struct Figures {
 }
 
 impl Figures {
-    pub fn of(runs: &[Option<Run>]) -> Option<Figures> {
-        let (Some(t), Some(n), Some(c)) = (&runs[0], &runs[1], &runs[2]) else {
-            return None;
-        };
-        if t.attach.is_empty() || n.attach.is_empty() || c.attach.is_empty() {
-            return None;
-        }
-        let p50 = pct(&n.attach, 0.5) + pct(&c.attach, 0.5);
-        let p99 = pct(&n.attach, 0.99) + pct(&c.attach, 0.99);
+    pub fn of(runs: &[Option<Run>], with_start: bool) -> Option<Figures> {
+        let parts: Vec<&Run> = [&runs[1], &runs[2]]
+            .into_iter()
+            .chain(with_start.then_some(&runs[3]))
+            .map(|r| r.as_ref().filter(|r| !r.attach.is_empty()))
+            .collect::<Option<_>>()?;
+        let t = runs[0].as_ref().filter(|r| !r.attach.is_empty())?;
+        let sum = |q| parts.iter().map(|r| pct(&r.attach, q)).sum::<Duration>();
+        let (p50, p99) = (sum(0.5), sum(0.99));
         Some(Figures {
             p50,
             p99,
@@ -622,17 +623,24 @@ impl Figures {
     }
 }
 
-/// The human table's row of the API chain floor, if it ran in this scenario.
-pub fn table_row(label: &str, runs: &[Option<Run>]) -> Option<String> {
-    let c = runs[2].as_ref()?;
-    let failed = if c.failed > 0 {
-        format!(" ({} failed)", c.failed)
-    } else {
-        String::new()
+/// The human table's rows of the API chain floor and of the daemon start, for the
+/// contenders that ran in this scenario.
+pub fn table_rows(label: &str, runs: &[Option<Run>]) -> Vec<String> {
+    let cell = |r: &Run| {
+        let failed = if r.failed > 0 {
+            format!(" ({} failed)", r.failed)
+        } else {
+            String::new()
+        };
+        format!(
+            "{:.1} / {:.1}{failed}",
+            ms(pct(&r.attach, 0.5)),
+            ms(pct(&r.attach, 0.99))
+        )
     };
-    let floor = match Figures::of(runs) {
+    let floor = |with_start| match Figures::of(runs, with_start) {
         Some(f) => format!(
-            "floor = noop + chain: {:.0} / {:.0} | tessera ÷ floor: {:.2} / {:.2}",
+            "{:.0} / {:.0} | tessera ÷ floor: {:.2} / {:.2}",
             ms(f.p50),
             ms(f.p99),
             f.ratio_p50,
@@ -640,9 +648,20 @@ pub fn table_row(label: &str, runs: &[Option<Run>]) -> Option<String> {
         ),
         None => "- | -".into(),
     };
-    Some(format!(
-        "| {label}: API chain floor | chain: {:.1} / {:.1}{failed} | {floor} | - | plain kube clients, no Tessera process (bench/attach/chain.rs) |",
-        ms(pct(&c.attach, 0.5)),
-        ms(pct(&c.attach, 0.99)),
-    ))
+    let mut rows = Vec::new();
+    if let Some(c) = &runs[2] {
+        rows.push(format!(
+            "| {label}: API chain floor | chain: {} | floor = noop + chain: {} | - | plain kube clients, no Tessera process (bench/attach/chain.rs) |",
+            cell(c),
+            floor(false)
+        ));
+    }
+    if let Some(s) = &runs[3] {
+        rows.push(format!(
+            "| {label}: FUSE daemon start | start: {} | floor = noop + chain + start: {} | - | spawn to mount answers (bench/attach/daemon_start.rs) |",
+            cell(s),
+            floor(true)
+        ));
+    }
+    rows
 }
