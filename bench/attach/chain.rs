@@ -238,9 +238,10 @@ fn ready_status(mp: &MountPod) -> MountPodStatus {
     }
 }
 
+/// A watch event, as the floor's components use it.
 enum Seen {
-    Va(VolumeAttachment),
-    Mp(MountPod),
+    Va(Box<VolumeAttachment>),
+    Mp(Box<MountPod>),
     MpGone(String),
     Synced,
     Other,
@@ -248,7 +249,7 @@ enum Seen {
 
 fn seen_va(ev: Result<Event<VolumeAttachment>, watcher::Error>) -> Seen {
     match ev {
-        Ok(Event::Apply(va) | Event::InitApply(va)) => Seen::Va(va),
+        Ok(Event::Apply(va) | Event::InitApply(va)) => Seen::Va(Box::new(va)),
         Ok(Event::InitDone) => Seen::Synced,
         Ok(_) => Seen::Other,
         Err(e) => {
@@ -260,7 +261,7 @@ fn seen_va(ev: Result<Event<VolumeAttachment>, watcher::Error>) -> Seen {
 
 fn seen_mp(ev: Result<Event<MountPod>, watcher::Error>) -> Seen {
     match ev {
-        Ok(Event::Apply(mp) | Event::InitApply(mp)) => Seen::Mp(mp),
+        Ok(Event::Apply(mp) | Event::InitApply(mp)) => Seen::Mp(Box::new(mp)),
         Ok(Event::Delete(mp)) => Seen::MpGone(mp.name_any()),
         Ok(Event::InitDone) => Seen::Synced,
         Ok(_) => Seen::Other,
@@ -296,9 +297,9 @@ fn controller(
         let mut done: HashSet<String> = HashSet::new();
         while let Some(ev) = events.next().await {
             match ev {
-                Seen::Va(v) => va = Some(v),
+                Seen::Va(v) => va = Some(*v),
                 Seen::Mp(mp) => {
-                    cache.insert(mp.name_any(), mp);
+                    cache.insert(mp.name_any(), *mp);
                 }
                 Seen::MpGone(name) => {
                     cache.remove(&name);
