@@ -13,17 +13,21 @@
 //! Scenarios: single attaches (`BENCH_ROUNDS`, default 20, sequential attach/detach
 //! rounds of one volume), then bursts of N volumes created at once (`BENCH_SCALES`,
 //! default `1,100,1000`; "1" means the single-attach rounds). The two drivers take
-//! turns within each scenario (in the single-attach rounds, round by round, with a
-//! third contender: the API chain floor, bench/attach/chain.rs, the API writes and
-//! watch hops Tessera's design needs, issued by plain clients). Tessera's tickets are satisfied by the real node agent
-//! (`tessera node`, real FUSE mounts) up to `BENCH_REAL_AGENT_MAX` volumes (default 100),
-//! above that by the test fixtures' stand-in agent, which reports MountPods Ready as the
-//! agent would.
+//! turns within each scenario; in the single-attach rounds round by round
+//! (`BENCH_ROUND_ORDER=blocks`: all rounds of one, then the next, as before
+//! 2026-12-02), with two more contenders: the API chain floor (bench/attach/chain.rs:
+//! the API writes and watch hops Tessera's design needs, issued by plain clients) and
+//! the FUSE daemon's start alone (bench/attach/daemon_start.rs;
+//! `BENCH_DAEMON_START=0`: not). Tessera's tickets are satisfied by the real node
+//! agent (`tessera node`, real FUSE mounts) up to `BENCH_REAL_AGENT_MAX` volumes
+//! (default 100), above that by the test fixtures' stand-in agent, which reports
+//! MountPods Ready as the agent would.
 //!
 //! Ends with one `BENCH attach key=value …` line (bench/bench_line.rs): per scenario
 //! `s<N>_…` (N volumes at once; `s1` is the single-attach rounds, with `s1_chain_…`
-//! for the chain floor, `s1_floor_…` = the no-op driver's + the chain's, and
-//! `s1_tessera_over_floor_…`).
+//! for the chain floor and `s1_daemon_start_…` for the daemon start; `s1_floor_…` =
+//! the no-op driver's + the chain's and `s1_floor_start_…` = those + the start's, at
+//! p50 and p99; `s1_tessera_over_floor_…`, `s1_tessera_over_floor_start_…`).
 //!
 //! Run: `make bench-attach` (or `bash bench/attach/run.sh`). Figures and their
 //! analysis: bench/README.md.
@@ -575,28 +579,48 @@ async fn main() {
             }
         };
         if scale == 1 {
-            // Round by round: each driver in turn, then the chain floor.
+            // Round by round: each driver in turn, then the chain floor, then the
+            // daemon start (`BENCH_ROUND_ORDER=blocks`: all rounds of one, then the next).
             for (_, kind, pvs) in &order {
                 bench.create_volumes(*kind, pvs).await;
             }
             let mut runs: Vec<Vec<Run>> = vec![vec![], vec![]];
             let (mut chain_run, mut start_run) = (Run::default(), Run::default());
             let timeout = Duration::from_secs(60);
-            for _ in 0..rounds {
-                for (k, kind, pvs) in &order {
-                    let root = mount_root(*kind);
-                    runs[*k].push(bench.burst(*kind, pvs, timeout, root.as_deref()).await);
-                }
-                if let Some(floor) = floor.as_mut() {
-                    match floor.round(timeout).await {
-                        Some(d) => chain_run.attach.push(d),
-                        None => chain_run.failed += 1,
+            let contenders: Vec<usize> = order.iter().map(|(k, _, _)| *k).chain([2, 3]).collect();
+            let blocks = std::env::var("BENCH_ROUND_ORDER").as_deref() == Ok("blocks");
+            let schedule: Vec<usize> = if blocks {
+                contenders.iter().flat_map(|&c| vec![c; rounds]).collect()
+            } else {
+                (0..rounds)
+                    .flat_map(|_| contenders.iter().copied())
+                    .collect()
+            };
+            for contender in schedule {
+                match contender {
+                    2 => {
+                        if let Some(floor) = floor.as_mut() {
+                            match floor.round(timeout).await {
+                                Some(d) => chain_run.attach.push(d),
+                                None => chain_run.failed += 1,
+                            }
+                        }
                     }
-                }
-                if let Some(start) = &start {
-                    match tokio::task::block_in_place(|| start.round(Duration::from_secs(10))) {
-                        Some(d) => start_run.attach.push(d),
-                        None => start_run.failed += 1,
+                    3 => {
+                        if let Some(start) = &start {
+                            let took = tokio::task::block_in_place(|| {
+                                start.round(Duration::from_secs(10))
+                            });
+                            match took {
+                                Some(d) => start_run.attach.push(d),
+                                None => start_run.failed += 1,
+                            }
+                        }
+                    }
+                    k => {
+                        let (_, kind, pvs) = order.iter().find(|(i, _, _)| *i == k).unwrap();
+                        let root = mount_root(*kind);
+                        runs[k].push(bench.burst(*kind, pvs, timeout, root.as_deref()).await);
                     }
                 }
             }
