@@ -38,6 +38,7 @@ mod chain;
 #[path = "../csi_attach.rs"]
 mod csi_attach;
 mod daemon_start;
+mod settle;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
@@ -525,6 +526,8 @@ async fn main() {
 
     let mut rows: Vec<(usize, String, String, Vec<Option<Run>>)> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
+    // Tessera's detach tail in the single-attach rounds (p50, p99 ms), if waited for.
+    let mut tail_line: Option<(f64, f64)> = None;
     for &scale in &scales {
         let real = scale <= real_max;
         let mode = if real {
@@ -589,6 +592,10 @@ async fn main() {
             let timeout = Duration::from_secs(60);
             let contenders: Vec<usize> = order.iter().map(|(k, _, _)| *k).chain([2, 3]).collect();
             let blocks = std::env::var("BENCH_ROUND_ORDER").as_deref() == Ok("blocks");
+            // After each Tessera round, wait (untimed) until its detach has finished on
+            // Tessera's side too (`BENCH_SETTLE=0`: not, as before 2026-12-02).
+            let settle_rounds = env_or("BENCH_SETTLE", 1) == 1;
+            let mut tails: Vec<Duration> = Vec::new();
             let schedule: Vec<usize> = if blocks {
                 contenders.iter().flat_map(|&c| vec![c; rounds]).collect()
             } else {
@@ -621,6 +628,10 @@ async fn main() {
                         let (_, kind, pvs) = order.iter().find(|(i, _, _)| *i == k).unwrap();
                         let root = mount_root(*kind);
                         runs[k].push(bench.burst(*kind, pvs, timeout, root.as_deref()).await);
+                        if *kind == Kind::Tessera && settle_rounds {
+                            let tail = settle::detached(&client, &pvs[0], &node, timeout).await;
+                            tails.extend(tail);
+                        }
                     }
                 }
             }
@@ -635,6 +646,14 @@ async fn main() {
             }
             if start.is_some() {
                 per_kind[3] = Some(start_run);
+            }
+            if !tails.is_empty() {
+                notes.push(format!(
+                    "{label}: Tessera's detach finished (MountPod gone, Volume Detached) {:.0} ms p50 / {:.0} ms p99 after its VolumeAttachment was gone (waited for before the next round)",
+                    ms(pct(&tails, 0.5)),
+                    ms(pct(&tails, 0.99))
+                ));
+                tail_line = Some((ms(pct(&tails, 0.5)), ms(pct(&tails, 0.99))));
             }
         } else {
             for (k, kind, pvs) in &order {
@@ -737,6 +756,13 @@ async fn main() {
         .status()
         .ok();
     fixtures::delete_nodes(&client, &[node]).await;
+    if let Some((p50, p99)) = tail_line {
+        line = line.num("s1_tessera_detach_tail_p50_ms", p50, 1).num(
+            "s1_tessera_detach_tail_p99_ms",
+            p99,
+            1,
+        );
+    }
     line.field("load_before", load_before)
         .field("load_after", loadavg())
         .print();
