@@ -13,21 +13,32 @@
 //! Scenarios: single attaches (`BENCH_ROUNDS`, default 20, sequential attach/detach
 //! rounds of one volume), then bursts of N volumes created at once (`BENCH_SCALES`,
 //! default `1,100,1000`; "1" means the single-attach rounds). The two drivers take
-//! turns within each scenario. Tessera's tickets are satisfied by the real node agent
-//! (`tessera node`, real FUSE mounts) up to `BENCH_REAL_AGENT_MAX` volumes (default 100),
-//! above that by the test fixtures' stand-in agent, which reports MountPods Ready as the
-//! agent would.
+//! turns within each scenario; in the single-attach rounds round by round
+//! (`BENCH_ROUND_ORDER=blocks`: all rounds of one, then the next, as before
+//! 2026-12-02), with two more contenders: the API chain floor (bench/attach/chain.rs:
+//! the API writes and watch hops Tessera's design needs, issued by plain clients) and
+//! the FUSE daemon's start alone (bench/attach/daemon_start.rs;
+//! `BENCH_DAEMON_START=0`: not). Tessera's tickets are satisfied by the real node
+//! agent (`tessera node`, real FUSE mounts) up to `BENCH_REAL_AGENT_MAX` volumes
+//! (default 100), above that by the test fixtures' stand-in agent, which reports
+//! MountPods Ready as the agent would.
 //!
 //! Ends with one `BENCH attach key=value …` line (bench/bench_line.rs): per scenario
-//! `s<N>_…` (N volumes at once; `s1` is the single-attach rounds).
+//! `s<N>_…` (N volumes at once; `s1` is the single-attach rounds, with `s1_chain_…`
+//! for the chain floor and `s1_daemon_start_…` for the daemon start; `s1_floor_…` =
+//! the no-op driver's + the chain's and `s1_floor_start_…` = those + the start's, at
+//! p50 and p99; `s1_tessera_over_floor_…`, `s1_tessera_over_floor_start_…`).
 //!
 //! Run: `make bench-attach` (or `bash bench/attach/run.sh`). Figures and their
 //! analysis: bench/README.md.
 
 #[path = "../bench_line.rs"]
 mod bench_line;
+mod chain;
 #[path = "../csi_attach.rs"]
 mod csi_attach;
+mod daemon_start;
+mod settle;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
@@ -81,7 +92,8 @@ struct Bench {
     root: PathBuf,
 }
 
-/// Per-VolumeAttachment results of one scenario for one driver.
+/// Per-VolumeAttachment results of one scenario for one driver (or the chain floor).
+#[derive(Default)]
 struct Run {
     attach: Vec<Duration>,
     detach: Vec<Duration>,
@@ -372,13 +384,7 @@ fn trace_attach(kind: Kind, name: &str, created: Instant, attached: Instant) {
 }
 
 fn merge(runs: Vec<Run>) -> Run {
-    let mut out = Run {
-        attach: vec![],
-        detach: vec![],
-        makespan: Duration::ZERO,
-        failed: 0,
-        daemons: None,
-    };
+    let mut out = Run::default();
     for r in runs {
         out.attach.extend(r.attach);
         out.detach.extend(r.detach);
@@ -494,8 +500,34 @@ async fn main() {
         bench.delete_volumes(kind, &pv).await;
     }
 
+    // The API chain floor, in the single-attach rounds: started (and warmed up with
+    // one round, not counted) once the drivers are.
+    let mut floor = None;
+    if scales.contains(&1) {
+        let config = support::config().await;
+        let mut f = chain::Floor::start(&config, &client, &id, &node, &bench.root).await;
+        assert!(
+            f.round(Duration::from_secs(60)).await.is_some(),
+            "warm-up round of the API chain floor failed"
+        );
+        floor = Some(f);
+    }
+    // The FUSE daemon's start alone, in the same rounds (`BENCH_DAEMON_START=0`: not).
+    let mut start = None;
+    if scales.contains(&1) && env_or("BENCH_DAEMON_START", 1) == 1 {
+        let s = daemon_start::DaemonStart::new(dir.path(), &bench.root, &logs);
+        assert!(
+            s.round(Duration::from_secs(10)).is_some(),
+            "warm-up start of the FUSE daemon failed; see {}",
+            logs.display()
+        );
+        start = Some(s);
+    }
+
     let mut rows: Vec<(usize, String, String, Vec<Option<Run>>)> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
+    // Tessera's detach tail in the single-attach rounds (p50, p99 ms), if waited for.
+    let mut tail_line: Option<(f64, f64)> = None;
     for &scale in &scales {
         let real = scale <= real_max;
         let mode = if real {
@@ -503,7 +535,9 @@ async fn main() {
         } else {
             "stand-in agent (fixtures::FakeAgent)"
         };
-        let mut per_kind: Vec<Option<Run>> = vec![None, None];
+        // Tessera, the no-op driver; in the single-attach rounds the API chain floor and
+        // the FUSE daemon's start.
+        let mut per_kind: Vec<Option<Run>> = vec![None, None, None, None];
         // The agent serving Tessera's MountPods in this scenario.
         let mut agent: Option<AgentProcess> = None;
         let mut fake: Option<FakeAgent> = None;
@@ -520,36 +554,25 @@ async fn main() {
             format!("{scale} volumes at once")
         };
         eprintln!("[bench-attach] {label} ({mode}) ...");
-        for (k, &kind) in [Kind::Tessera, Kind::Noop].iter().enumerate() {
-            if !kinds.contains(&kind) {
-                continue;
-            }
-            let scenario = format!("s{scale}");
-            let pvs: Vec<String> = (0..scale)
-                .map(|i| bench.pv_name(kind, &scenario, i))
-                .collect();
-            bench.create_volumes(kind, &pvs).await;
-            let mount_root = agent
+        let scenario = format!("s{scale}");
+        let order: Vec<(usize, Kind, Vec<String>)> = [Kind::Tessera, Kind::Noop]
+            .into_iter()
+            .enumerate()
+            .filter(|(_, kind)| kinds.contains(kind))
+            .map(|(k, kind)| {
+                let pvs = (0..scale)
+                    .map(|i| bench.pv_name(kind, &scenario, i))
+                    .collect();
+                (k, kind, pvs)
+            })
+            .collect();
+        let mount_root = |kind: Kind| {
+            agent
                 .as_ref()
                 .filter(|_| kind == Kind::Tessera)
-                .map(|a| a.mount_root());
-            let run = if scale == 1 {
-                let mut runs = Vec::new();
-                for _ in 0..rounds {
-                    let timeout = Duration::from_secs(60);
-                    runs.push(
-                        bench
-                            .burst(kind, &pvs, timeout, mount_root.as_deref())
-                            .await,
-                    );
-                }
-                merge(runs)
-            } else {
-                let timeout = Duration::from_secs(60 + scale as u64);
-                bench
-                    .burst(kind, &pvs, timeout, mount_root.as_deref())
-                    .await
-            };
+                .map(|a| a.mount_root())
+        };
+        let mut note = |run: &Run| {
             if let Some((n, kib)) = run.daemons.filter(|d| d.0 > 0) {
                 notes.push(format!(
                     "{label}: {n} tessera FUSE daemons while attached, {:.1} MiB resident in all, {:.1} MiB each",
@@ -557,8 +580,91 @@ async fn main() {
                     kib as f64 / 1024.0 / n as f64
                 ));
             }
-            bench.delete_volumes(kind, &pvs).await;
-            per_kind[k] = Some(run);
+        };
+        if scale == 1 {
+            // Round by round: each driver in turn, then the chain floor, then the
+            // daemon start (`BENCH_ROUND_ORDER=blocks`: all rounds of one, then the next).
+            for (_, kind, pvs) in &order {
+                bench.create_volumes(*kind, pvs).await;
+            }
+            let mut runs: Vec<Vec<Run>> = vec![vec![], vec![]];
+            let (mut chain_run, mut start_run) = (Run::default(), Run::default());
+            let timeout = Duration::from_secs(60);
+            let contenders: Vec<usize> = order.iter().map(|(k, _, _)| *k).chain([2, 3]).collect();
+            let blocks = std::env::var("BENCH_ROUND_ORDER").as_deref() == Ok("blocks");
+            // After each Tessera round, wait (untimed) until its detach has finished on
+            // Tessera's side too (`BENCH_SETTLE=0`: not, as before 2026-12-02).
+            let settle_rounds = env_or("BENCH_SETTLE", 1) == 1;
+            let mut tails: Vec<Duration> = Vec::new();
+            let schedule: Vec<usize> = if blocks {
+                contenders.iter().flat_map(|&c| vec![c; rounds]).collect()
+            } else {
+                (0..rounds)
+                    .flat_map(|_| contenders.iter().copied())
+                    .collect()
+            };
+            for contender in schedule {
+                match contender {
+                    2 => {
+                        if let Some(floor) = floor.as_mut() {
+                            match floor.round(timeout).await {
+                                Some(d) => chain_run.attach.push(d),
+                                None => chain_run.failed += 1,
+                            }
+                        }
+                    }
+                    3 => {
+                        if let Some(start) = &start {
+                            let took = tokio::task::block_in_place(|| {
+                                start.round(Duration::from_secs(10))
+                            });
+                            match took {
+                                Some(d) => start_run.attach.push(d),
+                                None => start_run.failed += 1,
+                            }
+                        }
+                    }
+                    k => {
+                        let (_, kind, pvs) = order.iter().find(|(i, _, _)| *i == k).unwrap();
+                        let root = mount_root(*kind);
+                        runs[k].push(bench.burst(*kind, pvs, timeout, root.as_deref()).await);
+                        if *kind == Kind::Tessera && settle_rounds {
+                            let tail = settle::detached(&client, &pvs[0], &node, timeout).await;
+                            tails.extend(tail);
+                        }
+                    }
+                }
+            }
+            for (k, kind, pvs) in &order {
+                let run = merge(std::mem::take(&mut runs[*k]));
+                note(&run);
+                bench.delete_volumes(*kind, pvs).await;
+                per_kind[*k] = Some(run);
+            }
+            if floor.is_some() {
+                per_kind[2] = Some(chain_run);
+            }
+            if start.is_some() {
+                per_kind[3] = Some(start_run);
+            }
+            if !tails.is_empty() {
+                notes.push(format!(
+                    "{label}: Tessera's detach finished (MountPod gone, Volume Detached) {:.0} ms p50 / {:.0} ms p99 after its VolumeAttachment was gone (waited for before the next round)",
+                    ms(pct(&tails, 0.5)),
+                    ms(pct(&tails, 0.99))
+                ));
+                tail_line = Some((ms(pct(&tails, 0.5)), ms(pct(&tails, 0.99))));
+            }
+        } else {
+            for (k, kind, pvs) in &order {
+                bench.create_volumes(*kind, pvs).await;
+                let timeout = Duration::from_secs(60 + scale as u64);
+                let root = mount_root(*kind);
+                let run = bench.burst(*kind, pvs, timeout, root.as_deref()).await;
+                note(&run);
+                bench.delete_volumes(*kind, pvs).await;
+                per_kind[*k] = Some(run);
+            }
         }
         drop(fake);
         drop(agent);
@@ -611,6 +717,9 @@ async fn main() {
             span(&runs[0]),
             span(&runs[1]),
         );
+        for row in chain::table_rows(label, runs) {
+            println!("{row}");
+        }
         line = bench_fields(line, *scale, runs);
     }
     println!();
@@ -631,6 +740,10 @@ async fn main() {
     }
 
     // Clean up.
+    if let Some(f) = floor {
+        f.stop().await;
+    }
+    drop(start);
     support::kubectl()
         .args([
             "delete",
@@ -643,6 +756,13 @@ async fn main() {
         .status()
         .ok();
     fixtures::delete_nodes(&client, &[node]).await;
+    if let Some((p50, p99)) = tail_line {
+        line = line.num("s1_tessera_detach_tail_p50_ms", p50, 1).num(
+            "s1_tessera_detach_tail_p99_ms",
+            p99,
+            1,
+        );
+    }
     line.field("load_before", load_before)
         .field("load_after", loadavg())
         .print();
@@ -673,6 +793,24 @@ fn bench_fields(mut line: BenchLine, scale: usize, runs: &[Option<Run>]) -> Benc
         for (k, q) in [("ratio_p50", 0.5), ("ratio_p99", 0.99)] {
             let ratio = pct(&t.attach, q).as_secs_f64() / pct(&n.attach, q).as_secs_f64();
             line = line.num(&format!("{p}_{k}"), ratio, 2);
+        }
+    }
+    for (name, run) in [("chain", &runs[2]), ("daemon_start", &runs[3])] {
+        if let Some(c) = run {
+            line = line
+                .num(&format!("{p}_{name}_p50_ms"), ms(pct(&c.attach, 0.5)), 1)
+                .num(&format!("{p}_{name}_p99_ms"), ms(pct(&c.attach, 0.99)), 1)
+                .field(&format!("{p}_{name}_failed"), c.failed);
+        }
+    }
+    // floor = noop + chain; floor_start = noop + chain + daemon start.
+    for (name, with_start) in [("floor", false), ("floor_start", true)] {
+        if let Some(f) = chain::Figures::of(runs, with_start) {
+            line = line
+                .num(&format!("{p}_{name}_p50_ms"), ms(f.p50), 1)
+                .num(&format!("{p}_{name}_p99_ms"), ms(f.p99), 1)
+                .num(&format!("{p}_tessera_over_{name}_p50"), f.ratio_p50, 2)
+                .num(&format!("{p}_tessera_over_{name}_p99"), f.ratio_p99, 2);
         }
     }
     line
