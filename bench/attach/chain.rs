@@ -45,9 +45,9 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, Config, ResourceExt};
 use serde_json::json;
 use tessera::api::{
-    self, AppliedSettings, AttacherType, AttachmentTicket, AttachmentTicketStatus,
-    CONDITION_SATISFIED, LABEL_NODE, LABEL_VOLUME, MountPhase, MountPod, MountPodStatus, MountTask,
-    Volume, VolumeAttachment, VolumeAttachmentSpec, VolumeAttachmentStatus, condition_status,
+    self, AppliedSettings, AttacherType, AttachmentTicket, AttachmentTicketStatus, LABEL_NODE,
+    LABEL_VOLUME, MountPhase, MountPod, MountPodStatus, MountTask, Volume, VolumeAttachment,
+    VolumeAttachmentSpec, VolumeAttachmentStatus, condition_status,
 };
 use tessera::controller::FIELD_MANAGER;
 use tessera::controller::attachment::status::{CONDITION_READY, REASON_TICKETS_SATISFIED};
@@ -139,12 +139,8 @@ fn va_status(va: &VolumeAttachment, satisfied: Option<(&str, &str)>) -> VolumeAt
         satisfied: true,
         generation: 0,
         requested_at: Some(now()),
-        conditions: vec![cond(
-            CONDITION_SATISFIED,
-            "Attached",
-            format!("attached to {node}, mount ready (read-write)"),
-            generation,
-        )],
+        // As the controller writes a satisfied ticket: no condition.
+        conditions: vec![],
     };
     VolumeAttachmentStatus {
         attachment_ticket_statuses: BTreeMap::from([(id.to_string(), ticket)]),

@@ -226,11 +226,14 @@ pub struct AttachmentTicketStatus {
     /// When the controller first saw the ticket; orders tickets of equal priority.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requested_at: Option<Time>,
-    /// The `Satisfied` condition. Reason: Attached, Attaching, HeldByOtherNode,
-    /// WaitingForDetach, LowerPriority, Interrupted, NodeLocalElsewhere,
-    /// GenerationPending, MountFailed, VolumeDeleting, InvalidParameters, Expired,
-    /// NodeNotFound or VolumeNotFound; the message
-    /// names what blocks the ticket.
+    /// The `Satisfied` condition of a ticket not satisfied: its reason (Attaching,
+    /// HeldByOtherNode, WaitingForDetach, LowerPriority, Interrupted,
+    /// NodeLocalElsewhere, GenerationPending, MountFailed, VolumeDeleting,
+    /// InvalidParameters, Expired, NodeNotFound, VolumeNotFound or InUse) and message
+    /// name what blocks it. A satisfied ticket carries none (`satisfied: true` says
+    /// it, reason Attached): every write of a VolumeAttachment costs the API server
+    /// in proportion to the fields of all its tickets, so those of a volume on
+    /// hundreds of nodes stay few.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -385,6 +388,16 @@ impl AttachmentTicketStatus {
     /// the ticket's current generation.
     pub fn satisfies(&self, ticket: &AttachmentTicket) -> bool {
         self.satisfied && self.generation == ticket.generation
+    }
+
+    /// Why the ticket is or is not satisfied: its `Satisfied` condition's reason, or
+    /// `Attached` for a satisfied ticket without one (as the controller writes them).
+    pub fn reason(&self) -> Option<&str> {
+        self.conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_SATISFIED)
+            .map(|c| c.reason.as_str())
+            .or(self.satisfied.then_some(TicketReason::Attached.as_str()))
     }
 
     /// The reason and message of the `Satisfied` condition, if it carries a known reason.

@@ -80,7 +80,10 @@ pub fn rows(va: &VolumeAttachment) -> Vec<TicketRow> {
                 type_: t.type_.to_string(),
                 node: t.node_id.clone(),
                 satisfied: status.is_some_and(|s| s.satisfies(t)),
-                reason: cond.map(|c| c.reason.clone()).unwrap_or_default(),
+                reason: status
+                    .and_then(|s| s.reason())
+                    .unwrap_or_default()
+                    .to_string(),
                 message: cond.map(|c| text::one_line(&c.message)).unwrap_or_default(),
                 owners: ticket_owners(managed, &t.id),
                 requested_at: status.and_then(|s| s.requested_at.as_ref()).map(|t| t.0),
@@ -198,9 +201,8 @@ mod tests {
                 "new": {"id": "new", "type": "manual", "nodeID": "node-c"},
             }},
             "status": {"attachmentTicketStatuses": {
-                "csi-1": {"id": "csi-1", "satisfied": true, "generation": 0, "requestedAt": requested,
-                    "conditions": [{"type": "Satisfied", "status": "True", "reason": "Attached",
-                        "message": "mounted on node-a", "lastTransitionTime": requested}]},
+                // Satisfied, as the controller writes it: no condition (reason Attached).
+                "csi-1": {"id": "csi-1", "satisfied": true, "generation": 0, "requestedAt": requested},
                 // Satisfied for an older generation: not satisfied now.
                 "manual-b": {"id": "manual-b", "satisfied": true, "generation": 1, "requestedAt": requested,
                     "conditions": [{"type": "Satisfied", "status": "False", "reason": "HeldByOtherNode",

@@ -262,13 +262,15 @@ pub async fn ticket_states(client: &Client, volume: &str) -> BTreeMap<String, Ti
         .unwrap_or_default()
         .into_iter()
         .map(|(id, s)| {
-            let c = s.conditions.first().cloned();
+            // A satisfied ticket carries no condition: its reason is Attached.
+            let reason = s.reason().unwrap_or_default().to_string();
+            let message = s.conditions.first().map(|c| c.message.clone());
             (
                 id,
                 TicketState {
                     satisfied: s.satisfied,
-                    reason: c.as_ref().map(|c| c.reason.clone()).unwrap_or_default(),
-                    message: c.map(|c| c.message).unwrap_or_default(),
+                    reason,
+                    message: message.unwrap_or_default(),
                 },
             )
         })

@@ -106,9 +106,7 @@ pub fn quiet_left(
         let unchanged = before.is_some_and(|s| {
             s.satisfied == o.satisfied
                 && s.generation == o.generation
-                && s.conditions
-                    .iter()
-                    .any(|c| c.type_ == CONDITION_SATISFIED && c.reason == o.reason.as_str())
+                && s.reason() == Some(o.reason.as_str())
         });
         if unchanged {
             continue;
@@ -207,19 +205,22 @@ pub fn attachment_status(
     let requested = requested_at(input);
     let mut statuses = BTreeMap::new();
     for (id, outcome) in &decision.tickets {
-        let prev = old.attachment_ticket_statuses.get(id);
-        let status_str = if outcome.satisfied {
-            condition_status::TRUE
+        // A satisfied ticket's status is `satisfied: true` alone: its condition would
+        // add seven fields per ticket to every write of the object.
+        let conditions = if outcome.satisfied {
+            vec![]
         } else {
-            condition_status::FALSE
-        };
-        let prev_cond =
-            prev.and_then(|p| p.conditions.iter().find(|c| c.type_ == CONDITION_SATISFIED));
-        let transition = match prev_cond {
-            Some(c) if c.status == status_str && c.reason == outcome.reason.as_str() => {
-                c.last_transition_time.clone()
-            }
-            _ => now.clone(),
+            let prev = old.attachment_ticket_statuses.get(id);
+            let no_conditions = Vec::new();
+            vec![condition(
+                prev.map_or(&no_conditions, |p| &p.conditions),
+                CONDITION_SATISFIED,
+                false,
+                outcome.reason.as_str(),
+                outcome.message.clone(),
+                va.metadata.generation,
+                now,
+            )]
         };
         statuses.insert(
             id.clone(),
@@ -228,14 +229,7 @@ pub fn attachment_status(
                 satisfied: outcome.satisfied,
                 generation: outcome.generation,
                 requested_at: requested.get(id.as_str()).map(|t| (*t).clone()),
-                conditions: vec![Condition {
-                    type_: CONDITION_SATISFIED.into(),
-                    status: status_str.into(),
-                    reason: outcome.reason.as_str().into(),
-                    message: outcome.message.clone(),
-                    last_transition_time: transition,
-                    observed_generation: va.metadata.generation,
-                }],
+                conditions,
             },
         );
     }

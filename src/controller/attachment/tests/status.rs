@@ -42,8 +42,14 @@ fn one_status_per_ticket_with_counts_nodes_and_the_first_waiting() {
     assert_eq!(s.nodes, vec!["n1".to_string()]);
     assert_eq!(s.waiting.as_deref(), Some("b: held by a on n1"));
     assert_eq!(s.observed_generation, Some(7));
+    let a = &s.attachment_ticket_statuses["a"];
+    assert!(
+        a.satisfied && a.conditions.is_empty(),
+        "satisfied: no condition: {a:?}"
+    );
+    assert_eq!((a.generation, &a.requested_at), (0, &Some(t(10))));
+    assert_eq!(a.reason(), Some("Attached"));
     let cases = [
-        ("a", true, "True", "Attached", "attached to n1", 0, 10),
         (
             "b",
             false,
@@ -152,11 +158,6 @@ fn a_condition_keeps_its_transition_time_until_status_or_reason_change() {
             outcome(false, TicketReason::WaitingForDetach, "n2 detaching"),
             t(200),
         ),
-        (
-            "satisfied",
-            outcome(true, TicketReason::Attached, "attached to n1"),
-            t(200),
-        ),
     ];
     for (what, o, transition) in cases {
         let d = decision(&["n1"], &[("a", o)]);
@@ -164,6 +165,24 @@ fn a_condition_keeps_its_transition_time_until_status_or_reason_change() {
         let c = satisfied_condition(&s.attachment_ticket_statuses["a"]);
         assert_eq!(c.last_transition_time, transition, "{what}");
     }
+    // Satisfied: no condition at all (`satisfied: true` says it, reason Attached);
+    // waiting again after that, a condition from that moment on.
+    let d = decision(
+        &["n1"],
+        &[("a", outcome(true, TicketReason::Attached, "attached to n1"))],
+    );
+    let satisfied = attachment_status(&va, &d, &input, &Default::default(), &t(200));
+    let a = &satisfied.attachment_ticket_statuses["a"];
+    assert!(a.satisfied && a.conditions.is_empty(), "{a:?}");
+    assert_eq!(a.reason(), Some("Attached"));
+    let mut attached = va.clone();
+    attached.status = Some(satisfied);
+    let again = attachment_status(&attached, &attaching, &input, &Default::default(), &t(300));
+    let c = satisfied_condition(&again.attachment_ticket_statuses["a"]);
+    assert_eq!(
+        (c.reason.as_str(), &c.last_transition_time),
+        ("Attaching", &t(300))
+    );
     // The same decision later is the same status: nothing to write.
     assert_eq!(
         attachment_status(&va, &attaching, &input, &Default::default(), &t(300)),
