@@ -149,13 +149,14 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     // when it has taken long enough for a person to look. (Not while the
     // VolumeAttachment is being deleted: its finalizer is this reconcile's business.)
     let without_agent = ctx.nodes_without_agent(&va);
+    let quiet_time = ctx.pace.attach_quiet(ctx.ticket_sightings.pending());
     let quiet = status::quiet_left(
         va.status.as_ref(),
         &decision,
         &input,
         &without_agent,
         &now,
-        ctx.pace.attach_quiet(ctx.ticket_sightings.pending()),
+        quiet_time,
     );
     if let Some(left) = quiet
         && va.metadata.deletion_timestamp.is_none()
@@ -176,6 +177,16 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         (input, decision)
     };
 
+    // Written for something else: the new attaches still in their quiet time stay
+    // unreported (no status, not among the Volume's mounted nodes, no Event).
+    let held = status::held(
+        va.status.as_ref(),
+        &decision,
+        &input,
+        &without_agent,
+        &now,
+        quiet_time,
+    );
     // The re-checked tickets: the status write carries the resourceVersion of the
     // VolumeAttachment this decision read, so the API server refuses it (409) if any
     // ticket changed since.
@@ -189,8 +200,14 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         &input,
         &without_agent,
         &now,
+        &held.tickets,
     );
-    let volume_status = write_volume_status(&ctx, &volume, &mountpods, &decision);
+    let shown: Vec<Arc<MountPod>> = mountpods
+        .iter()
+        .filter(|mp| !held.nodes.contains(&mp.spec.node_name))
+        .cloned()
+        .collect();
+    let volume_status = write_volume_status(&ctx, &volume, &shown, &decision);
     let (attachment, volume_status) = if recheck {
         // The Volume may only say Attached once the re-checked ticket status is in.
         let attachment = attachment.await;
@@ -241,6 +258,10 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         let until = now.0.duration_until(at.0).unsigned_abs();
         until.min(safety_net) + Duration::from_millis(50)
     });
+    // A held attach is reported once its quiet time is over.
+    let wake = held
+        .left
+        .map_or(wake, |left| wake.min(left + Duration::from_millis(10)));
     Ok(Action::requeue(wake))
 }
 
@@ -397,12 +418,13 @@ async fn write_attachment_status(
     input: &Input,
     without_agent: &BTreeSet<String>,
     now: &Time,
+    held: &BTreeSet<String>,
 ) -> Result<(), Error> {
     for secs in status::satisfaction_latencies(va.status.as_ref(), decision, input, now) {
         ctx.metrics.ticket_satisfied_seconds.observe(secs);
         ctx.pace.attached(Duration::from_secs_f64(secs));
     }
-    let status = status::attachment_status(va, decision, input, without_agent, now);
+    let status = status::attachment_status_holding(va, decision, input, without_agent, now, held);
     if !write_status(ctx, va, base, precondition, status).await? {
         return Ok(());
     }

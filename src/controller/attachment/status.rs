@@ -12,6 +12,8 @@
 //!  old status, new status ─▶ node_changes ─▶ Attaching / Attached / Detached per node (Events)
 //!  old status, Decision, Input, pace ─▶ quiet_left ─▶ may these writes wait? (a new attach,
 //!                                       < 1 s, longer while many wait together)
+//!                                   └─▶ held ─▶ written anyway: which new attaches
+//!                                       stay unreported (attachment_status_holding)
 //! ```
 //!
 //! A new attach is written once, when it is done: while its tickets wait only for
@@ -19,7 +21,9 @@
 //! while many attaches wait together: `controller::pace`), [`quiet_left`] says
 //! how long the writes may wait, and the reconcile comes back then. So a fast attach
 //! costs one status write on each object, and a slow one shows why it waits (and its
-//! Attaching Event) once a person would look.
+//! Attaching Event) once a person would look. When the statuses are written for
+//! something else (another attach done, on a volume used by many nodes), the attaches
+//! still in their quiet time stay out of them ([`held`]).
 //!
 //! Both kinds carry a top-level `Ready` condition as kstatus reads it (with
 //! `observedGeneration`), so `kubectl wait --for=condition=Ready` and GitOps health
@@ -74,7 +78,7 @@ fn condition(
         observed_generation: generation,
     }
 }
-use crate::tickets::{Decision, Input};
+use crate::tickets::{Decision, Input, TicketOutcome};
 
 pub use crate::controller::pace::ATTACH_QUIET;
 
@@ -99,7 +103,6 @@ pub fn quiet_left(
     if old.is_some_and(|s| s.keys().any(|id| !decision.tickets.contains_key(id))) {
         return None;
     }
-    let requested = requested_at(input);
     let mut left: Option<Duration> = None;
     for (id, o) in &decision.tickets {
         let before = old.and_then(|s| s.get(id));
@@ -111,29 +114,88 @@ pub fn quiet_left(
         if unchanged {
             continue;
         }
-        // Only a ticket the status never showed may wait: any other change (a mount
-        // lost, a wait behind another node over) is written at once.
-        if before.is_some() || o.satisfied || o.reason != TicketReason::Attaching {
-            return None;
-        }
+        // Only a new ticket attaching may wait: any other change (a mount lost, a wait
+        // behind another node over) is written at once.
+        let rest = quiet_rest(id, o, before, input, without_agent, now, quiet)?;
+        left = Some(left.map_or(rest, |l| l.min(rest)));
+    }
+    left
+}
+
+/// How long ticket `id` (decided `o`) may still go unreported: `Some(time left)` when it
+/// is new (`before`: no status of it yet), attaching (chosen, its mount not ready), not
+/// on a node in `without_agent`, and was requested less than `quiet` before `now`.
+fn quiet_rest(
+    id: &str,
+    o: &TicketOutcome,
+    before: Option<&AttachmentTicketStatus>,
+    input: &Input,
+    without_agent: &BTreeSet<String>,
+    now: &Time,
+    quiet: Duration,
+) -> Option<Duration> {
+    if before.is_some() || o.satisfied || o.reason != TicketReason::Attaching {
+        return None;
+    }
+    let ticket = input.tickets.iter().find(|t| t.ticket.id == id)?;
+    if without_agent.contains(&ticket.ticket.node_id) {
+        return None;
+    }
+    let waited = now.0.duration_since(ticket.requested_at.as_ref()?.0);
+    let waited = if waited.is_negative() {
+        Duration::ZERO
+    } else {
+        waited.unsigned_abs()
+    };
+    quiet.checked_sub(waited).filter(|d| !d.is_zero())
+}
+
+/// New attaches not reported yet (see [`quiet_left`]), when statuses are written for
+/// something else: their tickets are left out of the VolumeAttachment status and
+/// their nodes out of the Volume's mounted nodes (so no Attaching Event either) until
+/// their quiet time is over or they are satisfied. Under a burst on a volume used by
+/// many nodes, every status write would otherwise carry an Attaching status for each
+/// attach under way, and an Event for each.
+#[derive(Debug, Default, PartialEq)]
+pub struct Held {
+    /// The tickets left out.
+    pub tickets: BTreeSet<String>,
+    /// The nodes with no ticket but held ones.
+    pub nodes: BTreeSet<String>,
+    /// When the first of them is to be reported.
+    pub left: Option<Duration>,
+}
+
+/// The new attaches of `decision` that may still go unreported (see [`Held`]).
+pub fn held(
+    old: Option<&VolumeAttachmentStatus>,
+    decision: &Decision,
+    input: &Input,
+    without_agent: &BTreeSet<String>,
+    now: &Time,
+    quiet: Duration,
+) -> Held {
+    let old = old.map(|s| &s.attachment_ticket_statuses);
+    let mut held = Held::default();
+    let mut shown_nodes = BTreeSet::new();
+    for (id, o) in &decision.tickets {
+        let before = old.and_then(|s| s.get(id));
         let node = input
             .tickets
             .iter()
             .find(|t| &t.ticket.id == id)
-            .map(|t| t.ticket.node_id.as_str());
-        if node.is_some_and(|n| without_agent.contains(n)) {
-            return None;
+            .map(|t| t.ticket.node_id.clone());
+        match quiet_rest(id, o, before, input, without_agent, now, quiet) {
+            Some(rest) => {
+                held.tickets.insert(id.clone());
+                held.nodes.extend(node);
+                held.left = Some(held.left.map_or(rest, |l| l.min(rest)));
+            }
+            None => shown_nodes.extend(node),
         }
-        let waited = now.0.duration_since(requested.get(id.as_str())?.0);
-        let waited = if waited.is_negative() {
-            Duration::ZERO
-        } else {
-            waited.unsigned_abs()
-        };
-        let rest = quiet.checked_sub(waited).filter(|d| !d.is_zero())?;
-        left = Some(left.map_or(rest, |l| l.min(rest)));
     }
-    left
+    held.nodes.retain(|n| !shown_nodes.contains(n));
+    held
 }
 
 /// Whether the Volume status `new` differs from `old` only by a node that started
@@ -201,10 +263,26 @@ pub fn attachment_status(
     without_agent: &BTreeSet<String>,
     now: &Time,
 ) -> VolumeAttachmentStatus {
+    attachment_status_holding(va, decision, input, without_agent, now, &BTreeSet::new())
+}
+
+/// [`attachment_status`] without a status for the tickets in `held` (new attaches not
+/// reported yet: [`Held`]); the counts and the Ready condition still count them.
+pub fn attachment_status_holding(
+    va: &VolumeAttachment,
+    decision: &Decision,
+    input: &Input,
+    without_agent: &BTreeSet<String>,
+    now: &Time,
+    held: &BTreeSet<String>,
+) -> VolumeAttachmentStatus {
     let old = va.status.clone().unwrap_or_default();
     let requested = requested_at(input);
     let mut statuses = BTreeMap::new();
     for (id, outcome) in &decision.tickets {
+        if held.contains(id) {
+            continue;
+        }
         // A satisfied ticket's status is `satisfied: true` alone: its condition would
         // add seven fields per ticket to every write of the object.
         let conditions = if outcome.satisfied {

@@ -248,6 +248,94 @@ fn only_a_fresh_attach_lets_the_status_writes_wait() {
     }
 }
 
+/// A status written for something else leaves out the new attaches still in their
+/// quiet time, and the nodes with nothing else to show.
+#[test]
+fn a_status_written_for_something_else_leaves_out_the_quiet_attaches() {
+    use crate::controller::attachment::status::{Held, attachment_status_holding, held};
+    use std::time::Duration;
+    let quiet = Duration::from_secs(1);
+    let ms = |m: i64| Time(jiff::Timestamp::from_millisecond(m).unwrap());
+    let on = |id: &str, node: &str, at: i64| crate::tickets::TicketInput {
+        ticket: ticket(id, AttacherType::CsiAttacher, node),
+        requested_at: Some(ms(at)),
+    };
+    let attaching = outcome(false, TicketReason::Attaching, "mounting");
+    let mut input = input_requested(&[]);
+    input.tickets = vec![
+        on("a", "n1", 0),
+        on("h", "n2", 0),
+        on("b", "n2", 1000),
+        on("b2", "n5", 1100),
+        on("c", "n3", 100),
+        on("d", "n4", 1000),
+    ];
+    // Reported before (at 0): a and h, attaching.
+    let mut va = va(&[]);
+    va.status = Some(attachment_status(
+        &va,
+        &decision(
+            &["n1", "n2"],
+            &[("a", attaching.clone()), ("h", attaching.clone())],
+        ),
+        &input,
+        &Default::default(),
+        &ms(0),
+    ));
+    // Now (1200): a is satisfied, so statuses are written. b (200 ms old) and b2 (100
+    // ms old) are in their quiet time; c is past it; d waits on a node without an agent
+    // (said at once); h was reported already.
+    let now = decision(
+        &["n1", "n2", "n3", "n4", "n5"],
+        &[
+            ("a", outcome(true, TicketReason::Attached, "mounted")),
+            ("h", attaching.clone()),
+            ("b", attaching.clone()),
+            ("b2", attaching.clone()),
+            ("c", attaching.clone()),
+            ("d", attaching.clone()),
+        ],
+    );
+    let agentless = ["n4".to_string()].into();
+    let h = held(
+        va.status.as_ref(),
+        &now,
+        &input,
+        &agentless,
+        &ms(1200),
+        quiet,
+    );
+    assert_eq!(
+        h,
+        Held {
+            tickets: ["b".to_string(), "b2".to_string()].into(),
+            // n2 also has h, which is shown.
+            nodes: ["n5".to_string()].into(),
+            left: Some(Duration::from_millis(800)),
+        }
+    );
+    let s = attachment_status_holding(&va, &now, &input, &agentless, &ms(1200), &h.tickets);
+    assert_eq!(
+        s.attachment_ticket_statuses.keys().collect::<Vec<_>>(),
+        ["a", "c", "d", "h"]
+    );
+    assert_eq!(
+        (s.ticket_count, s.satisfied_count),
+        (6, 1),
+        "counts count all"
+    );
+    // Past the quiet time nothing is held.
+    let later = held(
+        va.status.as_ref(),
+        &now,
+        &input,
+        &agentless,
+        &ms(2200),
+        quiet,
+    );
+    assert_eq!(later, Held::default());
+}
+
 /// Which Volume status changes may wait with their VolumeAttachment's.
 #[test]
 fn only_a_node_starting_to_attach_lets_the_volume_status_wait() {
