@@ -61,6 +61,9 @@ pub struct Context {
     /// How long recent attaches took: with the backlog of new attaches, how long a
     /// new attach may go unreported.
     pub pace: super::pace::Pace,
+    /// When each large VolumeAttachment's status may be written again
+    /// ([`crate::runtime::spacing`]).
+    pub status_spacing: crate::runtime::spacing::Spacing,
 }
 
 impl Context {

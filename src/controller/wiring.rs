@@ -180,6 +180,7 @@ pub(super) async fn run_controllers(
         written_mountpods: Default::default(),
         ticket_sightings: Default::default(),
         pace: Default::default(),
+        status_spacing: Default::default(),
     });
     metrics.set_ready(true);
     // The controllers run only once this replica leads (or runs without an election).

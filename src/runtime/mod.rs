@@ -19,6 +19,7 @@
 
 pub mod csi;
 pub mod requests;
+pub mod spacing;
 
 use std::borrow::Cow;
 use std::net::SocketAddr;

@@ -12,6 +12,9 @@
 //!  a new attach, under its quiet time (1 s; more while many wait together: pace),
 //!  nothing else changed? ─▶ no write; back when it may be slow
 //!        ▼
+//!  a large VolumeAttachment (≥ 100 tickets) written less than 2 s ago
+//!  (runtime::spacing)? ─▶ no write yet; back when the period is over
+//!        ▼
 //!  recheck: a single-node ticket about to be satisfied ─▶ MountPods on the other
 //!           candidate nodes re-read, decided again
 //!        ▼
@@ -44,7 +47,7 @@ mod tests;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -168,6 +171,34 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
             debug!(volume = %name, left_ms = left.as_millis() as u64, "attaching; statuses wait");
             return Ok(Action::requeue(left + Duration::from_millis(10)));
         }
+    }
+
+    // A large VolumeAttachment's status is written at most once per
+    // runtime::spacing::PERIOD: a change waits out the period of the last write, and
+    // what changes meanwhile goes out with it.
+    if let Some(left) = ctx.status_spacing.left(&name, Instant::now())
+        && va.status.as_ref()
+            != Some(&{
+                let held = status::held(
+                    va.status.as_ref(),
+                    &decision,
+                    &input,
+                    &without_agent,
+                    &now,
+                    quiet_time,
+                );
+                status::attachment_status_holding(
+                    &va,
+                    &decision,
+                    &input,
+                    &without_agent,
+                    &now,
+                    &held.tickets,
+                )
+            })
+    {
+        debug!(volume = %name, left_ms = left.as_millis() as u64, "status write spaced");
+        return Ok(Action::requeue(left + Duration::from_millis(5)));
     }
 
     let recheck = needs_recheck(&volume, &va, &decision);
@@ -451,6 +482,8 @@ async fn write_status(
         return Ok(false);
     }
     let name = va.name_any();
+    ctx.status_spacing
+        .wrote(&name, Instant::now(), va.spec.attachment_tickets.len());
     let mut body =
         json!({"apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment", "status": status});
     if let Some(rv) = precondition {

@@ -13,7 +13,10 @@
 //!
 //! n tickets arriving at once cost a handful of writes instead of n writes of an
 //! object that grows with n (O(n²) bytes for the API server). The batch grows with the
-//! load by itself: no timer, no added latency for a lone call.
+//! load by itself, and a large VolumeAttachment (≥ 100 tickets) is written at most
+//! once per 2 s ([`crate::runtime::spacing`]), so a long burst on a volume used by
+//! hundreds of nodes goes out in fewer, larger batches; a lone call on a smaller one
+//! waits for nothing.
 //!
 //! Callers change disjoint keys of `spec.attachmentTickets` (the publish and
 //! unpublish of one volume on one node hold that pair's in-flight slot, and a ticket
@@ -23,6 +26,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use kube::api::{Api, Patch};
 use serde_json::{Map, Value, json};
@@ -30,6 +34,7 @@ use tokio::sync::oneshot;
 use tracing::debug;
 
 use crate::api::VolumeAttachment;
+use crate::runtime::spacing::Spacing;
 use crate::runtime::{KubeContext, KubeError};
 
 /// Changes to one volume's tickets: ticket id → the ticket, or `null` to remove it.
@@ -115,6 +120,8 @@ pub struct TicketWriter {
     /// The resourceVersion of the last object written, per volume (the newest of the
     /// answers): a cached copy at least that new shows every change of ours.
     written: Arc<Mutex<HashMap<String, u64>>>,
+    /// When each large volume's next write may start.
+    spacing: Arc<Spacing>,
 }
 
 impl TicketWriter {
@@ -124,6 +131,7 @@ impl TicketWriter {
             api,
             batches: Arc::default(),
             written: Arc::default(),
+            spacing: Arc::default(),
         }
     }
 
@@ -169,6 +177,11 @@ impl TicketWriter {
     async fn run(self, volume: String) {
         let params = super::merge_params();
         loop {
+            // A large VolumeAttachment waits out the period of its last write
+            // (runtime::spacing); changes arriving meanwhile join the batch.
+            if let Some(left) = self.spacing.left(&volume, Instant::now()) {
+                tokio::time::sleep(left).await;
+            }
             let batch = self
                 .batches
                 .lock()
@@ -176,6 +189,7 @@ impl TicketWriter {
                 .take(&volume);
             let Some(batch) = batch else { return };
             let patch = merged(batch.iter().map(|(c, _)| c));
+            let began = Instant::now();
             let res = self
                 .api
                 .patch(&volume, &params, &Patch::Merge(&patch))
@@ -183,6 +197,8 @@ impl TicketWriter {
             debug!(%volume, changes = batch.len(), ok = res.is_ok(), "ticket batch written");
             match res {
                 Ok(va) => {
+                    let tickets = va.spec.attachment_tickets.len();
+                    self.spacing.wrote(&volume, began, tickets);
                     for (_, w) in batch {
                         let _ = w.answer.send(Ok(va.clone()));
                     }
