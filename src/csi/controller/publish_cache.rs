@@ -158,7 +158,9 @@ mod tests {
     #[test]
     fn a_copy_counts_only_once_it_shows_this_process_s_last_write() {
         let rvs = |c: Option<(u64, VolumeAttachment)>| c.map(|(rv, _)| rv);
-        let cases: [(&[Option<&str>], u64, Option<u64>); 8] = [
+        // Copies (their resourceVersions), this process's last write, the copy taken.
+        type Case<'a> = (&'a [Option<&'a str>], u64, Option<u64>);
+        let cases: [Case; 8] = [
             // Nothing written by this process: any copy, the newest.
             (&[Some("5")], 0, Some(5)),
             (&[Some("5"), Some("9")], 0, Some(9)),
