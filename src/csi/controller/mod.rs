@@ -1,8 +1,10 @@
 //! The CSI Controller service: volumes become `Volume` objects, publishes become
 //! `csi-attacher` tickets.
 //!
-//! ControllerPublishVolume upserts the ticket (an identical ticket is not written
-//! again, so repeated calls change nothing), then waits — by watch, not by polling —
+//! ControllerPublishVolume takes the Volume, the Node and the VolumeAttachment from
+//! the service's caches ([`publish_cache`]; a miss, or a VolumeAttachment older than
+//! this process's last write of it, is a read), upserts the ticket (an identical
+//! ticket is not written again, so repeated calls change nothing), then waits — by watch, not by polling —
 //! until the ticket's status says satisfied for its generation, bounded by
 //! `publish_timeout` (below the external-attacher's 15 s call timeout). While the
 //! ticket is blocked the error carries its reason and message, so `kubectl describe` of
@@ -21,6 +23,7 @@
 //! | [`existing`] | Validate, List, Expand, Modify: reads and patches of existing Volumes |
 //! | [`error`] | [`Error`] and its one mapping to gRPC codes |
 //! | [`group_commit`] | ticket writes of one volume arriving together: one patch |
+//! | [`publish_cache`] | the Volumes, Node names and VolumeAttachments a publish reads, cached |
 //! | [`super::shared_watch`] | one watch per VolumeAttachment for all its waiting calls |
 //!
 //! Publish and unpublish of one volume on different nodes run concurrently (one
