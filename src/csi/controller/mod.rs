@@ -446,12 +446,17 @@ impl ControllerService {
     }
 
     /// The Volume a publish names: from the cache (its access mode never changes),
-    /// else read (NOT_FOUND only when the API server says so).
+    /// else read (NOT_FOUND only when the API server says so). A cached Volume being
+    /// deleted is read too: its name may come back as a new Volume, of another mode.
     async fn published_volume(
         &self,
         volume_id: &str,
     ) -> Result<(std::sync::Arc<Volume>, Source), Error> {
-        if let Some(v) = self.caches.volume(volume_id) {
+        if let Some(v) = self
+            .caches
+            .volume(volume_id)
+            .filter(|v| v.metadata.deletion_timestamp.is_none())
+        {
             return Ok((v, Source::Cache));
         }
         let v = self
