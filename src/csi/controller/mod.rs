@@ -1,8 +1,10 @@
 //! The CSI Controller service: volumes become `Volume` objects, publishes become
 //! `csi-attacher` tickets.
 //!
-//! ControllerPublishVolume upserts the ticket (an identical ticket is not written
-//! again, so repeated calls change nothing), then waits — by watch, not by polling —
+//! ControllerPublishVolume takes the Volume, the Node and the VolumeAttachment from
+//! the service's caches ([`publish_cache`]; a miss, or a VolumeAttachment older than
+//! this process's last write of it, is a read), upserts the ticket (an identical
+//! ticket is not written again, so repeated calls change nothing), then waits — by watch, not by polling —
 //! until the ticket's status says satisfied for its generation, bounded by
 //! `publish_timeout` (below the external-attacher's 15 s call timeout). While the
 //! ticket is blocked the error carries its reason and message, so `kubectl describe` of
@@ -21,6 +23,7 @@
 //! | [`existing`] | Validate, List, Expand, Modify: reads and patches of existing Volumes |
 //! | [`error`] | [`Error`] and its one mapping to gRPC codes |
 //! | [`group_commit`] | ticket writes of one volume arriving together: one patch |
+//! | [`publish_cache`] | the Volumes, Node names and VolumeAttachments a publish reads, cached |
 //! | [`super::shared_watch`] | one watch per VolumeAttachment for all its waiting calls |
 //!
 //! Publish and unpublish of one volume on different nodes run concurrently (one
@@ -35,6 +38,7 @@ pub mod error;
 mod existing;
 pub mod group_commit;
 pub mod modify;
+mod publish_cache;
 pub mod request;
 pub mod resources;
 pub mod snapshot;
@@ -48,7 +52,7 @@ use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tonic::{Request, Response, Status};
-use tracing::{info, instrument, warn};
+use tracing::{debug, info, instrument, warn};
 
 use super::proto::controller_server::Controller;
 use super::proto::controller_service_capability::{self, rpc};
@@ -62,6 +66,7 @@ use crate::api::{
 };
 use crate::runtime::KubeContext;
 pub use error::Error;
+use publish_cache::{PublishCaches, Source};
 pub use request::{DEFAULT_SIZE, volume_name};
 use request::{
     Parameters, access_mode_for, compatible, idle_ticket, mount_options, size_fits, size_for,
@@ -109,6 +114,7 @@ pub struct ControllerService {
     inflight: InFlight,
     tickets: group_commit::TicketWriter,
     watches: SharedWatches,
+    caches: PublishCaches,
 }
 
 /// The in-flight slot of a publish or unpublish of `volume` on `node` (all nodes:
@@ -153,6 +159,7 @@ impl ControllerService {
     /// A Controller service using `client`.
     pub fn new(client: Client, settings: Settings) -> Self {
         ControllerService {
+            caches: PublishCaches::start(&client, &settings.labels),
             tickets: group_commit::TicketWriter::new(Api::all(client.clone())),
             watches: SharedWatches::new(Api::all(client.clone())),
             client,
@@ -311,37 +318,31 @@ impl ControllerService {
         )?;
         let node_id = existing_id(required("node_id", &req.node_id)?, Error::NodeNotFound)?;
         let cap = required("volume_capability", req.volume_capability.as_ref())?;
-        // The Volume, the Node and the VolumeAttachment, read at once (one round trip).
-        let volumes = self.volumes();
-        let nodes = Api::<Node>::all(self.client.clone());
-        let api = self.attachments();
-        // The VolumeAttachment from the feed other publishes of the volume wait on, when
-        // one runs and has seen this process's last write of it (our tickets are
-        // written by us alone, and a stale view of others' is harmless below).
-        let cached = self
-            .watches
-            .latest(volume_id, self.tickets.last_written(volume_id));
-        let (volume, node, va) =
-            tokio::join!(volumes.get_opt(volume_id), nodes.get_opt(node_id), async {
-                match cached {
-                    Some(va) => Ok(Some(va)),
-                    None => api.get_opt(volume_id).await,
-                }
-            },);
-        let volume = volume
-            .context(|| format!("reading Volume {}", shown(volume_id)))?
-            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
-        node.context(|| format!("reading Node {}", shown(node_id)))?
-            .ok_or_else(|| Error::NodeNotFound(shown(node_id)))?;
-        compatible(volume.spec.access_mode, cap)?;
         // One slot per volume and node: publishes to other nodes run meanwhile (their
-        // tickets are others, and their writes are grouped).
+        // tickets are others, and their writes are grouped). Taken before the reads, so
+        // that an unpublish of the same pair is either wholly before them (and its
+        // write is this process's last one, which the copy read must show) or after.
         let _guard = self.inflight.start(&node_slot(volume_id, node_id))?;
+        // The Volume, the Node and the VolumeAttachment: from the caches when they hold
+        // them (a VolumeAttachment only as new as this process's last write of it),
+        // else read from the API server, at once (one round trip).
+        let started = std::time::Instant::now();
+        let api = self.attachments();
+        let (volume, node, va) = tokio::join!(
+            self.published_volume(volume_id),
+            self.node_exists(node_id),
+            self.attachment(volume_id),
+        );
+        let (volume, volume_from) = volume?;
+        let node_from = node?;
+        compatible(volume.spec.access_mode, cap)?;
 
         let id = csi_ticket_id(volume_id, node_id);
         let mut params = BTreeMap::new();
         params.insert("readOnly".to_string(), req.readonly.to_string());
-        let va = match va.context(|| format!("reading VolumeAttachment {volume_id}"))? {
+        let (va, va_from) = va?;
+        let reads = started.elapsed();
+        let va = match va {
             Some(va) => va,
             // A Volume created a moment ago may not have its VolumeAttachment yet (the
             // volume controller creates it): wait for it, within the publish timeout.
@@ -396,7 +397,17 @@ impl ControllerService {
                     format!("adding ticket {id} to VolumeAttachment {volume_id}"),
                 )
                 .await?;
-            info!(ticket = %id, replaced_idle = idle, "ticket upserted");
+            info!(
+                ticket = %id, replaced_idle = idle, %volume_from, %node_from, %va_from,
+                reads_ms = reads.as_secs_f64() * 1e3,
+                write_ms = (started.elapsed() - reads).as_secs_f64() * 1e3,
+                "ticket upserted"
+            );
+        } else {
+            debug!(
+                ticket = %id, %volume_from, %node_from, %va_from,
+                reads_ms = reads.as_secs_f64() * 1e3, "ticket in place"
+            );
         }
         // Watch from the version just read or written: no list round trip before the
         // watch, and no change after it can be missed.
@@ -432,6 +443,70 @@ impl ControllerService {
                 })
             }
         }
+    }
+
+    /// The Volume a publish names: from the cache (its access mode never changes),
+    /// else read (NOT_FOUND only when the API server says so). A cached Volume being
+    /// deleted is read too: its name may come back as a new Volume, of another mode.
+    async fn published_volume(
+        &self,
+        volume_id: &str,
+    ) -> Result<(std::sync::Arc<Volume>, Source), Error> {
+        if let Some(v) = self
+            .caches
+            .volume(volume_id)
+            .filter(|v| v.metadata.deletion_timestamp.is_none())
+        {
+            return Ok((v, Source::Cache));
+        }
+        let v = self
+            .volumes()
+            .get_opt(volume_id)
+            .await
+            .context(|| format!("reading Volume {}", shown(volume_id)))?
+            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
+        Ok((v.into(), Source::Api))
+    }
+
+    /// That the Node a publish names exists: from the cache, else read (its metadata).
+    async fn node_exists(&self, node_id: &str) -> Result<Source, Error> {
+        if self.caches.node_known(node_id) {
+            return Ok(Source::Cache);
+        }
+        Api::<Node>::all(self.client.clone())
+            .get_metadata_opt(node_id)
+            .await
+            .context(|| format!("reading Node {}", shown(node_id)))?
+            .ok_or_else(|| Error::NodeNotFound(shown(node_id)))?;
+        Ok(Source::Api)
+    }
+
+    /// The VolumeAttachment of `volume_id` as a publish reads it: the newest copy in
+    /// hand (the shared feed other calls wait on, the cache) that shows this process's
+    /// last write of it (our tickets are written by this process alone, and a stale
+    /// view of others' changes is harmless to a publish), else a read.
+    async fn attachment(
+        &self,
+        volume_id: &str,
+    ) -> Result<(Option<VolumeAttachment>, Source), Error> {
+        let last = self.tickets.last_written(volume_id);
+        let feed = self.watches.latest(volume_id, last);
+        let from_feed = feed.as_ref().and_then(publish_cache::version);
+        let copies = feed.into_iter().chain(self.caches.attachment(volume_id));
+        if let Some((rv, va)) = publish_cache::freshest(copies, last) {
+            let from = if Some(rv) == from_feed {
+                Source::Feed
+            } else {
+                Source::Cache
+            };
+            return Ok((Some(va), from));
+        }
+        let va = self
+            .attachments()
+            .get_opt(volume_id)
+            .await
+            .context(|| format!("reading VolumeAttachment {volume_id}"))?;
+        Ok((va, Source::Api))
     }
 
     async fn unpublish(

@@ -1,0 +1,167 @@
+//! ControllerPublish answers from the Controller service's caches (Volumes, Node
+//! metadata, VolumeAttachments) instead of reading before its ticket write; these tests
+//! hold it to what a quorum read gave, at the CSI socket of the running
+//! `tessera controller` (the stand-in agent reports the MountPods Ready):
+//! - a Volume and a Node created a moment before the publish (not in the caches yet)
+//!   are found: a miss is a read, never NOT_FOUND;
+//! - a volume or node the API server does not know is NOT_FOUND;
+//! - publish, unpublish, publish again at once: the second publish writes its ticket
+//!   again (the unpublish's write is this process's last one, so no copy older than it
+//!   answers "satisfied"), and the ticket is in the API server's object;
+//! - the publishes read neither Volumes nor Nodes once the caches hold them.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::PostParams;
+use support::csi::controller;
+use support::fixtures::{self, ControllerProcess, FakeAgent};
+use tessera::api::{Volume, VolumeAttachment};
+use tessera::csi::csi_ticket_id;
+use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use tessera::csi::proto::*;
+use tonic::Code;
+
+fn rwo() -> VolumeCapability {
+    VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: access_mode::Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(AccessType::Mount(MountVolume::default())),
+    }
+}
+
+fn publish(volume: &str, node: &str) -> ControllerPublishVolumeRequest {
+    ControllerPublishVolumeRequest {
+        volume_id: volume.into(),
+        node_id: node.into(),
+        volume_capability: Some(rwo()),
+        ..Default::default()
+    }
+}
+
+/// GETs of `resource` (not a subresource) the controller process sent (a watch counts
+/// as one GET).
+fn gets(ctrl: &ControllerProcess, resource: &str) -> f64 {
+    support::api_requests(&ctrl.metrics().unwrap_or_default())
+        .iter()
+        .filter(|(l, _)| {
+            l["verb"] == "GET" && l["resource"] == resource && l["subresource"].is_empty()
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+#[tokio::test]
+async fn publishes_from_the_caches_answer_as_reads_would() {
+    let client = support::client().await;
+    support::ensure_crds(&client).await;
+    let id = support::unique_name("csipubc");
+    let work = tempfile::Builder::new()
+        .prefix("tessera-csipubc-")
+        .tempdir()
+        .unwrap();
+    let sock = work.path().join("controller.sock");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let volumes: Api<Volume> = Api::all(client.clone());
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    // A Node and a Volume that exist before the controller starts, published as soon
+    // as its socket answers: while its caches are still being listed.
+    let first = (format!("{id}-first"), format!("{id}-n0"));
+    fixtures::create_nodes(&client, std::slice::from_ref(&first.1)).await;
+    volumes
+        .create(
+            &PostParams::default(),
+            &fixtures::volume(&first.0, &id, "ReadWriteOnce"),
+        )
+        .await
+        .unwrap();
+    let ctrl = ControllerProcess::start(
+        &id,
+        &[
+            "--no-leader-election",
+            &format!("--csi-endpoint=unix://{}", sock.display()),
+        ],
+    );
+    let _agent = FakeAgent::start(client.clone(), &id);
+    let mut csi = controller(&sock, Duration::from_secs(30)).await;
+    let r = csi
+        .controller_publish_volume(publish(&first.0, &first.1))
+        .await;
+    assert!(r.is_ok(), "publish as the controller starts: {r:?}");
+
+    // Unknown to the API server: NOT_FOUND (the caches hold neither, the reads say so).
+    let known = first.1.clone();
+    let code = |r: Result<tonic::Response<ControllerPublishVolumeResponse>, tonic::Status>| {
+        r.map(|_| Code::Ok).unwrap_or_else(|s| s.code())
+    };
+    let r = csi
+        .controller_publish_volume(publish(&format!("{id}-nosuchvolume"), &known))
+        .await;
+    assert_eq!(code(r), Code::NotFound, "unknown volume");
+
+    // Created a moment before the publish: a new Node and a new Volume each time, the
+    // publish sent as soon as the create calls return (before the caches' watches can
+    // have delivered them): every publish succeeds.
+    for i in 0..3 {
+        let node = format!("{id}-new{i}");
+        let volume = format!("{id}-v{i}");
+        let body: Node = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &body).await.unwrap();
+        volumes
+            .create(
+                &PostParams::default(),
+                &fixtures::volume(&volume, &id, "ReadWriteOnce"),
+            )
+            .await
+            .unwrap();
+        let r = csi.controller_publish_volume(publish(&volume, &node)).await;
+        assert!(r.is_ok(), "publish right after the creates: {r:?}");
+        let r = csi
+            .controller_publish_volume(publish(&volume, &format!("{id}-nosuchnode")))
+            .await;
+        assert_eq!(code(r), Code::NotFound, "unknown node");
+    }
+
+    // Publish, unpublish, publish again at once: the ticket is written again.
+    let volume = format!("{id}-v0");
+    let node = format!("{id}-new0");
+    let ticket = csi_ticket_id(&volume, &node);
+    csi.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
+        volume_id: volume.clone(),
+        node_id: node.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("unpublish");
+    let r = csi.controller_publish_volume(publish(&volume, &node)).await;
+    assert!(r.is_ok(), "publish after the unpublish: {r:?}");
+    let va = vas.get(&volume).await.unwrap();
+    assert!(
+        va.ticket_satisfied(&ticket),
+        "the ticket is back and satisfied in the API server's object"
+    );
+
+    // Once the caches hold them, publishes read neither the Volume nor the Node.
+    let (volume_gets, node_gets) = (gets(&ctrl, "volumes"), gets(&ctrl, "nodes"));
+    for i in 0..3 {
+        let r = csi
+            .controller_publish_volume(publish(&format!("{id}-v{i}"), &format!("{id}-new{i}")))
+            .await;
+        assert!(r.is_ok(), "a repeated publish: {r:?}");
+    }
+    assert_eq!(
+        (
+            gets(&ctrl, "volumes") - volume_gets,
+            gets(&ctrl, "nodes") - node_gets
+        ),
+        (0.0, 0.0),
+        "Volume and Node GETs of publishes the caches could answer"
+    );
+}
