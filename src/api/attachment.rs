@@ -423,11 +423,86 @@ impl VolumeAttachment {
     pub fn ticket_status(&self, id: &str) -> Option<&AttachmentTicketStatus> {
         self.status.as_ref()?.attachment_ticket_statuses.get(id)
     }
+
+    /// The generation for ticket `id` written anew: above the ticket's own, and above
+    /// any status the object still has for that id — a ticket removed a moment ago
+    /// keeps its (satisfied) status until the controller next writes, and that status
+    /// must not satisfy the new ticket. 0 for an id the object knows nothing of.
+    pub fn next_ticket_generation(&self, id: &str) -> i64 {
+        let spec = self.spec.attachment_tickets.get(id).map(|t| t.generation);
+        let status = self.ticket_status(id).map(|s| s.generation);
+        spec.into_iter()
+            .chain(status)
+            .max()
+            .map_or(0, |g| g.saturating_add(1))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ticket_written_anew_is_above_its_own_generation_and_any_status_left() {
+        let va = |spec: Option<i64>, status: Option<(bool, i64)>| {
+            let mut va = VolumeAttachment::new(
+                "v",
+                VolumeAttachmentSpec {
+                    volume: "v".into(),
+                    attachment_tickets: BTreeMap::new(),
+                },
+            );
+            if let Some(g) = spec {
+                let mut t = AttachmentTicket::new("t", AttacherType::CsiAttacher, "n1");
+                t.generation = g;
+                va.spec.attachment_tickets.insert("t".into(), t);
+            }
+            if let Some((satisfied, generation)) = status {
+                let s = AttachmentTicketStatus {
+                    id: "t".into(),
+                    satisfied,
+                    generation,
+                    ..Default::default()
+                };
+                va.status = Some(VolumeAttachmentStatus {
+                    attachment_ticket_statuses: [("t".to_string(), s)].into(),
+                    ..Default::default()
+                });
+            }
+            va
+        };
+        // (what, ticket's generation in the spec, its status (satisfied, generation), want)
+        let cases = [
+            ("unknown", None, None, 0),
+            ("in the spec, no status yet", Some(0), None, 1),
+            ("in the spec, satisfied", Some(3), Some((true, 3)), 4),
+            (
+                "removed a moment ago, its satisfied status still there",
+                None,
+                Some((true, 0)),
+                1,
+            ),
+            (
+                "removed, status of a later generation",
+                None,
+                Some((true, 5)),
+                6,
+            ),
+        ];
+        for (what, spec, status, want) in cases {
+            let va = va(spec, status);
+            assert_eq!(va.next_ticket_generation("t"), want, "{what}");
+            if spec.is_none() && status.is_some() {
+                // The reason it matters: with generation 0 the stale status would
+                // say the new ticket is satisfied.
+                let mut again = va.clone();
+                let mut t = AttachmentTicket::new("t", AttacherType::CsiAttacher, "n1");
+                t.generation = want;
+                again.spec.attachment_tickets.insert("t".into(), t);
+                assert!(!again.ticket_satisfied("t"), "{what}");
+            }
+        }
+    }
 
     #[test]
     fn every_reason_round_trips_through_its_string() {

@@ -384,7 +384,9 @@ impl ControllerService {
         if !same || idle {
             let mut ticket = AttachmentTicket::new(&id, AttacherType::CsiAttacher, node_id);
             ticket.parameters = params.clone();
-            ticket.generation = existing.map(|t| t.generation + 1).unwrap_or(0);
+            // Above any status left of a ticket of this id removed a moment ago (an
+            // unpublish just before): that status must not satisfy this one.
+            ticket.generation = va.next_ticket_generation(&id);
             let mut changes: group_commit::Changes = [ticket_change(&ticket)?].into();
             if idle {
                 changes.insert(idle_id, serde_json::Value::Null);
