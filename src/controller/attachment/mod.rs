@@ -176,26 +176,27 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     // A large VolumeAttachment's status is written at most once per
     // runtime::spacing::PERIOD: a change waits out the period of the last write, and
     // what changes meanwhile goes out with it.
+    // The new attaches still in their quiet time, when statuses are written anyway.
+    let held_of = |decision: &Decision, input: &Input| {
+        status::held(
+            va.status.as_ref(),
+            decision,
+            input,
+            &without_agent,
+            &now,
+            quiet_time,
+        )
+    };
     if let Some(left) = ctx.status_spacing.left(&name, Instant::now())
         && va.status.as_ref()
-            != Some(&{
-                let held = status::held(
-                    va.status.as_ref(),
-                    &decision,
-                    &input,
-                    &without_agent,
-                    &now,
-                    quiet_time,
-                );
-                status::attachment_status_holding(
-                    &va,
-                    &decision,
-                    &input,
-                    &without_agent,
-                    &now,
-                    &held.tickets,
-                )
-            })
+            != Some(&status::attachment_status_holding(
+                &va,
+                &decision,
+                &input,
+                &without_agent,
+                &now,
+                &held_of(&decision, &input).tickets,
+            ))
     {
         debug!(volume = %name, left_ms = left.as_millis() as u64, "status write spaced");
         return Ok(Action::requeue(left + Duration::from_millis(5)));
@@ -210,14 +211,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
 
     // Written for something else: the new attaches still in their quiet time stay
     // unreported (no status, not among the Volume's mounted nodes, no Event).
-    let held = status::held(
-        va.status.as_ref(),
-        &decision,
-        &input,
-        &without_agent,
-        &now,
-        quiet_time,
-    );
+    let held = held_of(&decision, &input);
     // The re-checked tickets: the status write carries the resourceVersion of the
     // VolumeAttachment this decision read, so the API server refuses it (409) if any
     // ticket changed since.
