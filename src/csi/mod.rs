@@ -68,6 +68,13 @@ pub fn idle_ticket_id(volume_id: &str, node_id: &str) -> String {
     format!("idle-{}", hex::encode(digest))
 }
 
+/// The resourceVersion of `o` as an integer (etcd's revision), if it is one: how the
+/// CSI driver orders the copies of an object it holds (its writes' answers, the shared
+/// feed, the publish caches).
+pub(crate) fn resource_version<K: kube::Resource>(o: &K) -> Option<u64> {
+    o.meta().resource_version.as_deref()?.parse().ok()
+}
+
 /// How much of a caller's string (a volume id, a name, a parameter) an error echoes.
 pub const SHOWN: usize = 128;
 

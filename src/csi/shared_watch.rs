@@ -30,6 +30,7 @@ use kube::core::params::WatchParams;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
+use super::resource_version;
 use super::watch::{WatchError, await_from};
 use crate::api::VolumeAttachment;
 
@@ -51,11 +52,6 @@ impl Latest {
 }
 
 type Feed = Arc<watch::Sender<Latest>>;
-
-/// The resourceVersion of `va` as an integer, if it is one.
-fn version(va: &VolumeAttachment) -> Option<u64> {
-    va.metadata.resource_version.as_deref()?.parse().ok()
-}
 
 /// The feeds of the VolumeAttachments waited on, by name.
 #[derive(Clone)]
@@ -86,7 +82,8 @@ impl SharedWatches {
         if cond(Some(&from)) {
             return Ok(Some(from));
         }
-        let (Some(name), Some(since)) = (from.metadata.name.clone(), version(&from)) else {
+        let (Some(name), Some(since)) = (from.metadata.name.clone(), resource_version(&from))
+        else {
             return await_from(self.api.clone(), from, cond).await;
         };
         let mut rx = self.subscribe(&name, since, &from);
@@ -146,7 +143,7 @@ impl SharedWatches {
                 // Read the object afresh (after an error event or a failed request).
                 match self.api.get_opt(&name).await {
                     Ok(Some(va)) => {
-                        if let Some(v) = version(&va) {
+                        if let Some(v) = resource_version(&va) {
                             rv = v;
                             feed.send_replace(Latest::Object(v, Arc::new(va)));
                         }
@@ -164,13 +161,13 @@ impl SharedWatches {
                 while let Some(event) = stream.try_next().await? {
                     match event {
                         WatchEvent::Added(va) | WatchEvent::Modified(va) => {
-                            if let Some(v) = version(&va) {
+                            if let Some(v) = resource_version(&va) {
                                 rv = v;
                                 feed.send_replace(Latest::Object(v, Arc::new(va)));
                             }
                         }
                         WatchEvent::Deleted(va) => {
-                            rv = version(&va).unwrap_or(rv);
+                            rv = resource_version(&va).unwrap_or(rv);
                             feed.send_replace(Latest::Deleted(rv));
                         }
                         WatchEvent::Bookmark(b) => {

@@ -160,12 +160,7 @@ impl TicketWriter {
         let answer = rx.await.unwrap_or_else(|_| {
             unreachable!("the writer answers every waiter it takes before dropping it")
         });
-        if let Some(rv) = answer.as_ref().ok().and_then(|va| {
-            va.metadata
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse::<u64>().ok())
-        }) {
+        if let Some(rv) = answer.as_ref().ok().and_then(crate::csi::resource_version) {
             let mut written = self.written.lock().expect("written versions poisoned");
             let last = written.entry(volume.to_string()).or_default();
             *last = (*last).max(rv);

@@ -493,7 +493,7 @@ impl ControllerService {
     ) -> Result<(Option<VolumeAttachment>, Source), Error> {
         let last = self.tickets.last_written(volume_id);
         let feed = self.watches.latest(volume_id, last);
-        let from_feed = feed.as_ref().and_then(publish_cache::version);
+        let from_feed = feed.as_ref().and_then(super::resource_version);
         let copies = feed.into_iter().chain(self.caches.attachment(volume_id));
         if let Some((rv, va)) = publish_cache::freshest(copies, last) {
             let from = if Some(rv) == from_feed {

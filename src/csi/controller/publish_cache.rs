@@ -34,6 +34,7 @@ use tracing::{debug, warn};
 
 use crate::api::{Volume, VolumeAttachment};
 use crate::controller::ShortBackoff;
+use crate::csi::resource_version;
 use crate::labels::Labels;
 
 /// Where a publish's copy of an object came from (a log field).
@@ -65,11 +66,6 @@ pub struct PublishCaches {
     attachments: Store<VolumeAttachment>,
 }
 
-/// The resourceVersion of `o` as an integer (etcd's), if it is one.
-pub fn version<K: Resource>(o: &K) -> Option<u64> {
-    o.meta().resource_version.as_deref()?.parse().ok()
-}
-
 /// Of the copies of one VolumeAttachment in hand, the newest whose resourceVersion is
 /// at least `at_least` (this process's last write of it; 0: none): `None` when no copy
 /// shows that write, and the caller reads it from the API server. A copy whose
@@ -80,7 +76,7 @@ where
 {
     copies
         .into_iter()
-        .filter_map(|va| version(&va).map(|rv| (rv, va)))
+        .filter_map(|va| resource_version(&va).map(|rv| (rv, va)))
         .filter(|(rv, _)| *rv >= at_least)
         .max_by_key(|(rv, _)| *rv)
 }
