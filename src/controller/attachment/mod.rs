@@ -18,7 +18,7 @@
 //!  recheck: a single-node ticket about to be satisfied ─▶ MountPods on the other
 //!           candidate nodes re-read, decided again
 //!        ▼
-//!  status::attachment_status ─▶ VolumeAttachment status (SSA, status subresource)
+//!  status::attachment_status_holding ─▶ VolumeAttachment status (SSA, status subresource)
 //!  status::volume_status ─────▶ Volume status             (SSA, status subresource)
 //!                               + one Event per node that started (if slow), finished
 //!                                 attaching or detaching

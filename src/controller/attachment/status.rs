@@ -4,9 +4,9 @@
 //!
 //! ```text
 //!  old status ─┐
-//!  Decision ───┼─▶ attachment_status ─▶ one status per ticket, counts, nodes, waiting
-//!  Input ──────┘
-//!  nodes without an agent ────┘                     + Ready (first blocked ticket)
+//!  Decision ───┼─▶ attachment_status_holding ─▶ one status per ticket (but held ones),
+//!  Input ──────┘                                counts, nodes, waiting
+//!  nodes without an agent, held ─┘              + Ready (first blocked ticket)
 //!  old status, Decision, MountPods ─▶ volume_status ─▶ state, attached nodes, conditions
 //!  VolumeAttachment without its Volume ─▶ missing_volume_status ─▶ VolumeNotFound
 //!  old status, new status ─▶ node_changes ─▶ Attaching / Attached / Detached per node (Events)
@@ -253,9 +253,8 @@ fn requested_at(input: &Input) -> BTreeMap<&str, &Time> {
         .collect()
 }
 
-/// The status of `va` that describes `decision`, taken on `input` at `now`;
-/// `without_agent` are the tickets' nodes known to have no Tessera agent (no CSINode
-/// lists the driver), named by the Ready condition when a ticket waits for a mount there.
+/// [`attachment_status_holding`] with nothing held (the tests' shorthand).
+#[cfg(test)]
 pub fn attachment_status(
     va: &VolumeAttachment,
     decision: &Decision,
@@ -266,8 +265,11 @@ pub fn attachment_status(
     attachment_status_holding(va, decision, input, without_agent, now, &BTreeSet::new())
 }
 
-/// [`attachment_status`] without a status for the tickets in `held` (new attaches not
-/// reported yet: [`Held`]); the counts and the Ready condition still count them.
+/// The status of `va` that describes `decision`, taken on `input` at `now`, without a
+/// status for the tickets in `held` (new attaches not reported yet: [`Held`]; the
+/// counts and the Ready condition still count them); `without_agent` are the tickets'
+/// nodes known to have no Tessera agent (no CSINode lists the driver), named by the
+/// Ready condition when a ticket waits for a mount there.
 pub fn attachment_status_holding(
     va: &VolumeAttachment,
     decision: &Decision,
