@@ -71,6 +71,12 @@ async fn event_count(client: &kube::Client, name_prefix: &str) -> i64 {
 #[tokio::test]
 async fn a_persistently_failing_mount_costs_at_most_one_write_a_second() {
     let env = support::env::Env::new("budget", 1, Duration::from_secs(30)).await;
+    // The node's agent is registered, as node-driver-registrar does for a real one: the
+    // controller picks the node that removes a deleted volume's data among those.
+    // Without it, the cleanup depended on the controller seeing the deletion before the
+    // MountPod was gone (its node was then the only one known), and CI lost that race.
+    fixtures::create_csinodes(&env.client, &env.id, &env.nodes).await;
+    let _nodes = fixtures::NodesGuard(env.nodes.clone());
     let ctrl = ControllerProcess::start(&env.id, &["--no-leader-election"]);
     let agent = AgentProcess::start(&env.id, &env.nodes[0]);
     // Beneath an allowed root (the temporary directory), but missing on the node.
@@ -129,5 +135,7 @@ async fn a_persistently_failing_mount_costs_at_most_one_write_a_second() {
     // Still failing for the same reason (the test measured a failing mount).
     assert_eq!(mp.status.and_then(|s| s.phase), Some(MountPhase::Failed));
     fixtures::remove_ticket(&env.client, &name, "m1").await;
+    // Gone before the Volume is deleted, so the cleanup cannot take its node from it.
+    env.mountpod_gone(&name, &env.nodes[0]).await;
     env.cleanup_waiting(&[name]).await;
 }
