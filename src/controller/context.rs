@@ -12,7 +12,6 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::Client;
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::own_writes::OwnWrites;
@@ -28,7 +27,7 @@ pub struct Context {
     /// Metrics (reconciles, errors, durations, writes, ticket latency).
     pub metrics: Arc<Metrics>,
     /// Publishes Kubernetes Events.
-    pub recorder: Recorder,
+    pub recorder: crate::runtime::recorder::Recorders,
     /// Cache of Volumes (from the volume controller's watch).
     pub volumes: Store<Volume>,
     /// Cache of VolumeAttachments (from the attachment controller's watch).

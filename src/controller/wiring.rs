@@ -18,7 +18,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -156,7 +156,7 @@ pub(super) async fn run_controllers(
         });
 
     let ctx = Arc::new(Context {
-        recorder: Recorder::new(
+        recorder: crate::runtime::recorder::Recorders::new(
             client.clone(),
             Reporter {
                 controller: FIELD_MANAGER.into(),

@@ -8,6 +8,7 @@
 //!  start_metrics(addr, Metrics) ─▶ Arc<Metrics>  /metrics, /healthz, /readyz served
 //!  Shutdown::listen() ─▶ Shutdown      SIGINT or SIGTERM, cloned by every part that stops
 //!  csi::spawn(endpoint, services, routes, shutdown)   a CSI socket served until shutdown
+//!  recorder::Recorders                 Event recorders, each object's Events through one
 //! ```
 //!
 //! and how errors are written down: [`error_chain`] prints one with its causes,
@@ -18,6 +19,7 @@
 //! use it.
 
 pub mod csi;
+pub mod recorder;
 pub mod requests;
 pub mod spacing;
 

@@ -40,7 +40,7 @@ use futures::channel::mpsc;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -73,7 +73,7 @@ pub struct Context {
     /// Metrics (reconciles, durations, writes).
     pub metrics: Arc<Metrics>,
     /// Publishes Kubernetes Events.
-    pub recorder: Recorder,
+    pub recorder: crate::runtime::recorder::Recorders,
     /// When each failing MountPod may be tried again.
     pub backoff: super::backoff::Backoffs,
     /// Pod mode: the namespace of the mount Pods (their OOM kills are reported).
@@ -101,7 +101,7 @@ pub async fn run(
     let api: Api<MountPod> = Api::all(client.clone());
     let field_manager = format!("tessera-node-{node}");
     let ctx = Arc::new(Context {
-        recorder: Recorder::new(
+        recorder: crate::runtime::recorder::Recorders::new(
             client.clone(),
             Reporter {
                 controller: field_manager.clone(),
