@@ -14,12 +14,14 @@
 //! least an attach needs (5 requests a volume, the MountPod created with a POST) and
 //! once with the controller's request mix (6: the Attached Event too). No controller
 //! on this cluster can beat the floor; the controller's time divided by it is the
-//! controller's own overhead.
+//! controller's own overhead. A third floor, the *chain* (chain.rs), issues the mix's
+//! writes each when a watch shows the one before, holding the watches the controller
+//! segment holds: what any watch-driven controller and agent pay on this cluster.
 //!
 //! The machine is shared, so the floor and the controller are measured in alternation:
 //! `BENCH_ROUNDS` rounds (default 5), each a chunk of the volumes through the
 //! controller between a minimal floor and a mix floor of the same size (their order
-//! alternates). Each round gives a ratio; the benchmark reports the ratio of the sums,
+//! alternates), the chain next to the controller (before it, then after it). Each round gives a ratio; the benchmark reports the ratio of the sums,
 //! the median of the rounds' ratios and their spread. Counts are summed over the
 //! controller segments only. The controller's volumes stay attached, so it holds all
 //! of them at the end.
@@ -37,7 +39,9 @@ mod procs;
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod chain;
 mod floor;
+use chain::chain;
 use floor::{FLOOR_PIPELINES, Mix, Template, floor, wait_gone};
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -186,6 +190,7 @@ struct Round {
     submitted: Duration,
     floor_minimal: Duration,
     floor_mix: Duration,
+    floor_chain: Duration,
 }
 
 /// `v` sorted; the median, the least and the greatest.
@@ -326,7 +331,7 @@ async fn main() {
     .await;
     fixtures::put_ticket(&client, &warm, "csi-a", "csi-attacher", &node, json!({})).await;
     fixtures::wait_satisfied(&client, &warm, "csi-a").await;
-    let template = Template::capture(&client, &warm).await;
+    let template = std::sync::Arc::new(Template::capture(&client, &warm).await);
     // The ticket first: a Volume whose node still serves a workload ticket keeps its
     // data (and so itself) until the ticket goes.
     fixtures::remove_ticket(&client, &warm, "csi-a").await;
@@ -358,10 +363,19 @@ async fn main() {
         } else {
             Mix::Minimal
         };
+        // The watch-driven floor next to the controller, before it and after it in
+        // turn: [minimal, chain, controller, mix], [mix, controller, chain, minimal], …
         let a = floor(&client, &template, &node, m, first).await;
+        let mut floor_chain = Duration::ZERO;
+        if r % 2 == 0 {
+            floor_chain = chain(&client, &template, &node, m).await;
+        }
         attached += m;
         let (took, submitted, lat, s) =
             controller_segment(&client, &ctrl, &id, &node, chunk, attached, &mut counts).await;
+        if r % 2 == 1 {
+            floor_chain = chain(&client, &template, &node, m).await;
+        }
         let b = floor(&client, &template, &node, m, second).await;
         let (floor_minimal, floor_mix) = if first == Mix::Minimal {
             (a, b)
@@ -369,13 +383,15 @@ async fn main() {
             (b, a)
         };
         println!(
-            "  round {}: {m} volumes, controller {:.2} s, floor minimal {:.2} s ({:.2}×), mix {:.2} s ({:.2}×)",
+            "  round {}: {m} volumes, controller {:.2} s, floor minimal {:.2} s ({:.2}×), mix {:.2} s ({:.2}×), chain {:.2} s ({:.2}×)",
             r + 1,
             took.as_secs_f64(),
             floor_minimal.as_secs_f64(),
             took.as_secs_f64() / floor_minimal.as_secs_f64(),
             floor_mix.as_secs_f64(),
             took.as_secs_f64() / floor_mix.as_secs_f64(),
+            floor_chain.as_secs_f64(),
+            took.as_secs_f64() / floor_chain.as_secs_f64(),
         );
         setup += s;
         latencies.extend(lat);
@@ -385,6 +401,7 @@ async fn main() {
             submitted,
             floor_minimal,
             floor_mix,
+            floor_chain,
         });
     }
     let sum = |f: fn(&Round) -> Duration| all_rounds.iter().map(f).sum::<Duration>();
@@ -392,6 +409,7 @@ async fn main() {
     let submitted = sum(|r| r.submitted);
     let floor_minimal = sum(|r| r.floor_minimal);
     let floor_same = sum(|r| r.floor_mix);
+    let floor_chain = sum(|r| r.floor_chain);
     let ratios = |f: fn(&Round) -> Duration| {
         spread(
             all_rounds
@@ -402,6 +420,8 @@ async fn main() {
     };
     let over_minimal_rounds = ratios(|r| r.floor_minimal);
     let over_mix_rounds = ratios(|r| r.floor_mix);
+    let over_chain_rounds = ratios(|r| r.floor_chain);
+    let chain_over_mix = floor_chain.as_secs_f64() / floor_same.as_secs_f64();
     let rss_mib = support::proc_status_kib(ctrl.child.id(), "VmHWM") as f64 / 1024.0;
     let lat = {
         let mut l = latencies;
@@ -554,8 +574,13 @@ async fn main() {
         "    the controller's mix (+ the Attached Event; 6/volume)               {:>6.2} s",
         floor_same.as_secs_f64()
     );
+    println!(
+        "    the same mix, each write issued when a watch shows the one before (chain) {:>6.2} s ({chain_over_mix:.2}× the mix)",
+        floor_chain.as_secs_f64()
+    );
     let over_minimal = total.as_secs_f64() / floor_minimal.as_secs_f64();
     let over_mix = total.as_secs_f64() / floor_same.as_secs_f64();
+    let over_chain = total.as_secs_f64() / floor_chain.as_secs_f64();
     println!(
         "  controller time / minimal floor: sums {over_minimal:.2}, rounds median {:.2} (spread {:.2}–{:.2})   (goal ≤ 1.2)",
         over_minimal_rounds.0, over_minimal_rounds.1, over_minimal_rounds.2
@@ -563,6 +588,10 @@ async fn main() {
     println!(
         "  controller time / floor with the same mix: sums {over_mix:.2}, rounds median {:.2} (spread {:.2}–{:.2})",
         over_mix_rounds.0, over_mix_rounds.1, over_mix_rounds.2
+    );
+    println!(
+        "  controller time / watch-driven chain: sums {over_chain:.2}, rounds median {:.2} (spread {:.2}–{:.2})",
+        over_chain_rounds.0, over_chain_rounds.1, over_chain_rounds.2
     );
     fixtures::delete_csinodes(&client, std::slice::from_ref(&node)).await;
     fixtures::delete_nodes(&client, &[node]).await;
@@ -578,14 +607,12 @@ async fn main() {
         .num("p99_s", pct(0.99).as_secs_f64(), 2)
         .num("floor_minimal_s", floor_minimal.as_secs_f64(), 2)
         .num("floor_mix_s", floor_same.as_secs_f64(), 2)
-        .num("over_floor_minimal", over_minimal, 2)
-        .num("over_floor_mix", over_mix, 2)
-        .num("over_floor_minimal_median", over_minimal_rounds.0, 2)
-        .num("over_floor_minimal_min", over_minimal_rounds.1, 2)
-        .num("over_floor_minimal_max", over_minimal_rounds.2, 2)
-        .num("over_floor_mix_median", over_mix_rounds.0, 2)
-        .num("over_floor_mix_min", over_mix_rounds.1, 2)
-        .num("over_floor_mix_max", over_mix_rounds.2, 2)
+        .num("floor_chain_s", floor_chain.as_secs_f64(), 2)
+        .num("floor_chain_over_mix", chain_over_mix, 2);
+    line = ratio_fields(line, "minimal", over_minimal, over_minimal_rounds);
+    line = ratio_fields(line, "mix", over_mix, over_mix_rounds);
+    line = ratio_fields(line, "chain", over_chain, over_chain_rounds);
+    line = line
         .num("reconciles", reconciles, 0)
         .num("reconciles_per_volume", reconciles / n as f64, 2)
         .num("requests_per_reconcile", requests / reconciles.max(1.0), 2)
@@ -619,6 +646,15 @@ async fn main() {
     line.field("load_before", load_before)
         .field("load_after", loadavg())
         .print();
+}
+
+/// `over_floor_<floor>` (the ratio of the sums) and its `_median`, `_min` and `_max`
+/// over the rounds.
+fn ratio_fields(line: BenchLine, floor: &str, sums: f64, rounds: (f64, f64, f64)) -> BenchLine {
+    line.num(&format!("over_floor_{floor}"), sums, 2)
+        .num(&format!("over_floor_{floor}_median"), rounds.0, 2)
+        .num(&format!("over_floor_{floor}_min"), rounds.1, 2)
+        .num(&format!("over_floor_{floor}_max"), rounds.2, 2)
 }
 
 /// `s` as a key: lower case, words joined by `_`, nothing but letters, digits, `_`.

@@ -55,6 +55,45 @@ impl Template {
         }
     }
 
+    /// The MountPod of volume `name` on `node` for floor `id`, owned by `owner`.
+    pub(super) fn mountpod(
+        &self,
+        name: &str,
+        node: &str,
+        owner: &serde_json::Value,
+        id: &str,
+    ) -> MountPod {
+        let mut mp = self.renamed(&self.mountpod, name);
+        mp["metadata"]["name"] = json!(tessera::api::mountpod_name(name, node));
+        mp["metadata"]["ownerReferences"] = json!([owner]);
+        // The floor's own label: the controller and the stand-in agent ignore it.
+        mp["metadata"]["labels"][TEST_LABEL] = json!(id);
+        serde_json::from_value(mp).unwrap()
+    }
+
+    /// Write the satisfied statuses of volume `name`, both at once, as the controller
+    /// does.
+    pub(super) async fn write_statuses(
+        &self,
+        vas: &Api<VolumeAttachment>,
+        volumes: &Api<Volume>,
+        apply: &PatchParams,
+        name: &str,
+    ) -> Result<(), kube::Error> {
+        let va_status = self.renamed(&self.va_status, name);
+        let volume_status = self.renamed(&self.volume_status, name);
+        let (va_status, volume_status) = (
+            Patch::Apply(status_body("VolumeAttachment", va_status)),
+            Patch::Apply(status_body("Volume", volume_status)),
+        );
+        let (a, b) = futures::join!(
+            vas.patch_status(name, apply, &va_status),
+            volumes.patch_status(name, apply, &volume_status),
+        );
+        a?;
+        b.map(|_| ())
+    }
+
     /// `value` with the template volume's name replaced by `name`.
     pub(super) fn renamed(&self, value: &serde_json::Value, name: &str) -> serde_json::Value {
         serde_json::from_str(&value.to_string().replace(&self.name, name)).unwrap()
@@ -99,34 +138,8 @@ pub(super) async fn floor(
     let mps: Api<MountPod> = Api::all(client.clone());
     let names: Vec<String> = (0..n).map(|i| format!("{id}-v{i}")).collect();
     let apply = PatchParams::apply("tessera-bench-floor").force();
-    let owners: Vec<(serde_json::Value, ObjectReference)> =
-        stream::iter(names.iter().map(|name| {
-            let (volumes, vas, apply, id) = (volumes.clone(), vas.clone(), apply.clone(), &id);
-            let body = fixtures::volume(name, id, "ReadWriteOnce");
-            async move {
-                let v = volumes.create(&PostParams::default(), &body).await?;
-                let owner = serde_json::to_value(v.controller_owner_ref(&())).unwrap();
-                let va = json!({
-                    "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
-                    "metadata": {"name": name, "labels": {TEST_LABEL: id},
-                                 "ownerReferences": [owner]},
-                    "spec": {"volume": name, "attachmentTickets": {}},
-                });
-                vas.patch(name, &apply, &Patch::Apply(&va)).await?;
-                Ok::<_, kube::Error>((owner, v.object_ref(&())))
-            }
-        }))
-        .buffered(32)
-        .try_collect()
-        .await
-        .expect("creating the floor's volumes");
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "tessera-bench-floor".into(),
-            instance: None,
-        },
-    );
+    let owners = create_volumes(client, &id, &names).await;
+    let recorder = recorder(client);
 
     let t0 = Instant::now();
     stream::iter(names.iter().zip(owners).map(|(name, (owner, object))| {
@@ -141,39 +154,19 @@ pub(super) async fn floor(
         async move {
             fixtures::put_ticket(client, name, "csi-a", "csi-attacher", node, json!({})).await;
             let mp_name = tessera::api::mountpod_name(name, node);
-            let mut mp = template.renamed(&template.mountpod, name);
-            mp["metadata"]["name"] = json!(mp_name);
-            mp["metadata"]["ownerReferences"] = json!([owner]);
-            // The floor's own label: the controller and the stand-in agent ignore it.
-            mp["metadata"]["labels"][TEST_LABEL] = json!(id);
-            mps.create(&PostParams::default(), &serde_json::from_value(mp).unwrap())
-                .await?;
-            let va_status = template.renamed(&template.va_status, name);
-            let volume_status = template.renamed(&template.volume_status, name);
+            mps.create(
+                &PostParams::default(),
+                &template.mountpod(name, node, &owner, id),
+            )
+            .await?;
             // The agent reports the mount Ready.
-            let ready = json!({"status": {"phase": "Ready", "observedGeneration": 1,
-                "mountPoint": format!("/var/lib/tessera/mounts/{name}"), "pid": 4242}});
-            mps.patch_status(&mp_name, &PatchParams::default(), &Patch::Merge(&ready))
+            mps.patch_status(&mp_name, &PatchParams::default(), &ready(name))
                 .await?;
-            let (va_status, volume_status) = (
-                Patch::Apply(status_body("VolumeAttachment", va_status)),
-                Patch::Apply(status_body("Volume", volume_status)),
-            );
-            let (a, b) = futures::join!(
-                vas.patch_status(name, &apply, &va_status),
-                volumes.patch_status(name, &apply, &volume_status),
-            );
-            a?;
-            b?;
+            template
+                .write_statuses(&vas, &volumes, &apply, name)
+                .await?;
             if mix == Mix::Controller {
-                let event = Event {
-                    type_: EventType::Normal,
-                    reason: "Attached".into(),
-                    note: Some(format!("attached to node {node}: the mount is ready")),
-                    action: format!("Attached:{node}"),
-                    secondary: None,
-                };
-                recorder.publish(&event, &object).await?;
+                recorder.publish(&attached(node), &object).await?;
             }
             Ok::<_, kube::Error>(())
         }
@@ -184,6 +177,79 @@ pub(super) async fn floor(
     .expect("floor writes");
     let took = t0.elapsed();
 
+    delete_volumes(client, &id, &names, node).await;
+    took
+}
+
+/// The Event recorder of the floors.
+pub(super) fn recorder(client: &kube::Client) -> Recorder {
+    Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "tessera-bench-floor".into(),
+            instance: None,
+        },
+    )
+}
+
+/// The agent's status of a Ready mount of volume `name`.
+pub(super) fn ready(name: &str) -> Patch<serde_json::Value> {
+    Patch::Merge(json!({"status": {"phase": "Ready", "observedGeneration": 1,
+        "mountPoint": format!("/var/lib/tessera/mounts/{name}"), "pid": 4242}}))
+}
+
+/// The controller's Event for an attach done on `node`.
+pub(super) fn attached(node: &str) -> Event {
+    Event {
+        type_: EventType::Normal,
+        reason: "Attached".into(),
+        note: Some(format!("attached to node {node}: the mount is ready")),
+        action: format!("Attached:{node}"),
+        secondary: None,
+    }
+}
+
+fn status_body(kind: &str, status: serde_json::Value) -> serde_json::Value {
+    json!({"apiVersion": "tessera.io/v1alpha1", "kind": kind, "status": status})
+}
+
+/// Create the Volumes `names` of floor `id` and their VolumeAttachments (without a
+/// ticket), 32 at once; returns each Volume's owner reference and object reference.
+pub(super) async fn create_volumes(
+    client: &kube::Client,
+    id: &str,
+    names: &[String],
+) -> Vec<(serde_json::Value, ObjectReference)> {
+    let volumes: Api<Volume> = Api::all(client.clone());
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    let apply = PatchParams::apply("tessera-bench-floor").force();
+    stream::iter(names.iter().map(|name| {
+        let (volumes, vas, apply) = (volumes.clone(), vas.clone(), apply.clone());
+        let body = fixtures::volume(name, id, "ReadWriteOnce");
+        async move {
+            let v = volumes.create(&PostParams::default(), &body).await?;
+            let owner = serde_json::to_value(v.controller_owner_ref(&())).unwrap();
+            let va = json!({
+                "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
+                "metadata": {"name": name, "labels": {TEST_LABEL: id},
+                             "ownerReferences": [owner]},
+                "spec": {"volume": name, "attachmentTickets": {}},
+            });
+            vas.patch(name, &apply, &Patch::Apply(&va)).await?;
+            Ok::<_, kube::Error>((owner, v.object_ref(&())))
+        }
+    }))
+    .buffered(32)
+    .try_collect()
+    .await
+    .expect("creating the floor's volumes")
+}
+
+/// Delete the objects of floor `id` and wait until they are gone.
+pub(super) async fn delete_volumes(client: &kube::Client, id: &str, names: &[String], node: &str) {
+    let volumes: Api<Volume> = Api::all(client.clone());
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    let mps: Api<MountPod> = Api::all(client.clone());
     // No controller, so no finalizers. Everything is deleted directly: left to the
     // garbage collector, the dependents would take minutes to go.
     stream::iter(names.iter().map(|name| {
@@ -198,10 +264,5 @@ pub(super) async fn floor(
     .buffer_unordered(32)
     .collect::<Vec<()>>()
     .await;
-    wait_gone(client, &id).await;
-    took
-}
-
-fn status_body(kind: &str, status: serde_json::Value) -> serde_json::Value {
-    json!({"apiVersion": "tessera.io/v1alpha1", "kind": kind, "status": status})
+    wait_gone(client, id).await;
 }
