@@ -55,6 +55,8 @@ pub struct Context {
     pub written_attachments: OwnWrites<VolumeAttachment>,
     /// MountPods as this controller last wrote (or deleted) them.
     pub written_mountpods: OwnWrites<MountPod>,
+    /// The versions the attachment controller wrote, not to be reconciled again.
+    pub echoes: Arc<super::echoes::Echoes>,
     /// When each ticket not yet dated by its VolumeAttachment status was first seen.
     pub ticket_sightings: super::attachment::sightings::Sightings,
     /// How long recent attaches took: with the backlog of new attaches, how long a

@@ -30,6 +30,7 @@
 mod args;
 pub mod attachment;
 mod context;
+mod echoes;
 mod error;
 pub mod events;
 pub mod inline;

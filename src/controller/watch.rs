@@ -6,6 +6,7 @@
 //!  watch(kind) ─▶ reflector ─▶ Store (cache) ─── read by every reconcile
 //!                     │ InitDone ─▶ CachesReady flag
 //!                     └─ each object ─▶ forward? ─▶ one stream per triggered controller
+//!                                                    (less its own writes: [`Echoes`])
 //! ```
 //!
 //! Every object reaches the cache; only those whose [`Projection`] changed reach the
@@ -24,10 +25,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, ResourceExt};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::{debug, warn};
+
+use super::echoes::Echoes;
 
 /// One flag per shared watch, set once its cache has had its first full list.
 #[derive(Clone, Debug, Default)]
@@ -94,13 +97,14 @@ impl kube::runtime::utils::Backoff for ShortBackoff {
 
 /// Run one watch of a kind into `writer` (the cache) and hand every touched object to
 /// each of `outputs` consumers, so two controllers share one watch. `ready` is set when
-/// the first full list has reached the cache.
+/// the first full list has reached the cache. A consumer given [`Echoes`] is not
+/// handed the versions its controller wrote itself.
 pub(super) fn fan_out<K>(
     api: Api<K>,
     wc: watcher::Config,
     writer: reflector::store::Writer<K>,
     ready: Arc<AtomicBool>,
-    outputs: usize,
+    outputs: Vec<Option<Arc<Echoes>>>,
     mut forward: impl FnMut(&K, bool) -> bool + Send + 'static,
 ) -> (
     impl std::future::Future<Output = ()>,
@@ -116,10 +120,11 @@ where
         + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let (txs, rxs): (Vec<_>, Vec<_>) = (0..outputs)
-        .map(|_| {
+    let (txs, rxs): (Vec<_>, Vec<_>) = outputs
+        .into_iter()
+        .map(|echoes| {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            (tx, UnboundedReceiverStream::new(rx))
+            ((tx, echoes), UnboundedReceiverStream::new(rx))
         })
         .unzip();
     let kind = K::kind(&Default::default()).to_string();
@@ -127,18 +132,25 @@ where
         let mut events =
             reflector(writer, watcher(api, wc).backoff(ShortBackoff::default())).boxed();
         while let Some(event) = events.next().await {
-            let obj = match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+            // Whether the object comes as a change (not listed, not deleted).
+            let (obj, change) = match event {
+                Ok(watcher::Event::Apply(o)) => {
                     if !forward(&o, false) {
                         continue;
                     }
-                    o
+                    (o, true)
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    if !forward(&o, false) {
+                        continue;
+                    }
+                    (o, false)
                 }
                 Ok(watcher::Event::Delete(o)) => {
                     if !forward(&o, true) {
                         continue;
                     }
-                    o
+                    (o, false)
                 }
                 Ok(watcher::Event::InitDone) => {
                     ready.store(true, Ordering::Release);
@@ -151,8 +163,14 @@ where
                     continue;
                 }
             };
-            for tx in &txs {
-                let _ = tx.send(Ok(obj.clone()));
+            for (tx, echoes) in &txs {
+                let echo = echoes.as_ref().is_some_and(|e| {
+                    let rv = obj.meta().resource_version.as_deref();
+                    e.seen(&kind, &obj.name_any(), rv, change)
+                });
+                if !echo {
+                    let _ = tx.send(Ok(obj.clone()));
+                }
             }
         }
     };

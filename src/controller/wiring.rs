@@ -23,6 +23,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 
+use super::echoes::Echoes;
 use super::error::log_run_error;
 use super::watch::{CachesReady, Projection, every_change, fan_out};
 use super::{Context, ControllerArgs, FIELD_MANAGER, attachment, reaper, state_metrics, volume};
@@ -52,13 +53,16 @@ pub(super) async fn run_controllers(
     // VolumeAttachments both (the volume controller keeps each Volume's attachment),
     // MountPods the attachment controller.
     let ready = CachesReady::default();
+    // The attachment controller is not triggered by the versions it wrote itself; the
+    // volume controller is (see `echoes`).
+    let echoes = Arc::new(Echoes::default());
     let (volume_store, volume_writer) = reflector::store();
     let (volume_watch, mut volume_streams) = fan_out(
         volumes,
         wc.clone(),
         volume_writer,
         ready.volumes.clone(),
-        2,
+        vec![None, Some(echoes.clone())],
         every_change,
     );
     let (va_store, va_writer) = reflector::store();
@@ -67,7 +71,7 @@ pub(super) async fn run_controllers(
         wc.clone(),
         va_writer,
         ready.attachments.clone(),
-        2,
+        vec![None, Some(echoes.clone())],
         every_change,
     );
     let (mp_store, mp_writer) = reflector::store();
@@ -76,7 +80,7 @@ pub(super) async fn run_controllers(
         wc,
         mp_writer,
         ready.mountpods.clone(),
-        1,
+        vec![Some(echoes.clone())],
         every_change,
     );
     // Node names, of every node (the watch selector scopes Tessera's own kinds only):
@@ -87,7 +91,7 @@ pub(super) async fn run_controllers(
         watcher::Config::default(),
         node_writer,
         ready.nodes.clone(),
-        1,
+        vec![None],
         // Reconciles read a Node's existence only.
         {
             let mut seen = Projection::default();
@@ -106,7 +110,7 @@ pub(super) async fn run_controllers(
         watcher::Config::default(),
         csinode_writer,
         csinodes_ready.clone(),
-        1,
+        vec![None],
         // Reconciles read whether a CSINode lists the driver, nothing else.
         {
             let mut listed = Projection::default();
@@ -178,6 +182,7 @@ pub(super) async fn run_controllers(
         written_volumes: Default::default(),
         written_attachments: Default::default(),
         written_mountpods: Default::default(),
+        echoes,
         ticket_sightings: Default::default(),
         pace: Default::default(),
         status_spacing: Default::default(),

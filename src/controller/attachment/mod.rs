@@ -492,6 +492,9 @@ async fn write_status(
         )
         .await
         .context(|| format!("writing status of VolumeAttachment {name}"))?;
+    ctx.echoes
+        .wrote("VolumeAttachment", &name, written.resource_version());
+    ctx.ticket_sightings.written(&written);
     ctx.written_attachments
         .record(&name, &name, base, Some(Arc::new(written)));
     Ok(true)
@@ -521,6 +524,8 @@ async fn write_volume_status(
         )
         .await
         .context(|| format!("writing status of Volume {name}"))?;
+    ctx.echoes
+        .wrote("Volume", &name, written.resource_version());
     ctx.written_volumes.record(
         &name,
         &name,

@@ -165,6 +165,8 @@ async fn write_mountpod(
             .await
             .context(|| format!("applying MountPod {mp_name}"))?,
     };
+    ctx.echoes
+        .wrote("MountPod", &mp_name, written.resource_version());
     ctx.written_mountpods.record(
         &name,
         &mp_name,

@@ -73,6 +73,29 @@ impl Sightings {
         out
     }
 
+    /// `va` as this controller just wrote it: the tickets its status dates now are
+    /// forgotten at once, not on the next reconcile (the write's own watch event does
+    /// not reconcile again, see `controller::echoes`), so [`pending`](Self::pending)
+    /// does not count them.
+    pub fn written(&self, va: &VolumeAttachment) {
+        let mut all = self.by_volume.lock().expect("sightings lock");
+        let name = va.name_any();
+        let Some(v) = all.get_mut(&name) else {
+            return;
+        };
+        v.seen.retain(|id, _| {
+            va.spec.attachment_tickets.contains_key(id)
+                && !va
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.attachment_ticket_statuses.get(id))
+                    .is_some_and(|s| s.requested_at.is_some())
+        });
+        if v.seen.is_empty() {
+            all.remove(&name);
+        }
+    }
+
     /// How many tickets are undated (seen, their status not written yet): the new
     /// attaches under way, the controller's backlog.
     pub fn pending(&self) -> usize {
@@ -153,5 +176,22 @@ mod tests {
                 .collect();
             assert_eq!(got, want, "step {i}");
         }
+    }
+
+    #[test]
+    fn a_status_written_forgets_the_tickets_it_dates_at_once() {
+        let s = Sightings::default();
+        s.first_seen(&va(&["a", "b"], &[]), &t(10));
+        assert_eq!(s.pending(), 2);
+        // The controller wrote a status dating a: b is still pending.
+        s.written(&va(&["a", "b"], &[("a", 10)]));
+        assert_eq!(s.pending(), 1);
+        s.written(&va(&["a", "b"], &[("a", 10), ("b", 10)]));
+        assert_eq!(s.pending(), 0);
+        // The next sighting starts afresh.
+        assert!(
+            s.first_seen(&va(&["a", "b"], &[("a", 10), ("b", 10)]), &t(11))
+                .is_empty()
+        );
     }
 }
