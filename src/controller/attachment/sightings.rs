@@ -47,12 +47,7 @@ impl Sightings {
         let mut all = self.by_volume.lock().expect("sightings lock");
         let at = Instant::now();
         all.retain(|_, v| at.duration_since(v.touched) < FORGET_AFTER);
-        let dated = |id: &str| {
-            va.status
-                .as_ref()
-                .and_then(|s| s.attachment_ticket_statuses.get(id))
-                .is_some_and(|s| s.requested_at.is_some())
-        };
+        let dated = |id: &str| dated(va, id);
         let name = va.name_any();
         let VolumeSightings { touched, seen } =
             all.entry(name.clone()).or_insert_with(|| VolumeSightings {
@@ -83,14 +78,8 @@ impl Sightings {
         let Some(v) = all.get_mut(&name) else {
             return;
         };
-        v.seen.retain(|id, _| {
-            va.spec.attachment_tickets.contains_key(id)
-                && !va
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.attachment_ticket_statuses.get(id))
-                    .is_some_and(|s| s.requested_at.is_some())
-        });
+        v.seen
+            .retain(|id, _| va.spec.attachment_tickets.contains_key(id) && !dated(va, id));
         if v.seen.is_empty() {
             all.remove(&name);
         }
@@ -106,6 +95,14 @@ impl Sightings {
             .map(|v| v.seen.len())
             .sum()
     }
+}
+
+/// Whether `va`'s status dates ticket `id` (its `requestedAt` is written).
+fn dated(va: &VolumeAttachment, id: &str) -> bool {
+    va.status
+        .as_ref()
+        .and_then(|s| s.attachment_ticket_statuses.get(id))
+        .is_some_and(|s| s.requested_at.is_some())
 }
 
 #[cfg(test)]
