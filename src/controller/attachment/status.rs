@@ -78,7 +78,7 @@ fn condition(
         observed_generation: generation,
     }
 }
-use crate::tickets::{Decision, Input, TicketOutcome};
+use crate::tickets::{Decision, Input, TicketInput, TicketOutcome};
 
 pub use crate::controller::pace::ATTACH_QUIET;
 
@@ -103,6 +103,7 @@ pub fn quiet_left(
     if old.is_some_and(|s| s.keys().any(|id| !decision.tickets.contains_key(id))) {
         return None;
     }
+    let tickets = by_id(input);
     let mut left: Option<Duration> = None;
     for (id, o) in &decision.tickets {
         let before = old.and_then(|s| s.get(id));
@@ -116,20 +117,37 @@ pub fn quiet_left(
         }
         // Only a new ticket attaching may wait: any other change (a mount lost, a wait
         // behind another node over) is written at once.
-        let rest = quiet_rest(id, o, before, input, without_agent, now, quiet)?;
+        let rest = quiet_rest(
+            o,
+            before,
+            tickets.get(id.as_str()).copied(),
+            without_agent,
+            now,
+            quiet,
+        )?;
         left = Some(left.map_or(rest, |l| l.min(rest)));
     }
     left
 }
 
-/// How long ticket `id` (decided `o`) may still go unreported: `Some(time left)` when it
-/// is new (`before`: no status of it yet), attaching (chosen, its mount not ready), not
-/// on a node in `without_agent`, and was requested less than `quiet` before `now`.
+/// The tickets of `input` by id: each looked up once per ticket, not found by a scan
+/// (a volume used by many nodes has hundreds).
+fn by_id(input: &Input) -> BTreeMap<&str, &TicketInput> {
+    input
+        .tickets
+        .iter()
+        .map(|t| (t.ticket.id.as_str(), t))
+        .collect()
+}
+
+/// How long a ticket (decided `o`, its input `ticket`) may still go unreported:
+/// `Some(time left)` when it is new (`before`: no status of it yet), attaching (chosen,
+/// its mount not ready), not on a node in `without_agent`, and was requested less than
+/// `quiet` before `now`.
 fn quiet_rest(
-    id: &str,
     o: &TicketOutcome,
     before: Option<&AttachmentTicketStatus>,
-    input: &Input,
+    ticket: Option<&TicketInput>,
     without_agent: &BTreeSet<String>,
     now: &Time,
     quiet: Duration,
@@ -137,7 +155,7 @@ fn quiet_rest(
     if before.is_some() || o.satisfied || o.reason != TicketReason::Attaching {
         return None;
     }
-    let ticket = input.tickets.iter().find(|t| t.ticket.id == id)?;
+    let ticket = ticket?;
     if without_agent.contains(&ticket.ticket.node_id) {
         return None;
     }
@@ -176,16 +194,14 @@ pub fn held(
     quiet: Duration,
 ) -> Held {
     let old = old.map(|s| &s.attachment_ticket_statuses);
+    let tickets = by_id(input);
     let mut held = Held::default();
     let mut shown_nodes = BTreeSet::new();
     for (id, o) in &decision.tickets {
         let before = old.and_then(|s| s.get(id));
-        let node = input
-            .tickets
-            .iter()
-            .find(|t| &t.ticket.id == id)
-            .map(|t| t.ticket.node_id.clone());
-        match quiet_rest(id, o, before, input, without_agent, now, quiet) {
+        let ticket = tickets.get(id.as_str()).copied();
+        let node = ticket.map(|t| t.ticket.node_id.clone());
+        match quiet_rest(o, before, ticket, without_agent, now, quiet) {
             Some(rest) => {
                 held.tickets.insert(id.clone());
                 held.nodes.extend(node);
