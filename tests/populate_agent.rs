@@ -40,6 +40,12 @@ async fn filled_volume(e: &Env, suffix: &str, size: &str, from: &str) -> String 
 #[tokio::test]
 async fn a_restore_ticket_fills_a_volume_from_a_live_source() {
     let e = Env::new("npop", 1, WAIT).await;
+    // The node's agent is registered, as node-driver-registrar does for a real one.
+    // Without it the controller takes the node for one without an agent and reports
+    // each new ticket's wait at once, so the small volume's ticket could show
+    // Attaching before its copy failed (CI saw it; 1 run in 6 here).
+    fixtures::create_csinodes(&e.client, &e.id, &e.nodes).await;
+    let _nodes = fixtures::NodesGuard(e.nodes.clone());
     let node = e.nodes[0].clone();
     let agent = AgentProcess::start(&e.id, &node);
     let src = e.volume_name("src");
