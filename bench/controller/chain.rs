@@ -32,7 +32,8 @@ pub(super) async fn chain(
     template: &Arc<Template>,
     node: &str,
     n: usize,
-) -> Duration {
+    meter: &CpuMeter,
+) -> (Duration, SegmentCpu) {
     let id = support::unique_name("chain");
     let names: Vec<String> = (0..n).map(|i| format!("{id}-v{i}")).collect();
     let owners = create_volumes(client, &id, &names).await;
@@ -150,6 +151,7 @@ pub(super) async fn chain(
         tasks.push(task);
     }
 
+    let cpu = meter.read();
     let t0 = Instant::now();
     stream::iter(names.iter().map(|name| async move {
         fixtures::put_ticket(client, name, "csi-a", "csi-attacher", node, json!({})).await
@@ -167,11 +169,12 @@ pub(super) async fn chain(
         seen.insert(name);
     }
     let took = t0.elapsed();
+    let cpu = meter.read().since(cpu);
     for task in tasks {
         task.abort();
     }
     delete_volumes(client, &id, &names, node).await;
-    took
+    (took, cpu)
 }
 
 /// Watch `api` and hand every object seen to `on`; the receiver says when the first

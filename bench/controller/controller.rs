@@ -4,7 +4,8 @@
 //! to the last satisfied status, the ticket latency percentiles, API requests per
 //! reconcile, status writes per reconcile and per volume (coalescing), the requests per
 //! attach by kind (the controller's own count, and the API server's count of every
-//! client's), the watch events the API server sent, CPU by process, and the
+//! client's), the watch events the API server sent, CPU by process, the CPU each kind
+//! of segment cost per volume (the API server with etcd, and the clients), and the
 //! controller's peak resident memory.
 //!
 //! Baseline in the same run, the *API floor*: the benchmark writes the same objects
@@ -139,8 +140,19 @@ struct Counts {
     watch_events: BTreeMap<String, f64>,
 }
 
+/// Which end of a segment a reading is taken at.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Edge {
+    Start,
+    End,
+}
+
 impl Counts {
-    fn read(ctrl: &ControllerProcess) -> Counts {
+    /// Scraping the metrics costs the API server and the controller CPU of their own
+    /// (the API server's are megabytes), which must fall outside the segment: the CPU
+    /// is read after the scrapes at its start, before them at its end.
+    fn read(ctrl: &ControllerProcess, edge: Edge) -> Counts {
+        let cpu_first = (edge == Edge::End).then(|| cpu_seconds(ctrl.child.id()));
         let metrics = ctrl.metrics().unwrap_or_default();
         let sum = |prefix: &str| {
             metrics
@@ -149,13 +161,15 @@ impl Counts {
                 .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
                 .sum()
         };
+        let apiserver = procs::apiserver_requests();
+        let watch_events = procs::apiserver_watch_events();
         Counts {
             reconciles: sum("tessera_reconciles_total"),
             requests: sum("tessera_api_requests_total"),
             by_kind: requests_by_kind(&metrics),
-            cpu: cpu_seconds(ctrl.child.id()),
-            apiserver: procs::apiserver_requests(),
-            watch_events: procs::apiserver_watch_events(),
+            cpu: cpu_first.unwrap_or_else(|| cpu_seconds(ctrl.child.id())),
+            apiserver,
+            watch_events,
         }
     }
 
@@ -180,6 +194,49 @@ impl Counts {
             &before.watch_events,
             &after.watch_events,
         );
+    }
+}
+
+/// CPU seconds of the API server with etcd, and of the clients (this benchmark with
+/// its stand-in agent, and the controller, which is idle outside its own segments):
+/// a reading, or what a segment spent (a difference), or a sum of those.
+#[derive(Clone, Copy, Default)]
+struct SegmentCpu {
+    api: f64,
+    clients: f64,
+}
+
+impl SegmentCpu {
+    fn of(cpu: &BTreeMap<String, f64>) -> SegmentCpu {
+        let sum = |names: &[&str]| names.iter().filter_map(|n| cpu.get(*n)).sum::<f64>();
+        SegmentCpu {
+            api: sum(&["kube-apiserver", "etcd"]),
+            clients: sum(&["tessera controller", "this benchmark (+ stand-in agent)"]),
+        }
+    }
+
+    /// What was spent from `before` to this reading.
+    fn since(self, before: SegmentCpu) -> SegmentCpu {
+        SegmentCpu {
+            api: self.api - before.api,
+            clients: self.clients - before.clients,
+        }
+    }
+
+    fn add(&mut self, spent: SegmentCpu) {
+        self.api += spent.api;
+        self.clients += spent.clients;
+    }
+}
+
+/// Reads [`SegmentCpu`] around the timed part of a floor.
+struct CpuMeter {
+    controller: u32,
+}
+
+impl CpuMeter {
+    fn read(&self) -> SegmentCpu {
+        SegmentCpu::of(&cpu_seconds(self.controller))
     }
 }
 
@@ -273,7 +330,7 @@ async fn controller_segment(
     }
     let setup = t.elapsed();
 
-    let before = Counts::read(ctrl);
+    let before = Counts::read(ctrl, Edge::Start);
     let t0 = Instant::now();
     let chunk: BTreeSet<String> = names.iter().cloned().collect();
     let watch_task = tokio::spawn(watch_satisfied(vas.clone(), id.to_string(), chunk, t0));
@@ -288,7 +345,7 @@ async fn controller_segment(
     // listing every VolumeAttachment in a loop, which would load the API server too.
     let satisfied_at = watch_task.await.expect("watch task");
     let took = t0.elapsed();
-    counts.add(&before, &Counts::read(ctrl));
+    counts.add(&before, &Counts::read(ctrl, Edge::End));
     (took, submitted, satisfied_at.into_values().collect(), setup)
 }
 
@@ -346,6 +403,8 @@ async fn main() {
     // the order of the two floors alternates. The controller's volumes stay attached
     // from round to round, so it holds all `n` at the end.
     let mut counts = Counts::default();
+    // CPU during the minimal, mix and chain floors.
+    let mut cpu = [SegmentCpu::default(); 3];
     let mut all_rounds = Vec::new();
     let mut latencies = Vec::new();
     let mut setup = Duration::ZERO;
@@ -365,18 +424,28 @@ async fn main() {
         };
         // The watch-driven floor next to the controller, before it and after it in
         // turn: [minimal, chain, controller, mix], [mix, controller, chain, minimal], …
-        let a = floor(&client, &template, &node, m, first).await;
+        let meter = CpuMeter {
+            controller: ctrl.child.id(),
+        };
+        let slot = |mix: Mix| if mix == Mix::Minimal { 0 } else { 1 };
+        let (a, spent) = floor(&client, &template, &node, m, first, &meter).await;
+        cpu[slot(first)].add(spent);
         let mut floor_chain = Duration::ZERO;
         if r % 2 == 0 {
-            floor_chain = chain(&client, &template, &node, m).await;
+            let spent;
+            (floor_chain, spent) = chain(&client, &template, &node, m, &meter).await;
+            cpu[2].add(spent);
         }
         attached += m;
         let (took, submitted, lat, s) =
             controller_segment(&client, &ctrl, &id, &node, chunk, attached, &mut counts).await;
         if r % 2 == 1 {
-            floor_chain = chain(&client, &template, &node, m).await;
+            let spent;
+            (floor_chain, spent) = chain(&client, &template, &node, m, &meter).await;
+            cpu[2].add(spent);
         }
-        let b = floor(&client, &template, &node, m, second).await;
+        let (b, spent) = floor(&client, &template, &node, m, second, &meter).await;
+        cpu[slot(second)].add(spent);
         let (floor_minimal, floor_mix) = if first == Mix::Minimal {
             (a, b)
         } else {
@@ -533,6 +602,23 @@ async fn main() {
     for (k, d) in &counts.cpu {
         println!("    {k:<40} {d:>8.1}");
     }
+    // The same work done four ways: what each cost the API server and the clients.
+    let controller_cpu = SegmentCpu::of(&counts.cpu);
+    let per_volume_ms = |c: f64| 1000.0 * c / n as f64;
+    println!("  CPU ms per volume, by segment: API server + etcd, clients");
+    let segments = [
+        ("minimal", cpu[0]),
+        ("mix", cpu[1]),
+        ("chain", cpu[2]),
+        ("controller", controller_cpu),
+    ];
+    for (name, c) in segments {
+        println!(
+            "    {name:<40} {:>8.2} {:>8.2}",
+            per_volume_ms(c.api),
+            per_volume_ms(c.clients)
+        );
+    }
 
     // Clean up: remove the tickets (as the kubelet's detach would), delete the volumes
     // (their data cleanup runs through tickets too).
@@ -637,6 +723,19 @@ async fn main() {
         line = line.num(&format!("apiserver_{}", key(k)), *v, 2);
     }
     line = line.num("apiserver_writes_per_volume", apiserver_writes, 2);
+    for (name, c) in segments {
+        line = line
+            .num(
+                &format!("cpu_api_ms_per_volume_{name}"),
+                per_volume_ms(c.api),
+                2,
+            )
+            .num(
+                &format!("cpu_clients_ms_per_volume_{name}"),
+                per_volume_ms(c.clients),
+                2,
+            );
+    }
     for (k, v) in &watch_per_volume {
         line = line.num(&format!("watch_events_{}", key(k)), *v, 2);
     }

@@ -131,7 +131,8 @@ pub(super) async fn floor(
     node: &str,
     n: usize,
     mix: Mix,
-) -> Duration {
+    meter: &CpuMeter,
+) -> (Duration, SegmentCpu) {
     let id = support::unique_name("floor");
     let volumes: Api<Volume> = Api::all(client.clone());
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
@@ -141,6 +142,7 @@ pub(super) async fn floor(
     let owners = create_volumes(client, &id, &names).await;
     let recorder = recorder(client);
 
+    let cpu = meter.read();
     let t0 = Instant::now();
     stream::iter(names.iter().zip(owners).map(|(name, (owner, object))| {
         let (vas, volumes, mps, apply, recorder) = (
@@ -176,9 +178,10 @@ pub(super) async fn floor(
     .await
     .expect("floor writes");
     let took = t0.elapsed();
+    let cpu = meter.read().since(cpu);
 
     delete_volumes(client, &id, &names, node).await;
-    took
+    (took, cpu)
 }
 
 /// The Event recorder of the floors.

@@ -3,11 +3,15 @@
 //! cache has had its first full list.
 //!
 //! ```text
-//!  watch(kind) ─▶ reflector ─▶ Store (cache) ─── read by every reconcile
+//!  watch(kind) ─▶ lean ─▶ reflector ─▶ Store (cache) ─── read by every reconcile
 //!                     │ InitDone ─▶ CachesReady flag
 //!                     └─ each object ─▶ forward? ─▶ one stream per triggered controller
 //!                                                    (less its own writes: [`Echoes`])
 //! ```
+//!
+//! Each object is made lean first (the `managedFields` no reader of the cache reads
+//! are dropped: [`no_managed_fields`], [`spec_managers_only`]), cached once and handed
+//! to the controllers as the same `Arc`, not as copies.
 //!
 //! Every object reaches the cache; only those whose [`Projection`] changed reach the
 //! controllers, for kinds of which the controllers read only a part: a Node's
@@ -96,19 +100,21 @@ impl kube::runtime::utils::Backoff for ShortBackoff {
 }
 
 /// Run one watch of a kind into `writer` (the cache) and hand every touched object to
-/// each of `outputs` consumers, so two controllers share one watch. `ready` is set when
-/// the first full list has reached the cache. A consumer given [`Echoes`] is not
-/// handed the versions its controller wrote itself.
+/// each of `outputs` consumers, so two controllers share one watch. Each object is
+/// passed through `lean` before it is cached. `ready` is set when the first full list
+/// has reached the cache. A consumer given [`Echoes`] is not handed the versions its
+/// controller wrote itself.
 pub(super) fn fan_out<K>(
     api: Api<K>,
     wc: watcher::Config,
+    lean: fn(&mut K),
     writer: reflector::store::Writer<K>,
     ready: Arc<AtomicBool>,
     outputs: Vec<Option<Arc<Echoes>>>,
     mut forward: impl FnMut(&K, bool) -> bool + Send + 'static,
 ) -> (
     impl std::future::Future<Output = ()>,
-    Vec<UnboundedReceiverStream<Result<K, watcher::Error>>>,
+    Vec<UnboundedReceiverStream<Arc<K>>>,
 )
 where
     K: kube::Resource
@@ -129,8 +135,10 @@ where
         .unzip();
     let kind = K::kind(&Default::default()).to_string();
     let run = async move {
-        let mut events =
-            reflector(writer, watcher(api, wc).backoff(ShortBackoff::default())).boxed();
+        let watch = watcher(api, wc)
+            .backoff(ShortBackoff::default())
+            .modify(lean);
+        let mut events = reflector(writer, watch).boxed();
         while let Some(event) = events.next().await {
             // Whether the object comes as a change (not listed, not deleted).
             let (obj, change) = match event {
@@ -163,18 +171,33 @@ where
                     continue;
                 }
             };
+            let obj = Arc::new(obj);
             for (tx, echoes) in &txs {
                 let echo = echoes.as_ref().is_some_and(|e| {
                     let rv = obj.meta().resource_version.as_deref();
                     e.seen(&kind, &obj.name_any(), rv, change)
                 });
                 if !echo {
-                    let _ = tx.send(Ok(obj.clone()));
+                    let _ = tx.send(obj.clone());
                 }
             }
         }
     };
     (run, rxs)
+}
+
+/// Drop every `managedFields` entry: for kinds whose cache no reader asks who wrote
+/// what. They are most of a small object, and each cached copy would carry them.
+pub(super) fn no_managed_fields<K: kube::Resource>(o: &mut K) {
+    o.managed_fields_mut().clear();
+}
+
+/// Keep the `managedFields` entries of the object itself (who wrote each ticket: the
+/// reaper's [`ticket_managers`](super::reaper::ticket_managers)), drop those of its
+/// status, which name the controller and grow with every ticket's status.
+pub(super) fn spec_managers_only<K: kube::Resource>(o: &mut K) {
+    o.managed_fields_mut()
+        .retain(|e| e.subresource.as_deref().unwrap_or_default().is_empty());
 }
 
 /// Every object, every change: for kinds whose controllers read all of them.
@@ -227,6 +250,44 @@ mod tests {
         assert_eq!(ms, [100, 200, 400, 800, 1000, 1000, 1000]);
         b.reset();
         assert_eq!(b.next(), Some(Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn a_lean_attachment_still_says_who_wrote_each_ticket() {
+        use crate::api::VolumeAttachment;
+        let va = |managers: serde_json::Value| -> VolumeAttachment {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
+                "metadata": {"name": "v", "managedFields": managers},
+                "spec": {"volume": "v", "attachmentTickets": {
+                    "csi-1": {"id": "csi-1", "type": "csi-attacher", "nodeID": "a"},
+                    "manual-a": {"id": "manual-a", "type": "manual", "nodeID": "b"}}},
+            }))
+            .unwrap()
+        };
+        let entry = |manager: &str, sub: Option<&str>, id: &str| {
+            serde_json::json!({"manager": manager, "operation": "Update", "subresource": sub,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:attachmentTickets": {format!("f:{id}"): {}}}}})
+        };
+        let mut lean = va(serde_json::json!([
+            entry("tessera-csi-controller", None, "csi-1"),
+            entry("argocd", None, "manual-a"),
+            entry("tessera-controller", Some("status"), "csi-1"),
+        ]));
+        spec_managers_only(&mut lean);
+        let managers: Vec<_> = lean
+            .managed_fields()
+            .iter()
+            .map(|e| e.manager.as_deref().unwrap_or_default())
+            .collect();
+        assert_eq!(managers, ["tessera-csi-controller", "argocd"]);
+        for (id, owner) in [("csi-1", "tessera-csi-controller"), ("manual-a", "argocd")] {
+            let owners = crate::controller::reaper::ticket_managers(lean.managed_fields(), id);
+            assert_eq!(owners.into_iter().collect::<Vec<_>>(), [owner], "{id}");
+        }
+        no_managed_fields(&mut lean);
+        assert!(lean.managed_fields().is_empty());
     }
 
     #[test]

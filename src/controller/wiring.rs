@@ -25,7 +25,9 @@ use kube::{Api, Client, ResourceExt};
 
 use super::echoes::Echoes;
 use super::error::log_run_error;
-use super::watch::{CachesReady, Projection, every_change, fan_out};
+use super::watch::{
+    CachesReady, Projection, every_change, fan_out, no_managed_fields, spec_managers_only,
+};
 use super::{Context, ControllerArgs, FIELD_MANAGER, attachment, reaper, state_metrics, volume};
 use crate::api::{CSI_DRIVER_NAME, MountPod, Volume, VolumeAttachment};
 use crate::metrics::Metrics;
@@ -60,6 +62,7 @@ pub(super) async fn run_controllers(
     let (volume_watch, mut volume_streams) = fan_out(
         volumes,
         wc.clone(),
+        no_managed_fields,
         volume_writer,
         ready.volumes.clone(),
         vec![None, Some(echoes.clone())],
@@ -69,6 +72,7 @@ pub(super) async fn run_controllers(
     let (va_watch, mut va_streams) = fan_out(
         attachments,
         wc.clone(),
+        spec_managers_only,
         va_writer,
         ready.attachments.clone(),
         vec![None, Some(echoes.clone())],
@@ -78,6 +82,7 @@ pub(super) async fn run_controllers(
     let (mp_watch, mut mp_streams) = fan_out(
         mountpods,
         wc,
+        no_managed_fields,
         mp_writer,
         ready.mountpods.clone(),
         vec![Some(echoes.clone())],
@@ -89,6 +94,7 @@ pub(super) async fn run_controllers(
     let (node_watch, mut node_streams) = fan_out(
         Api::<PartialObjectMeta<Node>>::all(client.clone()),
         watcher::Config::default(),
+        no_managed_fields,
         node_writer,
         ready.nodes.clone(),
         vec![None],
@@ -108,6 +114,7 @@ pub(super) async fn run_controllers(
     let (csinode_watch, mut csinode_streams) = fan_out(
         Api::<CSINode>::all(client.clone()),
         watcher::Config::default(),
+        no_managed_fields,
         csinode_writer,
         csinodes_ready.clone(),
         vec![None],
@@ -139,24 +146,24 @@ pub(super) async fn run_controllers(
     };
 
     // A VolumeAttachment has its Volume's name; a MountPod names its volume.
-    let volume_ctrl = Controller::for_stream(volume_streams.remove(0), volume_store.clone())
-        .watches_stream(va_streams.remove(0), |va: VolumeAttachment| {
-            va.metadata.name.map(|n| ObjectRef::new(&n))
+    let volume_ctrl = Controller::for_shared_stream(volume_streams.remove(0), volume_store.clone())
+        .watches_shared_stream(va_streams.remove(0), |va: Arc<VolumeAttachment>| {
+            Some(ObjectRef::new(&va.name_any()))
         });
-    let attachment_ctrl = Controller::for_stream(va_streams.remove(0), va_store.clone())
-        .watches_stream(mp_streams.remove(0), |mp: MountPod| {
+    let attachment_ctrl = Controller::for_shared_stream(va_streams.remove(0), va_store.clone())
+        .watches_shared_stream(mp_streams.remove(0), |mp: Arc<MountPod>| {
             Some(ObjectRef::new(&mp.spec.volume))
         })
-        .watches_stream(volume_streams.remove(0), |v: Volume| {
-            v.metadata.name.map(|n| ObjectRef::new(&n))
+        .watches_shared_stream(volume_streams.remove(0), |v: Arc<Volume>| {
+            Some(ObjectRef::new(&v.name_any()))
         })
-        .watches_stream(node_streams.remove(0), {
+        .watches_shared_stream(node_streams.remove(0), {
             let on = tickets_on(va_store.clone());
-            move |node: PartialObjectMeta<Node>| on(node.metadata.name.unwrap_or_default())
+            move |node: Arc<PartialObjectMeta<Node>>| on(node.name_any())
         })
-        .watches_stream(csinode_streams.remove(0), {
+        .watches_shared_stream(csinode_streams.remove(0), {
             let on = tickets_on(va_store.clone());
-            move |node: CSINode| on(node.metadata.name.unwrap_or_default())
+            move |node: Arc<CSINode>| on(node.name_any())
         });
 
     let ctx = Arc::new(Context {
@@ -207,15 +214,25 @@ pub(super) async fn run_controllers(
         });
     let reaper_run = reaper::run(ctx.clone(), Duration::from_secs(args.reap_interval_seconds));
     let states_run = state_metrics::run(ctx.clone(), Duration::from_secs(5));
-    tokio::join!(
-        volume_watch,
-        va_watch,
-        mp_watch,
-        node_watch,
-        csinode_watch,
-        volume_run,
-        attachment_run,
-        reaper_run,
-        states_run
-    );
+    // Each its own task on the runtime's workers, next to the HTTP connections they
+    // talk through: polled by the main thread (one `join!`), every watch event and
+    // every response crossed threads, and every wake-up polled all nine. The set
+    // aborts them all when this future is dropped (leadership lost, shutdown).
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(volume_watch);
+    tasks.spawn(va_watch);
+    tasks.spawn(mp_watch);
+    tasks.spawn(node_watch);
+    tasks.spawn(csinode_watch);
+    tasks.spawn(volume_run);
+    tasks.spawn(attachment_run);
+    tasks.spawn(reaper_run);
+    tasks.spawn(states_run);
+    while let Some(done) = tasks.join_next().await {
+        if let Err(e) = done
+            && e.is_panic()
+        {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
 }
