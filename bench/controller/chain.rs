@@ -36,7 +36,7 @@ pub(super) async fn chain(
 ) -> (Duration, SegmentCpu) {
     let id = support::unique_name("chain");
     let names: Vec<String> = (0..n).map(|i| format!("{id}-v{i}")).collect();
-    let owners = create_volumes(client, &id, &names).await;
+    let owners = create_volumes(client, template, &id, &names).await;
     let prepared: Arc<HashMap<String, Prepared>> = Arc::new(
         names
             .iter()

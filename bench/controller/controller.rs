@@ -30,7 +30,9 @@
 //! Ends with one `BENCH controller key=value …` line (bench/bench_line.rs).
 //!
 //! Run: `make bench-controller` (or `cargo bench --bench controller`; `BENCH_VOLUMES=N`
-//! changes the count, `BENCH_ROUNDS=R` the rounds). Figures and their analysis:
+//! changes the count, `BENCH_ROUNDS=R` the rounds; `BENCH_FLOOR_SHAPE=controller` gives
+//! the floors' objects the controller's finalizers and first statuses before their
+//! clock starts). Figures and their analysis:
 //! bench/README.md.
 
 #[path = "../bench_line.rs"]
@@ -43,7 +45,7 @@ mod support;
 mod chain;
 mod floor;
 use chain::chain;
-use floor::{FLOOR_PIPELINES, Mix, Template, floor, wait_gone};
+use floor::{FLOOR_PIPELINES, FirstShape, Mix, Template, floor, wait_gone};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -386,9 +388,15 @@ async fn main() {
         Duration::from_secs(30),
     )
     .await;
+    let first = match std::env::var("BENCH_FLOOR_SHAPE").as_deref() {
+        Ok("controller") => Some(FirstShape::capture(&client, &warm).await),
+        _ => None,
+    };
     fixtures::put_ticket(&client, &warm, "csi-a", "csi-attacher", &node, json!({})).await;
     fixtures::wait_satisfied(&client, &warm, "csi-a").await;
-    let template = std::sync::Arc::new(Template::capture(&client, &warm).await);
+    let mut template = Template::capture(&client, &warm).await;
+    template.first = first;
+    let template = std::sync::Arc::new(template);
     // The ticket first: a Volume whose node still serves a workload ticket keeps its
     // data (and so itself) until the ticket goes.
     fixtures::remove_ticket(&client, &warm, "csi-a").await;
@@ -649,6 +657,10 @@ async fn main() {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
+    // Their VolumeAttachments and MountPods go after them (garbage collection), and
+    // only the controller and the stand-in agent remove their finalizers: left behind,
+    // they would stay on the cluster after this process, and its controller, ended.
+    wait_gone(&client, &id).await;
     println!(
         "  API floor: the same writes issued directly (no controller), {FLOOR_PIPELINES} volumes at once, sum of the rounds"
     );

@@ -26,6 +26,44 @@ pub(super) struct Template {
     mountpod: serde_json::Value,
     va_status: serde_json::Value,
     volume_status: serde_json::Value,
+    /// With `BENCH_FLOOR_SHAPE=controller`: what the controller's objects carry before
+    /// their ticket, for the floors to write before their clock starts.
+    pub(super) first: Option<FirstShape>,
+}
+
+/// What the controller writes on a new volume's objects before any ticket: their
+/// finalizers and first statuses. An experiment (`BENCH_FLOOR_SHAPE=controller`): do
+/// the API server's writes cost more on objects of that shape?
+pub(super) struct FirstShape {
+    va_finalizers: Vec<String>,
+    volume_finalizers: Vec<String>,
+    va_status: serde_json::Value,
+    volume_status: serde_json::Value,
+}
+
+impl FirstShape {
+    /// Read from the objects of volume `name`, once both have a status.
+    pub(super) async fn capture(client: &kube::Client, name: &str) -> FirstShape {
+        let vas = Api::<VolumeAttachment>::all(client.clone());
+        let volumes = Api::<Volume>::all(client.clone());
+        let t = Instant::now();
+        loop {
+            let (va, volume) = tokio::join!(vas.get(name), volumes.get(name));
+            if let (Ok(va), Ok(volume)) = (va, volume)
+                && va.status.is_some()
+                && volume.status.is_some()
+            {
+                return FirstShape {
+                    va_finalizers: va.finalizers().to_vec(),
+                    volume_finalizers: volume.finalizers().to_vec(),
+                    va_status: serde_json::to_value(&va.status).unwrap(),
+                    volume_status: serde_json::to_value(&volume.status).unwrap(),
+                };
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "no first statuses");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
 impl Template {
@@ -52,6 +90,7 @@ impl Template {
             }),
             va_status: serde_json::to_value(&va.status).unwrap(),
             volume_status: serde_json::to_value(&volume.status).unwrap(),
+            first: None,
         }
     }
 
@@ -139,7 +178,7 @@ pub(super) async fn floor(
     let mps: Api<MountPod> = Api::all(client.clone());
     let names: Vec<String> = (0..n).map(|i| format!("{id}-v{i}")).collect();
     let apply = PatchParams::apply("tessera-bench-floor").force();
-    let owners = create_volumes(client, &id, &names).await;
+    let owners = create_volumes(client, template, &id, &names).await;
     let recorder = recorder(client);
 
     let cpu = meter.read();
@@ -220,6 +259,7 @@ fn status_body(kind: &str, status: serde_json::Value) -> serde_json::Value {
 /// ticket), 32 at once; returns each Volume's owner reference and object reference.
 pub(super) async fn create_volumes(
     client: &kube::Client,
+    template: &Template,
     id: &str,
     names: &[String],
 ) -> Vec<(serde_json::Value, ObjectReference)> {
@@ -232,13 +272,34 @@ pub(super) async fn create_volumes(
         async move {
             let v = volumes.create(&PostParams::default(), &body).await?;
             let owner = serde_json::to_value(v.controller_owner_ref(&())).unwrap();
-            let va = json!({
+            let mut va = json!({
                 "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
                 "metadata": {"name": name, "labels": {TEST_LABEL: id},
                              "ownerReferences": [owner]},
                 "spec": {"volume": name, "attachmentTickets": {}},
             });
+            if let Some(first) = &template.first {
+                va["metadata"]["finalizers"] = json!(first.va_finalizers);
+            }
             vas.patch(name, &apply, &Patch::Apply(&va)).await?;
+            if let Some(first) = &template.first {
+                // As the controller does: the Volume's finalizer in a patch of its own
+                // (its own managedFields entry), then both first statuses.
+                let update = PatchParams {
+                    field_manager: Some("tessera-bench-floor".into()),
+                    ..Default::default()
+                };
+                let finalizers = json!({"metadata": {"finalizers": first.volume_finalizers}});
+                volumes
+                    .patch(name, &update, &Patch::Merge(&finalizers))
+                    .await?;
+                let va_status = template.renamed(&first.va_status, name);
+                let volume_status = template.renamed(&first.volume_status, name);
+                let va_status = Patch::Apply(status_body("VolumeAttachment", va_status));
+                let volume_status = Patch::Apply(status_body("Volume", volume_status));
+                vas.patch_status(name, &apply, &va_status).await?;
+                volumes.patch_status(name, &apply, &volume_status).await?;
+            }
             Ok::<_, kube::Error>((owner, v.object_ref(&())))
         }
     }))
@@ -260,8 +321,23 @@ pub(super) async fn delete_volumes(client: &kube::Client, id: &str, names: &[Str
         let mp_name = tessera::api::mountpod_name(name, node);
         async move {
             let _ = mps.delete(&mp_name, &Default::default()).await;
-            let _ = vas.delete(name, &Default::default()).await;
-            let _ = volumes.delete(name, &Default::default()).await;
+            // An object left pending has finalizers (`BENCH_FLOOR_SHAPE=controller`)
+            // that no controller will remove.
+            let none = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+            if vas
+                .delete(name, &Default::default())
+                .await
+                .is_ok_and(|d| d.is_left())
+            {
+                let _ = vas.patch(name, &PatchParams::default(), &none).await;
+            }
+            if volumes
+                .delete(name, &Default::default())
+                .await
+                .is_ok_and(|d| d.is_left())
+            {
+                let _ = volumes.patch(name, &PatchParams::default(), &none).await;
+            }
         }
     }))
     .buffer_unordered(32)
