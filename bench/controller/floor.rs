@@ -119,8 +119,23 @@ impl Template {
         apply: &PatchParams,
         name: &str,
     ) -> Result<(), kube::Error> {
-        let va_status = self.renamed(&self.va_status, name);
-        let volume_status = self.renamed(&self.volume_status, name);
+        let statuses = (&self.va_status, &self.volume_status);
+        self.apply_statuses(vas, volumes, apply, name, statuses)
+            .await
+    }
+
+    /// Apply `statuses` (of the VolumeAttachment, of the Volume; with the template
+    /// volume's name) to volume `name`'s objects, both at once.
+    async fn apply_statuses(
+        &self,
+        vas: &Api<VolumeAttachment>,
+        volumes: &Api<Volume>,
+        apply: &PatchParams,
+        name: &str,
+        (va_status, volume_status): (&serde_json::Value, &serde_json::Value),
+    ) -> Result<(), kube::Error> {
+        let va_status = self.renamed(va_status, name);
+        let volume_status = self.renamed(volume_status, name);
         let (va_status, volume_status) = (
             Patch::Apply(status_body("VolumeAttachment", va_status)),
             Patch::Apply(status_body("Volume", volume_status)),
@@ -293,12 +308,10 @@ pub(super) async fn create_volumes(
                 volumes
                     .patch(name, &update, &Patch::Merge(&finalizers))
                     .await?;
-                let va_status = template.renamed(&first.va_status, name);
-                let volume_status = template.renamed(&first.volume_status, name);
-                let va_status = Patch::Apply(status_body("VolumeAttachment", va_status));
-                let volume_status = Patch::Apply(status_body("Volume", volume_status));
-                vas.patch_status(name, &apply, &va_status).await?;
-                volumes.patch_status(name, &apply, &volume_status).await?;
+                let statuses = (&first.va_status, &first.volume_status);
+                template
+                    .apply_statuses(&vas, &volumes, &apply, name, statuses)
+                    .await?;
             }
             Ok::<_, kube::Error>((owner, v.object_ref(&())))
         }

@@ -140,26 +140,12 @@ where
             .modify(lean);
         let mut events = reflector(writer, watch).boxed();
         while let Some(event) = events.next().await {
-            // Whether the object comes as a change (not listed, not deleted).
-            let (obj, change) = match event {
-                Ok(watcher::Event::Apply(o)) => {
-                    if !forward(&o, false) {
-                        continue;
-                    }
-                    (o, true)
-                }
-                Ok(watcher::Event::InitApply(o)) => {
-                    if !forward(&o, false) {
-                        continue;
-                    }
-                    (o, false)
-                }
-                Ok(watcher::Event::Delete(o)) => {
-                    if !forward(&o, true) {
-                        continue;
-                    }
-                    (o, false)
-                }
+            // The object, whether it comes as a change (not listed, not deleted), and
+            // whether it was deleted.
+            let (obj, change, deleted) = match event {
+                Ok(watcher::Event::Apply(o)) => (o, true, false),
+                Ok(watcher::Event::InitApply(o)) => (o, false, false),
+                Ok(watcher::Event::Delete(o)) => (o, false, true),
                 Ok(watcher::Event::InitDone) => {
                     ready.store(true, Ordering::Release);
                     debug!(%kind, "cache ready");
@@ -171,6 +157,9 @@ where
                     continue;
                 }
             };
+            if !forward(&obj, deleted) {
+                continue;
+            }
             let obj = Arc::new(obj);
             for (tx, echoes) in &txs {
                 let echo = echoes.as_ref().is_some_and(|e| {
