@@ -18,6 +18,49 @@ pub fn proc_cpu_seconds(pid: u32) -> f64 {
     ticks / 100.0
 }
 
+/// How many sockets `pid` holds open (its connections to the API server, mostly: a
+/// kube client keeps each idle connection for 90 s).
+pub fn socket_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |fds| {
+        fds.filter_map(Result::ok)
+            .filter(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+            })
+            .count()
+    })
+}
+
+/// Samples `socket_count(pid)` every 100 ms until dropped; `peak()` is the most seen.
+pub struct SocketPeak {
+    peak: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SocketPeak {
+    pub fn start(pid: u32) -> SocketPeak {
+        let peak = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = peak.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                seen.fetch_max(socket_count(pid), std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        });
+        SocketPeak { peak, task }
+    }
+
+    pub fn peak(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for SocketPeak {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// The pids of the local control plane's `components` (target/cluster/pids), when the
 /// benchmark runs against it (no other KUBECONFIG).
 pub fn cluster_pids(repo: &std::path::Path, components: &[&str]) -> BTreeMap<String, u32> {

@@ -275,6 +275,7 @@ fn chart_values_reach_the_objects() {
             "backendRoots={/srv/a,/srv/b}",
             "crds.keep=false",
             "controller.podDisruptionBudget.enabled=false",
+            "controller.maxConcurrentReconciles=32",
         ],
     ));
     let get = |kind: &str, ns: &str, name: &str| {
@@ -307,6 +308,15 @@ fn chart_values_reach_the_objects() {
             "{env:?}"
         );
     }
+    // The controller's flag, on the controller only.
+    let flag = Value::from("--max-concurrent-reconciles=32");
+    let has_flag = |obj: &Value| {
+        container(obj, "tessera")["args"]
+            .as_array()
+            .is_some_and(|args| args.contains(&flag))
+    };
+    assert!(has_flag(&deployment), "{deployment}");
+    assert!(!has_flag(&daemonset), "{daemonset}");
     let attacher = container(&deployment, "csi-attacher");
     assert_eq!(attacher["image"], "registry.example/csi-attacher:v4.12.0");
     assert!(attacher.get("imagePullPolicy").is_none(), "{attacher}");
@@ -414,6 +424,10 @@ fn values_schema_refuses_bad_values() {
         ),
         ("logFormat=xml", "/logFormat"),
         ("backendRoots={srv/data}", "/backendRoots/0"),
+        (
+            "controller.maxConcurrentReconciles=0",
+            "/controller/maxConcurrentReconciles",
+        ),
     ] {
         let out = Command::new(harness_bin("helm"))
             .args(["template", "tessera", &chart_dir(), "--set", set])

@@ -30,7 +30,8 @@
 //! Ends with one `BENCH controller key=value …` line (bench/bench_line.rs).
 //!
 //! Run: `make bench-controller` (or `cargo bench --bench controller`; `BENCH_VOLUMES=N`
-//! changes the count, `BENCH_ROUNDS=R` the rounds; `BENCH_FLOOR_SHAPE=controller` gives
+//! changes the count, `BENCH_ROUNDS=R` the rounds, `BENCH_CONTROLLER_ARGS` adds flags to
+//! the controller's command line; `BENCH_FLOOR_SHAPE=controller` gives
 //! the floors' objects the controller's finalizers and first statuses before their
 //! clock starts). Figures and their analysis:
 //! bench/README.md.
@@ -374,7 +375,13 @@ async fn main() {
     // The node's agent is registered, as a real one is (its CSINode lists the driver):
     // otherwise the controller reports every attach at once as waiting for an agent.
     fixtures::create_csinodes(&client, &id, std::slice::from_ref(&node)).await;
-    let ctrl = ControllerProcess::start(&id, &["--no-leader-election"]);
+    // `BENCH_CONTROLLER_ARGS`: more flags for the controller (an A/B of a setting).
+    let extra = std::env::var("BENCH_CONTROLLER_ARGS").unwrap_or_default();
+    let mut args = vec!["--no-leader-election"];
+    args.extend(extra.split_whitespace());
+    let ctrl = ControllerProcess::start(&id, &args);
+    // Its connections to the API server, setups included (bursts of new Volumes).
+    let sockets = procs::SocketPeak::start(ctrl.child.id());
     let _agent = FakeAgent::start(client.clone(), &id);
     let volumes: Api<Volume> = Api::all(client.clone());
     let names: Vec<String> = (0..n).map(|i| format!("{id}-v{i}")).collect();
@@ -500,6 +507,7 @@ async fn main() {
     let over_chain_rounds = ratios(|r| r.floor_chain);
     let chain_over_mix = floor_chain.as_secs_f64() / floor_same.as_secs_f64();
     let rss_mib = support::proc_status_kib(ctrl.child.id(), "VmHWM") as f64 / 1024.0;
+    let peak_sockets = sockets.peak();
     let lat = {
         let mut l = latencies;
         l.sort();
@@ -547,6 +555,10 @@ async fn main() {
     println!(
         "  controller peak resident memory            {:>8.1} MiB (goal < 150 MB)",
         rss_mib
+    );
+    println!(
+        "  controller peak open sockets               {:>8}",
+        peak_sockets
     );
     println!("  controller requests per volume, by verb and resource");
     let mut per_volume = BTreeMap::new();
@@ -698,6 +710,11 @@ async fn main() {
         .field("volumes", n)
         .field("rounds", all_rounds.len())
         .field("cores", cores)
+        .field("controller_args", &extra)
+        .field(
+            "floor_shape",
+            std::env::var("BENCH_FLOOR_SHAPE").unwrap_or_default(),
+        )
         .num("setup_s", setup.as_secs_f64(), 2)
         .num("submitted_s", submitted.as_secs_f64(), 2)
         .num("all_satisfied_s", total.as_secs_f64(), 2)
@@ -726,6 +743,7 @@ async fn main() {
             3,
         )
         .num("controller_peak_rss_mib", rss_mib, 1)
+        .field("controller_peak_sockets", peak_sockets)
         .num("delete_s", deleted.0.as_secs_f64(), 2)
         .field("delete_left", deleted.1);
     for (k, v) in &per_volume {

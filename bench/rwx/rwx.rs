@@ -68,6 +68,8 @@ struct Run {
     /// Watch events the API server sent of Tessera VolumeAttachments, and their bytes
     /// (every watcher: the controller's, each waiting ControllerPublish's).
     watch_events: (f64, f64),
+    /// The most sockets the controller process held (its API server connections).
+    peak_sockets: usize,
 }
 
 /// The API server's count and bytes of watch events of Tessera VolumeAttachments
@@ -204,6 +206,7 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
             &format!("--csi-endpoint=unix://{}", sock.display()),
         ],
     );
+    let sockets = procs::SocketPeak::start(ctrl.child.id());
     let _agent = FakeAgent::start(client.clone(), &id);
     let _release = ReleaseMounts::start(client.clone(), &id);
     wait_socket(&sock, "tessera controller's CSI socket").await;
@@ -366,6 +369,7 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
         ticket_writes: writes1.0 - writes0.0,
         va_status_writes: writes1.1 - writes0.1,
         watch_events: (events1.0 - events0.0, events1.1 - events0.1),
+        peak_sockets: sockets.peak(),
     }
 }
 
@@ -385,6 +389,10 @@ fn print_run(r: &Run) {
     println!(
         "  all detached after                         {:>8.2} s",
         r.detach.as_secs_f64()
+    );
+    println!(
+        "  controller peak open sockets               {:>8}",
+        r.peak_sockets
     );
     println!("  CPU seconds");
     for (k, v) in &r.cpu {
@@ -471,6 +479,7 @@ async fn main() {
                 1,
             )
             .num(&format!("{p}_detach_s"), r.detach.as_secs_f64(), 2)
+            .field(&format!("{p}_controller_peak_sockets"), r.peak_sockets)
             .num(
                 &format!("{p}_ticket_writes_per_ticket"),
                 r.ticket_writes / r.n as f64,

@@ -55,6 +55,13 @@ pub struct ControllerArgs {
     /// (default: free space of the default backend root as the controller sees it).
     #[arg(long, value_parser = crate::api::quantity_bytes)]
     pub capacity_bytes: Option<u64>,
+    /// How many Volumes each controller (the Volume one, the VolumeAttachment one)
+    /// reconciles at once. Each reconcile in flight may hold a connection to the API
+    /// server: unbounded, a burst of 1,000 new Volumes opened hundreds of them. The
+    /// others wait in the queue, where the changes to one object fold into one
+    /// reconcile.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub max_concurrent_reconciles: u16,
     /// How old a ticket must be before the reaper may remove it for a missing owner
     /// (storage.k8s.io VolumeAttachment or Node), in seconds: covers watch lag.
     #[arg(long, default_value_t = 30)]

@@ -20,7 +20,7 @@ use k8s_openapi::api::storage::v1::CSINode;
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, reflector, watcher};
+use kube::runtime::{Controller, controller, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 
 use super::echoes::Echoes;
@@ -145,12 +145,16 @@ pub(super) async fn run_controllers(
         }
     };
 
-    // A VolumeAttachment has its Volume's name; a MountPod names its volume.
+    // A VolumeAttachment has its Volume's name; a MountPod names its volume. Each
+    // controller runs at most `--max-concurrent-reconciles` reconciles at once.
+    let config = controller::Config::default().concurrency(args.max_concurrent_reconciles);
     let volume_ctrl = Controller::for_shared_stream(volume_streams.remove(0), volume_store.clone())
+        .with_config(config.clone())
         .watches_shared_stream(va_streams.remove(0), |va: Arc<VolumeAttachment>| {
             Some(ObjectRef::new(&va.name_any()))
         });
     let attachment_ctrl = Controller::for_shared_stream(va_streams.remove(0), va_store.clone())
+        .with_config(config)
         .watches_shared_stream(mp_streams.remove(0), |mp: Arc<MountPod>| {
             Some(ObjectRef::new(&mp.spec.volume))
         })
