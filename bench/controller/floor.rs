@@ -24,6 +24,8 @@ pub(super) enum Mix {
 pub(super) struct Template {
     name: String,
     mountpod: serde_json::Value,
+    /// The finalizers the controller's MountPod was created with (the node agent's).
+    mountpod_finalizers: Vec<String>,
     va_status: serde_json::Value,
     volume_status: serde_json::Value,
     /// With `BENCH_FLOOR_SHAPE=controller`: what the controller's objects carry before
@@ -32,8 +34,9 @@ pub(super) struct Template {
 }
 
 /// What the controller writes on a new volume's objects before any ticket: their
-/// finalizers and first statuses. An experiment (`BENCH_FLOOR_SHAPE=controller`): do
-/// the API server's writes cost more on objects of that shape?
+/// finalizers and first statuses (and the node agent's finalizer, which it gives each
+/// MountPod it creates). An experiment (`BENCH_FLOOR_SHAPE=controller`): do the API
+/// server's writes cost more on objects of that shape?
 pub(super) struct FirstShape {
     va_finalizers: Vec<String>,
     volume_finalizers: Vec<String>,
@@ -88,6 +91,7 @@ impl Template {
                 "metadata": {"labels": mp.metadata.labels},
                 "spec": mp.spec,
             }),
+            mountpod_finalizers: mp.finalizers().to_vec(),
             va_status: serde_json::to_value(&va.status).unwrap(),
             volume_status: serde_json::to_value(&volume.status).unwrap(),
             first: None,
@@ -107,6 +111,9 @@ impl Template {
         mp["metadata"]["ownerReferences"] = json!([owner]);
         // The floor's own label: the controller and the stand-in agent ignore it.
         mp["metadata"]["labels"][TEST_LABEL] = json!(id);
+        if self.first.is_some() {
+            mp["metadata"]["finalizers"] = json!(self.mountpod_finalizers);
+        }
         serde_json::from_value(mp).unwrap()
     }
 
@@ -333,10 +340,16 @@ pub(super) async fn delete_volumes(client: &kube::Client, id: &str, names: &[Str
         let (volumes, vas, mps) = (volumes.clone(), vas.clone(), mps.clone());
         let mp_name = tessera::api::mountpod_name(name, node);
         async move {
-            let _ = mps.delete(&mp_name, &Default::default()).await;
             // An object left pending has finalizers (`BENCH_FLOOR_SHAPE=controller`)
-            // that no controller will remove.
+            // that no controller or agent will remove.
             let none = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+            if mps
+                .delete(&mp_name, &Default::default())
+                .await
+                .is_ok_and(|d| d.is_left())
+            {
+                let _ = mps.patch(&mp_name, &PatchParams::default(), &none).await;
+            }
             if vas
                 .delete(name, &Default::default())
                 .await
