@@ -395,8 +395,9 @@ async fn main() {
         Duration::from_secs(30),
     )
     .await;
-    let first = match std::env::var("BENCH_FLOOR_SHAPE").as_deref() {
-        Ok("controller") => Some(FirstShape::capture(&client, &warm).await),
+    let shape = std::env::var("BENCH_FLOOR_SHAPE").unwrap_or_default();
+    let first = match shape.as_str() {
+        "controller" => Some(FirstShape::capture(&client, &warm).await),
         _ => None,
     };
     fixtures::put_ticket(&client, &warm, "csi-a", "csi-attacher", &node, json!({})).await;
@@ -711,10 +712,7 @@ async fn main() {
         .field("rounds", all_rounds.len())
         .field("cores", cores)
         .field("controller_args", &extra)
-        .field(
-            "floor_shape",
-            std::env::var("BENCH_FLOOR_SHAPE").unwrap_or_default(),
-        )
+        .field("floor_shape", &shape)
         .num("setup_s", setup.as_secs_f64(), 2)
         .num("submitted_s", submitted.as_secs_f64(), 2)
         .num("all_satisfied_s", total.as_secs_f64(), 2)

@@ -329,41 +329,37 @@ pub(super) async fn create_volumes(
     .expect("creating the floor's volumes")
 }
 
+/// Delete object `name`; one left pending has finalizers (`BENCH_FLOOR_SHAPE=controller`)
+/// that no controller or agent will remove here, so they are removed too.
+async fn delete_releasing<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let pending = api
+        .delete(name, &Default::default())
+        .await
+        .is_ok_and(|d| d.is_left());
+    if pending {
+        let none = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+        let _ = api.patch(name, &PatchParams::default(), &none).await;
+    }
+}
+
 /// Delete the objects of floor `id` and wait until they are gone.
 pub(super) async fn delete_volumes(client: &kube::Client, id: &str, names: &[String], node: &str) {
     let volumes: Api<Volume> = Api::all(client.clone());
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
     let mps: Api<MountPod> = Api::all(client.clone());
-    // No controller, so no finalizers. Everything is deleted directly: left to the
-    // garbage collector, the dependents would take minutes to go.
+    // No controller serves these objects (their finalizers, if any, are released
+    // here). Everything is deleted directly: left to the garbage collector, the
+    // dependents would take minutes to go.
     stream::iter(names.iter().map(|name| {
         let (volumes, vas, mps) = (volumes.clone(), vas.clone(), mps.clone());
         let mp_name = tessera::api::mountpod_name(name, node);
         async move {
-            // An object left pending has finalizers (`BENCH_FLOOR_SHAPE=controller`)
-            // that no controller or agent will remove.
-            let none = Patch::Merge(json!({"metadata": {"finalizers": null}}));
-            if mps
-                .delete(&mp_name, &Default::default())
-                .await
-                .is_ok_and(|d| d.is_left())
-            {
-                let _ = mps.patch(&mp_name, &PatchParams::default(), &none).await;
-            }
-            if vas
-                .delete(name, &Default::default())
-                .await
-                .is_ok_and(|d| d.is_left())
-            {
-                let _ = vas.patch(name, &PatchParams::default(), &none).await;
-            }
-            if volumes
-                .delete(name, &Default::default())
-                .await
-                .is_ok_and(|d| d.is_left())
-            {
-                let _ = volumes.patch(name, &PatchParams::default(), &none).await;
-            }
+            delete_releasing(&mps, &mp_name).await;
+            delete_releasing(&vas, name).await;
+            delete_releasing(&volumes, name).await;
         }
     }))
     .buffer_unordered(32)

@@ -725,26 +725,27 @@ mod tests {
             let got = answer(&c).unwrap().0;
             (c, got)
         };
-        let free = |want: u8| {
-            (0..100).any(|_| {
-                std::thread::sleep(Duration::from_millis(10));
-                claim_on().1 == want
-            })
-        };
-        assert!(free(b'Y'), "the orphaned connection was never free");
-        // That claim's connection was dropped at once: free again once the holder has
-        // seen it close (not at once: it learns of the close on its own thread). Now a
-        // taker that lives: others are busy.
-        let taker = (0..100)
-            .find_map(|_| {
+        // The connection of the first claim answered Y, within a second (the holder
+        // learns of a closed connection on its own thread, not at once).
+        let claim_when_free = || {
+            (0..100).find_map(|_| {
                 std::thread::sleep(Duration::from_millis(10));
                 let (c, got) = claim_on();
                 (got == b'Y').then_some(c)
             })
-            .expect("the dropped claim was never free");
+        };
+        let orphaned = claim_when_free();
+        assert!(orphaned.is_some(), "the orphaned connection was never free");
+        // That claim's connection is dropped at once: free again once the holder has
+        // seen it close. Now a taker that lives: others are busy.
+        drop(orphaned);
+        let taker = claim_when_free().expect("the dropped claim was never free");
         assert_eq!(claim_on().1, b'B', "a second claim while the first lives");
         // The taker dies before handing over: its claim ends with its connection.
         drop(taker);
-        assert!(free(b'Y'), "the claim outlived its taker's connection");
+        assert!(
+            claim_when_free().is_some(),
+            "the claim outlived its taker's connection"
+        );
     }
 }
