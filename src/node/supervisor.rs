@@ -390,10 +390,16 @@ impl Daemons for HostDaemons {
     }
 
     fn liveness(&self, daemon: Daemon, mountpoint: &Path) -> Liveness {
-        if let Some(status) = self.exit_of(daemon.pid) {
-            return Liveness::Exited(describe_exit(status));
+        // `/proc` first, the reap after: a child that `/proc` shows gone or a zombie
+        // has an exit status to collect by then. (Reaping first left a window in
+        // which a child dying between the two was told apart by `/proc` alone,
+        // without its signal.)
+        match proc_liveness(daemon, mountpoint) {
+            Liveness::Running => Liveness::Running,
+            Liveness::Exited(why) => {
+                Liveness::Exited(self.exit_of(daemon.pid).map_or(why, describe_exit))
+            }
         }
-        proc_liveness(daemon, mountpoint)
     }
 
     fn signal(&self, daemon: Daemon, mountpoint: &Path, signal: Signal) -> Result<(), Error> {
@@ -642,6 +648,29 @@ mod tests {
             t.elapsed()
         );
         daemons.reap();
+    }
+
+    /// A child killed while the agent looks at it is described by its exit status,
+    /// never by the bare "exited" that `/proc` alone can tell (a zombie read
+    /// between the reap and the `/proc` check once lost the status).
+    #[test]
+    fn a_killed_child_is_described_by_its_signal() {
+        let dir = tempfile::tempdir().unwrap();
+        let daemons = script_daemons(dir.path(), "exec sleep 60");
+        let spec = spec_in(dir.path());
+        for _ in 0..200 {
+            let d = daemons.start(&spec, &dir.path().join("log")).unwrap();
+            kill(Pid::from_raw(d.pid), Signal::SIGKILL).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let why = loop {
+                // While it still runs it is "another program" (sleep is no mount daemon).
+                match daemons.liveness(d, &spec.mountpoint) {
+                    Liveness::Exited(why) if !why.contains("another program") => break why,
+                    _ => assert!(Instant::now() < deadline, "sleep was not killed"),
+                }
+            };
+            assert_eq!(why, "fuse daemon exited: signal 9");
+        }
     }
 
     #[test]
