@@ -8,6 +8,8 @@
 //! - publish, unpublish, publish again at once: the second publish writes its ticket
 //!   again (the unpublish's write is this process's last one, so no copy older than it
 //!   answers "satisfied"), and the ticket is in the API server's object;
+//! - a ticket another process wrote a moment ago (a leader before a failover) is
+//!   removed by an unpublish sent at once, whether or not the caches show it yet;
 //! - the publishes read neither Volumes nor Nodes once the caches hold them.
 
 mod support;
@@ -16,10 +18,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use support::csi::controller;
 use support::fixtures::{self, ControllerProcess, FakeAgent};
-use tessera::api::{Volume, VolumeAttachment};
+use tessera::api::{AttacherType, AttachmentTicket, Volume, VolumeAttachment};
 use tessera::csi::csi_ticket_id;
 use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use tessera::csi::proto::*;
@@ -147,6 +149,39 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
         va.ticket_satisfied(&ticket),
         "the ticket is back and satisfied in the API server's object"
     );
+
+    // A ticket written a moment ago by another process (the CSI leader before a
+    // failover), unpublished at once: the copy in hand may not show it yet, so its
+    // absence is asked of the API server, and the ticket goes.
+    for i in 0..6 {
+        let (volume, node) = (format!("{id}-v{}", i % 3), format!("{id}-other{i}"));
+        fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
+        let ticket = AttachmentTicket::new(
+            csi_ticket_id(&volume, &node),
+            AttacherType::CsiAttacher,
+            &node,
+        );
+        vas.patch(
+            &volume,
+            &PatchParams::default(),
+            &Patch::Merge(ticket.upsert_patch()),
+        )
+        .await
+        .unwrap();
+        csi.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
+            volume_id: volume.clone(),
+            node_id: node.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("unpublish of another process's ticket");
+        let va = vas.get(&volume).await.unwrap();
+        assert!(
+            !va.spec.attachment_tickets.contains_key(&ticket.id),
+            "the other process's ticket {} is left after its unpublish",
+            ticket.id
+        );
+    }
 
     // Once the caches hold them, publishes read neither the Volume nor the Node.
     let (volume_gets, node_gets) = (gets(&ctrl, "volumes"), gets(&ctrl, "nodes"));

@@ -68,8 +68,12 @@ struct Run {
     /// Watch events the API server sent of Tessera VolumeAttachments, and their bytes
     /// (every watcher: the controller's, each waiting ControllerPublish's).
     watch_events: (f64, f64),
-    /// The most sockets the controller process held (its API server connections).
-    peak_sockets: usize,
+    /// The most sockets the controller process held (its API server connections),
+    /// while attaching and while detaching.
+    peak_sockets: (usize, usize),
+    /// CPU seconds by process and API server requests, while detaching.
+    detach_cpu: BTreeMap<String, f64>,
+    detach_requests: BTreeMap<String, f64>,
 }
 
 /// The API server's count and bytes of watch events of Tessera VolumeAttachments
@@ -289,7 +293,13 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
         size(&va["metadata"]["managedFields"]),
     );
 
+    let attach_sockets = sockets.peak();
+    drop(sockets);
+
     // Detach: delete them all (ControllerUnpublish for each), wait until all are gone.
+    let sockets = procs::SocketPeak::start(ctrl.child.id());
+    let req1 = procs::apiserver_requests();
+    let cpu1 = cpu_now(ctrl.child.id(), attacher.0.id());
     let t1 = Instant::now();
     stream::iter(names.iter().map(|va| {
         let storage = storage.clone();
@@ -321,6 +331,9 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
             .max()
             .map_or(t1.elapsed(), |l| l.saturating_duration_since(t1))
     };
+    let detach_cpu = delta(&cpu_now(ctrl.child.id(), attacher.0.id()), &cpu1);
+    let detach_requests = delta(&procs::apiserver_requests(), &req1);
+    let detach_sockets = sockets.peak();
 
     // Clean up: the PV (its attacher finalizer), the Volume (its MountPods and
     // VolumeAttachment go with it), then the nodes, and wait until the MountPods are
@@ -369,7 +382,9 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
         ticket_writes: writes1.0 - writes0.0,
         va_status_writes: writes1.1 - writes0.1,
         watch_events: (events1.0 - events0.0, events1.1 - events0.1),
-        peak_sockets: sockets.peak(),
+        peak_sockets: (attach_sockets, detach_sockets),
+        detach_cpu,
+        detach_requests,
     }
 }
 
@@ -391,16 +406,21 @@ fn print_run(r: &Run) {
         r.detach.as_secs_f64()
     );
     println!(
-        "  controller peak open sockets               {:>8}",
-        r.peak_sockets
+        "  controller peak open sockets               {:>8} attaching, {} detaching",
+        r.peak_sockets.0, r.peak_sockets.1
     );
-    println!("  CPU seconds");
-    for (k, v) in &r.cpu {
-        println!("    {k:<40} {v:>8.2}");
-    }
-    println!("  API server requests (per ticket)");
-    for (k, v) in &r.requests {
-        println!("    {k:<40} {v:>8.0} ({:.2})", v / n);
+    for (phase, cpu, requests) in [
+        ("attaching", &r.cpu, &r.requests),
+        ("detaching", &r.detach_cpu, &r.detach_requests),
+    ] {
+        println!("  CPU seconds, {phase}");
+        for (k, v) in cpu {
+            println!("    {k:<40} {v:>8.2}");
+        }
+        println!("  API server requests (per ticket), {phase}");
+        for (k, v) in requests {
+            println!("    {k:<40} {v:>8.0} ({:.2})", v / n);
+        }
     }
     println!(
         "  Tessera VolumeAttachment writes by the controller process: tickets {:.0} ({:.3} per ticket), status {:.0} ({:.3} per ticket)",
@@ -430,6 +450,15 @@ fn writes(requests: &BTreeMap<String, f64>) -> f64 {
     requests
         .iter()
         .filter(|(k, _)| !["GET", "LIST", "WATCH"].iter().any(|v| k.ends_with(v)))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// Reads (GET and LIST, not watches) among `requests`.
+fn reads(requests: &BTreeMap<String, f64>) -> f64 {
+    requests
+        .iter()
+        .filter(|(k, _)| ["GET", "LIST"].iter().any(|v| k.ends_with(v)))
         .map(|(_, v)| v)
         .sum()
 }
@@ -479,7 +508,18 @@ async fn main() {
                 1,
             )
             .num(&format!("{p}_detach_s"), r.detach.as_secs_f64(), 2)
-            .field(&format!("{p}_controller_peak_sockets"), r.peak_sockets)
+            .field(&format!("{p}_attach_peak_sockets"), r.peak_sockets.0)
+            .field(&format!("{p}_detach_peak_sockets"), r.peak_sockets.1)
+            .num(
+                &format!("{p}_detach_apiserver_cpu_s"),
+                r.detach_cpu.get("kube-apiserver").copied().unwrap_or(0.0),
+                2,
+            )
+            .num(
+                &format!("{p}_detach_reads_per_ticket"),
+                reads(&r.detach_requests) / r.n as f64,
+                2,
+            )
             .num(
                 &format!("{p}_ticket_writes_per_ticket"),
                 r.ticket_writes / r.n as f64,

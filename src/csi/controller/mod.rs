@@ -46,7 +46,6 @@ pub mod snapshot;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
@@ -66,7 +65,7 @@ use crate::api::{
 };
 use crate::runtime::KubeContext;
 pub use error::Error;
-use publish_cache::{PublishCaches, Source};
+use publish_cache::PublishCaches;
 pub use request::{DEFAULT_SIZE, volume_name};
 use request::{
     Parameters, access_mode_for, compatible, idle_ticket, mount_options, size_fits, size_for,
@@ -447,70 +446,6 @@ impl ControllerService {
         }
     }
 
-    /// The Volume a publish names: from the cache (its access mode never changes),
-    /// else read (NOT_FOUND only when the API server says so). A cached Volume being
-    /// deleted is read too: its name may come back as a new Volume, of another mode.
-    async fn published_volume(
-        &self,
-        volume_id: &str,
-    ) -> Result<(std::sync::Arc<Volume>, Source), Error> {
-        if let Some(v) = self
-            .caches
-            .volume(volume_id)
-            .filter(|v| v.metadata.deletion_timestamp.is_none())
-        {
-            return Ok((v, Source::Cache));
-        }
-        let v = self
-            .volumes()
-            .get_opt(volume_id)
-            .await
-            .context(|| format!("reading Volume {}", shown(volume_id)))?
-            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
-        Ok((v.into(), Source::Api))
-    }
-
-    /// That the Node a publish names exists: from the cache, else read (its metadata).
-    async fn node_exists(&self, node_id: &str) -> Result<Source, Error> {
-        if self.caches.node_known(node_id) {
-            return Ok(Source::Cache);
-        }
-        Api::<Node>::all(self.client.clone())
-            .get_metadata_opt(node_id)
-            .await
-            .context(|| format!("reading Node {}", shown(node_id)))?
-            .ok_or_else(|| Error::NodeNotFound(shown(node_id)))?;
-        Ok(Source::Api)
-    }
-
-    /// The VolumeAttachment of `volume_id` as a publish reads it: the newest copy in
-    /// hand (the shared feed other calls wait on, the cache) that shows this process's
-    /// last write of it (our tickets are written by this process alone, and a stale
-    /// view of others' changes is harmless to a publish), else a read.
-    async fn attachment(
-        &self,
-        volume_id: &str,
-    ) -> Result<(Option<VolumeAttachment>, Source), Error> {
-        let last = self.tickets.last_written(volume_id);
-        let feed = self.watches.latest(volume_id, last);
-        let from_feed = feed.as_ref().and_then(super::resource_version);
-        let copies = feed.into_iter().chain(self.caches.attachment(volume_id));
-        if let Some((rv, va)) = publish_cache::freshest(copies, last) {
-            let from = if Some(rv) == from_feed {
-                Source::Feed
-            } else {
-                Source::Cache
-            };
-            return Ok((Some(va), from));
-        }
-        let va = self
-            .attachments()
-            .get_opt(volume_id)
-            .await
-            .context(|| format!("reading VolumeAttachment {volume_id}"))?;
-        Ok((va, Source::Api))
-    }
-
     async fn unpublish(
         &self,
         req: ControllerUnpublishVolumeRequest,
@@ -521,16 +456,11 @@ impl ControllerService {
             return Ok(ControllerUnpublishVolumeResponse {});
         }
         let _guard = self.inflight.start(&node_slot(volume_id, &req.node_id))?;
-        let api = self.attachments();
-        let Some(mut va) = api
-            .get_opt(volume_id)
-            .await
-            .context(|| format!("reading VolumeAttachment {}", shown(volume_id)))?
-        else {
+        let node = req.node_id.clone();
+        let Some(mut va) = self.unpublished_attachment(volume_id, &node).await? else {
             return Ok(ControllerUnpublishVolumeResponse {});
         };
         // No node: unpublish from every node (CSI spec).
-        let node = req.node_id.clone();
         let ids: Vec<String> = if node.is_empty() {
             va.spec
                 .attachment_tickets
@@ -549,12 +479,13 @@ impl ControllerService {
         // replaced by an idle-mount ticket, in the same write, so the mount stays for
         // the delay (and, a ticket still wanting the node, this returns at once).
         let idle = match ids.as_slice() {
-            [id] if !node.is_empty() && va.ticket_satisfied(id) => self
-                .volumes()
-                .get_opt(volume_id)
-                .await
-                .context(|| format!("reading Volume {volume_id}"))?
-                .and_then(|v| idle_ticket(&v, &va, id, jiff::Timestamp::now())),
+            [id] if !node.is_empty() && va.ticket_satisfied(id) => {
+                match self.published_volume(volume_id).await {
+                    Ok((v, _)) => idle_ticket(&v, &va, id, jiff::Timestamp::now()),
+                    Err(Error::VolumeNotFound(_)) => None,
+                    Err(e) => return Err(e),
+                }
+            }
             _ => None,
         };
         if !present.is_empty() {

@@ -1,5 +1,6 @@
-//! What ControllerPublish reads, from caches the Controller service keeps, so that a
-//! publish writes its ticket without a read round trip first.
+//! What ControllerPublish and ControllerUnpublish read, from caches the Controller
+//! service keeps, so that a publish writes its ticket without a read round trip first
+//! and n nodes detaching from one volume do not each read an object that grows with n.
 //!
 //! ```text
 //!  watch Volumes (--watch-selector)        ─▶ reflector ─▶ Store ─┐
@@ -18,6 +19,9 @@
 //!   what a quorum read would; others' changes (statuses, the idle ticket's removal)
 //!   may lag by a watch hop, as they would between a read and the patch anyway.
 //!
+//! An unpublish takes a VolumeAttachment copy only when it holds the node's ticket: a
+//! ticket missing from a copy may be another process's, written a moment ago.
+//!
 //! A miss (a Volume created a moment ago, a new Node, an object outside the watch
 //! selector, a cache not listed yet) is a quorum GET, so NOT_FOUND is still answered
 //! only after the API server said so. The caches drop `managedFields` (unused here).
@@ -32,10 +36,12 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{debug, warn};
 
+use super::{ControllerService, Error};
 use crate::api::{Volume, VolumeAttachment};
 use crate::controller::ShortBackoff;
-use crate::csi::resource_version;
+use crate::csi::{csi_ticket_id, resource_version, shown};
 use crate::labels::Labels;
+use crate::runtime::KubeContext;
 
 /// Where a publish's copy of an object came from (a log field).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +144,107 @@ where
         }
     });
     store
+}
+
+/// The reads of publish and unpublish: from the caches and the feed where they may
+/// answer, else from the API server.
+impl ControllerService {
+    /// The Volume a publish names: from the cache (its access mode never changes),
+    /// else read (NOT_FOUND only when the API server says so). A cached Volume being
+    /// deleted is read too: its name may come back as a new Volume, of another mode.
+    pub(super) async fn published_volume(
+        &self,
+        volume_id: &str,
+    ) -> Result<(std::sync::Arc<Volume>, Source), Error> {
+        if let Some(v) = self
+            .caches
+            .volume(volume_id)
+            .filter(|v| v.metadata.deletion_timestamp.is_none())
+        {
+            return Ok((v, Source::Cache));
+        }
+        let v = self
+            .volumes()
+            .get_opt(volume_id)
+            .await
+            .context(|| format!("reading Volume {}", shown(volume_id)))?
+            .ok_or_else(|| Error::VolumeNotFound(shown(volume_id)))?;
+        Ok((v.into(), Source::Api))
+    }
+
+    /// That the Node a publish names exists: from the cache, else read (its metadata).
+    pub(super) async fn node_exists(&self, node_id: &str) -> Result<Source, Error> {
+        if self.caches.node_known(node_id) {
+            return Ok(Source::Cache);
+        }
+        Api::<Node>::all(self.client.clone())
+            .get_metadata_opt(node_id)
+            .await
+            .context(|| format!("reading Node {}", shown(node_id)))?
+            .ok_or_else(|| Error::NodeNotFound(shown(node_id)))?;
+        Ok(Source::Api)
+    }
+
+    /// The VolumeAttachment of `volume_id` as a publish reads it: the newest copy in
+    /// hand (the shared feed other calls wait on, the cache) that shows this process's
+    /// last write of it (our tickets are written by this process alone, and a stale
+    /// view of others' changes is harmless to a publish), else a read.
+    pub(super) async fn attachment(
+        &self,
+        volume_id: &str,
+    ) -> Result<(Option<VolumeAttachment>, Source), Error> {
+        let last = self.tickets.last_written(volume_id);
+        let feed = self.watches.latest(volume_id, last);
+        let from_feed = feed.as_ref().and_then(resource_version);
+        let copies = feed.into_iter().chain(self.caches.attachment(volume_id));
+        if let Some((rv, va)) = freshest(copies, last) {
+            let from = if Some(rv) == from_feed {
+                Source::Feed
+            } else {
+                Source::Cache
+            };
+            return Ok((Some(va), from));
+        }
+        let va = self
+            .attachments()
+            .get_opt(volume_id)
+            .await
+            .context(|| format!("reading VolumeAttachment {volume_id}"))?;
+        Ok((va, Source::Api))
+    }
+
+    /// The VolumeAttachment an unpublish of `volume_id` from `node` works on: a copy
+    /// in hand ([`Self::attachment`]) when it holds the node's ticket, else read from
+    /// the API server. A copy shows every ticket this process wrote as written, but a
+    /// ticket missing from it may be one written a moment ago by another process (the
+    /// CSI leader before a failover): absence, and the every-node unpublish, are asked
+    /// of the API server. A ticket status lagging in a copy (satisfied a watch hop
+    /// ago) only forgoes an idle mount; the removal itself is a merge patch, as right
+    /// on any copy. (A read of a VolumeAttachment used by n nodes is O(n) for the API
+    /// server: n nodes detaching at once, each reading it, was O(n²).)
+    pub(super) async fn unpublished_attachment(
+        &self,
+        volume_id: &str,
+        node: &str,
+    ) -> Result<Option<VolumeAttachment>, Error> {
+        if !node.is_empty() {
+            let (copy, from) = self.attachment(volume_id).await?;
+            let ticket = csi_ticket_id(volume_id, node);
+            if from == Source::Api
+                || copy
+                    .as_ref()
+                    .is_some_and(|va| va.spec.attachment_tickets.contains_key(&ticket))
+            {
+                debug!(%from, "VolumeAttachment to unpublish from");
+                return Ok(copy);
+            }
+        }
+        self.attachments()
+            .get_opt(volume_id)
+            .await
+            .context(|| format!("reading VolumeAttachment {}", shown(volume_id)))
+            .map_err(Into::into)
+    }
 }
 
 #[cfg(test)]
