@@ -9,7 +9,8 @@
 //! `publish_timeout` (below the external-attacher's 15 s call timeout). While the
 //! ticket is blocked the error carries its reason and message, so `kubectl describe` of
 //! the storage.k8s.io VolumeAttachment says why. ControllerUnpublishVolume removes the
-//! ticket and waits, by watch too, until the node's MountPod is gone (or another
+//! ticket (found in the copy in hand, else read: a ticket missing from a copy may be
+//! another process's) and waits, by watch too, until the node's MountPod is gone (or another
 //! ticket still wants the volume there). The driver never arbitrates.
 //!
 //! | module | owns |
@@ -23,7 +24,7 @@
 //! | [`existing`] | Validate, List, Expand, Modify: reads and patches of existing Volumes |
 //! | [`error`] | [`Error`] and its one mapping to gRPC codes |
 //! | [`group_commit`] | ticket writes of one volume arriving together: one patch |
-//! | [`publish_cache`] | the Volumes, Node names and VolumeAttachments a publish reads, cached |
+//! | [`publish_cache`] | the Volumes, Node names and VolumeAttachments a publish or unpublish reads, cached |
 //! | [`super::shared_watch`] | one watch per VolumeAttachment for all its waiting calls |
 //!
 //! Publish and unpublish of one volume on different nodes run concurrently (one
