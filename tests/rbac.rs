@@ -574,19 +574,30 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
         };
         async move { code(api.create(&pp, &v).await.map(drop)) }
     };
+    let ephemeral = |node: &str| {
+        AttachmentTicket::new(format!("inline-{node}"), AttacherType::CsiEphemeral, node)
+    };
+    // Each policy is loaded by the API server on its own: wait until both refuse
+    // (a dry-run create of node B's inline Volume, a dry-run ticket of node B).
     eventually(
         Duration::from_secs(30),
         "the admission policies in force",
         || async {
             let v = inline(&format!("inline-{id}-x"), &b, true, "NodeLocal");
-            (create(&agent_a, v, true).await >= 400).then_some(())
+            let volume_refused = create(&agent_a, v, true).await >= 400;
+            let vas: Api<VolumeAttachment> = Api::all(agent_a.clone());
+            let dry_patch = PatchParams {
+                dry_run: true,
+                ..Default::default()
+            };
+            let ticket = Patch::Merge(ephemeral(&b).upsert_patch());
+            let ticket_refused =
+                code(vas.patch(&others, &dry_patch, &ticket).await.map(drop)) >= 400;
+            (volume_refused && ticket_refused).then_some(())
         },
     )
     .await;
 
-    let ephemeral = |node: &str| {
-        AttachmentTicket::new(format!("inline-{node}"), AttacherType::CsiEphemeral, node)
-    };
     let add = |t: &AttachmentTicket| t.upsert_patch();
     let remove = |id: &str| tessera::api::tickets_removal_patch([id]);
     let patch_va = |c: &Client, name: String, p: serde_json::Value| {
