@@ -943,9 +943,57 @@ async fn ready_conditions_and_one_event_series_per_node() {
         );
     }
 
-    // Detached from both: one Detached Event per node.
+    // Detached from both: one Detached Event per node. The fast detach (node 0) has
+    // no Detaching Event; the slow one (node 1: its MountPod held by a finalizer, as
+    // a mount that takes long to end) has one, once.
     e.detach(&vol, "manual-a", &e.nodes[0]).await;
-    e.detach(&vol, "manual-b", &e.nodes[1]).await;
+    eventually(WAIT, "node 0's Detached Event", || async {
+        (!notes_of("Volume", "Detached").await.is_empty()).then_some(())
+    })
+    .await;
+    const HOLD: &str = "test.tessera.io/slow-unmount";
+    let mps: Api<MountPod> = Api::all(e.client.clone());
+    let mp1 = tessera::api::mountpod_name(&vol, &e.nodes[1]);
+    let held = mps.get(&mp1).await.unwrap();
+    let mut finalizers = held.metadata.finalizers.clone().unwrap_or_default();
+    finalizers.push(HOLD.into());
+    let hold = json!({"metadata": {"finalizers": finalizers,
+                                   "resourceVersion": held.metadata.resource_version}});
+    mps.patch(&mp1, &PatchParams::default(), &Patch::Merge(&hold))
+        .await
+        .unwrap();
+    fixtures::remove_ticket(&e.client, &vol, "manual-b").await;
+    let detaching = eventually(WAIT, "node 1's Detaching Event", || async {
+        let notes = notes_of("Volume", "Detaching").await;
+        (!notes.is_empty()).then_some(notes)
+    })
+    .await;
+    // Another reconcile while the mount still has not ended: no repeat.
+    let touch = json!({"metadata": {"labels": {"tessera-test-touch": "1"}}});
+    vas.patch(&vol, &PatchParams::default(), &Patch::Merge(&touch))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let release = mps.get(&mp1).await.unwrap();
+    let rest: Vec<String> = (release.metadata.finalizers.clone().unwrap_or_default())
+        .into_iter()
+        .filter(|f| f != HOLD)
+        .collect();
+    let unhold = json!({"metadata": {"finalizers": rest,
+                                     "resourceVersion": release.metadata.resource_version}});
+    mps.patch(&mp1, &PatchParams::default(), &Patch::Merge(&unhold))
+        .await
+        .unwrap();
+    e.mountpod_gone(&vol, &e.nodes[1]).await;
+    assert_eq!(detaching.len(), 1, "{detaching:?}");
+    assert!(
+        detaching[0]
+            .0
+            .starts_with(&format!("detaching from node {}", e.nodes[1])),
+        "{detaching:?}"
+    );
+    let again = notes_of("Volume", "Detaching").await;
+    assert_eq!(again, detaching, "reported once, only the slow detach");
     let notes = eventually(WAIT, "Detached Events", || async {
         let notes = notes_of("Volume", "Detached").await;
         (notes.len() >= 2).then_some(notes)

@@ -65,6 +65,8 @@ pub struct Context {
     /// When each large VolumeAttachment's status may be written again
     /// ([`crate::runtime::spacing`]).
     pub status_spacing: crate::runtime::spacing::Spacing,
+    /// The slow detaches already reported by a Detaching Event.
+    pub detaches_reported: super::attachment::detaching::Reported,
 }
 
 impl Context {

@@ -197,6 +197,7 @@ pub(super) async fn run_controllers(
         ticket_sightings: Default::default(),
         pace: Default::default(),
         status_spacing: Default::default(),
+        detaches_reported: Default::default(),
     });
     metrics.set_ready(true);
     // The controllers run only once this replica leads (or runs without an election).

@@ -9,6 +9,9 @@
 //!  mountpods::sync_mountpods: delete on dropped nodes, create (POST) on chosen ones
 //!        │ (decided again if it only attached)
 //!        ▼
+//!  detaching: a MountPod still there 2 s after its deletion timestamp ─▶ one
+//!             Detaching Event; back when the next one is due
+//!        ▼
 //!  a new attach, under its quiet time (1 s; more while many wait together: pace),
 //!  nothing else changed? ─▶ no write; back when it may be slow
 //!        ▼
@@ -38,6 +41,7 @@
 //! the other nodes the volume could be on are read from the API server and the
 //! decision is recomputed, so a stale cache cannot make two nodes look like owners.
 
+pub mod detaching;
 pub mod input;
 pub mod mountpods;
 pub mod sightings;
@@ -147,6 +151,31 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         (mountpods, input, decision)
     };
 
+    // A detach still under way after its quiet time says so, once (a fast one has
+    // only its Detached Event); every way out of this reconcile comes back in time
+    // for the next one.
+    let detaches = {
+        let after_delete;
+        let view = if synced.deleted {
+            after_delete = mountpods_of(&ctx, &name);
+            &after_delete
+        } else {
+            &mountpods
+        };
+        let slow = detaching::slow_detaches(view, &decision, &now, detaching::DETACH_QUIET);
+        let uids = view.iter().filter_map(|mp| mp.metadata.uid.as_deref());
+        for node in ctx.detaches_reported.fresh(&name, &slow.due, uids) {
+            info!(volume = %name, %node, "detach slow");
+            let note = format!("detaching from node {node}: waiting for its mount to end");
+            publish_node(&ctx, &volume, "Detaching", &node, &note);
+        }
+        slow.left
+    };
+    let requeue = |after: Duration| {
+        let next = detaches.map_or(after, |d| after.min(d + Duration::from_millis(10)));
+        Action::requeue(next)
+    };
+
     // A new attach that may still be fast: nothing is written yet (the attach is done
     // in a few tens of milliseconds, and then each status is written once); come back
     // when it has taken long enough for a person to look. (Not while the
@@ -169,7 +198,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
             || status::only_attaching(volume.status.as_ref(), &volume_now)
         {
             debug!(volume = %name, left_ms = left.as_millis() as u64, "attaching; statuses wait");
-            return Ok(Action::requeue(left + Duration::from_millis(10)));
+            return Ok(requeue(left + Duration::from_millis(10)));
         }
     }
 
@@ -199,7 +228,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
             ))
     {
         debug!(volume = %name, left_ms = left.as_millis() as u64, "status write spaced");
-        return Ok(Action::requeue(left + Duration::from_millis(5)));
+        return Ok(requeue(left + Duration::from_millis(5)));
     }
 
     let recheck = needs_recheck(&volume, &va, &decision);
@@ -287,7 +316,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     let wake = held
         .left
         .map_or(wake, |left| wake.min(left + Duration::from_millis(10)));
-    Ok(Action::requeue(wake))
+    Ok(requeue(wake))
 }
 
 /// Whether `decision` is to be re-checked with the API server before its statuses are

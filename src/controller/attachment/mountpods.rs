@@ -3,7 +3,7 @@
 //! fields the controller owns) on the nodes it chose; detach before attach.
 //!
 //! ```text
-//!  Decision.nodes ─┬─ MountPod on another node ─▶ delete (+ Event Detaching)
+//!  Decision.nodes ─┬─ MountPod on another node ─▶ delete (a slow detach: `detaching`)
 //!                  └─ chosen node ─▶ desired_spec ─▶ same as now? skip
 //!                                                    other task? delete, re-create later
 //!                                                    none? create (POST; exists after
@@ -64,13 +64,6 @@ pub(super) async fn sync_mountpods(
                 .record(&name, &mp_name, mp.resource_version(), after);
             synced.deleted = true;
             info!(volume = %name, node = %mp.spec.node_name, "detaching");
-            publish_node(
-                ctx,
-                volume,
-                "Detaching",
-                &mp.spec.node_name,
-                &format!("detaching from node {}", mp.spec.node_name),
-            );
         }
     }
     if !decision.nodes.is_empty()

@@ -1,6 +1,8 @@
 //! Table tests of the attachment controller's pure parts: input building, MountPod
-//! specs, status building and the re-check rule. Fixtures here, one file per part.
+//! specs, status building, the re-check rule and the Detaching rule. Fixtures here,
+//! one file per part.
 
+mod detaching;
 mod input;
 mod mountpods;
 mod ready;
