@@ -1,6 +1,7 @@
 //! Benchmark: one ReadWriteMany volume used by many nodes, through the real
 //! external-attacher and a real `tessera controller --csi-endpoint` (release build) on
-//! the cluster under test. For each scale N (`BENCH_RWX_SCALES`, default `50,500`): N
+//! the cluster under test. For each scale N (`BENCH_RWX_SCALES`, default
+//! `50,50,50,500`: the small scale thrice, its phases last about half a second): N
 //! Nodes with their CSINodes, one RWX Volume and its PersistentVolume, then N
 //! storage.k8s.io VolumeAttachments, one per node, created at once (as the
 //! attach-detach controller would for N Pods on N nodes); the `csi-attacher`
@@ -16,7 +17,9 @@
 //! `apiserver_request_total`) and per ticket, and the size of the Tessera
 //! VolumeAttachment once all were attached (bytes per ticket in spec, status and
 //! managedFields). Then the ratios of the largest scale to the smallest, against the
-//! goal (linear, not quadratic: 500 tickets at most 15× 50).
+//! goal (linear, not quadratic: 500 tickets at most 15× 50); a scale run more than
+//! once counts by its medians, and its median run (by the attach's API server + etcd
+//! CPU) gives its keys of the BENCH line.
 //!
 //! Ends with one `BENCH rwx key=value …` line (bench/bench_line.rs), keys `n<N>_…`.
 //!
@@ -445,6 +448,44 @@ fn print_run(r: &Run) {
     );
 }
 
+/// The runs of one scale, and which is the median by the attach's control-plane CPU.
+struct Scale {
+    n: usize,
+    runs: Vec<Run>,
+    median: usize,
+}
+
+/// The runs grouped by scale, smallest first.
+fn by_scale(runs: Vec<Run>) -> Vec<Scale> {
+    let mut groups: BTreeMap<usize, Vec<Run>> = BTreeMap::new();
+    for r in runs {
+        groups.entry(r.n).or_default().push(r);
+    }
+    groups
+        .into_iter()
+        .map(|(n, mut runs)| {
+            runs.sort_by(|a, b| plane_cpu(&a.cpu).total_cmp(&plane_cpu(&b.cpu)));
+            let median = (runs.len() - 1) / 2;
+            Scale { n, runs, median }
+        })
+        .collect()
+}
+
+/// kube-apiserver + etcd CPU seconds among `cpu`.
+fn plane_cpu(cpu: &BTreeMap<String, f64>) -> f64 {
+    cpu.get("kube-apiserver").copied().unwrap_or(0.0) + cpu.get("etcd").copied().unwrap_or(0.0)
+}
+
+/// The median of `v` (the mean of the middle two for an even count; 0 if empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        k if k % 2 == 1 => v[k / 2],
+        k => (v[k / 2 - 1] + v[k / 2]) / 2.0,
+    }
+}
+
 /// Writes (anything but reads and watches) among `requests`.
 fn writes(requests: &BTreeMap<String, f64>) -> f64 {
     requests
@@ -470,7 +511,7 @@ async fn main() {
         return;
     }
     let scales: Vec<usize> = std::env::var("BENCH_RWX_SCALES")
-        .unwrap_or_else(|_| "50,500".into())
+        .unwrap_or_else(|_| "50,50,50,500".into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
@@ -494,9 +535,12 @@ async fn main() {
         print_run(&r);
         runs.push(r);
     }
+    let scales = by_scale(runs);
     let mut line = BenchLine::new("rwx");
-    for r in &runs {
+    for s in &scales {
+        let r = &s.runs[s.median];
         let p = format!("n{}", r.n);
+        line = line.field(&format!("{p}_runs"), s.runs.len());
         let api_cpu = r.cpu.get("kube-apiserver").copied().unwrap_or(0.0);
         let etcd_cpu = r.cpu.get("etcd").copied().unwrap_or(0.0);
         line = line
@@ -558,30 +602,50 @@ async fn main() {
                 0,
             );
     }
-    if let (Some(small), Some(large)) = (runs.first(), runs.last())
+    if let (Some(small), Some(large)) = (scales.first(), scales.last())
         && large.n > small.n
     {
-        let cpu = |r: &Run| {
-            r.cpu.get("kube-apiserver").copied().unwrap_or(0.0)
-                + r.cpu.get("etcd").copied().unwrap_or(0.0)
-        };
-        let wall_ratio = large.wall.as_secs_f64() / small.wall.as_secs_f64();
-        let cpu_ratio = cpu(large) / cpu(small).max(0.01);
+        let med = |s: &Scale, f: &dyn Fn(&Run) -> f64| median(s.runs.iter().map(f).collect());
+        let wall = |r: &Run| r.wall.as_secs_f64();
+        let cpu = |r: &Run| plane_cpu(&r.cpu);
+        let detach_cpu = |r: &Run| plane_cpu(&r.detach_cpu);
+        let wall_ratio = med(large, &wall) / med(small, &wall).max(0.001);
+        let cpu_ratio = med(large, &cpu) / med(small, &cpu).max(0.01);
+        let detach_ratio = med(large, &detach_cpu) / med(small, &detach_cpu).max(0.01);
         let tickets = large.n as f64 / small.n as f64;
         println!();
         println!(
-            "{} tickets against {}: wall {wall_ratio:.1}×, API server + etcd CPU {cpu_ratio:.1}× (linear: {tickets:.0}×; goal ≤ {:.1}×, 1.5× linear)",
+            "{} tickets against {} ({} and {} runs, medians): wall {wall_ratio:.1}×, API server + etcd CPU {cpu_ratio:.1}× (linear: {tickets:.0}×; goal ≤ {:.1}×, 1.5× linear); detaching, API server + etcd CPU {detach_ratio:.1}×",
             large.n,
             small.n,
+            large.runs.len(),
+            small.runs.len(),
             1.5 * tickets
         );
+        if small.runs.len() > 1 {
+            let per_run: Vec<String> = small
+                .runs
+                .iter()
+                .map(|r| format!("{:.2}", cpu(r)))
+                .collect();
+            println!(
+                "  API server + etcd CPU of each {}-ticket attach: {} s",
+                small.n,
+                per_run.join(", ")
+            );
+        }
         line = line
             .num(
                 &format!("wall_n{}_over_n{}", large.n, small.n),
                 wall_ratio,
                 2,
             )
-            .num(&format!("cpu_n{}_over_n{}", large.n, small.n), cpu_ratio, 2);
+            .num(&format!("cpu_n{}_over_n{}", large.n, small.n), cpu_ratio, 2)
+            .num(
+                &format!("detach_cpu_n{}_over_n{}", large.n, small.n),
+                detach_ratio,
+                2,
+            );
     }
     line.field("load_before", load_before)
         .field("load_after", loadavg())
