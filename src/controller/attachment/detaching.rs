@@ -87,6 +87,9 @@ impl Reported {
         present: impl IntoIterator<Item = &'a str>,
     ) -> Vec<String> {
         let mut by_volume = self.by_volume.lock().expect("detaches lock");
+        if due.is_empty() && !by_volume.contains_key(volume) {
+            return Vec::new(); // the common reconcile: nothing to report or forget
+        }
         let present: BTreeSet<&str> = present.into_iter().collect();
         let mut fresh = Vec::new();
         let reported = by_volume.entry(volume.to_string()).or_default();
