@@ -6,17 +6,21 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
+
+use futures::StreamExt;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVA;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
 use support::env::Env;
 use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL, eventually};
-use tessera::api::{MountPod, Volume, VolumeAttachment, VolumeState};
+use tessera::api::{MountPod, Volume, VolumeAttachment, VolumeState, VolumeStatus};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -804,6 +808,32 @@ fn ready_condition(status: &serde_json::Value) -> Option<(String, String, String
     Some((s("status"), s("reason"), s("message")))
 }
 
+/// Add finalizer `f` to MountPod `name` (guarded by its resourceVersion).
+async fn hold_finalizer(mps: &Api<MountPod>, name: &str, f: &str) {
+    let mp = mps.get(name).await.unwrap();
+    let mut finalizers = mp.metadata.finalizers.clone().unwrap_or_default();
+    finalizers.push(f.into());
+    let hold = json!({"metadata": {"finalizers": finalizers,
+                                   "resourceVersion": mp.metadata.resource_version}});
+    mps.patch(name, &PatchParams::default(), &Patch::Merge(&hold))
+        .await
+        .unwrap();
+}
+
+/// Remove finalizer `f` from MountPod `name` (guarded by its resourceVersion).
+async fn release_finalizer(mps: &Api<MountPod>, name: &str, f: &str) {
+    let mp = mps.get(name).await.unwrap();
+    let rest: Vec<String> = (mp.metadata.finalizers.clone().unwrap_or_default())
+        .into_iter()
+        .filter(|x| x != f)
+        .collect();
+    let unhold = json!({"metadata": {"finalizers": rest,
+                                     "resourceVersion": mp.metadata.resource_version}});
+    mps.patch(name, &PatchParams::default(), &Patch::Merge(&unhold))
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn ready_conditions_and_one_event_series_per_node() {
     let e = env("ready", 2).await;
@@ -943,48 +973,101 @@ async fn ready_conditions_and_one_event_series_per_node() {
         );
     }
 
-    // Detached from both: one Detached Event per node. The fast detach (node 0) has
-    // no Detaching Event; the slow one (node 1: its MountPod held by a finalizer, as
-    // a mount that takes long to end) has one, once.
-    e.detach(&vol, "manual-a", &e.nodes[0]).await;
+    // Detached from both: one Detached Event per node. Each MountPod is held by a
+    // finalizer, as the node agent holds it until its mount has ended: node 0's is let
+    // go as soon as it is deleted (a fast detach), node 1's only after a while.
+    const HOLD: &str = "test.tessera.io/slow-unmount";
+    let mps: Api<MountPod> = Api::all(e.client.clone());
+    let (n0, n1) = (e.nodes[0].clone(), e.nodes[1].clone());
+    let (mp0, mp1) = (
+        tessera::api::mountpod_name(&vol, &n0),
+        tessera::api::mountpod_name(&vol, &n1),
+    );
+    hold_finalizer(&mps, &mp0, HOLD).await;
+    hold_finalizer(&mps, &mp1, HOLD).await;
+    // The statuses the Volume is given from here on, as its watch shows them.
+    let from = volumes.get(&vol).await.unwrap().resource_version().unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<VolumeStatus>::new()));
+    let watching = {
+        let (volumes, vol, seen) = (volumes.clone(), vol.clone(), seen.clone());
+        tokio::spawn(async move {
+            let params = WatchParams::default().fields(&format!("metadata.name={vol}"));
+            let mut events = volumes.watch(&params, &from).await.unwrap().boxed();
+            while let Some(Ok(WatchEvent::Modified(v))) = events.next().await {
+                let mut seen = seen.lock().unwrap();
+                if let Some(status) = v.status
+                    && seen.last() != Some(&status)
+                {
+                    seen.push(status);
+                }
+            }
+        })
+    };
+    fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
+    eventually(WAIT, "node 0's MountPod deleted", || async {
+        let mp = mps.get_opt(&mp0).await.unwrap()?;
+        mp.metadata.deletion_timestamp.map(|_| ())
+    })
+    .await;
+    release_finalizer(&mps, &mp0, HOLD).await;
+    e.mountpod_gone(&vol, &n0).await;
     eventually(WAIT, "node 0's Detached Event", || async {
         (!notes_of("Volume", "Detached").await.is_empty()).then_some(())
     })
     .await;
-    const HOLD: &str = "test.tessera.io/slow-unmount";
-    let mps: Api<MountPod> = Api::all(e.client.clone());
-    let mp1 = tessera::api::mountpod_name(&vol, &e.nodes[1]);
-    let held = mps.get(&mp1).await.unwrap();
-    let mut finalizers = held.metadata.finalizers.clone().unwrap_or_default();
-    finalizers.push(HOLD.into());
-    let hold = json!({"metadata": {"finalizers": finalizers,
-                                   "resourceVersion": held.metadata.resource_version}});
-    mps.patch(&mp1, &PatchParams::default(), &Patch::Merge(&hold))
+    // A fast detach writes the Volume status once, when it is done: no status in
+    // between says node 0 is detaching, unless the detach was slow here (then it
+    // has its Detaching Event).
+    let seen = eventually(WAIT, "the Volume status without node 0", || async {
+        let seen = seen.lock().unwrap().clone();
+        seen.iter()
+            .any(|s| !s.mounted_nodes.contains(&n0))
+            .then_some(seen)
+    })
+    .await;
+    watching.abort();
+    let between: Vec<&VolumeStatus> = seen
+        .iter()
+        .filter(|s| s.mounted_nodes.contains(&n0) && !s.attached_nodes.contains(&n0))
+        .collect();
+    let slow = notes_of("Volume", "Detaching")
         .await
-        .unwrap();
+        .iter()
+        .any(|n| n.0.starts_with(&format!("detaching from node {n0}")));
+    println!(
+        "Volume status writes during a detach: {} ({} saying it detaches; slow: {slow})",
+        seen.len(),
+        between.len()
+    );
+    assert!(
+        between.is_empty() || slow,
+        "a fast detach wrote the Volume status before it was done: {between:?}"
+    );
+    // The slow detach (node 1) has one Detaching Event, once.
     fixtures::remove_ticket(&e.client, &vol, "manual-b").await;
     let detaching = eventually(WAIT, "node 1's Detaching Event", || async {
         let notes = notes_of("Volume", "Detaching").await;
         (!notes.is_empty()).then_some(notes)
     })
     .await;
+    // The slow detach says so on the Volume too.
+    let (_, reason, message) = eventually(WAIT, "the Volume says it detaches", || async {
+        let v = volumes.get(&vol).await.unwrap();
+        ready_condition(&serde_json::to_value(v.status?).unwrap()).filter(|r| r.1 == "Detaching")
+    })
+    .await;
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        ("Detaching", format!("detaching from {n1}").as_str())
+    );
     // Another reconcile while the mount still has not ended: no repeat.
     let touch = json!({"metadata": {"labels": {"tessera-test-touch": "1"}}});
     vas.patch(&vol, &PatchParams::default(), &Patch::Merge(&touch))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let release = mps.get(&mp1).await.unwrap();
-    let rest: Vec<String> = (release.metadata.finalizers.clone().unwrap_or_default())
-        .into_iter()
-        .filter(|f| f != HOLD)
-        .collect();
-    let unhold = json!({"metadata": {"finalizers": rest,
-                                     "resourceVersion": release.metadata.resource_version}});
-    mps.patch(&mp1, &PatchParams::default(), &Patch::Merge(&unhold))
-        .await
-        .unwrap();
-    e.mountpod_gone(&vol, &e.nodes[1]).await;
+    release_finalizer(&mps, &mp1, HOLD).await;
+    e.mountpod_gone(&vol, &n1).await;
     assert_eq!(detaching.len(), 1, "{detaching:?}");
     assert!(
         detaching[0]

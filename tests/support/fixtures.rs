@@ -407,9 +407,16 @@ impl FakeAgent {
                     }
                     MountTask::RemoveData | MountTask::Populate => serde_json::Value::Null,
                 };
+                // A Ready mount says what it was mounted with (`applied`), as the agent's
+                // does: it stays current when a deletion bumps the generation.
+                let applied = if fail {
+                    serde_json::Value::Null
+                } else {
+                    json!(tessera::api::AppliedSettings::of(&mp.spec))
+                };
                 let patch = json!({"status": {
                     "phase": phase, "observedGeneration": mp.metadata.generation,
-                    "mountPoint": mount_point, "pid": 4242,
+                    "applied": applied, "mountPoint": mount_point, "pid": 4242,
                     "lastError": if fail { json!("fuse daemon exited: injected failure") } else { serde_json::Value::Null },
                 }});
                 let (api, hold, name) = (api.clone(), hold.clone(), mp.name_any());

@@ -1,14 +1,17 @@
-//! The Detaching Event, for a slow detach only. The controller deletes a MountPod
-//! when its node is no longer chosen; the detach is done when the MountPod is gone
-//! (the Volume status drops the node: its Detached Event). A MountPod still there
-//! [`DETACH_QUIET`] after its deletion timestamp gets one Detaching Event, so a
-//! person looking at a stuck detach sees what it waits for, and a fast detach costs
-//! one Event, not two.
+//! A detach is reported only when slow. The controller deletes a MountPod when its
+//! node is no longer chosen; the detach is done when the MountPod is gone (the Volume
+//! status drops the node: its Detached Event). A MountPod still there
+//! [`DETACH_QUIET`] after its deletion timestamp gets one Detaching Event, and until
+//! then the Volume status is not rewritten for it, so a person looking at a stuck
+//! detach sees what it waits for, and a fast detach costs one Event and one Volume
+//! status write, not two of each.
 //!
 //! ```text
 //!  MountPods, Decision, now ─▶ slow_detaches ─▶ due: terminating ≥ quiet, node not chosen
 //!                                           └─▶ left: until the next one is due
 //!  due ─▶ Reported::fresh (once per MountPod; forgets the ones gone) ─▶ Events
+//!  Volume, MountPods, Decision, now ─▶ volume_status_waits: the young detaches seen as
+//!                                      not begun leave the Volume status as it is?
 //! ```
 //!
 //! The deletion timestamp has a resolution of a second, so a quiet time of 2 s from
@@ -21,8 +24,9 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::MountPod;
-use crate::tickets::Decision;
+use crate::api::{MountPod, MountTask, Volume};
+use crate::controller::attachment::status::volume_status;
+use crate::tickets::{Decision, NodeMount};
 
 /// How long after its deletion timestamp a MountPod still there is a slow detach.
 pub const DETACH_QUIET: Duration = Duration::from_secs(2);
@@ -47,27 +51,80 @@ pub fn slow_detaches(
 ) -> SlowDetaches {
     let mut out = SlowDetaches::default();
     for mp in mountpods {
-        let Some(deleted) = &mp.metadata.deletion_timestamp else {
+        let Some(rest) = detach_rest(mp, decision, now, quiet) else {
             continue;
         };
-        if decision.nodes.contains_key(&mp.spec.node_name) {
-            continue; // replaced on a chosen node, not detached
-        }
         let Some(uid) = &mp.metadata.uid else {
             continue;
         };
-        let waited = now.0.duration_since(deleted.0);
-        let waited = if waited.is_negative() {
-            Duration::ZERO
-        } else {
-            waited.unsigned_abs()
-        };
-        match quiet.checked_sub(waited).filter(|d| !d.is_zero()) {
+        match rest {
             None => out.due.push((mp.spec.node_name.clone(), uid.clone())),
             Some(rest) => out.left = Some(out.left.map_or(rest, |l| l.min(rest))),
         }
     }
     out
+}
+
+/// Whether `mp` is detaching (being deleted, its node not chosen by `decision`):
+/// then `Some(the rest of its quiet time)`, `Some(None)` once that is over.
+fn detach_rest(
+    mp: &MountPod,
+    decision: &Decision,
+    now: &Time,
+    quiet: Duration,
+) -> Option<Option<Duration>> {
+    let deleted = mp.metadata.deletion_timestamp.as_ref()?;
+    if decision.nodes.contains_key(&mp.spec.node_name) {
+        return None; // replaced on a chosen node, not detached
+    }
+    let waited = now.0.duration_since(deleted.0);
+    let waited = if waited.is_negative() {
+        Duration::ZERO
+    } else {
+        waited.unsigned_abs()
+    };
+    Some(quiet.checked_sub(waited).filter(|d| !d.is_zero()))
+}
+
+/// Whether the Volume status may wait for the detaches still in their `quiet` time:
+/// seen as not begun (their MountPods not deleted, their nodes chosen again), the
+/// world gives the status `volume` has. Then nothing else changed, and a fast detach
+/// writes the Volume status once, when its MountPod is gone; a slow one, when it
+/// becomes due (the reconcile comes back then: [`SlowDetaches::left`]). `false` when
+/// no detach is that young.
+pub fn volume_status_waits(
+    volume: &Volume,
+    mountpods: &[Arc<MountPod>],
+    decision: &Decision,
+    now: &Time,
+    quiet: Duration,
+) -> bool {
+    let Some(written) = &volume.status else {
+        return false;
+    };
+    let mut before = decision.clone();
+    let mut young = false;
+    let view: Vec<Arc<MountPod>> = mountpods
+        .iter()
+        .map(|mp| {
+            if !matches!(detach_rest(mp, decision, now, quiet), Some(Some(_))) {
+                return mp.clone();
+            }
+            young = true;
+            before.nodes.insert(
+                mp.spec.node_name.clone(),
+                NodeMount {
+                    read_only: mp.spec.read_only,
+                    removes_data: mp.spec.task == MountTask::RemoveData,
+                    populates: mp.spec.task == MountTask::Populate,
+                },
+            );
+            let mut undeleted = MountPod::clone(mp);
+            undeleted.metadata.deletion_timestamp = None;
+            Arc::new(undeleted)
+        })
+        .collect();
+    young && volume_status(volume, &view, &before, now) == *written
 }
 
 /// The slow detaches already reported, by volume: MountPod uids.

@@ -10,7 +10,8 @@
 //!        │ (decided again if it only attached)
 //!        ▼
 //!  detaching: a MountPod still there 2 s after its deletion timestamp ─▶ one
-//!             Detaching Event; back when the next one is due
+//!             Detaching Event; back when the next one is due; until then, the
+//!             Volume status is not written for it (only the VolumeAttachment's)
 //!        ▼
 //!  a new attach, under its quiet time (1 s; more while many wait together: pace),
 //!  nothing else changed? ─▶ no write; back when it may be slow
@@ -29,7 +30,9 @@
 //!
 //! Nothing is written when nothing changed, and an attach that completes within
 //! its quiet time ([`status::ATTACH_QUIET`], longer while many attaches wait together,
-//! see `controller::pace`) writes each status once, when it is done. Ticket changes
+//! see `controller::pace`) writes each status once, when it is done; so does a detach
+//! on the Volume (within [`detaching::DETACH_QUIET`]; the VolumeAttachment drops the
+//! ticket's status at once). Ticket changes
 //! that arrive while a volume's reconcile runs or is queued are decided together by
 //! the next one (kube-runtime runs one reconcile per object at a time and folds the
 //! triggers queued meanwhile), so a VolumeAttachment's status is written at most once
@@ -152,16 +155,13 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
     };
 
     // A detach still under way after its quiet time says so, once (a fast one has
-    // only its Detached Event); every way out of this reconcile comes back in time
-    // for the next one.
-    let detaches = {
-        let after_delete;
-        let view = if synced.deleted {
-            after_delete = mountpods_of(&ctx, &name);
-            &after_delete
-        } else {
-            &mountpods
-        };
+    // only its Detached Event, and the Volume status written when it is done); every
+    // way out of this reconcile comes back in time for the next one.
+    // The MountPods as this reconcile left them: the Volume status describes these
+    // (a MountPod deleted at once is gone, one with finalizers terminating).
+    let after_delete = synced.deleted.then(|| mountpods_of(&ctx, &name));
+    let view: &[Arc<MountPod>] = after_delete.as_deref().unwrap_or(&mountpods);
+    let (detaches, volume_waits) = {
         let slow = detaching::slow_detaches(view, &decision, &now, detaching::DETACH_QUIET);
         let uids = view.iter().filter_map(|mp| mp.metadata.uid.as_deref());
         for node in ctx.detaches_reported.fresh(&name, &slow.due, uids) {
@@ -169,7 +169,9 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
             let note = format!("detaching from node {node}: waiting for its mount to end");
             publish_node(&ctx, &volume, "Detaching", &node, &note);
         }
-        slow.left
+        let waits =
+            detaching::volume_status_waits(&volume, view, &decision, &now, detaching::DETACH_QUIET);
+        (slow.left, waits)
     };
     let requeue = |after: Duration| {
         let next = detaches.map_or(after, |d| after.min(d + Duration::from_millis(10)));
@@ -256,12 +258,18 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         &now,
         &held.tickets,
     );
-    let shown: Vec<Arc<MountPod>> = mountpods
+    let shown: Vec<Arc<MountPod>> = view
         .iter()
         .filter(|mp| !held.nodes.contains(&mp.spec.node_name))
         .cloned()
         .collect();
-    let volume_status = write_volume_status(&ctx, &volume, &shown, &decision);
+    let volume_status = async {
+        if volume_waits {
+            debug!(volume = %name, "detaching; the Volume status waits");
+            return Ok(());
+        }
+        write_volume_status(&ctx, &volume, &shown, &decision).await
+    };
     let (attachment, volume_status) = if recheck {
         // The Volume may only say Attached once the re-checked ticket status is in.
         let attachment = attachment.await;
