@@ -99,18 +99,22 @@ pub fn volume_status_waits(
     now: &Time,
     quiet: Duration,
 ) -> bool {
-    let Some(written) = &volume.status else {
+    let young = |mp: &MountPod| matches!(detach_rest(mp, decision, now, quiet), Some(Some(_)));
+    // The common reconcile (nothing detaching) copies nothing.
+    let Some(written) = volume
+        .status
+        .as_ref()
+        .filter(|_| mountpods.iter().any(|mp| young(mp)))
+    else {
         return false;
     };
     let mut before = decision.clone();
-    let mut young = false;
     let view: Vec<Arc<MountPod>> = mountpods
         .iter()
         .map(|mp| {
-            if !matches!(detach_rest(mp, decision, now, quiet), Some(Some(_))) {
+            if !young(mp) {
                 return mp.clone();
             }
-            young = true;
             before.nodes.insert(
                 mp.spec.node_name.clone(),
                 NodeMount {
@@ -124,7 +128,7 @@ pub fn volume_status_waits(
             Arc::new(undeleted)
         })
         .collect();
-    young && volume_status(volume, &view, &before, now) == *written
+    volume_status(volume, &view, &before, now) == *written
 }
 
 /// The slow detaches already reported, by volume: MountPod uids.

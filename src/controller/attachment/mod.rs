@@ -154,13 +154,13 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Context>) -> Result
         (mountpods, input, decision)
     };
 
-    // A detach still under way after its quiet time says so, once (a fast one has
-    // only its Detached Event, and the Volume status written when it is done); every
-    // way out of this reconcile comes back in time for the next one.
     // The MountPods as this reconcile left them: the Volume status describes these
     // (a MountPod deleted at once is gone, one with finalizers terminating).
     let after_delete = synced.deleted.then(|| mountpods_of(&ctx, &name));
     let view: &[Arc<MountPod>] = after_delete.as_deref().unwrap_or(&mountpods);
+    // A detach still under way after its quiet time says so, once (a fast one has
+    // only its Detached Event, and the Volume status written when it is done); every
+    // way out of this reconcile comes back in time for the next one.
     let (detaches, volume_waits) = {
         let slow = detaching::slow_detaches(view, &decision, &now, detaching::DETACH_QUIET);
         let uids = view.iter().filter_map(|mp| mp.metadata.uid.as_deref());
