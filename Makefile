@@ -18,10 +18,11 @@ crds:
 	$(CARGO) run -q -- crds > crds/tessera.io.yaml
 	cp crds/tessera.io.yaml charts/tessera/files/crds.yaml
 
-## lint: formatting and clippy, warnings are errors
+## lint: formatting, clippy (warnings are errors), and what each crate may depend on
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	bash tests/arch/deps.sh
 
 ## test: lint, build the harness, start the local control plane (unless KUBECONFIG
 ## names a cluster), run every test, stop the control plane

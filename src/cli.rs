@@ -16,6 +16,7 @@
 
 use std::io::Write;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use tracing::info;
@@ -72,7 +73,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Command::Controller(args_) => {
             runtime::init_tracing(&args.log);
             let rt = tokio::runtime::Runtime::new()?;
-            Ok(rt.block_on(crate::controller::run(args_))?)
+            Ok(rt.block_on(controller(args_))?)
         }
         Command::Node(node_args) => {
             runtime::init_tracing(&args.log);
@@ -80,6 +81,41 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Ok(rt.block_on(node(node_args))?)
         }
     }
+}
+
+/// `tessera controller`: the controllers, and the CSI Identity and Controller services
+/// on the same client, until SIGINT or SIGTERM.
+pub async fn controller(
+    args: crate::controller::ControllerArgs,
+) -> Result<(), crate::controller::Error> {
+    use crate::controller::Error;
+    let metrics = crate::metrics::Metrics::controller();
+    let client = runtime::connect(&metrics.api_requests).await?;
+    let metrics = runtime::start_metrics(args.metrics_addr, metrics).await?;
+    let shutdown = Shutdown::listen()?;
+    let allowed_roots =
+        crate::host::roots::AllowedRoots::from_args(&args.roots).map_err(Error::AllowedRoots)?;
+    if let Some(endpoint) = &args.csi_endpoint {
+        let service = crate::csi::controller::ControllerService::new(
+            client.clone(),
+            crate::csi::controller::Settings {
+                default_backend_root: args.default_backend_root.clone(),
+                publish_timeout: Duration::from_secs(args.publish_timeout_seconds),
+                unpublish_timeout: Duration::from_secs(args.publish_timeout_seconds),
+                capacity_bytes: args.capacity_bytes,
+                labels: args.watch_selector.clone().unwrap_or_default(),
+                allowed_roots: allowed_roots.clone(),
+            },
+        );
+        runtime::csi::spawn(
+            endpoint,
+            "identity and controller",
+            crate::csi::controller_services(service),
+            shutdown.clone(),
+        )
+        .map_err(runtime::Error::from)?;
+    }
+    crate::controller::run(&args, client, metrics, shutdown, allowed_roots).await
 }
 
 /// `tessera node`: the node agent, and the CSI Node service over the same host

@@ -1,41 +1,49 @@
 //! Tessera: a Kubernetes storage operator. Pods get volumes through FUSE mounts;
 //! who may hold a volume is decided by Longhorn-style attachment tickets.
 //!
-//! Module map (dependencies point downwards only):
+//! This crate is the `tessera` binary's roles over the crates below it. Module map
+//! (a module imports only those below it, and no module imports its way back to
+//! itself: `tests/arch` checks both):
 //!
 //! ```text
 //!   cli         wires the roles (controller, node, mount, crds): the one place where
-//!    │          the node agent meets the CSI Node service
+//!    │          the controllers meet the CSI Controller service and the node agent
+//!    │          the CSI Node service
+//!   plugin      what `kubectl tessera` reads and says (src/bin/kubectl-tessera)
 //!   controller  Volume, VolumeAttachment and reaper controllers (kube-runtime)
 //!   csi         the CSI driver: Identity, Controller (tickets in, awaited by watch),
-//!    │          Node (bind mounts); the generated gRPC code
+//!    │          Node (bind mounts)
 //!   node        the node agent: MountPods of this node, FUSE daemons, repairs
 //!    │          (csi and node never import each other)
-//!   host        mount table, mount syscalls, path validation (no Kubernetes)
 //!   fuse        the FUSE filesystem of one volume (knows nothing of Kubernetes)
-//!    │
 //!   runtime     what every role shares: tracing, client, metrics endpoint, signals,
-//!    │          CSI serving, error chains and kube error context
+//!    │          CSI serving, watch backoff, error chains and kube error context
 //!   metrics     Prometheus registry + /metrics, /healthz, /readyz
-//!   tickets     pure arbitration: tickets in, decision out (no I/O)
-//!    │
-//!   api         CRD types: Volume, VolumeAttachment, MountPod (imports nothing of ours)
 //!   labels      label selectors from the command line
 //! ```
+//!
+//! Crates below (each manifest states what it may depend on; `tests/arch/deps.sh`):
+//!
+//! ```text
+//!   tessera-api        CRD types, `names` (labels, annotations, finalizers, field
+//!    │                 managers), `tickets`: pure arbitration (no runtime, no client)
+//!   tessera-host       mount table, mount syscalls, fd-based paths, backend roots
+//!    │                 (no Kubernetes)
+//!   tessera-csi-proto  the generated CSI gRPC code
+//!   tessera-text       quantities of bytes, bounded echoes (no dependencies)
+//! ```
 
-// kube's `#[kube(printcolumn(..))]` repeats `type_ = …` per column, which clippy's
-// duplicated_attributes lint mistakes for a duplicate.
-#![allow(clippy::duplicated_attributes)]
+// The crates below this one, under the names the modules of this crate use.
+pub use tessera_api as api;
+pub use tessera_api::tickets;
+pub use tessera_host as host;
 
-pub mod api;
 pub mod cli;
 pub mod controller;
 pub mod csi;
 pub mod fuse;
-pub mod host;
 pub mod labels;
 pub mod metrics;
 pub mod node;
 pub mod plugin;
 pub mod runtime;
-pub mod tickets;

@@ -13,8 +13,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use support::fixtures::{self, ControllerProcess, TEST_LABEL, eventually};
+use tessera::api::{ANNOTATION_INLINE_POD, ANNOTATION_INLINE_POD_UID, LABEL_INLINE};
 use tessera::api::{AttacherType, AttachmentTicket, Volume, VolumeAttachment};
-use tessera::csi::node::ephemeral::{ANNOTATION_POD, ANNOTATION_POD_UID, LABEL_INLINE};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -25,7 +25,7 @@ fn inline_volume(name: &str, id: &str, pod: &str, uid: &str, node: &str) -> Volu
         "metadata": {
             "name": name,
             "labels": {TEST_LABEL: id, LABEL_INLINE: "true"},
-            "annotations": {ANNOTATION_POD: format!("default/{pod}"), ANNOTATION_POD_UID: uid},
+            "annotations": {ANNOTATION_INLINE_POD: format!("default/{pod}"), ANNOTATION_INLINE_POD_UID: uid},
         },
         "spec": {"size": "1Mi", "accessMode": "ReadWriteOnce",
                  "backend": {"root": "/var/lib/tessera/test", "scope": "NodeLocal", "node": node}},
@@ -95,7 +95,7 @@ async fn an_inline_volume_whose_pod_is_gone_is_deleted() {
         .await;
         let t = AttachmentTicket::new(format!("inline-{node}"), AttacherType::CsiEphemeral, &node);
         let pp = PatchParams {
-            field_manager: Some(tessera::csi::node::FIELD_MANAGER.into()),
+            field_manager: Some(tessera::api::CSI_NODE_FIELD_MANAGER.into()),
             ..Default::default()
         };
         vas.patch(name, &pp, &Patch::Merge(t.upsert_patch()))

@@ -57,8 +57,7 @@ async fn apply_ticket(e: &Env, volume: &str, id: &str, node: &str, manager: &str
 /// Delete the test's Volume, keeping its data (no agent here could remove it), wait
 /// until it is gone (the controller still runs), then delete the nodes.
 async fn cleanup(e: &Env, vol: String) {
-    let retain =
-        json!({"metadata": {"annotations": {tessera::controller::ANNOTATION_RECLAIM: "Retain"}}});
+    let retain = json!({"metadata": {"annotations": {tessera::api::ANNOTATION_RECLAIM: "Retain"}}});
     Api::<tessera::api::Volume>::all(e.client.clone())
         .patch(&vol, &PatchParams::default(), &Patch::Merge(&retain))
         .await

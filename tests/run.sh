@@ -20,7 +20,7 @@ fi
 
 log="$(mktemp)"
 set +e
-cargo test --no-fail-fast --lib --bins --tests -- --test-threads="${TEST_THREADS:-4}" 2>&1 | tee "$log"
+cargo test --workspace --no-fail-fast --lib --bins --tests -- --test-threads="${TEST_THREADS:-4}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 # The backend-quota tests that need XFS project quotas are #[ignore]d: run them (and
 # only them: --ignored with the filter backend_quota::) here where the kernel has XFS

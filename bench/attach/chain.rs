@@ -44,12 +44,12 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Config, ResourceExt};
 use serde_json::json;
+use tessera::api::CONTROLLER_FIELD_MANAGER;
 use tessera::api::{
     self, AppliedSettings, AttacherType, AttachmentTicket, AttachmentTicketStatus, LABEL_NODE,
     LABEL_VOLUME, MountPhase, MountPod, MountPodStatus, MountTask, Volume, VolumeAttachment,
     VolumeAttachmentSpec, VolumeAttachmentStatus, condition_status,
 };
-use tessera::controller::FIELD_MANAGER;
 use tessera::controller::attachment::status::{CONDITION_READY, REASON_TICKETS_SATISFIED};
 use tessera::controller::attachment::{desired_spec, owner_reference};
 use tokio::sync::Notify;
@@ -98,7 +98,7 @@ impl Satisfied {
 
 fn patch_params() -> PatchParams {
     PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
+        field_manager: Some(CONTROLLER_FIELD_MANAGER.into()),
         ..Default::default()
     }
 }
@@ -174,7 +174,7 @@ async fn write_va_status(
     }
     api.patch_status(
         name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &PatchParams::apply(CONTROLLER_FIELD_MANAGER).force(),
         &Patch::Apply(&body),
     )
     .await
@@ -317,7 +317,7 @@ fn controller(
                 let Some(uid) = created.get(id) else {
                     let body = mountpod_body(&volume, &labels, node);
                     let params = PostParams {
-                        field_manager: Some(FIELD_MANAGER.into()),
+                        field_manager: Some(CONTROLLER_FIELD_MANAGER.into()),
                         ..Default::default()
                     };
                     match mps.create(&params, &body).await {

@@ -3,6 +3,7 @@
 //! and the two things every reconcile does with them: time itself ([`measured`]) and
 //! patch with the controller's field manager ([`merge_params`]).
 
+use crate::api::CONTROLLER_FIELD_MANAGER;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +17,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::own_writes::OwnWrites;
 use super::watch::CachesReady;
-use super::{Error, FIELD_MANAGER, Labels};
+use super::{Error, Labels};
 use crate::api::{CSI_DRIVER_NAME, MountPod, Volume, VolumeAttachment};
 use crate::metrics::Metrics;
 
@@ -130,7 +131,7 @@ where
 /// `managedFields` tells who wrote what).
 pub(crate) fn merge_params() -> kube::api::PatchParams {
     kube::api::PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
+        field_manager: Some(CONTROLLER_FIELD_MANAGER.into()),
         ..Default::default()
     }
 }

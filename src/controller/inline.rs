@@ -14,6 +14,7 @@
 //! namespaced owner is never garbage-collected), hence this. One GET per inline Volume
 //! per check: reads only, and only of Volumes past the grace.
 
+use crate::api::{ANNOTATION_INLINE_POD, ANNOTATION_INLINE_POD_UID, LABEL_INLINE};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -26,7 +27,6 @@ use super::context::merge_params;
 use super::events::publish;
 use super::{Context, Error, KubeContext};
 use crate::api::{AttacherType, Volume, VolumeAttachment};
-use crate::csi::node::ephemeral::{ANNOTATION_POD, ANNOTATION_POD_UID, LABEL_INLINE};
 
 /// The orphan check runs on one reaper pass in this many.
 pub const ORPHAN_EVERY: u64 = 6;
@@ -45,14 +45,14 @@ pub fn pod_of(v: &Volume) -> Option<(&str, &str)> {
     if v.labels().get(LABEL_INLINE).map(String::as_str) != Some("true") {
         return None;
     }
-    v.annotations().get(ANNOTATION_POD)?.split_once('/')
+    v.annotations().get(ANNOTATION_INLINE_POD)?.split_once('/')
 }
 
 /// Why inline Volume `v`, `age` old, should go, given what is seen of its Pod: never
 /// before `grace`, never while being deleted, never without its Pod's uid recorded.
 pub fn orphaned(v: &Volume, pod: &PodSeen, age: Duration, grace: Duration) -> Option<String> {
     let (ns, name) = pod_of(v)?;
-    let uid = v.annotations().get(ANNOTATION_POD_UID)?;
+    let uid = v.annotations().get(ANNOTATION_INLINE_POD_UID)?;
     if v.metadata.deletion_timestamp.is_some() || age < grace {
         return None;
     }
@@ -155,7 +155,7 @@ mod tests {
             "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
             "metadata": {
                 "name": "inline-x",
-                "annotations": {ANNOTATION_POD: "apps/web", ANNOTATION_POD_UID: "u1"},
+                "annotations": {ANNOTATION_INLINE_POD: "apps/web", ANNOTATION_INLINE_POD_UID: "u1"},
             },
             "spec": {"size": "1Mi", "accessMode": "ReadWriteOnce",
                      "backend": {"root": "/r", "scope": "NodeLocal", "node": "n1"}},
@@ -199,7 +199,7 @@ mod tests {
             }
         }
         let mut no_uid = volume(true, false);
-        no_uid.annotations_mut().remove(ANNOTATION_POD_UID);
+        no_uid.annotations_mut().remove(ANNOTATION_INLINE_POD_UID);
         assert_eq!(orphaned(&no_uid, &PodSeen::Gone, old, grace), None);
     }
 }

@@ -20,7 +20,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use tracing::{debug, info, warn};
 
-use super::ShortBackoff;
+use crate::runtime::backoff::ShortBackoff;
 use crate::runtime::error_chain;
 
 /// Settings of the election.

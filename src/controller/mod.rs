@@ -16,7 +16,7 @@
 //! Everything is level-triggered: a reconcile reads the current objects, decides, and
 //! writes only what differs, so killing the process at any point and starting it again
 //! converges to the same state. One replica acts at a time (leader election on a
-//! Lease). All writes use one field manager, [`FIELD_MANAGER`]; tickets are upserted
+//! Lease). All writes use one field manager, [`crate::api::CONTROLLER_FIELD_MANAGER`]; tickets are upserted
 //! with merge patches (never server-side apply), so Tessera never takes ownership of,
 //! or removes, a ticket that a GitOps tool applied.
 //!
@@ -44,56 +44,26 @@ pub mod volume;
 mod watch;
 mod wiring;
 
-use std::time::Duration;
-
 use tracing::{error, info, warn};
 
 pub use self::args::ControllerArgs;
 pub use self::context::Context;
 pub use self::error::Error;
 pub(crate) use self::error::KubeContext;
-pub use self::watch::{CachesReady, ShortBackoff};
+pub use self::watch::CachesReady;
 pub use crate::labels::Labels;
 use crate::runtime;
 
-/// The field manager of every write the controller makes.
-pub const FIELD_MANAGER: &str = "tessera-controller";
-/// Finalizer on Volumes: the data is removed (through a cleanup ticket) before the
-/// Volume goes.
-pub const VOLUME_FINALIZER: &str = "tessera.io/volume-data";
-/// Annotation on a Volume: `Retain` keeps the data when the Volume is deleted.
-pub const ANNOTATION_RECLAIM: &str = "tessera.io/reclaim-policy";
-
-/// Run the controller role until a signal: lead (or wait to), step down when the lease
-/// is lost, and release the lease on a graceful stop.
-pub async fn run(args: ControllerArgs) -> Result<(), Error> {
-    let metrics = crate::metrics::Metrics::controller();
-    let client = runtime::connect(&metrics.api_requests).await?;
-    let metrics = runtime::start_metrics(args.metrics_addr, metrics).await?;
-    let shutdown = runtime::Shutdown::listen()?;
-    let allowed_roots =
-        crate::host::roots::AllowedRoots::from_args(&args.roots).map_err(Error::AllowedRoots)?;
-    if let Some(endpoint) = &args.csi_endpoint {
-        let service = crate::csi::controller::ControllerService::new(
-            client.clone(),
-            crate::csi::controller::Settings {
-                default_backend_root: args.default_backend_root.clone(),
-                publish_timeout: Duration::from_secs(args.publish_timeout_seconds),
-                unpublish_timeout: Duration::from_secs(args.publish_timeout_seconds),
-                capacity_bytes: args.capacity_bytes,
-                labels: args.watch_selector.clone().unwrap_or_default(),
-                allowed_roots: allowed_roots.clone(),
-            },
-        );
-        runtime::csi::spawn(
-            endpoint,
-            "identity and controller",
-            crate::csi::controller_services(service),
-            shutdown.clone(),
-        )
-        .map_err(runtime::Error::from)?;
-    }
-
+/// Run the controllers until a signal: lead (or wait to), step down when the lease is
+/// lost, and release the lease on a graceful stop. `cli::controller` starts what the
+/// role shares with the CSI Controller service (client, metrics, signals) first.
+pub async fn run(
+    args: &ControllerArgs,
+    client: kube::Client,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+    shutdown: runtime::Shutdown,
+    allowed_roots: crate::host::roots::AllowedRoots,
+) -> Result<(), Error> {
     let identity = args.identity.clone().unwrap_or_else(|| {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         format!("{}-{}", host.trim(), std::process::id())
@@ -129,7 +99,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), Error> {
         let run = wiring::run_controllers(
             client.clone(),
             metrics.clone(),
-            &args,
+            args,
             identity.clone(),
             allowed_roots.clone(),
         );

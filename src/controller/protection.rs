@@ -18,15 +18,13 @@
 //! accepted and waits (the object shows as Terminating) instead of being refused; it
 //! completes once no workload ticket is satisfied.
 
+use crate::api::ATTACHMENT_FINALIZER;
 use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolume};
 use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVolumeAttachment;
 use kube::ResourceExt;
 
 use crate::api::{AttacherType, AttachmentTicket, CSI_DRIVER_NAME, VolumeAttachment};
 use crate::tickets::{Decision, is_background};
-
-/// Finalizer on VolumeAttachments: removed only when no workload ticket is satisfied.
-pub const ATTACHMENT_FINALIZER: &str = "tessera.io/workload-protection";
 
 /// Whether `va` carries the finalizer.
 pub fn has_finalizer(va: &VolumeAttachment) -> bool {

@@ -22,6 +22,7 @@
 //! removal is a JSON patch that first tests the ticket's node, so a ticket replaced in
 //! the meantime is left alone.
 
+use crate::api::{CONTROLLER_FIELD_MANAGER, CSI_CONTROLLER_FIELD_MANAGER};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,13 +37,13 @@ use tracing::{info, warn};
 
 use super::context::{measured, merge_params};
 use super::events::publish_tickets;
-use super::{Context, Error, FIELD_MANAGER, KubeContext};
+use super::{Context, Error, KubeContext};
 use crate::api::{AttacherType, AttachmentTicket, VolumeAttachment};
 use crate::runtime::error_chain;
 
 /// The field managers of Tessera's own ticket writes: the controller (cleanup tickets)
 /// and the CSI controller service (csi-attacher tickets).
-pub const TESSERA_MANAGERS: [&str; 2] = [FIELD_MANAGER, crate::csi::controller::FIELD_MANAGER];
+pub const TESSERA_MANAGERS: [&str; 2] = [CONTROLLER_FIELD_MANAGER, CSI_CONTROLLER_FIELD_MANAGER];
 
 /// Run the reaper every `interval`, forever.
 pub async fn run(ctx: Arc<Context>, interval: Duration) {
@@ -248,28 +249,28 @@ mod tests {
 
     #[test]
     fn ownership_comes_from_the_managers_of_the_ticket_fields() {
-        let csi = crate::csi::controller::FIELD_MANAGER;
+        let csi = CSI_CONTROLLER_FIELD_MANAGER;
         let managed = vec![
             // The controller's apply of the object: no ticket.
             entry(
-                FIELD_MANAGER,
+                CONTROLLER_FIELD_MANAGER,
                 None,
                 json!({"f:metadata": {"f:ownerReferences": {}}, "f:spec": {"f:volume": {}}}),
             ),
             // Its status writes name ticket ids too, under f:status: not ownership.
             entry(
-                FIELD_MANAGER,
+                CONTROLLER_FIELD_MANAGER,
                 Some("status"),
                 json!({"f:status": {"f:attachmentTicketStatuses": {"f:manual-argo": {}}}}),
             ),
             entry(csi, None, owns(&["csi-1"])),
-            entry(FIELD_MANAGER, None, owns(&["cleanup-data"])),
+            entry(CONTROLLER_FIELD_MANAGER, None, owns(&["cleanup-data"])),
             entry("argocd", None, owns(&["manual-argo", "shared"])),
             entry(csi, None, owns(&["shared"])),
         ];
         let cases = [
             ("csi-1", vec![csi], true),
-            ("cleanup-data", vec![FIELD_MANAGER], true),
+            ("cleanup-data", vec![CONTROLLER_FIELD_MANAGER], true),
             ("manual-argo", vec!["argocd"], false),
             ("shared", vec!["argocd", csi], false),
             ("unclaimed", vec![], false),

@@ -25,6 +25,10 @@
 //! The VolumeAttachment carries the finalizer of [`super::protection`]; one that was
 //! deleted is recreated with its CSI tickets rebuilt from the storage.k8s.io ones.
 
+use crate::api::{
+    ANNOTATION_RECLAIM, ATTACHMENT_FINALIZER, CLEANUP_TICKET, CONTROLLER_FIELD_MANAGER,
+    VOLUME_FINALIZER,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,17 +45,14 @@ use tracing::{debug, info, instrument, warn};
 use super::attachment::owner_reference;
 use super::context::{measured, merge_params};
 use super::events::publish;
-use super::protection::{ATTACHMENT_FINALIZER, csi_tickets_from_storage, has_finalizer};
-use super::{ANNOTATION_RECLAIM, Context, Error, FIELD_MANAGER, KubeContext, VOLUME_FINALIZER};
+use super::protection::{csi_tickets_from_storage, has_finalizer};
+use super::{Context, Error, KubeContext};
 use crate::api::{
     ANNOTATION_ABANDON_DATA, AttacherType, AttachmentTicket, BackendScope, CSI_DRIVER_NAME, Volume,
     VolumeAttachment,
 };
 use crate::labels::Labels;
 use crate::runtime::error_chain;
-
-/// Id of the ticket that removes a deleted volume's data.
-pub const CLEANUP_TICKET: &str = "cleanup-data";
 
 /// Reconcile one Volume.
 #[instrument(skip_all, fields(volume = %volume.name_any()))]
@@ -187,7 +188,7 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
     let written = Api::<VolumeAttachment>::all(ctx.client.clone())
         .patch(
             &name,
-            &PatchParams::apply(FIELD_MANAGER),
+            &PatchParams::apply(CONTROLLER_FIELD_MANAGER),
             &Patch::Apply(&body),
         )
         .await

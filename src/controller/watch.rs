@@ -21,12 +21,11 @@
 //! reconcile them all for nothing.
 //!
 //! A broken watch (an API server restart) is retried after at most 1 s
-//! ([`ShortBackoff`]) and re-lists, so the caches catch up soon after the server is back.
+//! ([`crate::runtime::backoff::ShortBackoff`]) and re-lists, so the caches catch up soon after the server is back.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -35,6 +34,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::{debug, warn};
 
 use super::echoes::Echoes;
+use crate::runtime::backoff::ShortBackoff;
 
 /// One flag per shared watch, set once its cache has had its first full list.
 #[derive(Clone, Debug, Default)]
@@ -60,42 +60,6 @@ impl CachesReady {
         ]
         .iter()
         .all(|r| r.load(Ordering::Acquire))
-    }
-}
-
-/// The watches' retry delays: 100 ms doubling up to 1 s, back to 100 ms once an event
-/// arrives. kube's default climbs to 30 s, so a watch broken by an API server restart
-/// could resume half a minute after the server is back; this one resumes within a
-/// second (the cost: at most one failed request per second while it is away).
-#[derive(Clone, Debug)]
-pub struct ShortBackoff {
-    next: Duration,
-}
-
-impl ShortBackoff {
-    const MIN: Duration = Duration::from_millis(100);
-    const MAX: Duration = Duration::from_secs(1);
-}
-
-impl Default for ShortBackoff {
-    fn default() -> Self {
-        ShortBackoff { next: Self::MIN }
-    }
-}
-
-impl Iterator for ShortBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        let now = self.next;
-        self.next = (now * 2).min(Self::MAX);
-        Some(now)
-    }
-}
-
-impl kube::runtime::utils::Backoff for ShortBackoff {
-    fn reset(&mut self) {
-        self.next = Self::MIN;
     }
 }
 
@@ -230,16 +194,6 @@ impl<V: PartialEq> Projection<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_watch_backoff_is_short_and_capped() {
-        use kube::runtime::utils::Backoff;
-        let mut b = ShortBackoff::default();
-        let ms: Vec<u128> = b.by_ref().take(7).map(|d| d.as_millis()).collect();
-        assert_eq!(ms, [100, 200, 400, 800, 1000, 1000, 1000]);
-        b.reset();
-        assert_eq!(b.next(), Some(Duration::from_millis(100)));
-    }
 
     #[test]
     fn a_lean_attachment_still_says_who_wrote_each_ticket() {

@@ -11,6 +11,7 @@
 //!  state gauges: every 5 s, counted from the caches
 //! ```
 
+use crate::api::CONTROLLER_FIELD_MANAGER;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ use super::error::log_run_error;
 use super::watch::{
     CachesReady, Projection, every_change, fan_out, no_managed_fields, spec_managers_only,
 };
-use super::{Context, ControllerArgs, FIELD_MANAGER, attachment, reaper, state_metrics, volume};
+use super::{Context, ControllerArgs, attachment, reaper, state_metrics, volume};
 use crate::api::{CSI_DRIVER_NAME, MountPod, Volume, VolumeAttachment};
 use crate::metrics::Metrics;
 
@@ -174,7 +175,7 @@ pub(super) async fn run_controllers(
         recorder: crate::runtime::recorder::Recorders::new(
             client.clone(),
             Reporter {
-                controller: FIELD_MANAGER.into(),
+                controller: CONTROLLER_FIELD_MANAGER.into(),
                 instance: Some(identity),
             },
         ),

@@ -31,7 +31,7 @@
 pub mod controller;
 pub mod identity;
 pub mod node;
-pub mod proto;
+pub use tessera_csi_proto as proto;
 pub mod shared_watch;
 pub mod watch;
 
@@ -42,16 +42,14 @@ use sha2::{Digest, Sha256};
 use tonic::service::Routes;
 
 use crate::api::CSI_DRIVER_NAME;
-use crate::runtime::{error_chain, truncated};
+use crate::runtime::error_chain;
 use proto::controller_server::ControllerServer;
 use proto::identity_server::IdentityServer;
 use proto::node_server::NodeServer;
+use tessera_text::truncated;
 
 /// Prefix of the `volume_context` keys the kubelet and the sidecars set themselves.
 pub const CSI_KEY_PREFIX: &str = "csi.storage.k8s.io/";
-
-/// Topology key of node-local volumes.
-pub const TOPOLOGY_NODE_KEY: &str = "topology.tessera.io/node";
 
 /// The ticket id of a CSI attachment: the name Kubernetes gives the storage.k8s.io
 /// VolumeAttachment of (volume handle, driver, node), so the two can be matched (and the

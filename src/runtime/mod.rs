@@ -13,17 +13,17 @@
 //!
 //! and how errors are written down: [`error_chain`] prints one with its causes,
 //! [`KubeError`] (built with [`KubeContext::context`]) names the API call that
-//! failed, [`truncated`] bounds what an error echoes of a request.
+//! failed (what an error echoes of a request is bounded by `tessera_text::truncated`).
 //!
 //! This module imports nothing of ours but [`crate::metrics`]: every other module may
 //! use it.
 
+pub mod backoff;
 pub mod csi;
 pub mod recorder;
 pub mod requests;
 pub mod spacing;
 
-use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -54,15 +54,6 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         }
     }
     s
-}
-
-/// `s` cut to at most `max` characters (an ellipsis marks the cut), for error messages
-/// that echo what a caller sent.
-pub fn truncated(s: &str, max: usize) -> Cow<'_, str> {
-    match s.char_indices().nth(max) {
-        None => Cow::Borrowed(s),
-        Some((end, _)) => Cow::Owned(format!("{}…", &s[..end])),
-    }
 }
 
 /// A call to the API server that failed, and what it was for.
@@ -341,19 +332,6 @@ mod tests {
                 want,
                 "{level} {rust_log:?}"
             );
-        }
-    }
-
-    #[test]
-    fn truncation_keeps_short_strings_and_cuts_at_a_character() {
-        for (s, max, want) in [
-            ("pvc-1", 128, "pvc-1"),
-            ("abcdef", 6, "abcdef"),
-            ("abcdef", 3, "abc…"),
-            ("ééé", 2, "éé…"),
-            ("", 0, ""),
-        ] {
-            assert_eq!(truncated(s, max), want, "{s:?} at {max}");
         }
     }
 

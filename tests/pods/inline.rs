@@ -13,8 +13,9 @@
 //! ```
 
 use k8s_openapi::api::core::v1::Event;
+use tessera::api::LABEL_INLINE;
 use tessera::api::{self, AttacherType, MountPod, VolumeAttachment as Tickets};
-use tessera::csi::node::ephemeral::{LABEL_INLINE, inline_volume_name};
+use tessera::csi::node::ephemeral::inline_volume_name;
 
 use super::*;
 

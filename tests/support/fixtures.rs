@@ -366,7 +366,7 @@ impl FakeAgent {
             // The controller's own short backoff, and errors skipped: it keeps serving
             // across an API server restart.
             let mut stream = watcher(api.clone(), wc)
-                .backoff(tessera::controller::ShortBackoff::default())
+                .backoff(tessera::runtime::backoff::ShortBackoff::default())
                 .applied_objects()
                 .boxed();
             while let Some(res) = stream.next().await {

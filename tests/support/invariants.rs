@@ -171,7 +171,7 @@ async fn watch_mountpods(
     let mut replay = Replay::new();
     let mut announced = false;
     let mut stream = watcher(api, wc)
-        .backoff(tessera::controller::ShortBackoff::default())
+        .backoff(tessera::runtime::backoff::ShortBackoff::default())
         .boxed();
     while let Some(ev) = stream.next().await {
         let Ok(ev) = ev else {
@@ -232,7 +232,7 @@ async fn watch_attachments(
     // Tickets satisfied at the last state: (volume, ticket) → generation.
     let mut satisfied: BTreeMap<(String, String), i64> = BTreeMap::new();
     let mut stream = watcher(api, wc)
-        .backoff(tessera::controller::ShortBackoff::default())
+        .backoff(tessera::runtime::backoff::ShortBackoff::default())
         .boxed();
     while let Some(ev) = stream.next().await {
         let Ok(ev) = ev else {

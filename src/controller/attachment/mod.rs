@@ -52,6 +52,7 @@ pub mod status;
 #[cfg(test)]
 mod tests;
 
+use crate::api::{ATTACHMENT_FINALIZER, CONTROLLER_FIELD_MANAGER};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,7 +71,7 @@ pub use self::mountpods::{desired_spec, owner_reference};
 use super::context::{measured, merge_params};
 use super::events::{publish_node, publish_tickets};
 use super::protection;
-use super::{Context, Error, FIELD_MANAGER, KubeContext};
+use super::{Context, Error, KubeContext};
 use crate::api::{self, BackendScope, MountPod, Volume, VolumeAttachment};
 use crate::runtime::error_chain;
 use crate::tickets::{self, Decision, Input};
@@ -413,12 +414,12 @@ async fn release_finalizer(ctx: &Context, va: &VolumeAttachment) -> Result<(), E
     let Some(idx) = va
         .finalizers()
         .iter()
-        .position(|f| f == protection::ATTACHMENT_FINALIZER)
+        .position(|f| f == ATTACHMENT_FINALIZER)
     else {
         return Ok(());
     };
     let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "test", "path": format!("/metadata/finalizers/{idx}"), "value": protection::ATTACHMENT_FINALIZER},
+        {"op": "test", "path": format!("/metadata/finalizers/{idx}"), "value": ATTACHMENT_FINALIZER},
         {"op": "remove", "path": format!("/metadata/finalizers/{idx}")},
     ]))
     .expect("well-formed JSON patch");
@@ -524,7 +525,7 @@ async fn write_status(
     let written = Api::<VolumeAttachment>::all(ctx.client.clone())
         .patch_status(
             &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(CONTROLLER_FIELD_MANAGER).force(),
             &Patch::Apply(&body),
         )
         .await
@@ -556,7 +557,7 @@ async fn write_volume_status(
     let written = Api::<Volume>::all(ctx.client.clone())
         .patch_status(
             &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
+            &PatchParams::apply(CONTROLLER_FIELD_MANAGER).force(),
             &Patch::Apply(&body),
         )
         .await

@@ -17,6 +17,7 @@
 //! Every write is remembered in the Context's `written_mountpods` until the cache
 //! shows it.
 
+use crate::api::CONTROLLER_FIELD_MANAGER;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt, stream};
@@ -28,7 +29,7 @@ use tracing::info;
 
 use crate::api::{self, LABEL_NODE, LABEL_VOLUME, MountPod, MountPodSpec, MountTask, Volume};
 use crate::controller::events::publish_node;
-use crate::controller::{Context, Error, FIELD_MANAGER, KubeContext, Labels};
+use crate::controller::{Context, Error, KubeContext, Labels};
 use crate::tickets::Decision;
 
 /// What [`sync_mountpods`] did.
@@ -152,7 +153,7 @@ async fn write_mountpod(
         None => api
             .patch(
                 &mp_name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
+                &PatchParams::apply(CONTROLLER_FIELD_MANAGER).force(),
                 &Patch::Apply(&body),
             )
             .await
@@ -203,7 +204,7 @@ async fn create(
 ) -> Result<Option<MountPod>, Error> {
     let mp: MountPod = serde_json::from_value(body.clone()).expect("a well-formed MountPod");
     let params = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
+        field_manager: Some(CONTROLLER_FIELD_MANAGER.into()),
         ..Default::default()
     };
     match api.create(&params, &mp).await {

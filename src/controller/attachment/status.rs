@@ -30,6 +30,7 @@
 //! checks work. A condition keeps its lastTransitionTime while its status and reason
 //! stay, so an unchanged world yields an equal status and nothing is written.
 
+use crate::api::CLEANUP_TICKET;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -557,9 +558,7 @@ pub fn volume_status(
     conditions.push(cond(CONDITION_READY, ok, reason, message));
     // Deleting: where the removal of the data stands (the cleanup ticket's outcome).
     if volume.metadata.deletion_timestamp.is_some()
-        && let Some(o) = decision
-            .tickets
-            .get(crate::controller::volume::CLEANUP_TICKET)
+        && let Some(o) = decision.tickets.get(CLEANUP_TICKET)
     {
         conditions.push(cond(
             "DataRemoved",

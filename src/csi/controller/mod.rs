@@ -44,6 +44,7 @@ pub mod request;
 pub mod resources;
 pub mod snapshot;
 
+use crate::api::{ANNOTATION_CSI_NAME, CSI_CONTROLLER_FIELD_MANAGER};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -73,16 +74,11 @@ use request::{
     topology_node, volume_bytes,
 };
 
-/// Annotation on a Volume with the CSI name it was created for.
-pub const ANNOTATION_CSI_NAME: &str = "tessera.io/csi-name";
-/// Field manager of the CSI controller's writes.
-pub const FIELD_MANAGER: &str = "tessera-csi-controller";
-
 /// Parameters of the service's merge patches (its field manager, so `managedFields`
 /// tell who wrote what).
 fn merge_params() -> PatchParams {
     PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
+        field_manager: Some(CSI_CONTROLLER_FIELD_MANAGER.into()),
         ..Default::default()
     }
 }
@@ -269,7 +265,7 @@ impl ControllerService {
             source,
         })?;
         let post = PostParams {
-            field_manager: Some(FIELD_MANAGER.into()),
+            field_manager: Some(CSI_CONTROLLER_FIELD_MANAGER.into()),
             ..Default::default()
         };
         self.volumes()

@@ -38,10 +38,10 @@ use tracing::{debug, warn};
 
 use super::{ControllerService, Error};
 use crate::api::{Volume, VolumeAttachment};
-use crate::controller::ShortBackoff;
 use crate::csi::{csi_ticket_id, resource_version, shown};
 use crate::labels::Labels;
 use crate::runtime::KubeContext;
+use crate::runtime::backoff::ShortBackoff;
 
 /// Where a publish's copy of an object came from (a log field).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

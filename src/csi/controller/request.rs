@@ -2,6 +2,7 @@
 //! of a CSI name, the access mode of a capability, the size of a capacity range, the
 //! StorageClass parameters, and the CSI view of a Volume.
 
+use crate::api::TOPOLOGY_NODE_KEY;
 use std::collections::HashMap;
 
 use kube::ResourceExt;
@@ -15,7 +16,7 @@ use crate::api::{
 };
 use crate::csi::proto::volume_capability::{AccessType, access_mode};
 use crate::csi::proto::{self, CapacityRange, CreateVolumeRequest, Topology, VolumeCapability};
-use crate::csi::{TOPOLOGY_NODE_KEY, is_object_name, shown};
+use crate::csi::{is_object_name, shown};
 
 /// Default size when a request names none.
 pub const DEFAULT_SIZE: u64 = 1 << 30;

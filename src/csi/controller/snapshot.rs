@@ -14,6 +14,7 @@
 //! drives the fill a step further and waits for it, by watch, within the publish
 //! timeout.
 
+use crate::api::{ANNOTATION_CSI_NAME, ANNOTATION_SNAPSHOT_OF, LABEL_SNAPSHOT};
 use std::time::Instant;
 
 use kube::api::{DeleteParams, Patch};
@@ -23,7 +24,7 @@ use tracing::info;
 
 use super::copy_plan::{self, Step, next_step};
 use super::request::{csi_volume, volume_bytes};
-use super::{ANNOTATION_CSI_NAME, ControllerService, Error, merge_params};
+use super::{ControllerService, Error, merge_params};
 use crate::api::{
     ANNOTATION_POPULATED, AttacherType, AttachmentTicket, BackendScope, DataSource, TicketReason,
     Volume, VolumeAttachment, quantity_of, tickets_removal_patch,
@@ -33,11 +34,6 @@ use crate::csi::proto::*;
 use crate::csi::watch::await_from;
 use crate::csi::{existing_id, required, shown};
 use crate::runtime::KubeContext;
-
-/// Label on a snapshot's Volume (value `"true"`): ListVolumes leaves it out.
-pub const LABEL_SNAPSHOT: &str = "tessera.io/snapshot";
-/// Annotation on a snapshot's Volume: the volume it is a snapshot of.
-pub const ANNOTATION_SNAPSHOT_OF: &str = "tessera.io/snapshot-of";
 
 /// Whether `v` is a snapshot's Volume.
 pub fn is_snapshot(v: &Volume) -> bool {

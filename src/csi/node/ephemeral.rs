@@ -27,6 +27,10 @@
 //! never deletes the dependent). The Volume carries the Pod's namespace, name and uid
 //! in annotations instead, and the reaper compares them with the Pod that exists.
 
+use crate::api::{
+    ANNOTATION_INLINE_CSI_VOLUME, ANNOTATION_INLINE_POD, ANNOTATION_INLINE_POD_UID,
+    CSI_NODE_FIELD_MANAGER, LABEL_INLINE,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path};
 use std::time::Duration;
@@ -38,7 +42,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use tracing::info;
 
-use super::{Error, FIELD_MANAGER, NodeService};
+use super::{Error, NodeService};
 use crate::api::{
     self, AccessMode, AttacherType, AttachmentTicket, BackendScope, TicketReason, Volume,
     VolumeAttachment, quantity_of,
@@ -61,15 +65,6 @@ pub const CTX_POD_UID: &str = "csi.storage.k8s.io/pod.uid";
 pub const KEY_SIZE: &str = "size";
 /// `volumeAttributes` key: the backend root (one of the allowed ones).
 pub const KEY_BACKEND_ROOT: &str = "backendRoot";
-
-/// Label on every inline Volume.
-pub const LABEL_INLINE: &str = "tessera.io/inline";
-/// Annotation: the Pod of an inline Volume, `<namespace>/<name>`.
-pub const ANNOTATION_POD: &str = "tessera.io/inline-pod";
-/// Annotation: the uid of that Pod.
-pub const ANNOTATION_POD_UID: &str = "tessera.io/inline-pod-uid";
-/// Annotation: the kubelet's volume handle (the CSI `volume_id`).
-pub const ANNOTATION_CSI_VOLUME: &str = "tessera.io/inline-csi-volume";
 
 /// Size of an inline volume whose attributes name none.
 pub const DEFAULT_SIZE: u64 = 1 << 30;
@@ -304,9 +299,9 @@ impl InlineSpec {
                 "name": self.volume(),
                 "labels": all_labels,
                 "annotations": {
-                    ANNOTATION_POD: format!("{}/{}", self.pod_namespace, self.pod_name),
-                    ANNOTATION_POD_UID: self.pod_uid,
-                    ANNOTATION_CSI_VOLUME: csi_volume_id,
+                    ANNOTATION_INLINE_POD: format!("{}/{}", self.pod_namespace, self.pod_name),
+                    ANNOTATION_INLINE_POD_UID: self.pod_uid,
+                    ANNOTATION_INLINE_CSI_VOLUME: csi_volume_id,
                 },
             },
             "spec": {
@@ -321,7 +316,7 @@ impl InlineSpec {
     /// NodePublish), rather than another Pod's or another request's.
     pub fn same_as(&self, existing: &Volume, node: &str) -> bool {
         existing.labels().get(LABEL_INLINE).map(String::as_str) == Some("true")
-            && existing.annotations().get(ANNOTATION_POD_UID) == Some(&self.pod_uid)
+            && existing.annotations().get(ANNOTATION_INLINE_POD_UID) == Some(&self.pod_uid)
             && api::quantity_bytes(&existing.spec.size.0).ok() == Some(self.bytes)
             && existing.spec.backend.root == self.backend_root
             && existing.spec.backend.node.as_deref() == Some(node)
@@ -332,7 +327,7 @@ impl InlineSpec {
 pub fn is_inline_volume_of(v: &Volume, volume_id: &str) -> bool {
     v.labels().get(LABEL_INLINE).map(String::as_str) == Some("true")
         && v.annotations()
-            .get(ANNOTATION_CSI_VOLUME)
+            .get(ANNOTATION_INLINE_CSI_VOLUME)
             .map(String::as_str)
             == Some(volume_id)
 }
@@ -350,7 +345,7 @@ pub fn inline_ticket(volume: &str, node: &str, read_only: bool) -> AttachmentTic
 
 fn params() -> PatchParams {
     PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
+        field_manager: Some(CSI_NODE_FIELD_MANAGER.into()),
         ..Default::default()
     }
 }
@@ -387,7 +382,7 @@ impl NodeService {
                     .object(&self.node_name, csi_volume_id, &self.inline.labels)
                     .map_err(Error::Encode)?;
                 let post = PostParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
+                    field_manager: Some(CSI_NODE_FIELD_MANAGER.into()),
                     ..Default::default()
                 };
                 match volumes.create(&post, &object).await {

@@ -36,6 +36,7 @@
 pub mod ephemeral;
 pub mod error;
 
+use crate::api::{CSI_NODE_FIELD_MANAGER, TOPOLOGY_NODE_KEY};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,15 +52,12 @@ use super::proto::node_server::Node;
 use super::proto::node_service_capability::{self, rpc};
 use super::proto::volume_capability::AccessType;
 use super::proto::*;
-use super::{InFlight, TOPOLOGY_NODE_KEY, existing_id, required, shown};
+use super::{InFlight, existing_id, required, shown};
 use crate::api::{self, MountPod, MountReference, Volume};
 use crate::host::mounts::{Mounts, Probe};
 use crate::host::paths;
 use crate::runtime::{KubeContext, error_chain};
 pub use error::Error;
-
-/// Field manager of the references the Node service writes.
-pub const FIELD_MANAGER: &str = "tessera-csi-node";
 
 /// The Node service of one node.
 #[derive(Clone)]
@@ -181,7 +179,7 @@ impl NodeService {
                 "spec": {"references": refs},
             });
             let params = PatchParams {
-                field_manager: Some(FIELD_MANAGER.into()),
+                field_manager: Some(CSI_NODE_FIELD_MANAGER.into()),
                 ..Default::default()
             };
             match api.patch(&name, &params, &Patch::Merge(&patch)).await {

@@ -221,7 +221,7 @@ pub(crate) fn owned_by_its_volume(mp: &MountPod) -> Result<(), String> {
     } else {
         Err(format!(
             "not served: a MountPod must be owned (controller ownerReference) by its Volume {:?}",
-            crate::runtime::truncated(&mp.spec.volume, crate::host::paths::SHOWN)
+            tessera_text::truncated(&mp.spec.volume, crate::host::paths::SHOWN)
         ))
     }
 }

@@ -17,6 +17,7 @@
 //! container, and its daemon takes the held connection over (or the repair remounts).
 //! In process mode the daemons have no memory limit of their own: nothing here.
 
+use crate::api::MOUNT_POD_CONTAINER;
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
@@ -27,7 +28,7 @@ use tracing::{debug, warn};
 
 use super::{Context, publish, publish_on};
 use crate::api::{MountPod, MountPodStatus};
-use crate::node::pods::spec::{CONTAINER, is_mount_pod_of, selector};
+use crate::node::pods::spec::{is_mount_pod_of, selector};
 use crate::runtime::error_chain;
 
 /// Reason of a terminated container the kernel's OOM killer ended.
@@ -53,7 +54,7 @@ pub(super) fn oom_kill(pod: &Pod) -> Option<OomKill> {
         .container_statuses
         .as_ref()?
         .iter()
-        .find(|c| c.name == CONTAINER)?;
+        .find(|c| c.name == MOUNT_POD_CONTAINER)?;
     let terminated = |t: Option<&ContainerStateTerminated>| {
         t.filter(|t| t.reason.as_deref() == Some(OOM_KILLED))
             .and_then(|t| t.finished_at.clone())
@@ -66,7 +67,7 @@ pub(super) fn oom_kill(pod: &Pod) -> Option<OomKill> {
     let limit = pod
         .spec
         .as_ref()
-        .and_then(|s| s.containers.iter().find(|c| c.name == CONTAINER))
+        .and_then(|s| s.containers.iter().find(|c| c.name == MOUNT_POD_CONTAINER))
         .and_then(|c| c.resources.as_ref()?.limits.as_ref()?.get("memory"))
         .map(|q| q.0.clone());
     Some(OomKill {
@@ -198,10 +199,10 @@ mod tests {
         let term = |(reason, at): (&str, &str)| json!({"terminated": {"exitCode": 137, "reason": reason, "finishedAt": at}});
         serde_json::from_value(json!({
             "metadata": {"name": "m"},
-            "spec": {"containers": [{"name": CONTAINER,
+            "spec": {"containers": [{"name": MOUNT_POD_CONTAINER,
                 "resources": {"limits": {"memory": "24Mi"}}}]},
             "status": {"containerStatuses": [{
-                "name": CONTAINER, "image": "i", "imageID": "", "ready": false,
+                "name": MOUNT_POD_CONTAINER, "image": "i", "imageID": "", "ready": false,
                 "restartCount": restarts,
                 "state": now.map(term).unwrap_or(json!({"running": {}})),
                 "lastState": last.map(term).unwrap_or(json!({})),

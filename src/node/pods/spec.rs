@@ -10,6 +10,7 @@
 //!     hostPaths   mount root (Bidirectional), state dir, backend root (HostToContainer)
 //! ```
 
+use crate::api::{ANNOTATION_MOUNTPOD, MOUNT_POD_COMPONENT, MOUNT_POD_CONTAINER};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -23,13 +24,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use crate::api::{MountResources, ResourceAmounts, cpu_millis, quantity_bytes};
 use crate::node::daemon_args::mount_args_strings;
 use crate::node::supervisor::DaemonSpec;
-
-/// `app.kubernetes.io/component` of every mount Pod (the agent's watch selects on it).
-pub const COMPONENT: &str = "mount";
-/// The mount Pod's one container.
-pub const CONTAINER: &str = "tessera-mount";
-/// Annotation naming the MountPod a mount Pod serves.
-pub const ANNOTATION_MOUNTPOD: &str = "tessera.io/mountpod";
 
 /// What every mount Pod of this agent shares.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,7 +98,7 @@ pub fn container_resources(
 
 /// The label selector of this agent's mount Pods (with `spec.nodeName` as field selector).
 pub fn selector() -> String {
-    format!("app.kubernetes.io/name=tessera,app.kubernetes.io/component={COMPONENT}")
+    format!("app.kubernetes.io/name=tessera,app.kubernetes.io/component={MOUNT_POD_COMPONENT}")
 }
 
 /// The mount Pod's name: the MountPod's (`api::mountpod_name(volume, node)`), with
@@ -149,7 +143,7 @@ pub fn image_of(pod: &Pod) -> Option<&str> {
         .as_ref()?
         .containers
         .iter()
-        .find(|c| c.name == CONTAINER)?
+        .find(|c| c.name == MOUNT_POD_CONTAINER)?
         .image
         .as_deref()
 }
@@ -200,7 +194,10 @@ pub fn mount_pod(t: &Template, spec: &DaemonSpec) -> Pod {
     let backend_root = spec.source.parent().unwrap_or(Path::new("/"));
     let labels = BTreeMap::from([
         ("app.kubernetes.io/name".to_string(), "tessera".to_string()),
-        ("app.kubernetes.io/component".into(), COMPONENT.into()),
+        (
+            "app.kubernetes.io/component".into(),
+            MOUNT_POD_COMPONENT.into(),
+        ),
     ]);
     let owner = (!spec.mountpod_uid.is_empty()).then(|| {
         vec![OwnerReference {
@@ -238,7 +235,7 @@ pub fn mount_pod(t: &Template, spec: &DaemonSpec) -> Pod {
             enable_service_links: Some(false),
             termination_grace_period_seconds: Some(t.termination_grace_seconds),
             containers: vec![Container {
-                name: CONTAINER.into(),
+                name: MOUNT_POD_CONTAINER.into(),
                 image: Some(t.image.clone()),
                 image_pull_policy: t.pull_policy.clone(),
                 // The image's entrypoint is `tessera`.

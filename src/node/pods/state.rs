@@ -7,11 +7,10 @@
 //!             ─▶ last_error() ─▶ "tessera-mount terminated: Error, exit code 1: …"
 //! ```
 
+use crate::api::MOUNT_POD_CONTAINER;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod};
-
-use super::spec::CONTAINER;
 
 /// Waiting reasons after which the container does not start without a change.
 const FAILED_WAITING: [&str; 7] = [
@@ -41,12 +40,12 @@ fn container(pod: &Pod) -> Option<&ContainerStatus> {
         .container_statuses
         .as_ref()?
         .iter()
-        .find(|c| c.name == CONTAINER)
+        .find(|c| c.name == MOUNT_POD_CONTAINER)
 }
 
 fn terminated(t: &ContainerStateTerminated) -> String {
     let mut s = format!(
-        "{CONTAINER} terminated: {}, exit code {}",
+        "{MOUNT_POD_CONTAINER} terminated: {}, exit code {}",
         t.reason.as_deref().unwrap_or("unknown reason"),
         t.exit_code
     );
@@ -60,7 +59,7 @@ fn terminated(t: &ContainerStateTerminated) -> String {
         .filter(|m| !m.is_empty())
     {
         s.push_str(": ");
-        s.push_str(&crate::runtime::truncated(m, 512));
+        s.push_str(&tessera_text::truncated(m, 512));
     }
     s
 }
@@ -82,10 +81,13 @@ pub fn last_error(pod: &Pod) -> Option<String> {
         .and_then(|s| s.waiting.as_ref())
         .filter(|w| FAILED_WAITING.contains(&w.reason.as_deref().unwrap_or("")))
         .map(|w| {
-            let mut s = format!("{CONTAINER} waiting: {}", w.reason.as_deref().unwrap_or(""));
+            let mut s = format!(
+                "{MOUNT_POD_CONTAINER} waiting: {}",
+                w.reason.as_deref().unwrap_or("")
+            );
             if let Some(m) = w.message.as_deref().filter(|m| !m.is_empty()) {
                 s.push_str(": ");
-                s.push_str(&crate::runtime::truncated(m, 512));
+                s.push_str(&tessera_text::truncated(m, 512));
             }
             s
         });
@@ -157,11 +159,11 @@ pub fn pod_state(pod: &Pod) -> PodState {
         if FAILED_WAITING.contains(&reason) {
             return PodState::Failed(last_error(pod).unwrap_or_else(|| reason.into()));
         }
-        return PodState::Starting(format!("{CONTAINER} waiting: {reason}"));
+        return PodState::Starting(format!("{MOUNT_POD_CONTAINER} waiting: {reason}"));
     }
     match last_error(pod) {
         Some(e) => PodState::Starting(e),
-        None => PodState::Starting(format!("{CONTAINER} not running yet")),
+        None => PodState::Starting(format!("{MOUNT_POD_CONTAINER} not running yet")),
     }
 }
 
@@ -218,7 +220,7 @@ mod tests {
                 phase: Some(phase.into()),
                 container_statuses: state.map(|s| {
                     vec![ContainerStatus {
-                        name: CONTAINER.into(),
+                        name: MOUNT_POD_CONTAINER.into(),
                         state: Some(s),
                         last_state: last,
                         restart_count: 2,

@@ -10,16 +10,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-/// Label carrying the node name, so a node agent can watch only its own MountPods.
-pub const LABEL_NODE: &str = "tessera.io/node";
-/// Label carrying the volume name.
-pub const LABEL_VOLUME: &str = "tessera.io/volume";
-/// Finalizer on MountPods: the node has unmounted (or, for RemoveData, finished)
-/// before the MountPod goes. The node agent adds it before it serves a MountPod; the
-/// controller sets it already when it creates a MountPod for a node whose agent is
-/// registered, which saves the agent that write.
-pub const MOUNT_FINALIZER: &str = "tessera.io/mount";
-
 /// Spec of a MountPod.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(

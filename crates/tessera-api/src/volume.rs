@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use super::AccessMode;
+use super::{ANNOTATION_POPULATED, AccessMode};
 
 /// A Tessera volume. Cluster-scoped, like a PersistentVolume; created by the CSI
 /// driver's CreateVolume or applied directly by a GitOps user.
@@ -109,11 +109,6 @@ pub struct VolumeSpec {
     #[x_kube(validation = Rule::new("self == oldSelf").message("dataSource is immutable"))]
     pub data_source: Option<DataSource>,
 }
-
-/// Annotation on a Volume with a `dataSource`: `"true"` once its data was copied (set
-/// by the CSI controller when the `volume-restore` ticket was satisfied). A populated
-/// volume is never filled again.
-pub const ANNOTATION_POPULATED: &str = "tessera.io/populated";
 
 impl Volume {
     /// Whether the volume's data source was copied into it (or it has none).

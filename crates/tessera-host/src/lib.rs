@@ -6,8 +6,11 @@
 //! beneath the backend roots the administrator allows, through file descriptors too
 //! ([`roots`]).
 //!
-//! Used by the node agent ([`crate::node`]) and the CSI Node service
-//! ([`crate::csi::node`]), which share one [`mounts::Mounts`] in `tessera node`.
+//! A crate of its own, below everything that runs on a node: it knows nothing of
+//! Kubernetes (its manifest allows no kube, k8s-openapi or tokio; `tests/arch/deps.sh`
+//! checks it). Used by the node agent (`tessera::node`) and the CSI Node service
+//! (`tessera::csi::node`), which share one [`mounts::Mounts`] in `tessera node`, and by
+//! the FUSE handoff, which reads the mount table.
 
 pub mod beneath;
 pub mod copy;

@@ -82,7 +82,7 @@ pub enum CopyError {
 fn io<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(Errno) -> CopyError + 'p {
     move |errno| CopyError::Io {
         action,
-        path: crate::runtime::truncated(&path.display().to_string(), 256).into_owned(),
+        path: tessera_text::truncated(&path.display().to_string(), 256).into_owned(),
         errno,
     }
 }

@@ -35,7 +35,7 @@ use super::paths::{self, PathError};
 pub const DEFAULT_ROOT: &str = "/var/lib/tessera/volumes";
 
 fn shown(s: &str) -> String {
-    crate::runtime::truncated(s, paths::SHOWN).into_owned()
+    tessera_text::truncated(s, paths::SHOWN).into_owned()
 }
 
 /// How deep [`remove_beneath`] descends before it gives up (against hostile trees).

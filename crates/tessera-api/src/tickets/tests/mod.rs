@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
-use crate::api::{AccessMode, AttacherType as T, AttachmentTicket, TicketReason as R};
+use crate::{AccessMode, AttacherType as T, AttachmentTicket, TicketReason as R};
 
 use AccessMode::{
     ReadOnlyMany as ROX, ReadWriteMany as RWX, ReadWriteOnce as RWO, ReadWriteOncePod as RWOP,

@@ -61,9 +61,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::{
-    ANNOTATION_ABANDON_DATA, AccessMode, AttacherType, AttachmentTicket, TicketReason,
-};
+use crate::{ANNOTATION_ABANDON_DATA, AccessMode, AttacherType, AttachmentTicket, TicketReason};
 
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::runtime::truncated;
+use tessera_text::truncated;
 
 /// How much of a refused path an error shows.
 pub const SHOWN: usize = 128;

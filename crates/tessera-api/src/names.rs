@@ -1,0 +1,103 @@
+//! Every name Tessera writes into objects it does not own the schema of, or that two
+//! components must spell alike: the API group and driver name, labels, annotations,
+//! finalizers, field managers and reserved ticket ids. Defined here once, so a
+//! component reads another's marks by the same constant (and `kubectl` users can find
+//! them all in one place: docs/troubleshooting.md lists what each means).
+
+/// API group of every Tessera resource.
+pub const GROUP: &str = "tessera.io";
+/// API version of every Tessera resource.
+pub const VERSION: &str = "v1alpha1";
+/// The CSI driver name (`CSIDriver` object, `storage.k8s.io` VolumeAttachment attacher).
+pub const CSI_DRIVER_NAME: &str = "csi.tessera.io";
+/// Topology key of node-local volumes.
+pub const TOPOLOGY_NODE_KEY: &str = "topology.tessera.io/node";
+
+// Field managers: one per component, so server-side apply keeps each one's fields
+// apart and `kubectl tessera tickets` can say who wrote a ticket.
+
+/// Field manager of every write the controller makes.
+pub const CONTROLLER_FIELD_MANAGER: &str = "tessera-controller";
+/// Field manager of the CSI controller's writes (the tickets of `csi-attacher`).
+pub const CSI_CONTROLLER_FIELD_MANAGER: &str = "tessera-csi-controller";
+/// Field manager of the references the CSI Node service writes.
+pub const CSI_NODE_FIELD_MANAGER: &str = "tessera-csi-node";
+/// Prefix of a node agent's field manager: `tessera-node-<node>` (see
+/// [`node_field_manager`]).
+pub const NODE_FIELD_MANAGER_PREFIX: &str = "tessera-node-";
+
+/// The field manager of the node agent on `node`.
+pub fn node_field_manager(node: &str) -> String {
+    format!("{NODE_FIELD_MANAGER_PREFIX}{node}")
+}
+
+// Finalizers.
+
+/// Finalizer on Volumes: the data is removed (through a cleanup ticket) before the
+/// Volume goes.
+pub const VOLUME_FINALIZER: &str = "tessera.io/volume-data";
+/// Finalizer on VolumeAttachments: removed only when no workload ticket is satisfied.
+pub const ATTACHMENT_FINALIZER: &str = "tessera.io/workload-protection";
+/// Finalizer on MountPods: the node has unmounted (or, for RemoveData, finished)
+/// before the MountPod goes. The node agent adds it before it serves a MountPod; the
+/// controller sets it already when it creates a MountPod for a node whose agent is
+/// registered, which saves the agent that write.
+pub const MOUNT_FINALIZER: &str = "tessera.io/mount";
+
+// Labels.
+
+/// Label on a MountPod carrying the node name, so a node agent can watch only its own
+/// MountPods.
+pub const LABEL_NODE: &str = "tessera.io/node";
+/// Label on a MountPod carrying the volume name.
+pub const LABEL_VOLUME: &str = "tessera.io/volume";
+/// Label on a snapshot's Volume (value `"true"`): ListVolumes leaves it out.
+pub const LABEL_SNAPSHOT: &str = "tessera.io/snapshot";
+/// Label on every inline (CSI ephemeral) Volume.
+pub const LABEL_INLINE: &str = "tessera.io/inline";
+/// `app.kubernetes.io/component` of every mount Pod (the agent's watch selects on it).
+pub const MOUNT_POD_COMPONENT: &str = "mount";
+/// The mount Pod's one container.
+pub const MOUNT_POD_CONTAINER: &str = "tessera-mount";
+
+// Annotations.
+
+/// Annotation on a Volume: `"true"` lets a deleted Volume go without removing its data
+/// when that cannot be done (its node-local node is gone). The data, if any is left,
+/// stays where it was.
+pub const ANNOTATION_ABANDON_DATA: &str = "tessera.io/abandon-data";
+/// Annotation on a Volume: `Retain` keeps the data when the Volume is deleted.
+pub const ANNOTATION_RECLAIM: &str = "tessera.io/reclaim-policy";
+/// Annotation on a Volume with a `dataSource`: `"true"` once its data was copied (set
+/// by the CSI controller when the `volume-restore` ticket was satisfied). A populated
+/// volume is never filled again.
+pub const ANNOTATION_POPULATED: &str = "tessera.io/populated";
+/// Annotation on a Volume with the CSI name it was created for.
+pub const ANNOTATION_CSI_NAME: &str = "tessera.io/csi-name";
+/// Annotation on a snapshot's Volume: the volume it is a snapshot of.
+pub const ANNOTATION_SNAPSHOT_OF: &str = "tessera.io/snapshot-of";
+/// Annotation on an inline Volume: its Pod, `<namespace>/<name>`.
+pub const ANNOTATION_INLINE_POD: &str = "tessera.io/inline-pod";
+/// Annotation on an inline Volume: the uid of that Pod.
+pub const ANNOTATION_INLINE_POD_UID: &str = "tessera.io/inline-pod-uid";
+/// Annotation on an inline Volume: the kubelet's volume handle (the CSI `volume_id`).
+pub const ANNOTATION_INLINE_CSI_VOLUME: &str = "tessera.io/inline-csi-volume";
+/// Annotation on a mount Pod naming the MountPod it serves (also a `volume_context`
+/// key of NodePublish).
+pub const ANNOTATION_MOUNTPOD: &str = "tessera.io/mountpod";
+
+// Reserved ticket ids.
+
+/// Id of the ticket that removes a deleted volume's data.
+pub const CLEANUP_TICKET: &str = "cleanup-data";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_agent_field_manager_names_its_node() {
+        assert_eq!(node_field_manager("node-a"), "tessera-node-node-a");
+        assert!(node_field_manager("x").starts_with(NODE_FIELD_MANAGER_PREFIX));
+    }
+}
