@@ -16,7 +16,6 @@
 
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use tracing::info;
@@ -100,8 +99,8 @@ pub async fn controller(
             client.clone(),
             crate::csi::controller::Settings {
                 default_backend_root: args.default_backend_root.clone(),
-                publish_timeout: Duration::from_secs(args.publish_timeout_seconds),
-                unpublish_timeout: Duration::from_secs(args.publish_timeout_seconds),
+                publish_timeout: args.publish_timeout,
+                unpublish_timeout: args.publish_timeout,
                 capacity_bytes: args.capacity_bytes,
                 labels: args.watch_selector.clone().unwrap_or_default(),
                 allowed_roots: allowed_roots.clone(),

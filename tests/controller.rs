@@ -233,8 +233,7 @@ async fn a_background_ticket_yields_to_a_workload_on_another_node() {
 #[tokio::test]
 async fn the_reaper_removes_tickets_nothing_stands_behind() {
     let e = env("reaper", 3).await;
-    let _ctrl =
-        ControllerProcess::start(&e.id, &["--no-leader-election", "--reap-grace-seconds=2"]);
+    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election", "--reap-grace=2s"]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteMany").await;
 
@@ -691,8 +690,7 @@ async fn deleting_a_volume_removes_its_data_through_a_cleanup_ticket() {
 #[tokio::test]
 async fn a_node_local_volume_whose_node_is_gone_waits_for_the_abandon_annotation() {
     let e = env("abandon", 1).await;
-    let _ctrl =
-        ControllerProcess::start(&e.id, &["--no-leader-election", "--reap-grace-seconds=1"]);
+    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election", "--reap-grace=1s"]);
     let gone = format!("{}-gone", e.id);
     let name = e.volume_name("v");
     let mut v = fixtures::volume(&name, &e.id, "ReadWriteOnce");

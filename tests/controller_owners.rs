@@ -72,7 +72,7 @@ async fn tickets_another_manager_owns_are_never_reaped_and_say_why() {
     let id = support::unique_name("owners");
     let nodes: Vec<String> = (0..2).map(|i| format!("{id}-n{i}")).collect();
     fixtures::create_nodes(&client, &nodes).await;
-    let _ctrl = ControllerProcess::start(&id, &["--no-leader-election", "--reap-grace-seconds=2"]);
+    let _ctrl = ControllerProcess::start(&id, &["--no-leader-election", "--reap-grace=2s"]);
     let _agent = FakeAgent::start(client.clone(), &id);
     let vol = fixtures::create_volume(
         &client,

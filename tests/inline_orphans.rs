@@ -58,7 +58,7 @@ async fn an_inline_volume_whose_pod_is_gone_is_deleted() {
     support::ensure_crds(&client).await;
     let id = support::unique_name("inline-orphans");
     let node = format!("{id}-n");
-    let _ctrl = ControllerProcess::start(&id, &["--no-leader-election", "--reap-grace-seconds=1"]);
+    let _ctrl = ControllerProcess::start(&id, &["--no-leader-election", "--reap-grace=1s"]);
     // A Pod that exists (it stays Pending: no node runs it).
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let pod: Pod = serde_json::from_value(json!({

@@ -3,6 +3,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use tessera_text::duration::parse_duration;
+
 use crate::labels::{Labels, parse_labels};
 
 /// Command line of `tessera controller`.
@@ -24,7 +26,7 @@ pub struct ControllerArgs {
     #[arg(long)]
     pub no_leader_election: bool,
     /// How long the Lease is valid without renewal: how long a killed leader (kill -9,
-    /// a lost node) keeps the others waiting (`15s`, `500ms`, or seconds). A leader
+    /// a lost node) keeps the others waiting (`15s`, `500ms`, `1m` or seconds). A leader
     /// that stops gracefully releases the Lease at once.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     pub lease_duration: Duration,
@@ -37,9 +39,10 @@ pub struct ControllerArgs {
     /// labels are copied onto the objects the controller creates.
     #[arg(long, value_parser = parse_labels)]
     pub watch_selector: Option<Labels>,
-    /// How often the reaper looks for tickets nothing stands behind, in seconds.
-    #[arg(long, default_value_t = 10)]
-    pub reap_interval_seconds: u64,
+    /// How often the reaper looks for tickets nothing stands behind (`10s`; the older
+    /// `--reap-interval-seconds` still works).
+    #[arg(long, default_value = "10s", value_parser = parse_duration, alias = "reap-interval-seconds")]
+    pub reap_interval: Duration,
     /// Serve the CSI Identity and Controller services on this unix socket
     /// (`unix:///csi/csi.sock` next to the sidecars).
     #[arg(long, env = "CSI_ENDPOINT")]
@@ -47,10 +50,11 @@ pub struct ControllerArgs {
     /// Backend root of volumes whose StorageClass names none.
     #[arg(long, default_value = "/var/lib/tessera/volumes")]
     pub default_backend_root: String,
-    /// How long ControllerPublishVolume waits for its ticket, in seconds (keep it below
-    /// the external-attacher's --timeout, 15 s by default).
-    #[arg(long, default_value_t = 10)]
-    pub publish_timeout_seconds: u64,
+    /// How long ControllerPublishVolume (and Unpublish) waits for its ticket (`10s`;
+    /// keep it below the external-attacher's --timeout, 15 s by default; the older
+    /// `--publish-timeout-seconds` still works).
+    #[arg(long, default_value = "10s", value_parser = parse_duration, alias = "publish-timeout-seconds")]
+    pub publish_timeout: Duration,
     /// Capacity reported by GetCapacity: bytes or a Kubernetes quantity (`500Gi`, `1T`)
     /// (default: free space of the default backend root as the controller sees it).
     #[arg(long, value_parser = crate::api::quantity_bytes)]
@@ -63,47 +67,57 @@ pub struct ControllerArgs {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub max_concurrent_reconciles: u16,
     /// How old a ticket must be before the reaper may remove it for a missing owner
-    /// (storage.k8s.io VolumeAttachment or Node), in seconds: covers watch lag.
-    #[arg(long, default_value_t = 30)]
-    pub reap_grace_seconds: u64,
+    /// (storage.k8s.io VolumeAttachment or Node): covers watch lag (`30s`; the older
+    /// `--reap-grace-seconds` still works).
+    #[arg(long, default_value = "30s", value_parser = parse_duration, alias = "reap-grace-seconds")]
+    pub reap_grace: Duration,
     /// The backend roots Volumes and StorageClasses may name (the node administrator's).
     #[command(flatten)]
     pub roots: crate::host::roots::RootArgs,
 }
 
-/// A duration: `500ms`, `15s`, or a number of seconds (`15`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (number, unit) = match s.strip_suffix("ms") {
-        Some(n) => (n, 1e-3),
-        None => (s.strip_suffix('s').unwrap_or(s), 1.0),
-    };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration such as 500ms, 15s or 15"))?;
-    if !value.is_finite() || value <= 0.0 || value * unit > 3600.0 {
-        return Err(format!("{s:?} must be more than 0 and at most 1 hour"));
-    }
-    Ok(Duration::from_secs_f64(value * unit))
-}
-
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
 
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        controller: ControllerArgs,
+    }
+
     #[test]
-    fn durations() {
-        let ok = [
-            ("15s", 15_000),
-            ("15", 15_000),
-            ("500ms", 500),
-            ("1.5s", 1_500),
-        ];
-        for (s, ms) in ok {
-            assert_eq!(parse_duration(s).map(|d| d.as_millis()), Ok(ms), "{s}");
-        }
-        for bad in ["", "s", "0", "-1s", "2h", "1e9", "abc", "NaN"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?}");
-        }
+    fn durations_take_one_syntax_and_the_old_flags_still_work() {
+        let c = Cli::try_parse_from(["t"]).unwrap().controller;
+        assert_eq!(c.reap_interval, Duration::from_secs(10));
+        assert_eq!(c.publish_timeout, Duration::from_secs(10));
+        assert_eq!(c.reap_grace, Duration::from_secs(30));
+        assert_eq!(c.lease_duration, Duration::from_secs(15));
+        let c = Cli::try_parse_from([
+            "t",
+            "--reap-interval=500ms",
+            "--publish-timeout=1m",
+            "--reap-grace=2s",
+        ])
+        .unwrap()
+        .controller;
+        assert_eq!(c.reap_interval, Duration::from_millis(500));
+        assert_eq!(c.publish_timeout, Duration::from_secs(60));
+        assert_eq!(c.reap_grace, Duration::from_secs(2));
+        let c = Cli::try_parse_from([
+            "t",
+            "--reap-interval-seconds=1",
+            "--publish-timeout-seconds",
+            "7",
+            "--reap-grace-seconds=3600",
+        ])
+        .unwrap()
+        .controller;
+        assert_eq!(c.reap_interval, Duration::from_secs(1));
+        assert_eq!(c.publish_timeout, Duration::from_secs(7));
+        assert_eq!(c.reap_grace, Duration::from_secs(3600));
+        assert!(Cli::try_parse_from(["t", "--reap-grace=0"]).is_err());
     }
 }

@@ -189,7 +189,7 @@ pub(super) async fn run_controllers(
         csinodes_ready,
         labels,
         allowed_roots,
-        reap_grace: Duration::from_secs(args.reap_grace_seconds),
+        reap_grace: args.reap_grace,
         caches_ready: ready,
         written_volumes: Default::default(),
         written_attachments: Default::default(),
@@ -218,7 +218,7 @@ pub(super) async fn run_controllers(
                 log_run_error("attachment", &e);
             }
         });
-    let reaper_run = reaper::run(ctx.clone(), Duration::from_secs(args.reap_interval_seconds));
+    let reaper_run = reaper::run(ctx.clone(), args.reap_interval);
     let states_run = state_metrics::run(ctx.clone(), Duration::from_secs(5));
     // Each its own task on the runtime's workers, next to the HTTP connections they
     // talk through: polled by the main thread (one `join!`), every watch event and

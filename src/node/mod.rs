@@ -95,19 +95,27 @@ pub struct NodeArgs {
     /// for sharding or for tests sharing a cluster.
     #[arg(long, value_parser = parse_labels)]
     pub watch_selector: Option<Labels>,
-    /// How often every mount is checked (daemon alive, mount point answering).
-    #[arg(long, default_value_t = 500)]
-    pub health_interval_ms: u64,
+    /// How often every mount is checked (daemon alive, mount point answering): `500ms`,
+    /// `2s`.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    pub health_interval: Duration,
+    /// `--health-interval` in milliseconds: the flag's older spelling, still taken.
+    #[arg(long, hide = true, conflicts_with = "health_interval")]
+    pub health_interval_ms: Option<u64>,
     /// How long a mount point may take to answer a probe before it counts as hung.
-    #[arg(long, default_value_t = 2000)]
-    pub probe_timeout_ms: u64,
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub probe_timeout: Duration,
+    /// `--probe-timeout` in milliseconds: the flag's older spelling, still taken.
+    #[arg(long, hide = true, conflicts_with = "probe_timeout")]
+    pub probe_timeout_ms: Option<u64>,
     /// Serve the CSI Identity and Node services on this unix socket
     /// (kubelet finds it through node-driver-registrar).
     #[arg(long, env = "CSI_ENDPOINT")]
     pub csi_endpoint: Option<String>,
-    /// How long a new daemon may take before its mount answers.
-    #[arg(long, default_value_t = 30)]
-    pub start_timeout_seconds: u64,
+    /// How long a new daemon may take before its mount answers (`30s`; the older
+    /// `--start-timeout-seconds` still works).
+    #[arg(long, default_value = "30s", value_parser = parse_duration, alias = "start-timeout-seconds")]
+    pub start_timeout: Duration,
     /// Where the FUSE daemons run: `process`, as `setsid` children of the agent (bare
     /// hosts, and tests without nodes); `pod`, each in a mount Pod on this node, so
     /// that a restart or rollout of the agent's container touches no mount (the
@@ -168,6 +176,8 @@ pub enum MountMode {
 }
 
 pub use crate::labels::Labels;
+use tessera_text::duration::parse_duration;
+
 use crate::labels::parse_labels;
 
 /// Errors of the node agent.
@@ -260,8 +270,11 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
             mount_root,
             kubelet_dir,
             allowed_roots,
-            probe_timeout: Duration::from_millis(args.probe_timeout_ms.max(1)),
-            start_timeout: Duration::from_secs(args.start_timeout_seconds.max(1)),
+            probe_timeout: args
+                .probe_timeout_ms
+                .map_or(args.probe_timeout, Duration::from_millis)
+                .max(Duration::from_millis(1)),
+            start_timeout: args.start_timeout.max(Duration::from_secs(1)),
             stop_grace: Duration::from_secs(5),
         },
         mounts: Arc::new(HostMounts::new()),
@@ -371,7 +384,9 @@ pub async fn run_agent(args: &NodeArgs, client: Client, metrics: Arc<Metrics>, h
         host,
         args.node_name.clone(),
         args.watch_selector.clone().unwrap_or_default(),
-        Duration::from_millis(args.health_interval_ms.max(10)),
+        args.health_interval_ms
+            .map_or(args.health_interval, Duration::from_millis)
+            .max(Duration::from_millis(10)),
         mount_pods,
     )
     .await
@@ -404,7 +419,27 @@ mod tests {
         assert_eq!(cli.node.state_dir, PathBuf::from("/var/lib/tessera/node"));
         assert_eq!(cli.node.kubelet_dir, PathBuf::from("/var/lib/kubelet"));
         assert_eq!(cli.node.metrics_addr.port(), 8081);
-        assert_eq!(cli.node.health_interval_ms, 500);
+        assert_eq!(cli.node.health_interval, Duration::from_millis(500));
+        assert_eq!(cli.node.probe_timeout, Duration::from_secs(2));
+        assert_eq!(cli.node.start_timeout, Duration::from_secs(30));
+        let old = [
+            "t",
+            "--node-name=n",
+            "--health-interval-ms=250",
+            "--probe-timeout-ms=900",
+        ];
+        let cli = Cli::try_parse_from(old).unwrap();
+        assert_eq!(cli.node.health_interval_ms, Some(250));
+        assert_eq!(cli.node.probe_timeout_ms, Some(900));
+        let both = [
+            "t",
+            "--node-name=n",
+            "--health-interval-ms=250",
+            "--health-interval=1s",
+        ];
+        assert!(Cli::try_parse_from(both).is_err());
+        let cli = Cli::try_parse_from(["t", "--node-name=n", "--start-timeout-seconds=5"]).unwrap();
+        assert_eq!(cli.node.start_timeout, Duration::from_secs(5));
         assert_eq!(cli.node.mount_mode, MountMode::Process);
         let cli = Cli::try_parse_from(["t", "--node-name", "n1", "--mount-mode=pod"]).unwrap();
         assert_eq!(cli.node.mount_mode, MountMode::Pod);

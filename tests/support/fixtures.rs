@@ -38,12 +38,11 @@ impl ControllerProcess {
         let child = tessera_command("controller", log)
             .arg(format!("--watch-selector={TEST_LABEL}={test_id}"))
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
-            .arg("--reap-interval-seconds=1")
+            .arg("--reap-interval=1s")
             // Tests add csi-attacher tickets without storage.k8s.io VolumeAttachments;
             // only tests of the reaper ask for a short grace period.
             .args(
-                (!extra.iter().any(|a| a.starts_with("--reap-grace-seconds")))
-                    .then_some("--reap-grace-seconds=3600"),
+                (!extra.iter().any(|a| a.starts_with("--reap-grace"))).then_some("--reap-grace=1h"),
             )
             .args(extra)
             .spawn()

@@ -1,7 +1,9 @@
 //! Plain values that Tessera reads from people and shows back to them, shared by every
 //! crate of the workspace and depending on none: Kubernetes quantities of bytes
-//! ([`quantity`]) and the bounded echo of what a caller sent ([`truncated`]).
+//! ([`quantity`]), durations on the command line ([`duration`]) and the bounded echo
+//! of what a caller sent ([`truncated`]).
 
+pub mod duration;
 pub mod quantity;
 
 use std::borrow::Cow;

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  MountPods labelled tessera.io/node=<node> (+ --watch-selector)
-//!        │ kube-runtime Controller             health loop (every --health-interval-ms)
+//!        │ kube-runtime Controller             health loop (every --health-interval)
 //!        ▼                                      │ reap children; probe every answered mount
 //!  reconcile ◀───── ObjectRef of a broken mount ┘
 //!        │ finalizer tessera.io/mount first (set already when the controller created it)
