@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use super::dirs::DirStream;
 use super::inodes::Inode;
+use super::record::{HandleKind, HandleSlot, Recorder};
 use super::{FsError, IoMode, NodeId, Result, VolumeFs};
-use crate::fuse::handoff::state::{HandleKind, HandleSlot, StateFile};
 
 /// An open file or directory.
 #[derive(Debug)]
@@ -60,8 +60,8 @@ struct Entry {
 pub(super) struct HandleTable {
     handles: RwLock<HashMap<u64, Entry>>,
     next_fh: AtomicU64,
-    /// The handoff state file every change is recorded in (see `fuse::handoff`).
-    state: OnceLock<Arc<StateFile>>,
+    /// Where every change is recorded (the handoff's state file; see `record`).
+    state: OnceLock<Arc<dyn Recorder>>,
 }
 
 fn slot_of(fh: u64, h: &Handle, rec: Recorded) -> HandleSlot {
@@ -89,7 +89,7 @@ impl HandleTable {
     }
 
     /// Record every handle in `state` from now on, starting with those open now.
-    pub(super) fn record_into(&self, state: Arc<StateFile>) {
+    pub(super) fn record_into(&self, state: Arc<dyn Recorder>) {
         let mut t = self.handles.write().unwrap_or_else(|p| p.into_inner());
         for (fh, e) in t.iter_mut() {
             if e.rec.slot.is_none() {

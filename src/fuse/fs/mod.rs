@@ -25,7 +25,7 @@
 //! | `inodes` | the inode table: node ids, file handles, hot `O_PATH` descriptors, the kernel's lookup counts |
 //! | `fhandle` | kernel file handles (`name_to_handle_at`, `open_by_handle_at`) |
 //! | `handles` | the open-handle table |
-//! | `handoff` | recording both tables in the handoff state file; restoring them in a successor |
+//! | `record` | the records of both tables and the journal, written through a `Recorder` (the handoff's state file); restoring them in a successor |
 //! | `journal` | WRITE requests in flight, so a successor does not apply a resent one twice |
 //! | `iomode` | passthrough, cached or direct I/O per open, and the rules that pick one |
 //! | `locks` | POSIX and flock locks taken on the backing files, waits for them |
@@ -46,11 +46,11 @@ mod entries;
 mod error;
 mod fhandle;
 mod handles;
-mod handoff;
 mod inodes;
 mod iomode;
 mod journal;
 mod locks;
+mod record;
 mod types;
 mod xattrs;
 
@@ -67,12 +67,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use self::error::{FsError, Result};
 pub use self::fhandle::FileHandle;
 pub use self::handles::Handle;
-pub use self::handoff::Restored;
 pub use self::inodes::{InodeRecord, Naming};
 pub use self::iomode::IoMode;
 pub use self::journal::{Journaled, Replay, replay};
 pub use self::locks::wait::WaitEnd;
 pub use self::locks::{Conflict, LockSpec, Waiters, is_contended, probe_locks};
+pub use self::record::{
+    HandleKind, HandleSlot, InodeSlot, JournalSlot, Recorder, Records, Restored,
+};
 pub use self::types::{
     Attr, Caller, DirEntry, FileKind, NodeId, Opened, Options, ROOT_ID, SetAttr, SetTime, StatFs,
     Stats, WriteReq, Xattr,

@@ -211,7 +211,7 @@ pub fn prepare(
         }
     };
     if let Some(t) = &takeover {
-        let r = fs.restore(&t.snapshot);
+        let r = fs.restore(&t.snapshot.records);
         tracing::info!(
             inodes = r.inodes,
             inodes_lost = r.inodes_lost,
@@ -253,7 +253,7 @@ pub fn open_session(
             let adopter = adapter.backing_adopter();
             let session = Session::resume_fd(adapter, t.fd, SessionACL::All, config, t.init)?;
             let notifier = session.notifier();
-            for h in &t.snapshot.handles {
+            for h in &t.snapshot.records.handles {
                 if let Some(id) = h.backing_id {
                     adopter.adopt(&notifier, h.fh, h.ino, id);
                 }
