@@ -17,7 +17,7 @@
 //! Modules: [`fs`] is the filesystem core (no FUSE types), [`adapter`] the thin
 //! `fuser::Filesystem` over it, [`counters`] what the daemon counts for the node
 //! agent's metrics, [`quota`] the quota modes and the daemon's accounting,
-//! [`projquota`] the XFS project quota, [`handoff`] the fd holder, the state file
+//! [`projquota`] the XFS project quota, [`usage`] what both measure, [`handoff`] the fd holder, the state file
 //! and the takeover of a held connection, [`budget`] the memory limit and what is
 //! sized to it (worker threads, hot descriptors), `signals` the signal thread, `ready`
 //! the word to the node agent that the mount is in place, [`sys`] the syscalls. This
@@ -66,6 +66,7 @@ mod ready;
 pub mod settings;
 mod signals;
 mod sys;
+pub mod usage;
 
 use std::io;
 use std::os::fd::AsFd;

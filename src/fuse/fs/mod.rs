@@ -82,8 +82,9 @@ pub use self::types::{
 
 use self::handles::HandleTable;
 use self::inodes::{Inode, InodeFd, InodeTable};
-use super::quota::{Enforcement, Mode, Usage};
+use super::quota::{Enforcement, Mode};
 use super::sys::{self, Op};
+use super::usage::Usage;
 
 /// At most this many cached descriptors of hot inodes (fewer under a low
 /// `RLIMIT_NOFILE`).
