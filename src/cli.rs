@@ -48,9 +48,11 @@ pub enum Command {
     /// Run the node agent and the CSI Identity and Node services.
     Node(crate::node::NodeArgs),
     /// Serve one volume through FUSE.
-    Mount(crate::fuse::MountArgs),
+    #[command(name = crate::fuse::contract::args::MOUNT)]
+    Mount(crate::fuse::contract::args::MountArgs),
     /// Hold the mounts' /dev/fuse descriptors for successor daemons.
-    FdHolder(crate::fuse::handoff::holder::HolderArgs),
+    #[command(name = crate::fuse::contract::args::FD_HOLDER)]
+    FdHolder(crate::fuse::contract::args::HolderArgs),
 }
 
 /// Run the role named on the command line.
@@ -67,7 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         Command::FdHolder(holder) => {
             runtime::init_tracing(&args.log);
-            Ok(crate::fuse::handoff::holder::run(holder)?)
+            Ok(crate::fuse::fd_holder::run(holder)?)
         }
         Command::Controller(args_) => {
             runtime::init_tracing(&args.log);

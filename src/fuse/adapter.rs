@@ -11,7 +11,7 @@
 //! Every failure from the core reaches the kernel through [`errno`], using
 //! [`super::fs::FsError::errno`], the single errno mapping. Every request is counted
 //! by kind on entry, every error in [`errno`], and the bytes read and written on
-//! success ([`super::counters`]: one relaxed atomic add each).
+//! success ([`super::contract::counters`]: one relaxed atomic add each).
 
 use std::cell::RefCell;
 use std::ffi::OsStr;
@@ -27,7 +27,7 @@ use fuser::{
     RequestId, TimeOrNow, WriteFlags,
 };
 
-use super::counters::{self, Op, Slot};
+use super::contract::counters::{self, Op, Slot};
 use super::fs::{Attr, FsError, IoMode, LockSpec, SetAttr, VolumeFs, Waiters, WriteReq, Xattr};
 use super::quota::Mode;
 use convert::{caller, file_attr, file_type, set_time};

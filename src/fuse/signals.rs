@@ -154,7 +154,7 @@ impl SignalContext {
 
     fn unmount(&mut self) {
         if let Some(socket) = &self.holder
-            && let Err(e) = handoff::holder::forget(socket, &self.mountpoint)
+            && let Err(e) = super::contract::holder_socket::forget(socket, &self.mountpoint)
         {
             tracing::warn!(error = %e, "the holder was not told to forget the connection");
         }

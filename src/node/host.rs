@@ -34,8 +34,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use tracing::{info, warn};
 
-use super::holder::HolderProcess;
-use super::supervisor::{self, Daemon, DaemonSpec, Daemons, Liveness, Record, StateDir};
+use super::daemon_spec::DaemonSpec;
+use super::holder_process::HolderProcess;
+use super::supervisor::{self, Daemon, Daemons, Liveness, Record, StateDir};
 use crate::host::mounts::{self, Mounts, Probe};
 use crate::host::paths;
 use crate::host::roots::{self, RootError};

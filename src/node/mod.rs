@@ -19,7 +19,8 @@
 //! |---|---|
 //! | [`agent`] | the watch, finalizer `tessera.io/mount`, status, Events, the health loop |
 //! | [`backoff`] | per-MountPod exponential backoff of failing mounts (no write storm) |
-//! | [`daemon_args`] | the command line of `tessera mount`, one builder for both mount modes |
+//! | [`daemon_spec`] | what a daemon serves, and its `tessera mount` command line (the flags are `crate::fuse::contract`'s), one builder for both mount modes |
+//! | [`holder_process`] | the `tessera fd-holder` process: started when none answers, asked over its socket |
 //! | [`host`] | the work on this host: start, adopt, repair + re-bind, online resize, remount, teardown, data removal |
 //! | [`mount_counters`] | the per-mount FUSE metrics, read from the daemons' counters files on each scrape |
 //! | [`pods`] | pod mode: each daemon in a mount Pod on this node (spec, state, create/find/delete) |
@@ -44,8 +45,8 @@
 
 pub mod agent;
 pub mod backoff;
-pub mod daemon_args;
-pub mod holder;
+pub mod daemon_spec;
+pub mod holder_process;
 pub mod host;
 pub mod mount_counters;
 pub mod pods;
@@ -234,7 +235,7 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
     // successor of a dead daemon is the kubelet's restart of its mount container.
     let holder = match args.mount_mode {
         MountMode::Process => {
-            let holder = holder::HolderProcess::new(
+            let holder = holder_process::HolderProcess::new(
                 PathBuf::from("/proc/self/exe"),
                 state.holder_socket(),
                 state.log_file("_fd-holder"),
@@ -248,7 +249,7 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
             }
         }
         MountMode::Pod => {
-            let holder = holder::HolderProcess::connect_only(state.holder_socket());
+            let holder = holder_process::HolderProcess::connect_only(state.holder_socket());
             if let Err(e) = holder.ensure() {
                 warn!(socket = %state.holder_socket().display(), error = %e, "no fd holder answers (yet): mount Pods started now are repaired by remounting");
             }

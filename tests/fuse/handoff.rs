@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tessera::fuse::handoff::holder::Holder;
+use tessera::fuse::fd_holder::Holder;
 
 use crate::support::{Builder, Mount};
 

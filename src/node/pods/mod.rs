@@ -46,8 +46,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tracing::{info, warn};
 
+use super::daemon_spec::DaemonSpec;
 use super::supervisor::{
-    self, Daemon, DaemonSpec, Daemons, Liveness, is_mount_daemon, proc_liveness, proc_stat,
+    self, Daemon, Daemons, Liveness, is_mount_daemon, proc_liveness, proc_stat,
 };
 pub use spec::Template;
 use state::PodState;
@@ -366,7 +367,7 @@ impl Daemons for PodDaemons {
         let wait = state::successor_wait(
             state::restarts(&pod),
             self.start_timeout,
-            crate::fuse::handoff::holder::DEFAULT_ORPHAN_GRACE,
+            crate::fuse::contract::holder_socket::DEFAULT_ORPHAN_GRACE,
         );
         info!(pod = %name, uid = %uid, wait_s = wait.as_secs(), "mount daemon died; waiting for the kubelet's restart of its container to take the connection over");
         let deadline = Instant::now() + wait;
