@@ -6,7 +6,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use super::dirs::DirStream;
 use super::inodes::Inode;
 use super::record::{HandleKind, HandleSlot, Recorder};
 use super::{FsError, IoMode, NodeId, Result, VolumeFs};
@@ -37,6 +36,29 @@ impl Handle {
 
     pub fn ino(&self) -> NodeId {
         self.inode.id
+    }
+}
+
+/// Position in a directory being read, kept between `readdir` calls.
+#[derive(Debug)]
+pub(super) struct DirStream {
+    pub(super) buf: Vec<u8>,
+    pub(super) start: usize,
+    pub(super) end: usize,
+    /// The offset the next entry in `buf[start..end]` is at.
+    pub(super) pos: i64,
+}
+
+impl DirStream {
+    /// At the start; a `readdir` at another offset seeks there first (which is how a
+    /// successor daemon's stream resumes where the kernel's offset says).
+    pub(super) fn new() -> Self {
+        DirStream {
+            buf: vec![0; 32 * 1024],
+            start: 0,
+            end: 0,
+            pos: 0,
+        }
     }
 }
 

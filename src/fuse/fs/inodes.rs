@@ -51,8 +51,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 use super::fhandle::FileHandle;
-use super::iomode::IoState;
 use super::record::{InodeSlot, Recorder};
+use super::types::IoState;
 use super::{FileKind, FsError, NodeId, ROOT_ID, Result, lock};
 use crate::fuse::sys::{self, Errno, Op, SysError};
 

@@ -24,17 +24,18 @@
 //! | --- | --- |
 //! | `inodes` | the inode table: node ids, file handles, hot `O_PATH` descriptors, the kernel's lookup counts |
 //! | `fhandle` | kernel file handles (`name_to_handle_at`, `open_by_handle_at`) |
-//! | `handles` | the open-handle table |
-//! | `record` | the records of both tables and the journal, written through a `Recorder` (the handoff's state file); restoring them in a successor |
+//! | `handles` | the open-handle table, and where reading an open directory stopped |
+//! | `record` | the records of both tables and the journal, written through a `Recorder` (the handoff's state file) |
+//! | `restore` | a successor serving again what its predecessor's records say |
 //! | `journal` | WRITE requests in flight, so a successor does not apply a resent one twice |
-//! | `iomode` | passthrough, cached or direct I/O per open, and the rules that pick one |
+//! | `iomode` | the rules that pick passthrough, cached or direct I/O per open |
 //! | `locks` | POSIX and flock locks taken on the backing files, waits for them |
 //! | `entries` | lookup, create, mknod, mkdir, symlink, link, unlink, rmdir, rename; confinement, ownership |
 //! | `attrs` | getattr, setattr, access |
 //! | `data` | open, read, write, copy_file_range, fallocate, truncation, fsync, release; the quota per write |
 //! | `dirs` | opendir, readdir, readdirplus |
 //! | `xattrs` | extended attributes |
-//! | `types`, `error` | what the core answers in; [`FsError`] |
+//! | `types`, `error` | what the core answers in, an open's [`IoMode`], an inode's I/O state; [`FsError`] |
 //!
 //! This module holds [`VolumeFs`] itself and what is the whole volume's: its quota
 //! (usage, statfs) and the backing filesystem.
@@ -51,6 +52,7 @@ mod iomode;
 mod journal;
 mod locks;
 mod record;
+mod restore;
 mod types;
 mod xattrs;
 
@@ -68,16 +70,14 @@ pub use self::error::{FsError, Result};
 pub use self::fhandle::FileHandle;
 pub use self::handles::Handle;
 pub use self::inodes::{InodeRecord, Naming};
-pub use self::iomode::IoMode;
 pub use self::journal::{Journaled, Replay, replay};
 pub use self::locks::wait::WaitEnd;
 pub use self::locks::{Conflict, LockSpec, Waiters, is_contended, probe_locks};
-pub use self::record::{
-    HandleKind, HandleSlot, InodeSlot, JournalSlot, Recorder, Records, Restored,
-};
+pub use self::record::{HandleKind, HandleSlot, InodeSlot, JournalSlot, Recorder, Records};
+pub use self::restore::Restored;
 pub use self::types::{
-    Attr, Caller, DirEntry, FileKind, NodeId, Opened, Options, ROOT_ID, SetAttr, SetTime, StatFs,
-    Stats, WriteReq, Xattr,
+    Attr, Caller, DirEntry, FileKind, IoMode, NodeId, Opened, Options, ROOT_ID, SetAttr, SetTime,
+    StatFs, Stats, WriteReq, Xattr,
 };
 
 use self::handles::HandleTable;
