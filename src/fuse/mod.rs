@@ -15,10 +15,12 @@
 //! ```
 //!
 //! Modules: [`fs`] is the filesystem core (no FUSE types), [`adapter`] the thin
-//! `fuser::Filesystem` over it, [`counters`] what the daemon counts for the node
-//! agent's metrics, [`quota`] the quota modes and the daemon's accounting,
-//! [`projquota`] the XFS project quota, [`usage`] what both measure, [`handoff`] the fd holder, the state file
-//! and the takeover of a held connection, [`budget`] the memory limit and what is
+//! `fuser::Filesystem` over it, [`contract`] what the node agent and this daemon
+//! share (the command line, the counters file, signals, the capacity and settings
+//! files, the fd holder's socket), [`quota`] the quota modes and the daemon's
+//! accounting, [`projquota`] the XFS project quota, [`usage`] what both measure,
+//! [`handoff`] the state file and the takeover of a held connection, [`fd_holder`]
+//! the holder itself (`tessera fd-holder`), [`budget`] the memory limit and what is
 //! sized to it (worker threads, hot descriptors), `signals` the signal thread, `ready`
 //! the word to the node agent that the mount is in place, [`sys`] the syscalls. This
 //! module owns the process: it chooses the quota mode, mounts (or takes a held
@@ -64,7 +66,6 @@ pub mod handoff;
 pub mod projquota;
 pub mod quota;
 mod ready;
-pub mod settings;
 mod signals;
 mod sys;
 pub mod usage;
@@ -189,7 +190,7 @@ fn read_capacity(path: &Path) -> Result<u64, Error> {
         path: path.to_owned(),
         source,
     })?;
-    text.trim().parse().map_err(|_| Error::ParseCapacity {
+    contract::control::parse_capacity(&text).ok_or_else(|| Error::ParseCapacity {
         path: path.to_owned(),
         value: text.trim().chars().take(64).collect(),
     })
@@ -399,8 +400,8 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     let locks = !cache.local && backend_holds_locks(&args.source, options.read_only);
     // The settings file's lifetime, if it sets one, over the default; a file that
     // cannot be used leaves the default (and says so).
-    let ttl = settings::LiveTtl::new(match &args.settings_file {
-        Some(path) => match settings::Settings::read(path) {
+    let ttl = adapter::LiveTtl::new(match &args.settings_file {
+        Some(path) => match contract::settings::Settings::read(path) {
             Ok(s) => s.ttl(cache.ttl),
             Err(e) => {
                 tracing::error!(error = %e, cause = ?std::error::Error::source(&e).map(|c| c.to_string()), "settings file not used");
@@ -446,9 +447,9 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     for s in [
         Signal::SIGTERM,
         Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGUSR1,
-        Signal::SIGUSR2,
+        contract::control::RELOAD,
+        contract::control::LEAVE,
+        contract::control::LEAVE_ON_STOP,
     ] {
         signals.add(s);
     }

@@ -31,12 +31,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 use tracing::{info, warn};
 
 use super::daemon_spec::DaemonSpec;
 use super::holder_process::HolderProcess;
 use super::supervisor::{self, Daemon, Daemons, Liveness, Record, StateDir};
+use crate::fuse::contract::control;
 use crate::host::mounts::{self, Mounts, Probe};
 use crate::host::paths;
 use crate::host::roots::{self, RootError};
@@ -365,7 +365,7 @@ impl Host {
             self.state
                 .write_capacity(&want.volume, want.capacity_bytes)?;
             self.daemons
-                .signal(record.daemon, &record.mountpoint, Signal::SIGHUP)?;
+                .signal(record.daemon, &record.mountpoint, control::RELOAD)?;
             info!(volume = %want.volume, from = record.capacity_bytes, to = want.capacity_bytes, "capacity changed online");
             record.capacity_bytes = want.capacity_bytes;
             self.state.save(record)?;
@@ -374,7 +374,7 @@ impl Host {
             self.state
                 .write_settings(&want.volume, want.attr_cache_seconds)?;
             self.daemons
-                .signal(record.daemon, &record.mountpoint, Signal::SIGHUP)?;
+                .signal(record.daemon, &record.mountpoint, control::RELOAD)?;
             info!(volume = %want.volume, from = ?record.attr_cache_seconds, to = ?want.attr_cache_seconds, "attribute cache lifetime changed online");
             record.attr_cache_seconds = want.attr_cache_seconds;
             self.state.save(record)?;

@@ -46,6 +46,7 @@ pub use state::{Record, StateDir};
 
 use super::daemon_spec::DaemonSpec;
 use crate::fuse::contract::args::is_mount_command;
+use crate::fuse::contract::control;
 
 /// Errors of the supervisor and the state directory.
 #[derive(Debug, thiserror::Error)]
@@ -186,7 +187,7 @@ pub trait Daemons: Send + Sync {
         if self.liveness(daemon, mountpoint) != Liveness::Running {
             return Ok(());
         }
-        self.signal(daemon, mountpoint, Signal::SIGUSR1)?;
+        self.signal(daemon, mountpoint, control::LEAVE)?;
         if wait_gone(self, daemon, mountpoint, grace) {
             return Ok(());
         }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use nix::errno::Errno;
+use nix::sys::signal::Signal;
 
 use super::*;
 use crate::api::{MountPodSpec, MountReference, MountTask};

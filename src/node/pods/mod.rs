@@ -50,6 +50,7 @@ use super::daemon_spec::DaemonSpec;
 use super::supervisor::{
     self, Daemon, Daemons, Liveness, is_mount_daemon, proc_liveness, proc_stat,
 };
+use crate::fuse::contract::control;
 pub use spec::Template;
 use state::PodState;
 
@@ -493,7 +494,7 @@ impl Daemons for PodDaemons {
                 return Err(e);
             }
         };
-        self.signal(old, m, Signal::SIGUSR2)?;
+        self.signal(old, m, control::LEAVE_ON_STOP)?;
         info!(
             pid = old.pid,
             standby = standby.pid,
@@ -516,7 +517,7 @@ impl Daemons for PodDaemons {
         grace: Duration,
     ) -> Result<(), supervisor::Error> {
         let volume = spec::volume_of(mountpoint);
-        self.signal(daemon, mountpoint, Signal::SIGUSR2)?;
+        self.signal(daemon, mountpoint, control::LEAVE_ON_STOP)?;
         info!(volume = %volume, pid = daemon.pid, "mount daemon told to leave its mount to a successor; deleting its Pod");
         self.remove_others(&volume, None, Some((daemon, mountpoint)), grace)
     }
