@@ -88,7 +88,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// mounts, until SIGINT or SIGTERM. The FUSE daemons keep running when it stops;
 /// the next agent adopts them.
 pub async fn node(args: crate::node::NodeArgs) -> Result<(), crate::node::Error> {
-    let mut host = crate::node::host_for(&args)?;
+    let mut host = crate::node::mount_service_for(&args)?;
     let metrics = crate::metrics::Metrics::agent().with_collector(Box::new(
         crate::node::mount_counters::MountCounters::new(
             host.state.mounts_dir(),

@@ -3,7 +3,7 @@
 //! container: a restart or a rollout of the agent touches no mount.
 //!
 //! ```text
-//!  host::Host ──Daemons──▶ PodDaemons
+//!  mount_service::MountService ──Daemons──▶ PodDaemons
 //!    start   create Pod <pod_name(volume, node)> (spec::mount_pod), a leftover of
 //!            the same name (or a standby of this mount) deleted first; then find its daemon in /proc (hostPID):
 //!            `tessera mount … --mountpoint M` in a cgroup of the Pod's uid ──▶ Daemon

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  Template (agent: namespace, node, image, paths) ─┐
-//!  DaemonSpec (host::start) ─────────────────────────┴─ mount_pod() ─▶ Pod
+//!  DaemonSpec (mount_service::start) ─────────────────────────┴─ mount_pod() ─▶ Pod
 //!     name        pod_name(volume, node): the MountPod's name, DNS-valid, ≤ 253
 //!     owner       the MountPod (controller), so deleting it deletes the Pod
 //!     container   `tessera mount …` = daemon_args::mount_args, privileged, /dev/fuse

@@ -119,7 +119,7 @@ pub enum Health {
     Broken(String),
 }
 
-/// Reported while [`Host::serve`] works, so the agent can publish phase Mounting
+/// Reported while [`MountService::serve`] works, so the agent can publish phase Mounting
 /// before the mount answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Progress {
@@ -130,7 +130,7 @@ pub enum Progress {
     },
 }
 
-/// What [`Host::serve`] achieved.
+/// What [`MountService::serve`] achieved.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Served {
     /// The daemon serving the mount (if one runs).
@@ -180,7 +180,7 @@ fn backend_locks(want: &Want, shared: bool) -> Option<Result<(), String>> {
 }
 
 /// The node: its mounts, its daemons, its state directory.
-pub struct Host {
+pub struct MountService {
     /// Settings.
     pub config: Config,
     /// Mount syscalls.
@@ -194,7 +194,7 @@ pub struct Host {
     pub holder: Option<Arc<HolderProcess>>,
 }
 
-impl Host {
+impl MountService {
     /// How the mount of `record` is doing.
     pub fn health(&self, record: &Record) -> Health {
         match self.daemons.liveness(record.daemon, &record.mountpoint) {
