@@ -39,7 +39,7 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use super::contract::args::HolderArgs;
 use super::contract::holder_socket::{
     BUSY, DEFAULT_ORPHAN_GRACE, DONE, FD, NONE, OP_CLAIM, OP_DROP, OP_GET, OP_PUT, OP_WAIT,
-    REFUSED, connection_ended, lock, receive, reply,
+    REFUSED, connection_ended, receive, reply,
 };
 
 /// Descriptors held at once.
@@ -97,6 +97,10 @@ pub fn decide_claim(
 
 /// The descriptors held, by key.
 type Entries = Arc<Mutex<HashMap<Vec<u8>, Entry>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// A running holder. Dropping it stops serving and closes every descriptor it held
 /// (what an agent restart does).

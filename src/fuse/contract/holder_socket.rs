@@ -39,10 +39,15 @@ pub const MAX_KEY: usize = 4096;
 /// with ENOTCONN, as without a holder, and the agent's repair remounts.
 pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(60);
 
+/// Requests: hand a descriptor over (attached) for the key.
 pub(crate) const OP_PUT: u8 = b'P';
+/// Requests: a duplicate of the key's live descriptor.
 pub(crate) const OP_GET: u8 = b'G';
+/// Requests: forget the key's descriptor.
 pub(crate) const OP_DROP: u8 = b'D';
+/// Requests: claim the key's descriptor to take it over, if nobody serves it.
 pub(crate) const OP_CLAIM: u8 = b'C';
+/// Requests: as a claim, answered once the daemon serving the key has left.
 pub(crate) const OP_WAIT: u8 = b'W';
 
 /// Answers: done.
@@ -56,7 +61,7 @@ pub(crate) const BUSY: u8 = b'B';
 /// Answers: refused (not root, a bad message, too many descriptors).
 pub(crate) const REFUSED: u8 = b'E';
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -308,4 +313,31 @@ pub fn hand_over(socket: PathBuf, key: PathBuf, fd: OwnedFd) -> io::Result<()> {
             }
         })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What one side sends the other receives: op, key and descriptor, then the answer.
+    #[test]
+    fn a_message_sent_is_received_whole_with_its_descriptor() {
+        let (daemon, holder) = UnixStream::pair().unwrap();
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        send(
+            &daemon,
+            &encode(OP_PUT, b"/mnt/v").unwrap(),
+            Some(r.as_fd()),
+        )
+        .unwrap();
+        let m = receive(&holder).unwrap().expect("a message");
+        assert_eq!((m.op, m.key.as_slice()), (OP_PUT, &b"/mnt/v"[..]));
+        assert!(m.fd.is_some(), "the descriptor came along");
+        reply(&holder, DONE, None).unwrap();
+        assert_eq!(answer(&daemon).unwrap().0, DONE);
+        assert!(encode(OP_GET, b"").is_err());
+        assert!(encode(OP_GET, &vec![b'k'; MAX_KEY + 1]).is_err());
+        drop(daemon);
+        assert!(receive(&holder).unwrap().is_none(), "end of stream");
+    }
 }
