@@ -38,8 +38,8 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
 use super::contract::args::HolderArgs;
 use super::contract::holder_socket::{
-    BUSY, DEFAULT_ORPHAN_GRACE, DONE, FD, NONE, OP_CLAIM, OP_DROP, OP_GET, OP_PUT, OP_WAIT,
-    REFUSED, connection_ended, receive, reply,
+    BUSY, DEFAULT_ORPHAN_GRACE, DONE, FD, MAX_WAIT, NONE, OP_CLAIM, OP_DROP, OP_GET, OP_PUT,
+    OP_WAIT, REFUSED, connection_ended, receive, reply,
 };
 
 /// Descriptors held at once.
@@ -49,8 +49,6 @@ pub const MAX_CONNECTIONS: usize = 1100;
 /// How long a claim keeps other successors off before its taker has handed the
 /// descriptor back (PUT), e.g. because it died while taking over.
 pub const CLAIM_TTL: Duration = Duration::from_secs(10);
-/// The longest a WAIT is kept waiting by the holder.
-pub const MAX_WAIT: Duration = Duration::from_secs(300);
 /// How often a WAIT looks at its entry again (the pause of an upgrade includes it).
 const WAIT_POLL: Duration = Duration::from_millis(5);
 

@@ -38,6 +38,8 @@ pub const MAX_KEY: usize = 4096;
 /// dead daemon had read) for a successor; after it the connection ends and they fail
 /// with ENOTCONN, as without a holder, and the agent's repair remounts.
 pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(60);
+/// The longest a WAIT is kept waiting by the holder.
+pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
 /// Requests: hand a descriptor over (attached) for the key.
 pub(crate) const OP_PUT: u8 = b'P';
