@@ -17,12 +17,12 @@
 //! Modules: [`fs`] is the filesystem core (no FUSE types), [`adapter`] the thin
 //! `fuser::Filesystem` over it, [`contract`] what the node agent and this daemon
 //! share (the command line, the counters file, signals, the capacity and settings
-//! files, the fd holder's socket), [`quota`] the quota modes and the daemon's
+//! files, the readiness pipe, the fd holder's socket), [`quota`] the quota modes and the daemon's
 //! accounting, [`projquota`] the XFS project quota, [`usage`] what both measure,
 //! [`handoff`] the state file and the takeover of a held connection, [`fd_holder`]
 //! the holder itself (`tessera fd-holder`), [`budget`] the memory limit and what is
-//! sized to it (worker threads, hot descriptors), `signals` the signal thread, `ready`
-//! the word to the node agent that the mount is in place, [`sys`] the syscalls. This
+//! sized to it (worker threads, hot descriptors), `signals` the signal thread, [`sys`] the
+//! syscalls. This
 //! module owns the process: it chooses the quota mode, mounts (or takes a held
 //! connection over), and serves until unmounted.
 //!
@@ -65,7 +65,6 @@ pub mod fs;
 pub mod handoff;
 pub mod projquota;
 pub mod quota;
-mod ready;
 mod signals;
 mod sys;
 pub mod usage;
@@ -471,7 +470,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         source,
     })?;
     let _ = notifier.set(session.notifier());
-    ready::say_mounted(args.ready_fd);
+    contract::ready::say_mounted(args.ready_fd);
     let unmounter = session.unmount_callable();
     let signal_ctx = signals::SignalContext {
         signals,

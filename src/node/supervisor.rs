@@ -29,7 +29,7 @@
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -46,7 +46,7 @@ pub use state::{Record, StateDir};
 
 use super::daemon_spec::DaemonSpec;
 use crate::fuse::contract::args::is_mount_command;
-use crate::fuse::contract::control;
+use crate::fuse::contract::{control, ready};
 
 /// Errors of the supervisor and the state directory.
 #[derive(Debug, thiserror::Error)]
@@ -338,23 +338,13 @@ impl Daemons for HostDaemons {
             std::thread::sleep(timeout.min(POLL_PAUSE));
             return;
         };
-        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd, valid for the call; `fd` stays open throughout.
-        match unsafe { libc::poll(&mut pfd, 1, ms) } {
-            // Mounted (a byte) or exited (EOF): the pipe has said all it will.
-            n if n > 0 => {}
-            // Not yet (or interrupted): keep it for the next wait.
-            _ => {
-                self.ready
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(daemon.pid, fd);
-            }
+        // Mounted (a byte) or exited (EOF): the pipe has said all it will. Not yet
+        // (or interrupted): keep it for the next wait.
+        if !ready::wait(fd.as_fd(), timeout) {
+            self.ready
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(daemon.pid, fd);
         }
     }
 

@@ -9,18 +9,19 @@
 //!  node agent ──args::HolderArgs::to_args─▶ tessera fd-holder (parses args::HolderArgs)
 //!  node agent ◀──counters::read── <state>/mounts/<volume>.counters ◀──counters:: tessera mount
 //!  node agent ──control::capacity_text, settings::settings_text, control::RELOAD──▶ tessera mount
+//!  node agent ◀──ready::wait── --ready-fd pipe ◀──ready::say_mounted── tessera mount
 //!  node agent, tessera mount ──holder_socket (take, claim, forget, PUT)──▶ fd holder
 //! ```
 //!
 //! [`args`] the command lines, [`control`] the signals and the capacity file,
 //! [`settings`] the settings file, [`counters`] the counters file's layout (written
 //! by the daemon, read by the agent), [`holder_socket`] the fd holder's wire protocol
-//! and its clients' calls. The readiness pipe (`--ready-fd`: one byte, then EOF) is
-//! the daemon's `ready` and the supervisor's `await_mounted`. Nothing here knows of
-//! Kubernetes.
+//! and its clients' calls, [`ready`] the readiness pipe (`--ready-fd`: one byte,
+//! then EOF). Nothing here knows of Kubernetes.
 
 pub mod args;
 pub mod control;
 pub mod counters;
 pub mod holder_socket;
+pub mod ready;
 pub mod settings;
