@@ -48,9 +48,11 @@ pub enum Command {
     /// Run the node agent and the CSI Identity and Node services.
     Node(crate::node::NodeArgs),
     /// Serve one volume through FUSE.
-    Mount(crate::fuse::MountArgs),
+    #[command(name = crate::fuse::contract::args::MOUNT)]
+    Mount(crate::fuse::contract::args::MountArgs),
     /// Hold the mounts' /dev/fuse descriptors for successor daemons.
-    FdHolder(crate::fuse::handoff::holder::HolderArgs),
+    #[command(name = crate::fuse::contract::args::FD_HOLDER)]
+    FdHolder(crate::fuse::contract::args::HolderArgs),
 }
 
 /// Run the role named on the command line.
@@ -67,7 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         Command::FdHolder(holder) => {
             runtime::init_tracing(&args.log);
-            Ok(crate::fuse::handoff::holder::run(holder)?)
+            Ok(crate::fuse::fd_holder::run(holder)?)
         }
         Command::Controller(args_) => {
             runtime::init_tracing(&args.log);
@@ -121,7 +123,7 @@ pub async fn controller(
 /// mounts, until SIGINT or SIGTERM. The FUSE daemons keep running when it stops;
 /// the next agent adopts them.
 pub async fn node(args: crate::node::NodeArgs) -> Result<(), crate::node::Error> {
-    let mut host = crate::node::host_for(&args)?;
+    let mut host = crate::node::mount_service_for(&args)?;
     let metrics = crate::metrics::Metrics::agent().with_collector(Box::new(
         crate::node::mount_counters::MountCounters::new(
             host.state.mounts_dir(),

@@ -318,8 +318,8 @@ async fn the_node_agent_acts_only_on_its_own_nodes_mountpods() {
 #[tokio::test]
 async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
     use k8s_openapi::api::core::v1::Pod;
+    use tessera::node::daemon_spec::DaemonSpec;
     use tessera::node::pods::spec::{Template, mount_pod};
-    use tessera::node::supervisor::DaemonSpec;
 
     let client = support::client().await;
     support::ensure_crds(&client).await;

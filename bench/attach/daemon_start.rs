@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tessera::host::mounts::{Probe, probe_blocking};
-use tessera::node::supervisor::{DaemonSpec, Daemons, HostDaemons, Liveness};
+use tessera::node::daemon_spec::DaemonSpec;
+use tessera::node::supervisor::{Daemons, HostDaemons, Liveness};
 
 /// The FUSE daemon start, one round at a time.
 pub struct DaemonStart {

@@ -142,7 +142,7 @@ fi
 mkdir -p "$BASE/native" "$BASE/tessera-src" "$W/tessera" "$BASE/bindfs-src" "$W/bindfs" "$W/nullfs"
 cc -O2 -o "$W/metabench" "$HERE/metabench.c"
 
-# As the node agent runs it: counting into a mapped counters file (fuse::counters;
+# As the node agent runs it: counting into a mapped counters file (fuse::contract::counters;
 # builds before the flag count nothing).
 if "$TESSERA_BIN" mount --help 2>/dev/null | grep -q -- --counters-file; then
     TESSERA_ARGS="--counters-file $W/tessera.counters ${TESSERA_ARGS:-}"

@@ -11,7 +11,7 @@
 //! Every failure from the core reaches the kernel through [`errno`], using
 //! [`super::fs::FsError::errno`], the single errno mapping. Every request is counted
 //! by kind on entry, every error in [`errno`], and the bytes read and written on
-//! success ([`super::counters`]: one relaxed atomic add each).
+//! success ([`super::contract::counters`]: one relaxed atomic add each).
 
 use std::cell::RefCell;
 use std::ffi::OsStr;
@@ -27,7 +27,7 @@ use fuser::{
     RequestId, TimeOrNow, WriteFlags,
 };
 
-use super::counters::{self, Op, Slot};
+use super::contract::counters::{self, Op, Slot};
 use super::fs::{Attr, FsError, IoMode, LockSpec, SetAttr, VolumeFs, Waiters, WriteReq, Xattr};
 use super::quota::Mode;
 use convert::{caller, file_attr, file_type, set_time};
@@ -36,6 +36,7 @@ mod backing;
 mod coherence;
 mod convert;
 pub mod fault;
+mod live_ttl;
 mod locks;
 
 /// The bit the kernel sets in the `unique` of a request it queues again after
@@ -53,13 +54,14 @@ const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 use self::backing::Backing;
 pub use self::backing::BackingAdopter;
 pub use self::coherence::is_local_fs;
+pub use self::live_ttl::LiveTtl;
 
 /// How the adapter talks to the kernel.
 #[derive(Debug, Clone)]
 pub struct AdapterOptions {
     /// How long the kernel may cache attributes and names (changed live by the
     /// settings file, see `fuse::settings`).
-    pub ttl: super::settings::LiveTtl,
+    pub ttl: LiveTtl,
     /// How long the kernel may cache that a name does not exist (zero: not at all).
     pub negative_ttl: Duration,
     /// Try kernel passthrough (for read-only opens, or for all opens when the

@@ -15,12 +15,14 @@
 //! ```
 //!
 //! Modules: [`fs`] is the filesystem core (no FUSE types), [`adapter`] the thin
-//! `fuser::Filesystem` over it, [`counters`] what the daemon counts for the node
-//! agent's metrics, [`quota`] the quota modes and the daemon's accounting,
-//! [`projquota`] the XFS project quota, [`handoff`] the fd holder, the state file
-//! and the takeover of a held connection, [`budget`] the memory limit and what is
-//! sized to it (worker threads, hot descriptors), `signals` the signal thread, `ready`
-//! the word to the node agent that the mount is in place, [`sys`] the syscalls. This
+//! `fuser::Filesystem` over it, [`contract`] what the node agent and this daemon
+//! share (the command line, the counters file, signals, the capacity and settings
+//! files, the readiness pipe, the fd holder's socket), [`quota`] the quota modes and the daemon's
+//! accounting, [`projquota`] the XFS project quota, [`usage`] what both measure,
+//! [`handoff`] the state file and the takeover of a held connection, [`fd_holder`]
+//! the holder itself (`tessera fd-holder`), [`budget`] the memory limit and what is
+//! sized to it (worker threads, hot descriptors), `signals` the signal thread, [`sys`] the
+//! syscalls. This
 //! module owns the process: it chooses the quota mode, mounts (or takes a held
 //! connection over), and serves until unmounted.
 //!
@@ -57,15 +59,15 @@
 
 pub mod adapter;
 pub mod budget;
-pub mod counters;
+pub mod contract;
+pub mod fd_holder;
 pub mod fs;
 pub mod handoff;
 pub mod projquota;
 pub mod quota;
-mod ready;
-pub mod settings;
 mod signals;
 mod sys;
+pub mod usage;
 
 use std::io;
 use std::os::fd::AsFd;
@@ -79,114 +81,16 @@ use nix::sys::signal::{SigSet, Signal};
 
 use self::adapter::{Adapter, AdapterOptions};
 use self::budget::Budget;
+use self::contract::args::{MountArgs, QuotaChoice};
+use self::contract::counters;
 use self::fs::{FsError, Naming, Options, VolumeFs};
 use self::projquota::{BackendQuotaError, IdOrigin, ProjectQuota};
 use self::quota::{Accounting, Enforcement};
 use self::sys::SysError;
 
-/// Command line of `tessera mount`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct MountArgs {
-    /// The volume's directory on the node (the backend root joined with the volume name).
-    #[arg(long)]
-    pub source: PathBuf,
-    /// Where to mount the filesystem.
-    #[arg(long)]
-    pub mountpoint: PathBuf,
-    /// Quota: bytes or a Kubernetes quantity (`10Gi`, `500M`).
-    #[arg(long, value_parser = crate::api::quantity_bytes)]
-    pub capacity_bytes: u64,
-    /// A file holding the quota in bytes (decimal); re-read on SIGHUP, so the quota can
-    /// grow on a mounted volume.
-    #[arg(long)]
-    pub capacity_file: Option<PathBuf>,
-    /// Mount read-only.
-    #[arg(long)]
-    pub read_only: bool,
-    /// Extra mount options (comma separated, as in mount -o).
-    #[arg(long, value_delimiter = ',')]
-    pub options: Vec<String>,
-    /// Threads serving requests (each with its own /dev/fuse descriptor). At least
-    /// two: a writable open may wait for a release, which another thread serves.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=64))]
-    pub threads: u16,
-    /// How long, in seconds, the kernel may cache names and attributes. Longer is
-    /// faster; shorter notices changes made to the backing directory behind the mount
-    /// (e.g. by another node on a shared backend) sooner. Default: 60 s on a
-    /// node-local backing filesystem (ext4, xfs, btrfs, tmpfs, overlayfs, f2fs, zfs),
-    /// 1 s on any other (see `CachePolicy`).
-    #[arg(long)]
-    pub attr_timeout: Option<f64>,
-    /// How long, in seconds, the kernel may remember that a name does not exist
-    /// (0: never). Default: the attribute timeout on a node-local backing filesystem,
-    /// 0 otherwise.
-    #[arg(long)]
-    pub negative_timeout: Option<f64>,
-    /// A settings file (JSON, `{"attrCacheSeconds": 30}`) read at start and on
-    /// SIGHUP: what it sets overrides `--attr-timeout` on the running mount (see
-    /// `fuse::settings`).
-    #[arg(long)]
-    pub settings_file: Option<PathBuf>,
-    /// Never use kernel passthrough, even where the kernel supports it.
-    #[arg(long)]
-    pub no_passthrough: bool,
-    /// Treat the backing directory as shared with other nodes even on a node-local
-    /// filesystem type (e.g. one directory served to several nodes of one host): the
-    /// cache lifetimes of a shared backend, and close-to-open revalidation.
-    #[arg(long)]
-    pub shared_backend: bool,
-    /// Who holds the volume to its capacity: `backend` (an XFS project quota on
-    /// `--source`, which lets writable opens use kernel passthrough too; the mount
-    /// fails if the filesystem cannot enforce one), `daemon` (the daemon counts every
-    /// write, which must then reach it), or `auto` (backend where possible, else
-    /// daemon).
-    #[arg(long, value_enum, default_value_t = QuotaChoice::Auto)]
-    pub quota: QuotaChoice,
-    /// After a stop signal, how long, in seconds, open files and mounts elsewhere (a
-    /// bind or a propagated copy of this mount) may keep the connection alive before
-    /// the daemon exits anyway; then they see ENOTCONN.
-    #[arg(long, default_value_t = 2.0, value_parser = parse_grace)]
-    pub stop_grace: f64,
-    /// A file to keep the mount's counters in (operations, errors, bytes, quota),
-    /// mapped into memory and read by the node agent for its metrics; kept across
-    /// daemon restarts (see `fuse::counters`).
-    #[arg(long)]
-    pub counters_file: Option<PathBuf>,
-    /// The fd holder's socket (the node agent's `holder.sock`): the daemon hands it a
-    /// duplicate of the mount's /dev/fuse descriptor, and on start takes over the
-    /// connection it holds for `--mountpoint`, if any, instead of mounting (see
-    /// `docs/handoff.md`). Needs `--handoff-state`.
-    #[arg(long, requires = "handoff_state")]
-    pub holder: Option<PathBuf>,
-    /// Where the daemon keeps what the kernel refers to (inodes, open handles, the
-    /// negotiated INIT) for a successor: a file in shared memory, beside the counters
-    /// file. Needs `--holder`.
-    #[arg(long, requires = "holder")]
-    pub handoff_state: Option<PathBuf>,
-    /// Start beside the daemon serving `--mountpoint` (an upgrade): wait until it has
-    /// left the held connection, then take it over; never mount. Needs `--holder`.
-    #[arg(long, requires = "holder")]
-    pub standby: bool,
-    /// The write end of a pipe (a descriptor inherited from the node agent): one byte
-    /// is written to it, and it is closed, once the mount is in place, so the agent
-    /// probes the mount at once instead of polling. Ignored unless it is a pipe.
-    #[arg(long, hide = true)]
-    pub ready_fd: Option<i32>,
-}
-
-fn parse_grace(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if (0.0..=300.0).contains(&v) => Ok(v),
-        _ => Err(format!("{s:?}: seconds from 0 to 300")),
-    }
-}
-
-/// `tessera mount --quota`.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QuotaChoice {
-    Auto,
-    Daemon,
-    Backend,
+/// `--capacity-bytes` ([`MountArgs`]): bytes or a Kubernetes quantity (`10Gi`, `500M`).
+fn parse_capacity(s: &str) -> Result<u64, String> {
+    crate::api::quantity_bytes(s).map_err(|e| e.to_string())
 }
 
 /// Errors of the mount role.
@@ -285,7 +189,7 @@ fn read_capacity(path: &Path) -> Result<u64, Error> {
         path: path.to_owned(),
         source,
     })?;
-    text.trim().parse().map_err(|_| Error::ParseCapacity {
+    contract::control::parse_capacity(&text).ok_or_else(|| Error::ParseCapacity {
         path: path.to_owned(),
         value: text.trim().chars().take(64).collect(),
     })
@@ -495,8 +399,8 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     let locks = !cache.local && backend_holds_locks(&args.source, options.read_only);
     // The settings file's lifetime, if it sets one, over the default; a file that
     // cannot be used leaves the default (and says so).
-    let ttl = settings::LiveTtl::new(match &args.settings_file {
-        Some(path) => match settings::Settings::read(path) {
+    let ttl = adapter::LiveTtl::new(match &args.settings_file {
+        Some(path) => match contract::settings::Settings::read(path) {
             Ok(s) => s.ttl(cache.ttl),
             Err(e) => {
                 tracing::error!(error = %e, cause = ?std::error::Error::source(&e).map(|c| c.to_string()), "settings file not used");
@@ -542,9 +446,9 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     for s in [
         Signal::SIGTERM,
         Signal::SIGINT,
-        Signal::SIGHUP,
-        Signal::SIGUSR1,
-        Signal::SIGUSR2,
+        contract::control::RELOAD,
+        contract::control::LEAVE,
+        contract::control::LEAVE_ON_STOP,
     ] {
         signals.add(s);
     }
@@ -566,7 +470,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         source,
     })?;
     let _ = notifier.set(session.notifier());
-    ready::say_mounted(args.ready_fd);
+    contract::ready::say_mounted(args.ready_fd);
     let unmounter = session.unmount_callable();
     let signal_ctx = signals::SignalContext {
         signals,

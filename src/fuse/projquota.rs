@@ -40,10 +40,10 @@ use std::ffi::CString;
 use std::hash::BuildHasher;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use super::quota::Usage;
 use super::sys::{
     self, Errno, FS_QUOTA_PDQ_ACCT, FS_QUOTA_PDQ_ENFD, FS_XFLAG_PROJINHERIT, Op, SysError,
 };
+use super::usage::Usage;
 
 /// statfs `f_type` of XFS.
 pub const XFS_SUPER_MAGIC: i64 = 0x5846_5342;

@@ -10,8 +10,8 @@
 //!   back, its reservations are no-ops, and writes may bypass it.
 //!
 //! [`Enforcement`] is the quota of a mounted volume: the daemon's [`Accounting`] or the
-//! backend's [`ProjectQuota`], behind one set of calls; [`Usage`] is capacity and
-//! usage at one instant, whichever mode measured it.
+//! backend's [`ProjectQuota`], behind one set of calls; [`Usage`] (in `usage`, below
+//! both) is capacity and usage at one instant, whichever mode measured it.
 //!
 //! The rest of this page is about the daemon's own count.
 //!
@@ -46,6 +46,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::projquota::{BackendQuotaError, ProjectQuota};
 use super::sys::{self, Errno};
+use super::usage::Usage;
 
 /// Which side holds the volume to its capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,22 +139,6 @@ impl Enforcement {
         if let Enforcement::Daemon(q) = self {
             q.charge(bytes);
         }
-    }
-}
-
-/// Capacity and usage at one instant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Usage {
-    /// Bytes the volume may hold.
-    pub capacity: u64,
-    /// Bytes it holds.
-    pub used: u64,
-}
-
-impl Usage {
-    /// Bytes that can still be written (0 when over capacity after a shrink).
-    pub fn free(&self) -> u64 {
-        self.capacity.saturating_sub(self.used)
     }
 }
 

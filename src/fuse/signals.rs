@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{SigSet, Signal};
 
+use super::contract::control::{LEAVE, LEAVE_ON_STOP, RELOAD};
 use super::fs::VolumeFs;
 use super::quota::Enforcement;
 use super::{handoff, log_counters, read_capacity};
@@ -25,7 +26,7 @@ pub(super) struct SignalContext {
     pub(super) capacity_file: Option<PathBuf>,
     /// The settings file, and the lifetime it sets (else `default_ttl`).
     pub(super) settings_file: Option<PathBuf>,
-    pub(super) ttl: super::settings::LiveTtl,
+    pub(super) ttl: super::adapter::LiveTtl,
     pub(super) default_ttl: Duration,
     pub(super) mountpoint: PathBuf,
     /// How long the connection may outlive the unmount after a stop signal.
@@ -65,21 +66,21 @@ impl SignalContext {
                 }
             };
             match signal {
-                Signal::SIGHUP => {
+                RELOAD => {
                     self.reload_capacity();
                     self.reload_settings();
                 }
-                Signal::SIGUSR1 if self.holder.is_some() => {
+                LEAVE if self.holder.is_some() => {
                     // A planned replacement: the holder keeps the connection, the
                     // successor takes it over; nothing is unmounted.
                     tracing::info!("SIGUSR1: exiting for a successor, the mount stays");
                     self.hand_over();
                 }
-                Signal::SIGUSR2 if self.holder.is_some() => {
+                LEAVE_ON_STOP if self.holder.is_some() => {
                     tracing::info!("SIGUSR2: the next stop signal leaves the mount to a successor");
                     leave_on_stop = true;
                 }
-                Signal::SIGUSR1 | Signal::SIGUSR2 => {
+                LEAVE | LEAVE_ON_STOP => {
                     tracing::warn!(
                         %signal,
                         "without --holder nobody would keep the mount; ignored"
@@ -118,7 +119,7 @@ impl SignalContext {
         let Some(path) = &self.settings_file else {
             return;
         };
-        match super::settings::Settings::read(path) {
+        match super::contract::settings::Settings::read(path) {
             Ok(s) => {
                 let ttl = s.ttl(self.default_ttl);
                 let old = self.ttl.set(ttl);
@@ -154,7 +155,7 @@ impl SignalContext {
 
     fn unmount(&mut self) {
         if let Some(socket) = &self.holder
-            && let Err(e) = handoff::holder::forget(socket, &self.mountpoint)
+            && let Err(e) = super::contract::holder_socket::forget(socket, &self.mountpoint)
         {
             tracing::warn!(error = %e, "the holder was not told to forget the connection");
         }

@@ -9,7 +9,7 @@
 //!  (this node) │      │ spawn_blocking                                      │   tessera-node-<node>)
 //!              └──────┼──────────────────────────────────────────────────────┘
 //!                     ▼
-//!              host::Host (node side, blocking, no Kubernetes)
+//!              mount_service::MountService (node side, blocking, no Kubernetes)
 //!                ├─ crate::host::paths   every path from the CR validated (CVE-2020-8568)
 //!                ├─ supervisor           `tessera mount` daemons (own session) + state dir records
 //!                └─ crate::host::mounts  mountinfo, bind, lazy unmount, probe (trait; fake in tests)
@@ -19,8 +19,9 @@
 //! |---|---|
 //! | [`agent`] | the watch, finalizer `tessera.io/mount`, status, Events, the health loop |
 //! | [`backoff`] | per-MountPod exponential backoff of failing mounts (no write storm) |
-//! | [`daemon_args`] | the command line of `tessera mount`, one builder for both mount modes |
-//! | [`host`] | the work on this host: start, adopt, repair + re-bind, online resize, remount, teardown, data removal |
+//! | [`daemon_spec`] | what a daemon serves, and its `tessera mount` command line (the flags are `crate::fuse::contract`'s), one builder for both mount modes |
+//! | [`holder_process`] | the `tessera fd-holder` process: started when none answers, asked over its socket |
+//! | [`mount_service`] | the work on this node for each MountPod (no Kubernetes): start, adopt, repair + re-bind, online resize, remount, teardown, data removal |
 //! | [`mount_counters`] | the per-mount FUSE metrics, read from the daemons' counters files on each scrape |
 //! | [`pods`] | pod mode: each daemon in a mount Pod on this node (spec, state, create/find/delete) |
 //! | [`supervisor`] | daemon processes (spawn detached, liveness with pid-reuse check, signals, reaping) and the state directory |
@@ -28,7 +29,7 @@
 //! The mount table, the mount syscalls and path validation are [`crate::host`]'s,
 //! shared with the CSI Node service. This module knows nothing of CSI: the role
 //! (`cli`) serves the CSI Node service next to the agent, over the same
-//! [`host::Host::mounts`].
+//! [`mount_service::MountService::mounts`].
 //!
 //! Data flow of a volume on this node: the controller creates the MountPod
 //! (`spec.source` = `<backend root>/<volume>`, owned by the Volume); the agent serves
@@ -44,10 +45,10 @@
 
 pub mod agent;
 pub mod backoff;
-pub mod daemon_args;
-pub mod holder;
-pub mod host;
+pub mod daemon_spec;
+pub mod holder_process;
 pub mod mount_counters;
+pub mod mount_service;
 pub mod pods;
 pub mod supervisor;
 pub mod upgrade;
@@ -66,7 +67,7 @@ use crate::host::paths;
 use crate::host::roots::{AllowedRoots, RootArgs};
 use crate::metrics::Metrics;
 use crate::runtime::KubeError;
-pub use host::Host;
+pub use mount_service::MountService;
 
 /// Finalizer on MountPods: the node has unmounted (or, for RemoveData, finished)
 /// before the MountPod goes.
@@ -188,7 +189,7 @@ pub enum Error {
     Kube(#[from] KubeError),
     /// Node-side work failed.
     #[error(transparent)]
-    Host(#[from] host::Error),
+    MountService(#[from] mount_service::Error),
     /// The state directory could not be opened.
     #[error(transparent)]
     Supervisor(#[from] supervisor::Error),
@@ -211,7 +212,7 @@ pub enum Error {
 /// The node-side work as the command line configures it: arguments checked, the
 /// mount root created, the state directory opened. The FUSE daemons are this
 /// binary (`/proc/self/exe mount …`).
-pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
+pub fn mount_service_for(args: &NodeArgs) -> Result<MountService, Error> {
     paths::component(&args.node_name).map_err(|e| Error::InvalidArg {
         arg: "node-name",
         message: e.to_string(),
@@ -244,7 +245,7 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
     // successor of a dead daemon is the kubelet's restart of its mount container.
     let holder = match args.mount_mode {
         MountMode::Process => {
-            let holder = holder::HolderProcess::new(
+            let holder = holder_process::HolderProcess::new(
                 PathBuf::from("/proc/self/exe"),
                 state.holder_socket(),
                 state.log_file("_fd-holder"),
@@ -258,15 +259,15 @@ pub fn host_for(args: &NodeArgs) -> Result<Host, Error> {
             }
         }
         MountMode::Pod => {
-            let holder = holder::HolderProcess::connect_only(state.holder_socket());
+            let holder = holder_process::HolderProcess::connect_only(state.holder_socket());
             if let Err(e) = holder.ensure() {
                 warn!(socket = %state.holder_socket().display(), error = %e, "no fd holder answers (yet): mount Pods started now are repaired by remounting");
             }
             Some(Arc::new(holder))
         }
     };
-    Ok(Host {
-        config: host::Config {
+    Ok(MountService {
+        config: mount_service::Config {
             mount_root,
             kubelet_dir,
             allowed_roots,
@@ -320,7 +321,7 @@ fn default_mount_resources(args: &NodeArgs) -> crate::api::MountResources {
 pub async fn use_mount_pods(
     args: &NodeArgs,
     client: &Client,
-    host: &mut Host,
+    host: &mut MountService,
 ) -> Result<(), Error> {
     if args.mount_mode != MountMode::Pod {
         return Ok(());
@@ -376,7 +377,12 @@ pub async fn use_mount_pods(
 
 /// Run the agent of `args.node_name` over `host` until the future is dropped. The
 /// FUSE daemons keep running when the agent stops; the next agent adopts them.
-pub async fn run_agent(args: &NodeArgs, client: Client, metrics: Arc<Metrics>, host: Arc<Host>) {
+pub async fn run_agent(
+    args: &NodeArgs,
+    client: Client,
+    metrics: Arc<Metrics>,
+    host: Arc<MountService>,
+) {
     let mount_pods = (args.mount_mode == MountMode::Pod).then(|| args.mount_namespace.clone());
     agent::run(
         client,

@@ -1,11 +1,11 @@
 //! The agent's per-mount FUSE metrics: on each scrape, the counters files of this
 //! node's mount daemons (`<state>/mounts/<volume>.counters`, written by
-//! [`crate::fuse::counters`]) are mapped read-only, read and encoded, labelled by
+//! [`crate::fuse::contract::counters`]) are mapped read-only, read and encoded, labelled by
 //! volume and node.
 //!
 //! ```text
 //!  GET /metrics ─▶ MountCounters::encode ─▶ read_dir(<state>/mounts), *.counters,
-//!                  at most MAX_FILES ─▶ fuse::counters::read (4 KiB each, layout
+//!                  at most MAX_FILES ─▶ fuse::contract::counters::read (4 KiB, layout
 //!                  checked) ─▶ tessera_fuse_* families
 //! ```
 //!
@@ -20,7 +20,7 @@ use prometheus_client::metrics::TypedMetric;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
-use crate::fuse::counters::{self, ErrnoClass, Op, Snapshot};
+use crate::fuse::contract::counters::{self, ErrnoClass, Op, Snapshot};
 
 /// At most this many counters files are read per scrape (a node serves far fewer
 /// volumes; the bound keeps a scrape cheap whatever the directory holds).

@@ -29,7 +29,7 @@
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -43,6 +43,10 @@ use serde::{Deserialize, Serialize};
 mod state;
 
 pub use state::{Record, StateDir};
+
+use super::daemon_spec::DaemonSpec;
+use crate::fuse::contract::args::is_mount_command;
+use crate::fuse::contract::{control, ready};
 
 /// Errors of the supervisor and the state directory.
 #[derive(Debug, thiserror::Error)]
@@ -91,42 +95,6 @@ pub enum Error {
         /// The daemon.
         pid: i32,
     },
-}
-
-/// What a daemon must serve: the arguments of `tessera mount`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DaemonSpec {
-    /// The volume (names the log, capacity and record files).
-    pub volume: String,
-    /// The MountPod served (a mount Pod's owner).
-    pub mountpod: String,
-    /// Its uid (empty when unknown: a mount Pod then has no owner reference).
-    pub mountpod_uid: String,
-    /// The volume's directory.
-    pub source: PathBuf,
-    /// Where to mount.
-    pub mountpoint: PathBuf,
-    /// Quota in bytes (also written to the capacity file).
-    pub capacity_bytes: u64,
-    /// The file the daemon re-reads the quota from on SIGHUP.
-    pub capacity_file: PathBuf,
-    /// The file the daemon keeps its counters in, for the agent's metrics.
-    pub counters_file: PathBuf,
-    /// Mount read-only.
-    pub read_only: bool,
-    /// Treat the backend as shared with other nodes (`--shared-backend`).
-    pub shared_backend: bool,
-    /// Extra mount options.
-    pub options: Vec<String>,
-    /// CPU and memory (pod mode: the mount container's requests and limits, over the
-    /// agent's defaults; process mode: not bounded).
-    pub resources: Option<crate::api::MountResources>,
-    /// The settings file the daemon reads at start and on SIGHUP (`--settings-file`:
-    /// the attribute cache lifetime, changed live).
-    pub settings_file: Option<PathBuf>,
-    /// The fd holder's socket and the handoff state file (`--holder`,
-    /// `--handoff-state`), when the agent runs a holder.
-    pub handoff: Option<(PathBuf, PathBuf)>,
 }
 
 /// A running daemon: its pid and the start time that tells it apart from a later
@@ -219,7 +187,7 @@ pub trait Daemons: Send + Sync {
         if self.liveness(daemon, mountpoint) != Liveness::Running {
             return Ok(());
         }
-        self.signal(daemon, mountpoint, Signal::SIGUSR1)?;
+        self.signal(daemon, mountpoint, control::LEAVE)?;
         if wait_gone(self, daemon, mountpoint, grace) {
             return Ok(());
         }
@@ -310,13 +278,14 @@ impl Daemons for HostDaemons {
         if let Ok(exe) = std::env::current_exe() {
             cmd.arg0(exe);
         }
-        cmd.args(super::daemon_args::mount_args(spec));
         // Both ends close on exec; the child's copy of the write end is made READY_FD
         // (not close-on-exec) just before it, so only this daemon inherits it.
         let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| spawn_err(std::io::Error::from(e)))?;
         let ready_raw = ready_w.as_raw_fd();
-        cmd.arg(format!("--ready-fd={READY_FD}"));
+        let mut args = spec.daemon_args();
+        args.ready_fd = Some(READY_FD);
+        cmd.args(args.to_args());
         cmd.stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -369,23 +338,13 @@ impl Daemons for HostDaemons {
             std::thread::sleep(timeout.min(POLL_PAUSE));
             return;
         };
-        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd, valid for the call; `fd` stays open throughout.
-        match unsafe { libc::poll(&mut pfd, 1, ms) } {
-            // Mounted (a byte) or exited (EOF): the pipe has said all it will.
-            n if n > 0 => {}
-            // Not yet (or interrupted): keep it for the next wait.
-            _ => {
-                self.ready
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(daemon.pid, fd);
-            }
+        // Mounted (a byte) or exited (EOF): the pipe has said all it will. Not yet
+        // (or interrupted): keep it for the next wait.
+        if !ready::wait(fd.as_fd(), timeout) {
+            self.ready
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(daemon.pid, fd);
         }
     }
 
@@ -484,21 +443,7 @@ pub fn is_mount_daemon(pid: i32, mountpoint: &Path) -> bool {
     let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
     };
-    cmdline_matches(&raw, mountpoint)
-}
-
-fn cmdline_matches(raw: &[u8], mountpoint: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let args: Vec<&[u8]> = raw.split(|b| *b == 0).collect();
-    if args.get(1) != Some(&&b"mount"[..]) {
-        return false;
-    }
-    let want = mountpoint.as_os_str().as_bytes();
-    args.windows(2)
-        .any(|w| w[0] == b"--mountpoint" && w[1] == want)
-        || args
-            .iter()
-            .any(|a| a.strip_prefix(b"--mountpoint=") == Some(want))
+    is_mount_command(&raw, mountpoint)
 }
 
 #[cfg(test)]
@@ -511,28 +456,6 @@ mod tests {
         assert_eq!(parse_stat(line), Some(('S', 987654)));
         let me = proc_stat(std::process::id() as i32).unwrap();
         assert!(me.1 > 0);
-    }
-
-    #[test]
-    fn matches_the_daemon_command_line() {
-        let mp = Path::new("/var/lib/tessera/mounts/v");
-        assert!(cmdline_matches(
-            b"/usr/bin/tessera\0mount\0--source\0/d/v\0--mountpoint\0/var/lib/tessera/mounts/v\0",
-            mp
-        ));
-        assert!(cmdline_matches(
-            b"tessera\0mount\0--mountpoint=/var/lib/tessera/mounts/v\0",
-            mp
-        ));
-        assert!(!cmdline_matches(
-            b"tessera\0mount\0--mountpoint\0/var/lib/tessera/mounts/w\0",
-            mp
-        ));
-        assert!(!cmdline_matches(
-            b"tessera\0node\0--mountpoint\0/var/lib/tessera/mounts/v\0",
-            mp
-        ));
-        assert!(!cmdline_matches(b"", mp));
     }
 
     /// A stand-in daemon (`sleep`), to check the process bookkeeping without FUSE.
@@ -593,7 +516,7 @@ mod tests {
             mountpoint: dir.join("mnt"),
             capacity_file: dir.join("cap"),
             counters_file: dir.join("counters"),
-            ..crate::node::daemon_args::tests::spec()
+            ..crate::node::daemon_spec::tests::spec()
         }
     }
 

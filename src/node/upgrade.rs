@@ -4,7 +4,7 @@
 //! ```text
 //!  health loop: every record ─▶ Candidate (image serving it, healthy?, held?)
 //!        next(candidates, desired, busy) ─▶ Upgrade(i) ─▶ reconcile of that MountPod
-//!                                                  (agent::serve: Host::replace_daemon;
+//!                                                  (agent::serve: MountService::replace_daemon;
 //!                                                   pod mode: a standby Pod first)
 //!                                        └─▶ blocked: not held (reported, left alone)
 //! ```

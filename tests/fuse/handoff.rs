@@ -1,5 +1,5 @@
 //! /dev/fuse handoff: a daemon killed with `kill -9` is replaced by a successor that
-//! takes over the held connection (the holder, `tessera::fuse::handoff::holder`, runs
+//! takes over the held connection (the holder, `tessera::fuse::fd_holder`, runs
 //! in the test process as the library type the node agent runs), and no application
 //! sees an error: a writer's every write succeeds, its records are complete and in
 //! order, a directory handle keeps listing, an inode looked up before keeps working.
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tessera::fuse::handoff::holder::Holder;
+use tessera::fuse::fd_holder::Holder;
 
 use crate::support::{Builder, Mount};
 

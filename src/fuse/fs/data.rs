@@ -20,8 +20,8 @@ use std::sync::atomic::AtomicU8;
 use super::handles::Handle;
 use super::inodes::Inode;
 use super::journal::{Journaled, Replay, replay};
+use super::record::JournalSlot;
 use super::{FileKind, FsError, NodeId, Opened, Result, VolumeFs, WriteReq, lock};
-use crate::fuse::handoff::state::JournalSlot;
 use crate::fuse::quota::Mode;
 use crate::fuse::sys::{self, Errno, Op, SysError};
 

@@ -7,32 +7,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU8;
 
-use super::handles::Handle;
+use super::handles::{DirStream, Handle};
 use super::{Attr, DirEntry, FileKind, FsError, IoMode, NodeId, ROOT_ID, Result, VolumeFs, lock};
 use crate::fuse::sys::{self, Errno, Op, SysError};
-
-/// Position in a directory being read, kept between `readdir` calls.
-#[derive(Debug)]
-pub(super) struct DirStream {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    /// The offset the next entry in `buf[start..end]` is at.
-    pos: i64,
-}
-
-impl DirStream {
-    /// At the start; a `readdir` at another offset seeks there first (which is how a
-    /// successor daemon's stream resumes where the kernel's offset says).
-    pub(super) fn new() -> Self {
-        DirStream {
-            buf: vec![0; 32 * 1024],
-            start: 0,
-            end: 0,
-            pos: 0,
-        }
-    }
-}
 
 impl VolumeFs {
     pub fn opendir(&self, id: NodeId) -> Result<u64> {

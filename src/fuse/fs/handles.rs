@@ -6,10 +6,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use super::dirs::DirStream;
 use super::inodes::Inode;
+use super::record::{HandleKind, HandleSlot, Recorder};
 use super::{FsError, IoMode, NodeId, Result, VolumeFs};
-use crate::fuse::handoff::state::{HandleKind, HandleSlot, StateFile};
 
 /// An open file or directory.
 #[derive(Debug)]
@@ -40,6 +39,29 @@ impl Handle {
     }
 }
 
+/// Position in a directory being read, kept between `readdir` calls.
+#[derive(Debug)]
+pub(super) struct DirStream {
+    pub(super) buf: Vec<u8>,
+    pub(super) start: usize,
+    pub(super) end: usize,
+    /// The offset the next entry in `buf[start..end]` is at.
+    pub(super) pos: i64,
+}
+
+impl DirStream {
+    /// At the start; a `readdir` at another offset seeks there first (which is how a
+    /// successor daemon's stream resumes where the kernel's offset says).
+    pub(super) fn new() -> Self {
+        DirStream {
+            buf: vec![0; 32 * 1024],
+            start: 0,
+            end: 0,
+            pos: 0,
+        }
+    }
+}
+
 /// What the handoff state file keeps of an open handle besides the handle itself.
 #[derive(Debug, Clone, Copy)]
 struct Recorded {
@@ -60,8 +82,8 @@ struct Entry {
 pub(super) struct HandleTable {
     handles: RwLock<HashMap<u64, Entry>>,
     next_fh: AtomicU64,
-    /// The handoff state file every change is recorded in (see `fuse::handoff`).
-    state: OnceLock<Arc<StateFile>>,
+    /// Where every change is recorded (the handoff's state file; see `record`).
+    state: OnceLock<Arc<dyn Recorder>>,
 }
 
 fn slot_of(fh: u64, h: &Handle, rec: Recorded) -> HandleSlot {
@@ -89,7 +111,7 @@ impl HandleTable {
     }
 
     /// Record every handle in `state` from now on, starting with those open now.
-    pub(super) fn record_into(&self, state: Arc<StateFile>) {
+    pub(super) fn record_into(&self, state: Arc<dyn Recorder>) {
         let mut t = self.handles.write().unwrap_or_else(|p| p.into_inner());
         for (fh, e) in t.iter_mut() {
             if e.rec.slot.is_none() {

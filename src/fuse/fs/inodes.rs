@@ -51,9 +51,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 use super::fhandle::FileHandle;
-use super::iomode::IoState;
+use super::record::{InodeSlot, Recorder};
+use super::types::IoState;
 use super::{FileKind, FsError, NodeId, ROOT_ID, Result, lock};
-use crate::fuse::handoff::state::{InodeSlot, StateFile};
 use crate::fuse::sys::{self, Errno, Op, SysError};
 
 /// Ids handed out when an inode's own number cannot be used (another device, or a
@@ -168,8 +168,8 @@ pub(super) struct InodeTable {
     hot_capacity: usize,
     clock: Mutex<Clock>,
     tables: Mutex<Tables>,
-    /// The handoff state file every change is recorded in (see `fuse::handoff`).
-    state: OnceLock<Arc<StateFile>>,
+    /// Where every change is recorded (the handoff's state file; see `record`).
+    state: OnceLock<Arc<dyn Recorder>>,
 }
 
 /// The code a state file keeps for a kind: its `S_IFMT` bits, shifted.
@@ -488,7 +488,7 @@ impl InodeTable {
     }
 
     /// Record every inode in `state` from now on, starting with those known now.
-    pub(super) fn record_into(&self, state: Arc<StateFile>) {
+    pub(super) fn record_into(&self, state: Arc<dyn Recorder>) {
         let mut t = lock(&self.tables);
         for e in t.by_id.values_mut() {
             if e.slot.is_none() {

@@ -48,49 +48,14 @@ use std::time::Duration;
 
 use super::handles::Handle;
 use super::inodes::Inode;
-use super::{FsError, Result, VolumeFs, lock};
+use super::types::IoState;
+use super::{FsError, IoMode, Result, VolumeFs, lock};
 use crate::fuse::quota::Mode;
 use crate::fuse::sys::{self, Op};
 
 /// How long a writable open waits for passthrough readers of the file to be released
 /// before it fails as busy (see the module docs).
 const RELEASE_GRACE: Duration = Duration::from_secs(1);
-
-/// How the kernel does I/O on an open regular file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum IoMode {
-    /// Kernel passthrough: reads (and, in backend mode, writes) go straight to the
-    /// backing file. Read-only opens in daemon mode, every open in backend mode.
-    Passthrough = 0,
-    /// Ordinary FUSE I/O through the kernel page cache; writes come to the daemon.
-    /// Read-write opens in daemon mode.
-    Cached = 1,
-    /// FUSE direct I/O: every write comes to the daemon, no page cache. Write-only
-    /// opens in daemon mode (the kernel invalidates other handles' cached pages a
-    /// direct write overwrites).
-    Direct = 2,
-}
-
-impl IoMode {
-    pub(super) fn from_u8(v: u8) -> Self {
-        match v {
-            0 => IoMode::Passthrough,
-            1 => IoMode::Cached,
-            _ => IoMode::Direct,
-        }
-    }
-}
-
-/// Which kinds of open file an inode has, so the I/O modes never conflict.
-#[derive(Debug, Default)]
-pub(super) struct IoState {
-    pub(super) cached: u32,
-    pub(super) passthrough: u32,
-    pub(super) open: u32,
-    /// Its last link went while it was open: its size leaves the quota at last close.
-    pub(super) orphan: bool,
-}
 
 /// Whether a write by a caller without `CAP_FSETID` would have to clear mode bits:
 /// set-user-ID, or set-group-ID with group execute (without it, set-group-ID marks

@@ -10,7 +10,7 @@
 //!             still finds them) ─▶ resent U: [`replay`] decides from the slot
 //! ```
 //!
-//! The slots live in the handoff state file (`StateFile::journal_*`), so recording
+//! The slots live in the handoff state file (`Recorder::journal_*`), so recording
 //! costs plain memory stores; without `--handoff-state` nothing is recorded. The
 //! decision ([`replay`]) is pure: an applied write is answered with its count; a write
 //! at an explicit offset still in progress is written again (the same bytes at the
@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::lock;
-use crate::fuse::handoff::state::{JournalSlot, StateFile};
+use super::record::{JournalSlot, Recorder};
 
 /// What a resent WRITE does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,14 +63,14 @@ pub fn replay(slot: Option<&JournalSlot>, fh: u64, len: usize, landed: usize, si
 /// predecessor, by unique, until the kernel resends them.
 #[derive(Debug, Default)]
 pub(super) struct Journal {
-    state: OnceLock<Arc<StateFile>>,
+    state: OnceLock<Arc<dyn Recorder>>,
     carried: Mutex<HashMap<u64, (JournalSlot, Option<u32>)>>,
 }
 
 /// A WRITE recorded in flight: dropped once answered, which empties its slot.
 #[derive(Debug)]
 pub struct Journaled {
-    state: Arc<StateFile>,
+    state: Arc<dyn Recorder>,
     slot: u32,
 }
 
@@ -99,7 +99,7 @@ impl Journal {
 
     /// Record in `state` from now on, starting with the carried slots (so a daemon
     /// after this one still finds them).
-    pub(super) fn record_into(&self, state: Arc<StateFile>) {
+    pub(super) fn record_into(&self, state: Arc<dyn Recorder>) {
         for (rec, slot) in lock(&self.carried).values_mut() {
             *slot = state.journal_begin(rec);
         }
@@ -147,6 +147,7 @@ impl Journal {
 
 #[cfg(test)]
 mod tests {
+    use super::super::record::{HandleSlot, InodeSlot};
     use super::*;
 
     fn slot(append: bool, applied: Option<u64>) -> JournalSlot {
@@ -259,10 +260,51 @@ mod tests {
         );
     }
 
+    /// A recorder with room for [`FakeRecorder::SLOTS`] journal entries.
+    #[derive(Debug, Default)]
+    struct FakeRecorder {
+        journal: Mutex<Vec<u32>>,
+        next: std::sync::atomic::AtomicU32,
+    }
+
+    impl FakeRecorder {
+        const SLOTS: usize = 8;
+    }
+
+    impl Recorder for FakeRecorder {
+        fn add_inode(&self, _: &InodeSlot) -> Option<u32> {
+            None
+        }
+        fn set_lookups(&self, _: u32, _: u64) {}
+        fn remove_inode(&self, _: u32) {}
+        fn add_handle(&self, _: &HandleSlot) -> Option<u32> {
+            None
+        }
+        fn set_handle_mode(&self, _: u32, _: u8) {}
+        fn set_backing_id(&self, _: u32, _: u32) {}
+        fn remove_handle(&self, _: u32) {}
+        fn journal_begin(&self, _: &JournalSlot) -> Option<u32> {
+            use std::sync::atomic::Ordering;
+            if let Some(slot) = lock(&self.journal).pop() {
+                return Some(slot);
+            }
+            let slot = self.next.fetch_add(1, Ordering::Relaxed);
+            if (slot as usize) < Self::SLOTS {
+                Some(slot)
+            } else {
+                self.next.fetch_sub(1, Ordering::Relaxed);
+                None
+            }
+        }
+        fn journal_applied(&self, _: u32, _: u64) {}
+        fn journal_clear(&self, slot: u32) {
+            lock(&self.journal).push(slot);
+        }
+    }
+
     #[test]
     fn carried_slots_are_kept_until_resent_and_freed_when_full() {
-        let dir = tempfile::tempdir().unwrap();
-        let state = Arc::new(StateFile::create(&dir.path().join("s.handoff")).unwrap());
+        let state: Arc<dyn Recorder> = Arc::new(FakeRecorder::default());
         let j = Journal::default();
         j.restore(&[slot(true, Some(16))]);
         j.record_into(state.clone());
@@ -273,11 +315,11 @@ mod tests {
             ..slot(false, None)
         }) {
             held.push(g);
-            if held.len() > crate::fuse::handoff::state::JOURNAL_SLOTS {
+            if held.len() > FakeRecorder::SLOTS {
                 break;
             }
         }
-        assert_eq!(held.len(), crate::fuse::handoff::state::JOURNAL_SLOTS);
+        assert_eq!(held.len(), FakeRecorder::SLOTS);
         assert!(j.take_carried(42).is_none());
         drop(held);
         let j = Journal::default();

@@ -24,17 +24,18 @@
 //! | --- | --- |
 //! | `inodes` | the inode table: node ids, file handles, hot `O_PATH` descriptors, the kernel's lookup counts |
 //! | `fhandle` | kernel file handles (`name_to_handle_at`, `open_by_handle_at`) |
-//! | `handles` | the open-handle table |
-//! | `handoff` | recording both tables in the handoff state file; restoring them in a successor |
+//! | `handles` | the open-handle table, and where reading an open directory stopped |
+//! | `record` | the records of both tables and the journal, written through a `Recorder` (the handoff's state file) |
+//! | `restore` | a successor serving again what its predecessor's records say |
 //! | `journal` | WRITE requests in flight, so a successor does not apply a resent one twice |
-//! | `iomode` | passthrough, cached or direct I/O per open, and the rules that pick one |
+//! | `iomode` | the rules that pick passthrough, cached or direct I/O per open |
 //! | `locks` | POSIX and flock locks taken on the backing files, waits for them |
 //! | `entries` | lookup, create, mknod, mkdir, symlink, link, unlink, rmdir, rename; confinement, ownership |
 //! | `attrs` | getattr, setattr, access |
 //! | `data` | open, read, write, copy_file_range, fallocate, truncation, fsync, release; the quota per write |
 //! | `dirs` | opendir, readdir, readdirplus |
 //! | `xattrs` | extended attributes |
-//! | `types`, `error` | what the core answers in; [`FsError`] |
+//! | `types`, `error` | what the core answers in, an open's [`IoMode`], an inode's I/O state; [`FsError`] |
 //!
 //! This module holds [`VolumeFs`] itself and what is the whole volume's: its quota
 //! (usage, statfs) and the backing filesystem.
@@ -46,11 +47,12 @@ mod entries;
 mod error;
 mod fhandle;
 mod handles;
-mod handoff;
 mod inodes;
 mod iomode;
 mod journal;
 mod locks;
+mod record;
+mod restore;
 mod types;
 mod xattrs;
 
@@ -67,21 +69,22 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use self::error::{FsError, Result};
 pub use self::fhandle::FileHandle;
 pub use self::handles::Handle;
-pub use self::handoff::Restored;
 pub use self::inodes::{InodeRecord, Naming};
-pub use self::iomode::IoMode;
 pub use self::journal::{Journaled, Replay, replay};
 pub use self::locks::wait::WaitEnd;
 pub use self::locks::{Conflict, LockSpec, Waiters, is_contended, probe_locks};
+pub use self::record::{HandleKind, HandleSlot, InodeSlot, JournalSlot, Recorder, Records};
+pub use self::restore::Restored;
 pub use self::types::{
-    Attr, Caller, DirEntry, FileKind, NodeId, Opened, Options, ROOT_ID, SetAttr, SetTime, StatFs,
-    Stats, WriteReq, Xattr,
+    Attr, Caller, DirEntry, FileKind, IoMode, NodeId, Opened, Options, ROOT_ID, SetAttr, SetTime,
+    StatFs, Stats, WriteReq, Xattr,
 };
 
 use self::handles::HandleTable;
 use self::inodes::{Inode, InodeFd, InodeTable};
-use super::quota::{Enforcement, Mode, Usage};
+use super::quota::{Enforcement, Mode};
 use super::sys::{self, Op};
+use super::usage::Usage;
 
 /// At most this many cached descriptors of hot inodes (fewer under a low
 /// `RLIMIT_NOFILE`).

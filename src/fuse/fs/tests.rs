@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use super::iomode::IoState;
+use super::types::IoState;
 use super::*;
 use crate::fuse::quota::{Accounting, Enforcement};
 

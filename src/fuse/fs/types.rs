@@ -1,11 +1,10 @@
 //! The plain types the core answers in: node ids, attributes, what `setattr` changes,
-//! directory entries, statfs, xattr replies, the mount's options and counters.
+//! directory entries, statfs, xattr replies, the mount's options and counters, the
+//! I/O mode of an open and the I/O state of an inode (`iomode` has the rules).
 
 use std::ffi::OsStr;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use super::iomode::IoMode;
 
 /// A node id as the kernel knows it (and the `st_ino` it shows).
 pub type NodeId = u64;
@@ -245,4 +244,40 @@ pub struct Options {
 pub struct WriteReq {
     pub unique: u64,
     pub resent: bool,
+}
+
+/// How the kernel does I/O on an open regular file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum IoMode {
+    /// Kernel passthrough: reads (and, in backend mode, writes) go straight to the
+    /// backing file. Read-only opens in daemon mode, every open in backend mode.
+    Passthrough = 0,
+    /// Ordinary FUSE I/O through the kernel page cache; writes come to the daemon.
+    /// Read-write opens in daemon mode.
+    Cached = 1,
+    /// FUSE direct I/O: every write comes to the daemon, no page cache. Write-only
+    /// opens in daemon mode (the kernel invalidates other handles' cached pages a
+    /// direct write overwrites).
+    Direct = 2,
+}
+
+impl IoMode {
+    pub(super) fn from_u8(v: u8) -> Self {
+        match v {
+            0 => IoMode::Passthrough,
+            1 => IoMode::Cached,
+            _ => IoMode::Direct,
+        }
+    }
+}
+
+/// Which kinds of open file an inode has, so the I/O modes never conflict.
+#[derive(Debug, Default)]
+pub(super) struct IoState {
+    pub(super) cached: u32,
+    pub(super) passthrough: u32,
+    pub(super) open: u32,
+    /// Its last link went while it was open: its size leaves the quota at last close.
+    pub(super) orphan: bool,
 }

@@ -2,7 +2,7 @@
 //! it, and a successor daemon takes it over without the mount ever going away.
 //!
 //! ```text
-//!  daemon A ── mount(2) ── fd ──dup──▶ holder (node agent; `holder`)
+//!  daemon A ── mount(2) ── fd ──dup──▶ holder (`fuse::fd_holder`; `contract::holder_socket`)
 //!     │  every inode / open handle change ──▶ state file (shared mapping; `state`)
 //!     ✗ killed (requests it had read stay in the connection's processing queue,
 //!       because the holder's duplicate keeps that queue's device open)
@@ -21,7 +21,6 @@
 //! What a successor recovers and what an application may still observe: see
 //! `docs/handoff.md`.
 
-pub mod holder;
 pub mod state;
 
 use std::io;
@@ -34,6 +33,7 @@ use fuser::{Config, Session, SessionACL};
 
 use self::state::{InitRecord, Snapshot, StateFile};
 use super::adapter::Adapter;
+use super::contract::holder_socket;
 use super::fs::VolumeFs;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -97,14 +97,14 @@ pub fn find(
 ) -> Result<Option<Takeover>, Refused> {
     let claimed = if standby {
         tracing::info!("handoff: standby, waiting for the serving daemon to leave");
-        holder::claim_when_free(socket, mountpoint, STANDBY_WAIT)
+        holder_socket::claim_when_free(socket, mountpoint, STANDBY_WAIT)
     } else {
         // The predecessor's holder connection may end a moment after its process
         // (the holder has not read the EOF yet): busy that long is not a refusal.
         let until = Instant::now() + Duration::from_secs(2);
         loop {
-            match holder::claim(socket, mountpoint) {
-                Ok(holder::Claimed::Busy) if Instant::now() < until => {
+            match holder_socket::claim(socket, mountpoint) {
+                Ok(holder_socket::Claimed::Busy) if Instant::now() < until => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 r => break r,
@@ -112,16 +112,16 @@ pub fn find(
         }
     };
     let fd = match claimed {
-        Ok(holder::Claimed::Fd(fd)) => fd,
-        Ok(holder::Claimed::Busy) => return Err(Refused::Busy),
-        Ok(holder::Claimed::None) if standby => return Err(Refused::NothingHeld),
-        Ok(holder::Claimed::None) => {
+        Ok(holder_socket::Claimed::Fd(fd)) => fd,
+        Ok(holder_socket::Claimed::Busy) => return Err(Refused::Busy),
+        Ok(holder_socket::Claimed::None) if standby => return Err(Refused::NothingHeld),
+        Ok(holder_socket::Claimed::None) => {
             tracing::info!("handoff: the holder has no connection for this mount point");
             return Ok(None);
         }
         Err(e) if standby => return Err(Refused::Unreadable(e)),
         // A holder of an earlier release (no CLAIM): ask as it did.
-        Err(_) => match holder::take(socket, mountpoint) {
+        Err(_) => match holder_socket::take(socket, mountpoint) {
             Ok(Some(fd)) => fd,
             Ok(None) => {
                 tracing::info!("handoff: the holder has no connection for this mount point");
@@ -133,7 +133,7 @@ pub fn find(
             }
         },
     };
-    if holder::connection_ended(fd.as_fd()) {
+    if holder_socket::connection_ended(fd.as_fd()) {
         tracing::info!("handoff: the held connection has ended");
         return Ok(None);
     }
@@ -204,14 +204,14 @@ pub fn prepare(
         }
         Err(refused) => {
             tracing::error!(error = %refused, "handoff: the held connection cannot be taken over; letting it go");
-            if let Err(e) = holder::forget(socket, mountpoint) {
+            if let Err(e) = holder_socket::forget(socket, mountpoint) {
                 tracing::warn!(error = %e, "the holder was not told to let go");
             }
             return Err(refused);
         }
     };
     if let Some(t) = &takeover {
-        let r = fs.restore(&t.snapshot);
+        let r = fs.restore(&t.snapshot.records);
         tracing::info!(
             inodes = r.inodes,
             inodes_lost = r.inodes_lost,
@@ -253,7 +253,7 @@ pub fn open_session(
             let adopter = adapter.backing_adopter();
             let session = Session::resume_fd(adapter, t.fd, SessionACL::All, config, t.init)?;
             let notifier = session.notifier();
-            for h in &t.snapshot.handles {
+            for h in &t.snapshot.records.handles {
                 if let Some(id) = h.backing_id {
                     adopter.adopt(&notifier, h.fh, h.ino, id);
                 }
@@ -269,10 +269,9 @@ pub fn open_session(
         }
     }
     if let Some(socket) = holder {
-        let handed = session
-            .as_fd()
-            .try_clone_to_owned()
-            .and_then(|fd| holder::hand_over(socket.to_path_buf(), mountpoint.to_path_buf(), fd));
+        let handed = session.as_fd().try_clone_to_owned().and_then(|fd| {
+            holder_socket::hand_over(socket.to_path_buf(), mountpoint.to_path_buf(), fd)
+        });
         if let Err(e) = handed {
             tracing::warn!(error = %e, "the FUSE descriptor is not handed to the holder");
         }

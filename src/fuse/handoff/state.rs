@@ -33,7 +33,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::fuse::fs::FileHandle;
+use crate::fuse::fs::{
+    FileHandle, HandleKind, HandleSlot, InodeSlot, JournalSlot, Recorder, Records,
+};
 
 const MAGIC: u64 = 0x7465_7373_686f_6666; // "tesshoff"
 const LAYOUT: u64 = 2;
@@ -74,58 +76,13 @@ pub struct InitRecord {
     pub max_readahead: u32,
 }
 
-/// One inode the kernel holds, as recorded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InodeSlot {
-    pub id: u64,
-    pub key: (u64, u64),
-    pub kind: u8,
-    pub handle: Option<FileHandle>,
-    pub lookups: u64,
-}
-
-/// What an open handle was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HandleKind {
-    File,
-    Dir,
-}
-
-/// One open file or directory, as recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HandleSlot {
-    pub fh: u64,
-    pub ino: u64,
-    pub flags: i32,
-    /// `IoMode as u8`.
-    pub mode: u8,
-    pub backing_id: Option<u32>,
-    pub kind: HandleKind,
-}
-
-/// One WRITE request in flight, as recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JournalSlot {
-    /// The request's `unique`, without the kernel's resend bit (never 0).
-    pub unique: u64,
-    pub fh: u64,
-    pub offset: u64,
-    pub len: u64,
-    /// The backing file's size before the write (where an append lands).
-    pub size_before: u64,
-    pub append: bool,
-    /// `Some(n)`: the data was written, `n` bytes; `None`: in progress.
-    pub applied: Option<u64>,
-}
-
 /// Everything a successor needs, read from a state file.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub init: Option<InitRecord>,
     pub overflow: bool,
-    pub inodes: Vec<InodeSlot>,
-    pub handles: Vec<HandleSlot>,
-    pub journal: Vec<JournalSlot>,
+    /// The core's tables and journal, for [`VolumeFs::restore`](crate::fuse::fs::VolumeFs::restore).
+    pub records: Records,
 }
 
 /// Slots handed out, and those free again.
@@ -223,9 +180,17 @@ impl StateFile {
         self.words[H_OVERFLOW].store(1, Ordering::Release);
     }
 
+    fn journal_words(&self, slot: usize) -> &[AtomicU64] {
+        let at = JOURNAL_AT + slot * JOURNAL_WORDS;
+        &self.words[at..at + JOURNAL_WORDS]
+    }
+}
+
+/// The core's tables are recorded here, as they change (see [`Recorder`]).
+impl Recorder for StateFile {
     /// Record a new inode; returns its slot (`None`: the table is full, and the state
     /// says a takeover is impossible).
-    pub fn add_inode(&self, rec: &InodeSlot) -> Option<u32> {
+    fn add_inode(&self, rec: &InodeSlot) -> Option<u32> {
         let slot = super::lock(&self.inodes).take(INODE_SLOTS);
         let Some(slot) = slot else {
             self.overflow();
@@ -253,17 +218,17 @@ impl StateFile {
         Some(slot as u32)
     }
 
-    pub fn set_lookups(&self, slot: u32, lookups: u64) {
+    fn set_lookups(&self, slot: u32, lookups: u64) {
         self.inode_words(slot as usize)[6].store(lookups, Ordering::Release);
     }
 
-    pub fn remove_inode(&self, slot: u32) {
+    fn remove_inode(&self, slot: u32) {
         self.inode_words(slot as usize)[0].store(0, Ordering::Release);
         super::lock(&self.inodes).free.push(slot as usize);
     }
 
     /// Record a new open handle; returns its slot.
-    pub fn add_handle(&self, rec: &HandleSlot) -> Option<u32> {
+    fn add_handle(&self, rec: &HandleSlot) -> Option<u32> {
         let slot = super::lock(&self.handles).take(HANDLE_SLOTS);
         let Some(slot) = slot else {
             self.overflow();
@@ -288,27 +253,22 @@ impl StateFile {
         Some(slot as u32)
     }
 
-    pub fn set_handle_mode(&self, slot: u32, mode: u8) {
+    fn set_handle_mode(&self, slot: u32, mode: u8) {
         self.handle_words(slot as usize)[3].store(u64::from(mode), Ordering::Release);
     }
 
-    pub fn set_backing_id(&self, slot: u32, id: u32) {
+    fn set_backing_id(&self, slot: u32, id: u32) {
         self.handle_words(slot as usize)[4].store(u64::from(id) + 1, Ordering::Release);
     }
 
-    pub fn remove_handle(&self, slot: u32) {
+    fn remove_handle(&self, slot: u32) {
         self.handle_words(slot as usize)[0].store(0, Ordering::Release);
         super::lock(&self.handles).free.push(slot as usize);
     }
 
-    fn journal_words(&self, slot: usize) -> &[AtomicU64] {
-        let at = JOURNAL_AT + slot * JOURNAL_WORDS;
-        &self.words[at..at + JOURNAL_WORDS]
-    }
-
     /// Record a WRITE in flight; its slot (`None`: all slots are taken, and this
     /// write is not journaled; the takeover stays possible).
-    pub fn journal_begin(&self, rec: &JournalSlot) -> Option<u32> {
+    fn journal_begin(&self, rec: &JournalSlot) -> Option<u32> {
         let slot = super::lock(&self.journal).take(JOURNAL_SLOTS)?;
         let w = self.journal_words(slot);
         w[1].store(rec.fh, Ordering::Relaxed);
@@ -328,14 +288,14 @@ impl StateFile {
     }
 
     /// The write of `slot` is done: `n` bytes.
-    pub fn journal_applied(&self, slot: u32, n: u64) {
+    fn journal_applied(&self, slot: u32, n: u64) {
         let w = self.journal_words(slot as usize);
         w[7].store(n, Ordering::Relaxed);
         w[6].store(2, Ordering::Release);
     }
 
     /// The write of `slot` is answered: forget it.
-    pub fn journal_clear(&self, slot: u32) {
+    fn journal_clear(&self, slot: u32) {
         self.journal_words(slot as usize)[0].store(0, Ordering::Release);
         super::lock(&self.journal).free.push(slot as usize);
     }
@@ -389,6 +349,7 @@ fn parse(w: &[AtomicU64]) -> Option<Snapshot> {
         overflow: get(H_OVERFLOW) != 0,
         ..Snapshot::default()
     };
+    let records = &mut snap.records;
     for slot in 0..INODE_SLOTS {
         let at = HEADER_WORDS + slot * INODE_WORDS;
         let id = get(at);
@@ -404,7 +365,7 @@ fn parse(w: &[AtomicU64]) -> Option<Snapshot> {
             bytes.truncate(len);
             FileHandle::from_parts(get(at + 4) as u32 as i32, &bytes)
         });
-        snap.inodes.push(InodeSlot {
+        records.inodes.push(InodeSlot {
             id,
             key: (get(at + 1), get(at + 2)),
             kind: get(at + 3) as u8,
@@ -424,7 +385,7 @@ fn parse(w: &[AtomicU64]) -> Option<Snapshot> {
             _ => continue,
         };
         let backing = get(at + 4);
-        snap.handles.push(HandleSlot {
+        records.handles.push(HandleSlot {
             fh,
             ino: get(at + 1),
             flags: get(at + 2) as u32 as i32,
@@ -444,7 +405,7 @@ fn parse(w: &[AtomicU64]) -> Option<Snapshot> {
             2 => Some(get(at + 7)),
             _ => continue,
         };
-        snap.journal.push(JournalSlot {
+        records.journal.push(JournalSlot {
             unique,
             fh: get(at + 1),
             offset: get(at + 2),
@@ -511,7 +472,7 @@ mod tests {
         assert_eq!(snap.init.unwrap().flags, 0xdead_beef_0000_0001);
         assert!(!snap.overflow);
         assert_eq!(
-            snap.inodes,
+            snap.records.inodes,
             vec![InodeSlot {
                 id: 42,
                 key: (7, 42),
@@ -520,9 +481,12 @@ mod tests {
                 lookups: 5
             }]
         );
-        assert_eq!(snap.handles.len(), 1);
-        assert_eq!(snap.handles[0].backing_id, Some(0));
-        assert_eq!(snap.handles[0].flags, libc::O_WRONLY | libc::O_APPEND);
+        assert_eq!(snap.records.handles.len(), 1);
+        assert_eq!(snap.records.handles[0].backing_id, Some(0));
+        assert_eq!(
+            snap.records.handles[0].flags,
+            libc::O_WRONLY | libc::O_APPEND
+        );
         // A freed slot is reused.
         let c = s
             .add_inode(&InodeSlot {
@@ -560,7 +524,7 @@ mod tests {
         s.journal_applied(b, 16);
         s.journal_clear(c);
         s.publish().unwrap();
-        let mut j = read(&path).unwrap().unwrap().journal;
+        let mut j = read(&path).unwrap().unwrap().records.journal;
         j.sort_by_key(|s| s.unique);
         assert_eq!(
             j,
@@ -574,7 +538,7 @@ mod tests {
             ]
         );
         s.journal_clear(a);
-        assert_eq!(read(&path).unwrap().unwrap().journal.len(), 1);
+        assert_eq!(read(&path).unwrap().unwrap().records.journal.len(), 1);
         // A predecessor of layout 1 (no journal): its tables are read, no journal.
         let old = dir.path().join("v1.handoff");
         std::fs::copy(&path, &old).unwrap();
@@ -589,10 +553,35 @@ mod tests {
         let w = w.unwrap();
         w[H_LAYOUT].store(LAYOUT_V1, Ordering::Release);
         let snap = read(&old).unwrap().expect("layout 1 read");
-        assert!(snap.journal.is_empty());
+        assert!(snap.records.journal.is_empty());
         assert!(snap.init.is_none());
         // A layout-2 header on a layout-1 length is not a state file.
         w[H_LAYOUT].store(LAYOUT, Ordering::Release);
         assert!(read(&old).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_journal_holds_journal_slots_writes_and_no_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = StateFile::create(&dir.path().join("m.handoff")).unwrap();
+        let rec = |unique| JournalSlot {
+            unique,
+            fh: 1,
+            offset: 0,
+            len: 1,
+            size_before: 0,
+            append: false,
+            applied: None,
+        };
+        let slots: Vec<u32> = (1..=JOURNAL_SLOTS as u64)
+            .map(|u| s.journal_begin(&rec(u)).expect("a free slot"))
+            .collect();
+        assert!(s.journal_begin(&rec(10_000)).is_none(), "full");
+        s.journal_clear(slots[3]);
+        assert_eq!(
+            s.journal_begin(&rec(10_001)),
+            Some(slots[3]),
+            "freed, reused"
+        );
     }
 }

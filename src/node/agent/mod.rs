@@ -1,5 +1,5 @@
 //! The Kubernetes side of the node agent: watches this node's MountPods, hands the
-//! node-side work to [`Host`] on the blocking pool, and reports the outcome in the
+//! node-side work to [`MountService`] on the blocking pool, and reports the outcome in the
 //! MountPod's status.
 //!
 //! ```text
@@ -8,10 +8,10 @@
 //!        ▼                                      │ reap children; probe every answered mount
 //!  reconcile ◀───── ObjectRef of a broken mount ┘
 //!        │ finalizer tessera.io/mount first (set already when the controller created it)
-//!        ├─ Serve ──────▶ Host::serve (start | adopt | repair | SIGHUP | remount)
-//!        ├─ RemoveData ─▶ Host::remove_data
-//!        ├─ Populate ───▶ Host::populate (copy of the data source; [`populate`])
-//!        └─ deleted ────▶ references remain? refuse (Terminating) : Host::teardown, drop finalizer
+//!        ├─ Serve ──────▶ MountService::serve (start | adopt | repair | SIGHUP | remount)
+//!        ├─ RemoveData ─▶ MountService::remove_data
+//!        ├─ Populate ───▶ MountService::populate (copy of the data source; [`populate`])
+//!        └─ deleted ────▶ references remain? refuse (Terminating) : MountService::teardown, drop finalizer
 //!        ▼
 //!  status subresource, server-side apply as tessera-node-<node>, only when it changed
 //! ```
@@ -54,7 +54,7 @@ mod upgrade;
 
 use status::{Report, cond, next_status, serve_report};
 
-use super::host::{self, Health, Host, Progress};
+use super::mount_service::{self, Health, MountService, Progress};
 use super::{Error, FINALIZER, Labels};
 use crate::api::{MountPhase, MountPod, MountPodStatus, MountTask};
 use crate::metrics::Metrics;
@@ -69,7 +69,7 @@ pub struct Context {
     /// Field manager of every write: `tessera-node-<node>`.
     pub field_manager: String,
     /// The node-side work.
-    pub host: Arc<Host>,
+    pub host: Arc<MountService>,
     /// Metrics (reconciles, durations, writes).
     pub metrics: Arc<Metrics>,
     /// Publishes Kubernetes Events.
@@ -89,7 +89,7 @@ const MOUNTING_QUIET: Duration = Duration::from_secs(1);
 pub async fn run(
     client: Client,
     metrics: Arc<Metrics>,
-    host: Arc<Host>,
+    host: Arc<MountService>,
     node: String,
     selector: Labels,
     health_interval: Duration,
@@ -247,7 +247,7 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     let mp = checked.as_ref().unwrap_or(mp);
     let name = mp.name_any();
     let mut current = mp.status.clone().unwrap_or_default();
-    let (mut want, refused) = match host::want(&name, &mp.spec, &ctx.host.config) {
+    let (mut want, refused) = match mount_service::want(&name, &mp.spec, &ctx.host.config) {
         Ok(w) => w,
         Err(msg) => return refuse(mp, ctx, msg).await,
     };
@@ -461,7 +461,7 @@ async fn delete(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
                 report.ready = cond("Ready", false, "UnmountFailed", msg.clone());
                 report.error = Some(msg);
                 write_status(mp, ctx, &mut current, report).await?;
-                return Err(Error::Host(e));
+                return Err(Error::MountService(e));
             }
         }
     }

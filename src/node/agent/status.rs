@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::controller::Action;
 
-use super::host::{self, Served};
+use super::mount_service::{self, Served};
 use crate::api::{AppliedSettings, MountPhase, MountPod, MountPodStatus, condition_status};
 
 /// What a reconcile has to say in the status.
@@ -177,7 +177,7 @@ pub(super) fn locks_condition(locks: &Option<Result<(), String>>) -> Option<Cond
 
 /// The status report of a serve pass, and when to look again.
 pub(super) fn serve_report(
-    want: &host::Want,
+    want: &mount_service::Want,
     served: &Served,
     refused: &[String],
     mp: &MountPod,

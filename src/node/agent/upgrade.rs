@@ -6,7 +6,7 @@
 //! ```text
 //!  health loop ─▶ candidate(record) per mount ─▶ plan: claim the slot, reconcile it
 //!                                                     (or Event UpgradeBlocked, once)
-//!  serve (slot names this MountPod) ─▶ replace: Host::replace_daemon, Event Upgraded
+//!  serve (slot names this MountPod) ─▶ replace: MountService::replace_daemon, Event Upgraded
 //! ```
 
 use std::time::{Duration, Instant};
@@ -18,7 +18,7 @@ use tracing::{info, warn};
 
 use super::{Context, blocking, publish};
 use crate::api::MountPod;
-use crate::node::host::{Health, Host, Want};
+use crate::node::mount_service::{Health, MountService, Want};
 use crate::node::supervisor::Record;
 use crate::node::upgrade::{self as rolling, Candidate};
 use crate::runtime::error_chain;
@@ -37,7 +37,7 @@ impl Context {
 /// How the health loop sees `record` for an upgrade to `desired` (`health` is its
 /// probe's outcome).
 pub(super) fn candidate(
-    host: &Host,
+    host: &MountService,
     record: &Record,
     health: &Health,
     desired: Option<&str>,

@@ -3,7 +3,7 @@
 //! container: a restart or a rollout of the agent touches no mount.
 //!
 //! ```text
-//!  host::Host ──Daemons──▶ PodDaemons
+//!  mount_service::MountService ──Daemons──▶ PodDaemons
 //!    start   create Pod <pod_name(volume, node)> (spec::mount_pod), a leftover of
 //!            the same name (or a standby of this mount) deleted first; then find its daemon in /proc (hostPID):
 //!            `tessera mount … --mountpoint M` in a cgroup of the Pod's uid ──▶ Daemon
@@ -46,9 +46,11 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tracing::{info, warn};
 
+use super::daemon_spec::DaemonSpec;
 use super::supervisor::{
-    self, Daemon, DaemonSpec, Daemons, Liveness, is_mount_daemon, proc_liveness, proc_stat,
+    self, Daemon, Daemons, Liveness, is_mount_daemon, proc_liveness, proc_stat,
 };
+use crate::fuse::contract::control;
 pub use spec::Template;
 use state::PodState;
 
@@ -366,7 +368,7 @@ impl Daemons for PodDaemons {
         let wait = state::successor_wait(
             state::restarts(&pod),
             self.start_timeout,
-            crate::fuse::handoff::holder::DEFAULT_ORPHAN_GRACE,
+            crate::fuse::contract::holder_socket::DEFAULT_ORPHAN_GRACE,
         );
         info!(pod = %name, uid = %uid, wait_s = wait.as_secs(), "mount daemon died; waiting for the kubelet's restart of its container to take the connection over");
         let deadline = Instant::now() + wait;
@@ -492,7 +494,7 @@ impl Daemons for PodDaemons {
                 return Err(e);
             }
         };
-        self.signal(old, m, Signal::SIGUSR2)?;
+        self.signal(old, m, control::LEAVE_ON_STOP)?;
         info!(
             pid = old.pid,
             standby = standby.pid,
@@ -515,7 +517,7 @@ impl Daemons for PodDaemons {
         grace: Duration,
     ) -> Result<(), supervisor::Error> {
         let volume = spec::volume_of(mountpoint);
-        self.signal(daemon, mountpoint, Signal::SIGUSR2)?;
+        self.signal(daemon, mountpoint, control::LEAVE_ON_STOP)?;
         info!(volume = %volume, pid = daemon.pid, "mount daemon told to leave its mount to a successor; deleting its Pod");
         self.remove_others(&volume, None, Some((daemon, mountpoint)), grace)
     }

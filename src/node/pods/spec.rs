@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  Template (agent: namespace, node, image, paths) ─┐
-//!  DaemonSpec (host::start) ─────────────────────────┴─ mount_pod() ─▶ Pod
+//!  DaemonSpec (mount_service::start) ─────────────────────────┴─ mount_pod() ─▶ Pod
 //!     name        pod_name(volume, node): the MountPod's name, DNS-valid, ≤ 253
 //!     owner       the MountPod (controller), so deleting it deletes the Pod
 //!     container   `tessera mount …` = daemon_args::mount_args, privileged, /dev/fuse
@@ -22,8 +22,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::api::{MountResources, ResourceAmounts, cpu_millis, quantity_bytes};
-use crate::node::daemon_args::mount_args_strings;
-use crate::node::supervisor::DaemonSpec;
+use crate::node::daemon_spec::{self, DaemonSpec};
 
 /// What every mount Pod of this agent shares.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,10 +152,10 @@ pub fn image_of(pod: &Pod) -> Option<&str> {
 pub fn standby_pod(t: &Template, spec: &DaemonSpec, name: &str) -> Pod {
     let mut pod = mount_pod(t, spec);
     pod.metadata.name = Some(name.to_string());
-    if let Some(c) = pod.spec.as_mut().and_then(|s| s.containers.first_mut())
-        && let Some(args) = c.args.as_mut()
-    {
-        args.push("--standby".into());
+    if let Some(c) = pod.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+        let mut args = spec.daemon_args();
+        args.standby = true;
+        c.args = Some(daemon_spec::strings(args.to_args()));
     }
     pod
 }
@@ -239,7 +238,7 @@ pub fn mount_pod(t: &Template, spec: &DaemonSpec) -> Pod {
                 image: Some(t.image.clone()),
                 image_pull_policy: t.pull_policy.clone(),
                 // The image's entrypoint is `tessera`.
-                args: Some(mount_args_strings(spec)),
+                args: Some(daemon_spec::strings(spec.daemon_args().to_args())),
                 // A failed daemon's last log lines become its terminated message, and
                 // so the MountPod's lastError.
                 termination_message_policy: Some("FallbackToLogsOnError".into()),
@@ -281,7 +280,7 @@ pub fn mount_pod(t: &Template, spec: &DaemonSpec) -> Pod {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node::daemon_args::tests::spec;
+    use crate::node::daemon_spec::tests::spec;
 
     fn template() -> Template {
         Template {
@@ -380,7 +379,10 @@ mod tests {
         let c = &ps.containers[0];
         assert_eq!(c.image.as_deref(), Some("reg/tessera:1"));
         assert_eq!(c.image_pull_policy.as_deref(), Some("Never"));
-        assert_eq!(c.args.as_ref().unwrap(), &mount_args_strings(&s));
+        assert_eq!(
+            c.args.as_ref().unwrap(),
+            &daemon_spec::strings(s.daemon_args().to_args())
+        );
         assert_eq!(c.command, None, "the image's entrypoint, tessera");
         assert_eq!(
             c.termination_message_policy.as_deref(),

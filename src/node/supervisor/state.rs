@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Daemon, Error};
+use crate::fuse::contract::{control, settings};
 
 /// What the agent remembers about one mount on disk, so a restarted agent can adopt
 /// the daemon instead of remounting.
@@ -131,17 +132,14 @@ impl StateDir {
         self.root.join("mounts").join(format!("{volume}.settings"))
     }
 
-    /// Write `volume`'s live settings (see `fuse::settings`).
+    /// Write `volume`'s live settings (see `fuse::contract::settings`).
     pub fn write_settings(
         &self,
         volume: &str,
         attr_cache_seconds: Option<i64>,
     ) -> Result<(), Error> {
-        let body = match attr_cache_seconds {
-            Some(s) => serde_json::json!({"attrCacheSeconds": s}),
-            None => serde_json::json!({}),
-        };
-        write_atomic(&self.settings_file(volume), format!("{body}\n").as_bytes())
+        let text = settings::settings_text(attr_cache_seconds);
+        write_atomic(&self.settings_file(volume), text.as_bytes())
     }
 
     /// The log of `volume`'s daemon.
@@ -199,7 +197,10 @@ impl StateDir {
     /// Write the quota for the daemon to read at start and re-read on SIGHUP (no
     /// fsync: see `write_atomic`).
     pub fn write_capacity(&self, volume: &str, bytes: u64) -> Result<(), Error> {
-        write_atomic(&self.capacity_file(volume), format!("{bytes}\n").as_bytes())
+        write_atomic(
+            &self.capacity_file(volume),
+            control::capacity_text(bytes).as_bytes(),
+        )
     }
 
     /// Remove the record, capacity file, counters and log of `volume`.

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use nix::errno::Errno;
+use nix::sys::signal::Signal;
 
 use super::*;
 use crate::api::{MountPodSpec, MountReference, MountTask};
@@ -168,7 +169,7 @@ impl Daemons for Fake {
 struct Setup {
     dir: tempfile::TempDir,
     fake: Fake,
-    host: Host,
+    host: MountService,
 }
 
 fn setup() -> Setup {
@@ -183,7 +184,7 @@ fn setup() -> Setup {
         std::fs::create_dir_all(dir.path().join(d)).unwrap();
     }
     let fake = Fake::default();
-    let host = Host {
+    let host = MountService {
         config: Config {
             mount_root: dir.path().join("mounts"),
             kubelet_dir: dir.path().join("kubelet"),

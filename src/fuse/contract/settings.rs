@@ -1,10 +1,11 @@
 //! Settings a running daemon takes without a remount: the settings file
-//! (`--settings-file`, written by the node agent from the MountPod's spec), read at
-//! start and again on SIGHUP.
+//! (`--settings-file`), written by the node agent from the MountPod's spec
+//! ([`settings_text`]) and read by the daemon at start and again on SIGHUP
+//! ([`Settings::read`]).
 //!
 //! ```text
 //!  Volume.spec.attrCacheSeconds ─▶ MountPod.spec ─▶ agent: <state>/mounts/<vol>.settings
-//!     {"attrCacheSeconds": 30}   ─(SIGHUP)─▶ Settings::parse ─▶ LiveTtl::set
+//!     {"attrCacheSeconds": 30}   ─(SIGHUP)─▶ Settings::parse ─▶ adapter::LiveTtl::set
 //!                                              └─ every entry and attr reply from then on
 //! ```
 //!
@@ -14,8 +15,6 @@
 //! file keeps the daemon's own default (`--attr-timeout`, else the backend's).
 
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -24,26 +23,6 @@ use serde::Deserialize;
 pub const MAX_ATTR_CACHE_SECONDS: u64 = 3600;
 /// The largest settings file read.
 const MAX_FILE: u64 = 4096;
-
-/// A cache lifetime shared by the adapter (which reads it for every reply) and the
-/// signal thread (which sets it).
-#[derive(Debug, Clone)]
-pub struct LiveTtl(Arc<AtomicU64>);
-
-impl LiveTtl {
-    pub fn new(d: Duration) -> Self {
-        LiveTtl(Arc::new(AtomicU64::new(d.as_nanos() as u64)))
-    }
-
-    pub fn get(&self) -> Duration {
-        Duration::from_nanos(self.0.load(Ordering::Relaxed))
-    }
-
-    /// Set a new lifetime; the old one.
-    pub fn set(&self, d: Duration) -> Duration {
-        Duration::from_nanos(self.0.swap(d.as_nanos() as u64, Ordering::Relaxed))
-    }
-}
 
 /// The content of a settings file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -73,6 +52,16 @@ pub enum SettingsError {
     },
     #[error("attrCacheSeconds {0} is more than {MAX_ATTR_CACHE_SECONDS}")]
     AttrCache(u64),
+}
+
+/// The text of a settings file: `{"attrCacheSeconds":N}`, or `{}` when the MountPod
+/// sets no lifetime (the daemon's default then holds).
+pub fn settings_text(attr_cache_seconds: Option<i64>) -> String {
+    let body = match attr_cache_seconds {
+        Some(s) => serde_json::json!({"attrCacheSeconds": s}),
+        None => serde_json::json!({}),
+    };
+    format!("{body}\n")
 }
 
 impl Settings {
@@ -127,6 +116,17 @@ impl Settings {
 mod tests {
     use super::*;
 
+    /// What the agent writes, the daemon reads back.
+    #[test]
+    fn the_agents_text_reads_back() {
+        let p = Path::new("v.settings");
+        let set = Settings::parse(p, settings_text(Some(30)).as_bytes()).unwrap();
+        assert_eq!(set.attr_cache_seconds, Some(30));
+        assert_eq!(settings_text(Some(30)), "{\"attrCacheSeconds\":30}\n");
+        let unset = Settings::parse(p, settings_text(None).as_bytes()).unwrap();
+        assert_eq!(unset, Settings::default());
+    }
+
     #[test]
     fn settings_files() {
         let p = Path::new("/s");
@@ -161,13 +161,5 @@ mod tests {
             Settings::read(&path),
             Err(SettingsError::TooLarge { .. })
         ));
-    }
-
-    #[test]
-    fn a_live_ttl_changes_for_every_reader() {
-        let t = LiveTtl::new(Duration::from_secs(1));
-        let reader = t.clone();
-        assert_eq!(t.set(Duration::from_secs(30)), Duration::from_secs(1));
-        assert_eq!(reader.get(), Duration::from_secs(30));
     }
 }

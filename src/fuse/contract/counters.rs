@@ -324,7 +324,7 @@ unsafe impl Sync for Mapping {}
 
 impl Mapping {
     fn new(file: &File, writable: bool) -> io::Result<Mapping> {
-        let addr = super::sys::mmap_shared(file.as_fd(), FILE_LEN, writable)?;
+        let addr = crate::fuse::sys::mmap_shared(file.as_fd(), FILE_LEN, writable)?;
         Ok(Mapping { addr })
     }
 

@@ -1,7 +1,8 @@
 //! The fd holder: a unix socket server that keeps a duplicate of each mount's
 //! `/dev/fuse` descriptor, so the kernel connection outlives the daemon serving it,
-//! and gives it to a successor. The node agent runs it (`<state-dir>/holder.sock`);
-//! the FUSE tests run it in the test process.
+//! and gives it to a successor: `tessera fd-holder`. The node agent starts it
+//! (`<state-dir>/holder.sock`; pod mode: a DaemonSet of its own); the FUSE tests run
+//! it in the test process.
 //!
 //! ```text
 //!  tessera mount ──connect── PUT key + fd (SCM_RIGHTS) ──▶ holder: key → fd
@@ -19,15 +20,13 @@
 //!           connection ends and applications get ENOTCONN instead of waiting for ever
 //! ```
 //!
-//! Wire format, one message per `sendmsg`: `op: u8`, `key length: u16 LE`, key bytes
-//! (the mount point), with one descriptor attached to a PUT; the answer is one byte
-//! (`K` done, `Y` + descriptor, `N` none, `B` busy, `E` refused). Bounded: keys of at most
-//! [`MAX_KEY`] bytes, [`MAX_ENTRIES`] descriptors, [`MAX_CONNECTIONS`] connections.
-//! The socket is mode 0600 and only peers with uid 0 (`SO_PEERCRED`) are served.
+//! The wire format and the clients' calls are [`super::contract::holder_socket`]'s. Bounded:
+//! [`MAX_ENTRIES`] descriptors, [`MAX_CONNECTIONS`] connections. The socket is mode
+//! 0600 and only peers with uid 0 (`SO_PEERCRED`) are served.
 
 use std::collections::HashMap;
-use std::io::{self, IoSlice, IoSliceMut, Read};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -35,34 +34,21 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nix::sys::socket::{
-    ControlMessage, ControlMessageOwned, MsgFlags, UnixAddr, getsockopt, recvmsg, sendmsg,
-    sockopt::PeerCredentials,
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+
+use super::contract::args::HolderArgs;
+use super::contract::holder_socket::{
+    BUSY, DEFAULT_ORPHAN_GRACE, DONE, FD, MAX_WAIT, NONE, OP_CLAIM, OP_DROP, OP_GET, OP_PUT,
+    OP_WAIT, REFUSED, connection_ended, receive, reply,
 };
 
-/// Longest key (a mount point path).
-pub const MAX_KEY: usize = 4096;
 /// Descriptors held at once.
 pub const MAX_ENTRIES: usize = 1024;
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 1100;
-/// How long a descriptor is held after its daemon went away with no successor taking
-/// it. While it is held, requests on the mount wait (uninterruptibly, for those the
-/// dead daemon had read) for a successor; after it the connection ends and they fail
-/// with ENOTCONN, as without a holder, and the agent's repair remounts.
-pub const DEFAULT_ORPHAN_GRACE: Duration = Duration::from_secs(60);
-
-const OP_PUT: u8 = b'P';
-const OP_GET: u8 = b'G';
-const OP_DROP: u8 = b'D';
-const OP_CLAIM: u8 = b'C';
-const OP_WAIT: u8 = b'W';
-
 /// How long a claim keeps other successors off before its taker has handed the
 /// descriptor back (PUT), e.g. because it died while taking over.
 pub const CLAIM_TTL: Duration = Duration::from_secs(10);
-/// The longest a WAIT is kept waiting by the holder.
-pub const MAX_WAIT: Duration = Duration::from_secs(300);
 /// How often a WAIT looks at its entry again (the pause of an upgrade includes it).
 const WAIT_POLL: Duration = Duration::from_millis(5);
 
@@ -110,6 +96,10 @@ pub fn decide_claim(
 /// The descriptors held, by key.
 type Entries = Arc<Mutex<HashMap<Vec<u8>, Entry>>>;
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A running holder. Dropping it stops serving and closes every descriptor it held
 /// (what an agent restart does).
 #[derive(Debug)]
@@ -118,22 +108,6 @@ pub struct Holder {
     entries: Entries,
     stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<UnixStream>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Whether the FUSE connection behind `fd` has ended (POLLERR).
-pub fn connection_ended(fd: BorrowedFd<'_>) -> bool {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: 0,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, no wait.
-    let r = unsafe { libc::poll(&mut p, 1, 0) };
-    r == 1 && p.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0
 }
 
 impl Holder {
@@ -264,89 +238,6 @@ impl Drop for Holder {
     }
 }
 
-/// A message: op, key, and the descriptor sent with it.
-struct Message {
-    op: u8,
-    key: Vec<u8>,
-    fd: Option<OwnedFd>,
-}
-
-/// Read one message (`None` at end of stream).
-fn receive(stream: &UnixStream) -> io::Result<Option<Message>> {
-    let mut head = [0u8; 3];
-    let mut cmsg = nix::cmsg_space!([RawFd; 1]);
-    let mut fd = None;
-    let n = {
-        let mut iov = [IoSliceMut::new(&mut head)];
-        let msg = recvmsg::<UnixAddr>(
-            stream.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        )?;
-        for c in msg.cmsgs()? {
-            if let ControlMessageOwned::ScmRights(fds) = c {
-                for raw in fds {
-                    // SAFETY: the kernel just gave us this descriptor; we own it.
-                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                    if fd.is_none() {
-                        fd = Some(owned);
-                    }
-                }
-            }
-        }
-        msg.bytes
-    };
-    if n == 0 {
-        return Ok(None);
-    }
-    let mut s = stream;
-    if n < head.len() {
-        s.read_exact(&mut head[n..])?;
-    }
-    let len = usize::from(u16::from_le_bytes([head[1], head[2]]));
-    if len == 0 || len > MAX_KEY {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "bad key length"));
-    }
-    let mut key = vec![0; len];
-    s.read_exact(&mut key)?;
-    Ok(Some(Message {
-        op: head[0],
-        key,
-        fd,
-    }))
-}
-
-fn send(stream: &UnixStream, bytes: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
-    let raw = fd.map(|f| [f.as_raw_fd()]);
-    let cmsgs: Vec<ControlMessage<'_>> = raw
-        .as_ref()
-        .map(|r| vec![ControlMessage::ScmRights(r)])
-        .unwrap_or_default();
-    let n = sendmsg::<UnixAddr>(
-        stream.as_raw_fd(),
-        &[IoSlice::new(bytes)],
-        &cmsgs,
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )?;
-    if n != bytes.len() {
-        return Err(io::Error::new(io::ErrorKind::WriteZero, "short send"));
-    }
-    Ok(())
-}
-
-fn encode(op: u8, key: &[u8]) -> io::Result<Vec<u8>> {
-    if key.is_empty() || key.len() > MAX_KEY {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "key length"));
-    }
-    let mut v = Vec::with_capacity(3 + key.len());
-    v.push(op);
-    v.extend_from_slice(&(key.len() as u16).to_le_bytes());
-    v.extend_from_slice(key);
-    Ok(v)
-}
-
 /// The daemon behind connection `id` is gone: its descriptors start their grace, and
 /// what it claimed without handing over is free again.
 fn orphan(entries: &Entries, id: u64) {
@@ -369,7 +260,7 @@ fn serve_conn(stream: &UnixStream, entries: &Entries, id: u64) -> io::Result<()>
             pid = cred.pid(),
             "fd holder: refused a non-root peer"
         );
-        let _ = send(stream, b"E", None);
+        let _ = reply(stream, REFUSED, None);
         return Ok(());
     }
     while let Some(m) = receive(stream)? {
@@ -378,7 +269,7 @@ fn serve_conn(stream: &UnixStream, entries: &Entries, id: u64) -> io::Result<()>
                 let mut e = lock(entries);
                 if e.len() >= MAX_ENTRIES && !e.contains_key(&m.key) {
                     drop(e);
-                    send(stream, b"E", None)?;
+                    reply(stream, REFUSED, None)?;
                     continue;
                 }
                 tracing::info!(key = %String::from_utf8_lossy(&m.key), "fd holder: holding a FUSE connection");
@@ -392,7 +283,7 @@ fn serve_conn(stream: &UnixStream, entries: &Entries, id: u64) -> io::Result<()>
                     },
                 );
                 drop(e);
-                send(stream, b"K", None)?;
+                reply(stream, DONE, None)?;
             }
             (OP_GET, None) => {
                 let fd = lock(entries).get(&m.key).and_then(|e| {
@@ -401,8 +292,8 @@ fn serve_conn(stream: &UnixStream, entries: &Entries, id: u64) -> io::Result<()>
                         .flatten()
                 });
                 match fd {
-                    Some(fd) => send(stream, b"Y", Some(fd.as_fd()))?,
-                    None => send(stream, b"N", None)?,
+                    Some(fd) => reply(stream, FD, Some(fd.as_fd()))?,
+                    None => reply(stream, NONE, None)?,
                 }
             }
             (OP_CLAIM, None) => answer_claim(stream, entries, &m.key, id)?,
@@ -423,10 +314,10 @@ fn serve_conn(stream: &UnixStream, entries: &Entries, id: u64) -> io::Result<()>
             }
             (OP_DROP, None) => {
                 lock(entries).remove(&m.key);
-                send(stream, b"K", None)?;
+                reply(stream, DONE, None)?;
             }
             _ => {
-                send(stream, b"E", None)?;
+                reply(stream, REFUSED, None)?;
                 return Ok(());
             }
         }
@@ -460,169 +351,15 @@ fn try_claim(entries: &Entries, key: &[u8], by: u64) -> (Claim, Option<OwnedFd>)
 
 fn send_claim(stream: &UnixStream, c: Claim, fd: Option<OwnedFd>) -> io::Result<()> {
     match (c, fd) {
-        (Claim::Free, Some(fd)) => send(stream, b"Y", Some(fd.as_fd())),
-        (Claim::None, _) => send(stream, b"N", None),
-        _ => send(stream, b"B", None),
+        (Claim::Free, Some(fd)) => reply(stream, FD, Some(fd.as_fd())),
+        (Claim::None, _) => reply(stream, NONE, None),
+        _ => reply(stream, BUSY, None),
     }
 }
 
 fn answer_claim(stream: &UnixStream, entries: &Entries, key: &[u8], by: u64) -> io::Result<()> {
     let (c, fd) = try_claim(entries, key, by);
     send_claim(stream, c, fd)
-}
-
-/// Read the one-byte answer (and a descriptor).
-fn answer(stream: &UnixStream) -> io::Result<(u8, Option<OwnedFd>)> {
-    let mut b = [0u8; 1];
-    let mut cmsg = nix::cmsg_space!([RawFd; 1]);
-    let mut iov = [IoSliceMut::new(&mut b)];
-    let msg = recvmsg::<UnixAddr>(
-        stream.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )?;
-    let mut fd = None;
-    for c in msg.cmsgs()? {
-        if let ControlMessageOwned::ScmRights(fds) = c {
-            for raw in fds {
-                // SAFETY: the kernel just gave us this descriptor; we own it.
-                let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                fd.get_or_insert(owned);
-            }
-        }
-    }
-    if msg.bytes == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "holder closed",
-        ));
-    }
-    Ok((b[0], fd))
-}
-
-/// Ask the holder at `socket` for the descriptor held for `key`.
-pub fn take(socket: &Path, key: &Path) -> io::Result<Option<OwnedFd>> {
-    let stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    send(
-        &stream,
-        &encode(OP_GET, key.as_os_str().as_encoded_bytes())?,
-        None,
-    )?;
-    match answer(&stream)? {
-        (b'Y', Some(fd)) => Ok(Some(fd)),
-        (b'N', _) => Ok(None),
-        _ => Err(io::Error::other("the holder refused")),
-    }
-}
-
-/// The connection of this process's claim, until its descriptor is handed over.
-static CLAIM: Mutex<Option<UnixStream>> = Mutex::new(None);
-
-/// What a claim of `key` got: the descriptor to take over, or why not.
-#[derive(Debug)]
-pub enum Claimed {
-    Fd(OwnedFd),
-    None,
-    Busy,
-}
-
-fn claim_op(socket: &Path, key: &Path, op: u8, timeout: Duration) -> io::Result<Claimed> {
-    let stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(timeout))?;
-    send(
-        &stream,
-        &encode(op, key.as_os_str().as_encoded_bytes())?,
-        None,
-    )?;
-    match answer(&stream)? {
-        (b'Y', Some(fd)) => {
-            // The claim lasts as long as this connection: kept open until this
-            // daemon has handed the descriptor over ([`hand_over`]), so that if it
-            // dies before, the holder frees the claim at once, not after CLAIM_TTL.
-            *lock(&CLAIM) = Some(stream);
-            Ok(Claimed::Fd(fd))
-        }
-        (b'N', _) => Ok(Claimed::None),
-        (b'B', _) => Ok(Claimed::Busy),
-        _ => Err(io::Error::other("the holder refused")),
-    }
-}
-
-/// Claim the connection held for `key` to take it over: only one successor gets it,
-/// and none while a daemon serves it.
-pub fn claim(socket: &Path, key: &Path) -> io::Result<Claimed> {
-    claim_op(socket, key, OP_CLAIM, Duration::from_secs(5))
-}
-
-/// As [`claim`], but answered once the daemon serving `key` has left (at most
-/// `timeout`, and [`MAX_WAIT`]).
-pub fn claim_when_free(socket: &Path, key: &Path, timeout: Duration) -> io::Result<Claimed> {
-    claim_op(socket, key, OP_WAIT, timeout)
-}
-
-/// Tell the holder at `socket` to forget `key` (an unmount on purpose).
-pub fn forget(socket: &Path, key: &Path) -> io::Result<()> {
-    let stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    send(
-        &stream,
-        &encode(OP_DROP, key.as_os_str().as_encoded_bytes())?,
-        None,
-    )?;
-    match answer(&stream)? {
-        (b'K', _) => Ok(()),
-        _ => Err(io::Error::other("the holder refused")),
-    }
-}
-
-/// Hand `fd` to the holder at `socket` under `key`, and keep doing so: a thread keeps
-/// the connection open and, whenever it ends (the holder restarted), connects again
-/// with backoff (50 ms doubling to 2 s) and hands the descriptor over again.
-pub fn hand_over(socket: PathBuf, key: PathBuf, fd: OwnedFd) -> io::Result<()> {
-    let msg = encode(OP_PUT, key.as_os_str().as_encoded_bytes())?;
-    std::thread::Builder::new()
-        .name("fd-handover".into())
-        .spawn(move || {
-            let mut backoff = Duration::from_millis(50);
-            loop {
-                let r = UnixStream::connect(&socket).and_then(|stream| {
-                    send(&stream, &msg, Some(fd.as_fd()))?;
-                    match answer(&stream)? {
-                        (b'K', _) => {}
-                        _ => return Err(io::Error::other("the holder refused the descriptor")),
-                    }
-                    tracing::info!(socket = %socket.display(), "FUSE descriptor handed to the holder");
-                    // Handed over: a claim made for it has served its purpose.
-                    lock(&CLAIM).take();
-                    // Held: wait for the holder to go away.
-                    let mut b = [0u8; 1];
-                    let _ = (&stream).read(&mut b);
-                    Ok(())
-                });
-                match r {
-                    Ok(()) => {
-                        backoff = Duration::from_millis(50);
-                        tracing::warn!("the fd holder went away: handing the descriptor over again");
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "fd holder not reachable");
-                        backoff = (backoff * 2).min(Duration::from_secs(2));
-                    }
-                }
-                std::thread::sleep(backoff);
-            }
-        })?;
-    Ok(())
-}
-
-/// Command line of `tessera fd-holder`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct HolderArgs {
-    /// The unix socket to serve (created 0600; a stale one is replaced).
-    #[arg(long)]
-    pub socket: PathBuf,
 }
 
 /// `tessera fd-holder`: serve the holder until SIGTERM or SIGINT. The node agent
@@ -644,6 +381,9 @@ pub fn run(args: HolderArgs) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fuse::contract::holder_socket::{
+        Claimed, answer, claim, claim_when_free, encode, send,
+    };
 
     #[test]
     fn one_taker_and_none_while_served() {
@@ -674,7 +414,7 @@ mod tests {
         let (r, w) = nix::unistd::pipe().unwrap();
         let daemon = UnixStream::connect(sock).unwrap();
         send(&daemon, &encode(OP_PUT, key).unwrap(), Some(r.as_fd())).unwrap();
-        assert_eq!(answer(&daemon).unwrap().0, b'K');
+        assert_eq!(answer(&daemon).unwrap().0, DONE);
         (daemon, w)
     }
 
@@ -731,7 +471,7 @@ mod tests {
             (0..100).find_map(|_| {
                 std::thread::sleep(Duration::from_millis(10));
                 let (c, got) = claim_on();
-                (got == b'Y').then_some(c)
+                (got == FD).then_some(c)
             })
         };
         let orphaned = claim_when_free();
@@ -740,7 +480,7 @@ mod tests {
         // seen it close. Now a taker that lives: others are busy.
         drop(orphaned);
         let taker = claim_when_free().expect("the dropped claim was never free");
-        assert_eq!(claim_on().1, b'B', "a second claim while the first lives");
+        assert_eq!(claim_on().1, BUSY, "a second claim while the first lives");
         // The taker dies before handing over: its claim ends with its connection.
         drop(taker);
         assert!(

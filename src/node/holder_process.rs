@@ -20,7 +20,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::fuse::handoff::holder;
+use crate::fuse::contract::args::HolderArgs;
+use crate::fuse::contract::holder_socket;
 
 /// The holder process, as the agent sees it.
 #[derive(Debug)]
@@ -90,9 +91,10 @@ impl HolderProcess {
         if let Ok(exe) = std::env::current_exe() {
             cmd.arg0(exe);
         }
-        cmd.arg("fd-holder")
-            .arg("--socket")
-            .arg(&self.socket)
+        let args = HolderArgs {
+            socket: self.socket.clone(),
+        };
+        cmd.args(args.to_args())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -123,12 +125,12 @@ impl HolderProcess {
 
     /// Whether the holder has a live connection for `mountpoint`.
     pub fn holds(&self, mountpoint: &Path) -> bool {
-        matches!(holder::take(&self.socket, mountpoint), Ok(Some(_)))
+        matches!(holder_socket::take(&self.socket, mountpoint), Ok(Some(_)))
     }
 
     /// Make the holder let go of `mountpoint`'s connection.
     pub fn remove(&self, mountpoint: &Path) {
-        if let Err(e) = holder::forget(&self.socket, mountpoint)
+        if let Err(e) = holder_socket::forget(&self.socket, mountpoint)
             && e.kind() != std::io::ErrorKind::NotFound
             && e.kind() != std::io::ErrorKind::ConnectionRefused
         {

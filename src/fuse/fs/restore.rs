@@ -1,6 +1,5 @@
-//! The core's side of a daemon handoff (see `crate::fuse::handoff`): record the inode
-//! and open-handle tables in a state file as they change, and serve again, in a
-//! successor, what a predecessor's state file says the kernel refers to.
+//! A successor's side of a daemon handoff: serve again what a predecessor's
+//! [`Records`] say the kernel refers to, and keep recording from then on.
 //!
 //! A restored open file is reopened from its inode with the flags it was opened with
 //! (creation and truncation flags dropped, as for any backing open), keeps its `fh`
@@ -14,10 +13,9 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU8;
 
-use super::dirs::DirStream;
-use super::handles::Handle;
+use super::handles::{DirStream, Handle};
+use super::record::{HandleKind, HandleSlot, Recorder, Records};
 use super::{FileKind, IoMode, Result, VolumeFs, lock};
-use crate::fuse::handoff::state::{HandleKind, HandleSlot, Snapshot, StateFile};
 use crate::fuse::sys::{self, Op};
 
 /// What a successor got back of a predecessor's state.
@@ -32,8 +30,8 @@ pub struct Restored {
 }
 
 impl VolumeFs {
-    /// Record the inode and handle tables in `state` from now on.
-    pub fn record_into(&self, state: Arc<StateFile>) {
+    /// Record the inode, handle and journal tables in `state` from now on.
+    pub fn record_into(&self, state: Arc<dyn Recorder>) {
         self.inodes.record_into(state.clone());
         self.handles.record_into(state.clone());
         self.journal.record_into(state);
@@ -48,7 +46,7 @@ impl VolumeFs {
     /// then the handles that refer to them. What cannot be reopened (freed since, or
     /// never named by a handle) is counted as lost: the kernel's requests on it fail
     /// with ESTALE or EBADF, as they would on a freed inode.
-    pub fn restore(&self, snap: &Snapshot) -> Restored {
+    pub fn restore(&self, snap: &Records) -> Restored {
         let mut r = Restored {
             writes_in_flight: snap.journal.len(),
             ..Restored::default()

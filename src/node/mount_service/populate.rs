@@ -11,11 +11,11 @@
 
 use tracing::{info, warn};
 
-use super::{Error, Host};
+use super::{Error, MountService};
 use crate::api::DataSource;
 use crate::host::copy::{self, CopyStats};
 
-impl Host {
+impl MountService {
     /// Fill `source` (the directory of `volume`) with a copy of `from`, at most
     /// `budget` bytes; `progress` sees the running totals.
     pub fn populate(

@@ -31,11 +31,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 use tracing::{info, warn};
 
-use super::holder::HolderProcess;
-use super::supervisor::{self, Daemon, DaemonSpec, Daemons, Liveness, Record, StateDir};
+use super::daemon_spec::DaemonSpec;
+use super::holder_process::HolderProcess;
+use super::supervisor::{self, Daemon, Daemons, Liveness, Record, StateDir};
+use crate::fuse::contract::control;
 use crate::host::mounts::{self, Mounts, Probe};
 use crate::host::paths;
 use crate::host::roots::{self, RootError};
@@ -118,7 +119,7 @@ pub enum Health {
     Broken(String),
 }
 
-/// Reported while [`Host::serve`] works, so the agent can publish phase Mounting
+/// Reported while [`MountService::serve`] works, so the agent can publish phase Mounting
 /// before the mount answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Progress {
@@ -129,7 +130,7 @@ pub enum Progress {
     },
 }
 
-/// What [`Host::serve`] achieved.
+/// What [`MountService::serve`] achieved.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Served {
     /// The daemon serving the mount (if one runs).
@@ -179,7 +180,7 @@ fn backend_locks(want: &Want, shared: bool) -> Option<Result<(), String>> {
 }
 
 /// The node: its mounts, its daemons, its state directory.
-pub struct Host {
+pub struct MountService {
     /// Settings.
     pub config: Config,
     /// Mount syscalls.
@@ -193,7 +194,7 @@ pub struct Host {
     pub holder: Option<Arc<HolderProcess>>,
 }
 
-impl Host {
+impl MountService {
     /// How the mount of `record` is doing.
     pub fn health(&self, record: &Record) -> Health {
         match self.daemons.liveness(record.daemon, &record.mountpoint) {
@@ -364,7 +365,7 @@ impl Host {
             self.state
                 .write_capacity(&want.volume, want.capacity_bytes)?;
             self.daemons
-                .signal(record.daemon, &record.mountpoint, Signal::SIGHUP)?;
+                .signal(record.daemon, &record.mountpoint, control::RELOAD)?;
             info!(volume = %want.volume, from = record.capacity_bytes, to = want.capacity_bytes, "capacity changed online");
             record.capacity_bytes = want.capacity_bytes;
             self.state.save(record)?;
@@ -373,7 +374,7 @@ impl Host {
             self.state
                 .write_settings(&want.volume, want.attr_cache_seconds)?;
             self.daemons
-                .signal(record.daemon, &record.mountpoint, Signal::SIGHUP)?;
+                .signal(record.daemon, &record.mountpoint, control::RELOAD)?;
             info!(volume = %want.volume, from = ?record.attr_cache_seconds, to = ?want.attr_cache_seconds, "attribute cache lifetime changed online");
             record.attr_cache_seconds = want.attr_cache_seconds;
             self.state.save(record)?;
