@@ -36,12 +36,12 @@
 // The crates below this one, under the names the modules of this crate use.
 pub use tessera_api as api;
 pub use tessera_api::tickets;
+pub use tessera_fuse as fuse;
 pub use tessera_host as host;
 
 pub mod cli;
 pub mod controller;
 pub mod csi;
-pub mod fuse;
 pub mod labels;
 pub mod metrics;
 pub mod node;

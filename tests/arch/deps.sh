@@ -46,7 +46,7 @@ kubernetes_client=(kube-client kube-runtime hyper hyper-util tower tonic reqwest
 only tessera-text thiserror
 forbid tessera-api tokio "${kubernetes_client[@]}" nix fuser tessera-host tessera-fuse
 forbid tessera-host tokio kube kube-core k8s-openapi "${kubernetes_client[@]}" tessera-api fuser
-forbid tessera-fuse kube kube-core k8s-openapi "${kubernetes_client[@]}" tessera-api
+forbid tessera-fuse kube kube-core k8s-openapi "${kubernetes_client[@]}" tessera-api tokio
 forbid tessera-csi-proto kube kube-core k8s-openapi tessera-api tessera-host tessera-fuse
 
 if ((fail)); then
