@@ -50,8 +50,9 @@ use tessera::api::{
     VolumeAttachmentSpec, VolumeAttachmentStatus, condition_status,
 };
 use tessera::controller::FIELD_MANAGER;
+use tessera::controller::attachment::desired_spec;
 use tessera::controller::attachment::status::{CONDITION_READY, REASON_TICKETS_SATISFIED};
-use tessera::controller::attachment::{desired_spec, owner_reference};
+use tessera::controller::owner::owner_reference;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 

@@ -36,6 +36,7 @@ pub mod events;
 pub mod inline;
 pub mod leader;
 pub mod own_writes;
+pub mod owner;
 pub mod pace;
 pub mod protection;
 pub mod reaper;

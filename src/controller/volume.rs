@@ -38,9 +38,9 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 use tracing::{debug, info, instrument, warn};
 
-use super::attachment::owner_reference;
 use super::context::{measured, merge_params};
 use super::events::publish;
+use super::owner::owner_reference;
 use super::protection::{ATTACHMENT_FINALIZER, csi_tickets_from_storage, has_finalizer};
 use super::{ANNOTATION_RECLAIM, Context, Error, FIELD_MANAGER, KubeContext, VOLUME_FINALIZER};
 use crate::api::{

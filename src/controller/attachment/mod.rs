@@ -66,7 +66,7 @@ use serde_json::json;
 use tracing::{debug, info, instrument, warn};
 
 pub use self::input::{gather, mount_view};
-pub use self::mountpods::{desired_spec, owner_reference};
+pub use self::mountpods::desired_spec;
 use super::context::{measured, merge_params};
 use super::events::{publish_node, publish_tickets};
 use super::protection;

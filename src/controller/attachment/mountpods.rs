@@ -20,14 +20,14 @@
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::info;
 
 use crate::api::{self, LABEL_NODE, LABEL_VOLUME, MountPod, MountPodSpec, MountTask, Volume};
 use crate::controller::events::publish_node;
+use crate::controller::owner::owner_reference;
 use crate::controller::{Context, Error, FIELD_MANAGER, KubeContext, Labels};
 use crate::tickets::Decision;
 
@@ -308,11 +308,4 @@ pub fn desired_spec(
         resources: volume.spec.mount_resources.clone(),
         attr_cache_seconds: volume.spec.attr_cache_seconds,
     })
-}
-
-/// Controller owner reference to the Volume.
-pub fn owner_reference(volume: &Volume) -> OwnerReference {
-    volume
-        .controller_owner_ref(&())
-        .expect("a Volume read from the API has a uid")
 }
