@@ -45,20 +45,25 @@ use crate::runtime::error_chain;
 pub const TESSERA_MANAGERS: [&str; 2] = [FIELD_MANAGER, crate::csi::controller::FIELD_MANAGER];
 
 /// Run the reaper every `interval`, forever.
-pub async fn run(ctx: Arc<Context>, interval: Duration) {
+pub async fn run(ctx: Arc<Context>, interval: Duration, grace: Duration) {
     let mut pass: u64 = 0;
     loop {
         tokio::time::sleep(interval).await;
         if !ctx.caches_ready().await {
             continue;
         }
-        let res = measured(&ctx.metrics, "reaper", reap_once(&ctx)).await;
+        let res = measured(&ctx.metrics, "reaper", reap_once(&ctx, grace)).await;
         if let Err(e) = res {
             warn!(error = %error_chain(&e), "reaper pass failed");
         }
         pass += 1;
         if pass.is_multiple_of(super::inline::ORPHAN_EVERY) {
-            let res = measured(&ctx.metrics, "reaper", super::inline::reap_orphans(&ctx)).await;
+            let res = measured(
+                &ctx.metrics,
+                "reaper",
+                super::inline::reap_orphans(&ctx, grace),
+            )
+            .await;
             if let Err(e) = res {
                 warn!(error = %error_chain(&e), "inline orphan pass failed");
             }
@@ -140,7 +145,7 @@ pub fn reap_reason(
     None
 }
 
-async fn reap_once(ctx: &Context) -> Result<(), Error> {
+async fn reap_once(ctx: &Context, grace: Duration) -> Result<(), Error> {
     let storage: BTreeSet<String> = Api::<StorageVolumeAttachment>::all(ctx.client.clone())
         .list_metadata(&ListParams::default())
         .await
@@ -150,7 +155,7 @@ async fn reap_once(ctx: &Context) -> Result<(), Error> {
         .map(|n| n.name_any())
         .collect();
     let now = jiff::Timestamp::now();
-    for va in ctx.attachments.state() {
+    for va in ctx.caches.attachments.state() {
         let managed = va.metadata.managed_fields.as_deref().unwrap_or_default();
         for ticket in va.spec.attachment_tickets.values() {
             let status = va.ticket_status(&ticket.id);
@@ -164,7 +169,7 @@ async fn reap_once(ctx: &Context) -> Result<(), Error> {
                 storage_attachment_exists: storage.contains(&ticket.id),
                 satisfied: status.map(|s| s.satisfies(ticket)),
             };
-            if let Some(why) = reap_reason(ticket, &seen, ctx.reap_grace, now) {
+            if let Some(why) = reap_reason(ticket, &seen, grace, now) {
                 remove_ticket(ctx, &va, ticket, &why).await?;
             }
         }
@@ -195,7 +200,7 @@ async fn remove_ticket(
         ticket.id, ticket.type_, ticket.node_id
     );
     info!(volume = %name, ticket = %ticket.id, reason = %why, "reaped ticket");
-    if let Some(volume) = ctx.volumes.get(&ObjectRef::new(&name)) {
+    if let Some(volume) = ctx.caches.volumes.get(&ObjectRef::new(&name)) {
         let action = format!("RemoveTicket {}", ticket.id);
         publish_tickets(
             ctx,

@@ -155,7 +155,7 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
     let uid = volume.uid().unwrap_or_default();
     let existing = ctx
         .written_attachments
-        .view(&name, ctx.attachments.get(&ObjectRef::new(&name)));
+        .view(&name, ctx.caches.attachments.get(&ObjectRef::new(&name)));
     if existing
         .as_ref()
         .is_some_and(|va| va.metadata.deletion_timestamp.is_some())
@@ -439,6 +439,7 @@ async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, 
     }
     let name = volume.name_any();
     let mut from_mounts: Vec<String> = ctx
+        .caches
         .mountpods
         .state()
         .iter()
