@@ -50,7 +50,7 @@ use std::time::Duration;
 use tracing::{error, info, warn};
 
 pub use self::args::ControllerArgs;
-pub use self::context::Context;
+pub use self::context::{Caches, Context};
 pub use self::error::Error;
 pub(crate) use self::error::KubeContext;
 pub use self::watch::{CachesReady, ShortBackoff};

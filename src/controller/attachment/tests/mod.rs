@@ -5,7 +5,10 @@
 mod detaching;
 mod input;
 mod mountpods;
+mod plan;
 mod ready;
+mod reconcile;
+mod scripted;
 mod status;
 mod writes;
 
