@@ -44,7 +44,8 @@ use crate::runtime::error_chain;
 /// and the CSI controller service (csi-attacher tickets).
 pub const TESSERA_MANAGERS: [&str; 2] = [FIELD_MANAGER, crate::csi::controller::FIELD_MANAGER];
 
-/// Run the reaper every `interval`, forever.
+/// Run the reaper every `interval`, forever; a ticket whose owner is missing is
+/// removed `grace` after it was first seen (inline Volumes likewise).
 pub async fn run(ctx: Arc<Context>, interval: Duration, grace: Duration) {
     let mut pass: u64 = 0;
     loop {
