@@ -32,7 +32,7 @@ use crate::controller::owner::owner_reference;
 use crate::controller::{Error, FIELD_MANAGER, KubeContext, Labels};
 use crate::tickets::Decision;
 
-/// What [`sync_mountpods`] did.
+/// What `sync_mountpods` did.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Synced {
     /// A MountPod was created or changed.

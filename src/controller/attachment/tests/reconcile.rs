@@ -32,12 +32,12 @@ fn mountpod_path(node: &str) -> String {
 /// and n2 with an agent each.
 fn controller(
     client: Client,
-    volume: &Volume,
+    volume: Option<&Volume>,
     va: &VolumeAttachment,
     mountpods: &[MountPod],
 ) -> Arc<Ctx> {
     let caches = Caches::filled(
-        [volume.clone()],
+        volume.cloned(),
         [va.clone()],
         mountpods.to_vec(),
         &["n1", "n2"],
@@ -105,7 +105,8 @@ async fn a_conflict_on_the_attachment_status_write_ends_the_reconcile() {
             .body(at("/metadata/resourceVersion", json!("1")))
             .fail(409, "Conflict"),
     ]);
-    let ctx = controller(client, &volume, &va, &mps);
+    let ctx = controller(client, Some(&volume), &va, &mps);
+    let va_read = va.clone();
     let action = reconcile(Arc::new(va), ctx.clone())
         .await
         .expect("no error");
@@ -114,8 +115,16 @@ async fn a_conflict_on_the_attachment_status_write_ends_the_reconcile() {
     assert_eq!(t.requests(), [format!("PATCH {VA_STATUS}")]);
     assert!(t.events().is_empty(), "{t:#?}");
     assert_eq!(action, Action::requeue(plan::AFTER_CONFLICT));
-    // The refused write is not taken for written.
-    assert!(ctx.shared.written_attachments.view("v", None).is_none());
+    // The refused write is not taken for written: the next reconcile sees the
+    // VolumeAttachment as the cache shows it.
+    let seen = ctx
+        .shared
+        .written_attachments
+        .view("v", Some(Arc::new(va_read)));
+    assert_eq!(
+        seen.and_then(|va| va.metadata.resource_version.clone()),
+        Some("1".into())
+    );
 }
 
 /// A MountPod the cache still shows on another node is gone when the re-check reads
@@ -139,7 +148,7 @@ async fn a_mountpod_gone_at_the_recheck_is_decided_without() {
             .ok(written(&va)),
         expect("PATCH", VOLUME_STATUS).ok(written(&volume)),
     ]);
-    let ctx = controller(client, &volume, &va, &mps);
+    let ctx = controller(client, Some(&volume), &va, &mps);
     let action = reconcile(Arc::new(va), ctx).await.expect("no error");
     let t = server.finish(3).await;
     assert_clean(&t);
@@ -188,7 +197,7 @@ async fn a_deleted_attachment_no_workload_holds_lets_go_after_its_statuses() {
             })
             .ok(written(&va)),
     ]);
-    let ctx = controller(client, &volume, &va, &[]);
+    let ctx = controller(client, Some(&volume), &va, &[]);
     let action = reconcile(Arc::new(va), ctx).await.expect("no error");
     let t = server.finish(0).await;
     assert_clean(&t);
@@ -219,7 +228,7 @@ async fn a_deleted_attachment_a_workload_holds_stays_and_says_so() {
             .ok(written(&va)),
         expect("PATCH", VOLUME_STATUS).ok(written(&volume)),
     ]);
-    let ctx = controller(client, &volume, &va, &mps);
+    let ctx = controller(client, Some(&volume), &va, &mps);
     let action = reconcile(Arc::new(va), ctx).await.expect("no error");
     let t = server.finish(3).await;
     assert_clean(&t);
@@ -250,7 +259,7 @@ async fn a_failed_attachment_status_write_after_a_recheck_writes_nothing_else() 
     let va = attachment(&[ticket("t1", AttacherType::CsiAttacher, "n1")]);
     let mps = [ready_mountpod(&volume, "n1")];
     let (client, server) = serve(vec![expect("PATCH", VA_STATUS).fail(500, "InternalError")]);
-    let ctx = controller(client, &volume, &va, &mps);
+    let ctx = controller(client, Some(&volume), &va, &mps);
     let res = reconcile(Arc::new(va), ctx).await;
     let t = server.finish(0).await;
     assert_clean(&t);
@@ -272,7 +281,7 @@ async fn a_new_attach_creates_its_mountpod_and_waits_quietly() {
             .body(at("/spec/nodeName", json!("n1")))
             .ok(serde_json::to_value(&created).unwrap()),
     ]);
-    let ctx = controller(client, &volume, &va, &[]);
+    let ctx = controller(client, Some(&volume), &va, &[]);
     let action = reconcile(Arc::new(va), ctx).await.expect("no error");
     let t = server.finish(0).await;
     assert_clean(&t);
@@ -281,4 +290,54 @@ async fn a_new_attach_creates_its_mountpod_and_waits_quietly() {
     // done lately: the shortest) from this reconcile, when the ticket was first seen.
     let quiet = crate::controller::pace::ATTACH_QUIET;
     assert_eq!(action, Action::requeue(quiet + plan::PAST_WAIT));
+}
+
+/// Tickets applied before their Volume: the VolumeAttachment status says so (no
+/// precondition), nothing else; back when the Volume comes (its watch).
+#[tokio::test]
+async fn tickets_without_a_volume_are_told_so() {
+    let va = attachment(&[ticket("t1", AttacherType::CsiAttacher, "n1")]);
+    let (client, server) = serve(vec![
+        expect("PATCH", VA_STATUS)
+            .body(|b: &Value| match b.get("metadata") {
+                None => Ok(()),
+                Some(m) => Err(format!("a precondition: {m}")),
+            })
+            .ok(written(&va)),
+    ]);
+    // The caches hold no Volume.
+    let ctx = controller(client, None, &va, &[]);
+    let action = reconcile(Arc::new(va), ctx).await.expect("no error");
+    let t = server.finish(0).await;
+    assert_clean(&t);
+    assert_eq!(t.requests(), [format!("PATCH {VA_STATUS}")]);
+    assert_eq!(action, Action::await_change());
+}
+
+/// A node-local volume with no node yet is pinned to the first node chosen for it
+/// (a merge patch of its spec), and nothing else is done before it is decided again.
+#[tokio::test]
+async fn a_node_local_volume_is_pinned_first() {
+    let mut volume = rwo();
+    volume.spec.backend.scope = BackendScope::NodeLocal;
+    let va = attachment(&[ticket("t1", AttacherType::CsiAttacher, "n2")]);
+    let mut pinned = volume.clone();
+    pinned.spec.backend.node = Some("n2".into());
+    let (client, server) = serve(vec![
+        expect("PATCH", "/apis/tessera.io/v1alpha1/volumes/v")
+            .body(at("/spec/backend/node", json!("n2")))
+            .ok(written(&pinned)),
+    ]);
+    let ctx = controller(client, Some(&volume), &va, &[]);
+    let action = reconcile(Arc::new(va), ctx.clone())
+        .await
+        .expect("no error");
+    let t = server.finish(0).await;
+    assert_clean(&t);
+    assert_eq!(t.requests(), ["PATCH /apis/tessera.io/v1alpha1/volumes/v"]);
+    assert_eq!(action, Action::requeue(plan::AFTER_PIN));
+    // The next reconcile sees the pin before the cache does.
+    let seen = ctx.shared.written_volumes.view("v", Some(Arc::new(volume)));
+    let seen = seen.expect("the Volume");
+    assert_eq!(seen.spec.backend.node.as_deref(), Some("n2"));
 }
