@@ -70,7 +70,7 @@ use tracing::{debug, instrument};
 use self::execute::execute;
 pub use self::input::{gather, mount_view};
 pub use self::mountpods::desired_spec;
-use self::plan::{AfterSync, Facts, Next, Start};
+use self::plan::{AfterSync, Facts, Hold, Next, Start};
 use super::context::measured;
 use super::echoes::Echoes;
 use super::own_writes::OwnWrites;
@@ -190,7 +190,17 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Ctx>) -> Result<Act
         return Ok(stop);
     }
     let (recheck, pending) = match settled.next {
-        Next::Requeue(action) => return Ok(action),
+        Next::Requeue(action, hold) => {
+            match hold {
+                Hold::Quiet(left) => {
+                    debug!(volume = %name, left_ms = left.as_millis() as u64, "attaching; statuses wait");
+                }
+                Hold::Spaced(left) => {
+                    debug!(volume = %name, left_ms = left.as_millis() as u64, "status write spaced");
+                }
+            }
+            return Ok(action);
+        }
         Next::Write { recheck, pending } => (recheck, pending),
     };
     let rechecked = match recheck {

@@ -280,13 +280,23 @@ pub struct Settled {
 /// After the steps of [`Settled`].
 #[derive(Debug)]
 pub enum Next {
-    /// Nothing is written yet: come back then.
-    Requeue(Action),
+    /// Nothing is written yet (for the reason and time left of [`Hold`]): come back
+    /// then.
+    Requeue(Action, Hold),
     /// The statuses are due: read the MountPods of `recheck` if some, then [`writes`].
     Write {
         recheck: Option<Recheck>,
         pending: Box<Pending>,
     },
+}
+
+/// Why the statuses are held back, and for how long.
+#[derive(Debug, PartialEq)]
+pub enum Hold {
+    /// A new attach in its quiet time, nothing else changed.
+    Quiet(Duration),
+    /// A large VolumeAttachment's status spacing.
+    Spaced(Duration),
 }
 
 /// The MountPods a re-check reads from the API server (by name, one per node), and
@@ -384,8 +394,7 @@ pub fn after_sync(facts: &Facts, first: Decided, read: AfterSync) -> Settled {
         if volume.status.as_ref() == Some(&volume_now)
             || status::only_attaching(volume.status.as_ref(), &volume_now)
         {
-            tracing::debug!(volume = %facts.name(), left_ms = left.as_millis() as u64, "attaching; statuses wait");
-            let next = Next::Requeue(requeue(detaches_left, left + PAST_WAIT));
+            let next = Next::Requeue(requeue(detaches_left, left + PAST_WAIT), Hold::Quiet(left));
             return Settled { steps, next };
         }
     }
@@ -411,8 +420,10 @@ pub fn after_sync(facts: &Facts, first: Decided, read: AfterSync) -> Settled {
             &held.tickets,
         );
         if va.status.as_ref() != Some(&status) {
-            tracing::debug!(volume = %facts.name(), left_ms = left.as_millis() as u64, "status write spaced");
-            let next = Next::Requeue(requeue(detaches_left, left + PAST_SPACING));
+            let next = Next::Requeue(
+                requeue(detaches_left, left + PAST_SPACING),
+                Hold::Spaced(left),
+            );
             return Settled { steps, next };
         }
     }

@@ -9,8 +9,8 @@ use kube::runtime::controller::Action;
 use super::*;
 use crate::controller::attachment::mountpods::Synced;
 use crate::controller::attachment::plan::{
-    AFTER_PIN, AfterSync, Facts, Next, PAST_EXPIRY, PAST_SPACING, PAST_WAIT, Plan, SAFETY_NET,
-    Start, Step, after_sync, start, without_volume, writes,
+    AFTER_PIN, AfterSync, Facts, Hold, Next, PAST_EXPIRY, PAST_SPACING, PAST_WAIT, Plan,
+    SAFETY_NET, Start, Step, after_sync, start, without_volume, writes,
 };
 use crate::controller::pace::ATTACH_QUIET;
 use crate::controller::protection::ATTACHMENT_FINALIZER;
@@ -223,7 +223,7 @@ fn after_the_sync() {
             Some(vec![mp(&rwo, "n1", None)]),
             None,
             vec!["report slow detaches []".into()],
-            format!("requeue {quiet:?}"),
+            format!("quiet, requeue {quiet:?}"),
         ),
         (
             "the same while deleted: written",
@@ -289,7 +289,7 @@ fn after_the_sync() {
             Some(vec![ready(&rwo, "n1")]),
             None,
             vec!["report slow detaches []".into()],
-            format!("requeue {quiet:?}"),
+            format!("quiet, requeue {quiet:?}"),
         ),
         (
             "a large VolumeAttachment's spacing: back when it is over",
@@ -300,7 +300,10 @@ fn after_the_sync() {
             None,
             Some(Duration::from_secs(1)),
             vec!["report slow detaches []".into()],
-            format!("requeue {:?}", Duration::from_secs(1) + PAST_SPACING),
+            format!(
+                "spaced, requeue {:?}",
+                Duration::from_secs(1) + PAST_SPACING
+            ),
         ),
         (
             "a slow detach: reported",
@@ -330,7 +333,8 @@ fn after_the_sync() {
         let got: Vec<String> = settled.steps.iter().map(describe).collect();
         assert_eq!(got, steps, "{what}");
         let got = match &settled.next {
-            Next::Requeue(a) => format!("requeue {:?}", requeue_of(a)),
+            Next::Requeue(a, Hold::Quiet(_)) => format!("quiet, requeue {:?}", requeue_of(a)),
+            Next::Requeue(a, Hold::Spaced(_)) => format!("spaced, requeue {:?}", requeue_of(a)),
             Next::Write { recheck: None, .. } => "write".into(),
             Next::Write {
                 recheck: Some(r), ..
