@@ -13,8 +13,8 @@
 //!                                      └─ Decided ─▶ (execute: sync MountPods)
 //!  after_sync: Facts + Decided + Synced + what was read then
 //!     ─▶ decide again (if it only attached); slow detaches ─▶ report step
-//!     ─┬─ new attach in its quiet time, nothing else ─▶ Plan (requeue)
-//!      ├─ large VolumeAttachment written < 2 s ago ───▶ Plan (requeue)
+//!     ─┬─ new attach in its quiet time, nothing else ─▶ requeue (Hold::Quiet)
+//!      ├─ large VolumeAttachment written < 2 s ago ───▶ requeue (Hold::Spaced)
 //!      └─ Pending (+ Recheck: which MountPods to read) ─▶ (execute: re-read)
 //!  writes: Facts + Pending + re-read MountPods
 //!     ─▶ decide again (if re-checked) ─▶ Plan: statuses (one after the other if
