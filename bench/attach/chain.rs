@@ -50,8 +50,9 @@ use tessera::api::{
     LABEL_VOLUME, MountPhase, MountPod, MountPodStatus, MountTask, Volume, VolumeAttachment,
     VolumeAttachmentSpec, VolumeAttachmentStatus, condition_status,
 };
+use tessera::controller::attachment::desired_spec;
 use tessera::controller::attachment::status::{CONDITION_READY, REASON_TICKETS_SATISFIED};
-use tessera::controller::attachment::{desired_spec, owner_reference};
+use tessera::controller::owner::owner_reference;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 

@@ -1,19 +1,32 @@
-//! What every reconcile is handed: the client, the caches of the shared watches, the
-//! controller's own writes not yet in those caches, metrics and the Event recorder;
-//! and the two things every reconcile does with them: time itself ([`measured`]) and
-//! patch with the controller's field manager ([`merge_params`]).
+//! What every controller shares: the client, the caches of the shared watches, the
+//! Volumes and VolumeAttachments written and not yet in those caches, metrics, the
+//! Event recorder and the settings all of them read; and the two things every
+//! reconcile does with them: time itself ([`measured`]) and patch with the
+//! controller's field manager ([`merge_params`]).
+//!
+//! ```text
+//!  wiring (the watches) ─▶ Caches ─┐
+//!  client, metrics, recorder ──────┼─▶ Context ─▶ volume, reaper, state gauges
+//!  labels, allowed roots ──────────┘      └────▶ attachment::Ctx (+ its own State)
+//! ```
+//!
+//! A controller's own state (the attachment controller's echoes, pace, spacing, …)
+//! lives with that controller, not here. [`Context::new`] builds one from any client
+//! (a scripted one in tests) and [`Caches::filled`] caches filled once.
 
 use crate::api::CONTROLLER_FIELD_MANAGER;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::Client;
 use kube::core::PartialObjectMeta;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::events::Reporter;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
 
 use super::own_writes::OwnWrites;
 use super::watch::CachesReady;
@@ -21,7 +34,7 @@ use super::{Error, Labels};
 use crate::api::{CSI_DRIVER_NAME, MountPod, Volume, VolumeAttachment};
 use crate::metrics::Metrics;
 
-/// What every reconcile needs.
+/// What every controller reads and writes through.
 pub struct Context {
     /// The API client.
     pub client: Client,
@@ -29,66 +42,139 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Publishes Kubernetes Events.
     pub recorder: crate::runtime::recorder::Recorders,
-    /// Cache of Volumes (from the volume controller's watch).
-    pub volumes: Store<Volume>,
-    /// Cache of VolumeAttachments (from the attachment controller's watch).
-    pub attachments: Store<VolumeAttachment>,
-    /// Cache of MountPods.
-    pub mountpods: Store<MountPod>,
-    /// Cache of Node names (metadata only): tickets for other nodes are not honoured.
-    pub nodes: Store<PartialObjectMeta<Node>>,
-    /// Cache of CSINodes: which nodes have a registered Tessera agent (for status
-    /// messages only; no decision depends on it).
-    pub csinodes: Store<CSINode>,
-    /// Whether the CSINode cache has had its first full list.
-    pub csinodes_ready: Arc<AtomicBool>,
+    /// The caches of the shared watches.
+    pub caches: Caches,
     /// Labels copied onto created objects (the watch selector).
     pub labels: Labels,
     /// The backend roots a Volume may name; a Volume naming another is refused.
     pub allowed_roots: crate::host::roots::AllowedRoots,
-    /// Reaper settings.
-    pub reap_grace: Duration,
-    /// Whether each cache has had its first full list.
-    pub caches_ready: CachesReady,
-    /// Volumes as this controller last wrote them, until the caches catch up.
+    /// Volumes as a controller last wrote them, until the caches catch up (the volume
+    /// and attachment controllers both write Volumes and read each other's writes).
     pub written_volumes: OwnWrites<Volume>,
-    /// VolumeAttachments as this controller last wrote them.
+    /// VolumeAttachments as a controller last wrote them.
     pub written_attachments: OwnWrites<VolumeAttachment>,
-    /// MountPods as this controller last wrote (or deleted) them.
-    pub written_mountpods: OwnWrites<MountPod>,
-    /// The versions the attachment controller wrote, not to be reconciled again.
-    pub echoes: Arc<super::echoes::Echoes>,
-    /// When each ticket not yet dated by its VolumeAttachment status was first seen.
-    pub ticket_sightings: super::attachment::sightings::Sightings,
-    /// How long recent attaches took: with the backlog of new attaches, how long a
-    /// new attach may go unreported.
-    pub pace: super::pace::Pace,
-    /// When each large VolumeAttachment's status may be written again
-    /// ([`crate::runtime::spacing`]).
-    pub status_spacing: crate::runtime::spacing::Spacing,
-    /// The slow detaches already reported by a Detaching Event.
-    pub detaches_reported: super::attachment::detaching::Reported,
+}
+
+/// The caches of the shared watches, and whether each had its first full list.
+pub struct Caches {
+    /// Volumes (from the volume controller's watch).
+    pub volumes: Store<Volume>,
+    /// VolumeAttachments (from the attachment controller's watch).
+    pub attachments: Store<VolumeAttachment>,
+    /// MountPods.
+    pub mountpods: Store<MountPod>,
+    /// Node names (metadata only): tickets for other nodes are not honoured.
+    pub nodes: Store<PartialObjectMeta<Node>>,
+    /// CSINodes: which nodes have a registered Tessera agent (for status messages
+    /// only; no decision depends on it).
+    pub csinodes: Store<CSINode>,
+    /// Whether the CSINode cache has had its first full list.
+    pub csinodes_ready: Arc<AtomicBool>,
+    /// Whether each of the other caches has had its first full list.
+    pub ready: CachesReady,
+}
+
+impl Caches {
+    /// Caches holding these objects, every one marked as listed: for tests and tools
+    /// that reconcile without watches. A node in `nodes` exists; one in `agents` also
+    /// has a registered Tessera agent.
+    pub fn filled(
+        volumes: impl IntoIterator<Item = Volume>,
+        attachments: impl IntoIterator<Item = VolumeAttachment>,
+        mountpods: impl IntoIterator<Item = MountPod>,
+        nodes: &[&str],
+        agents: &[&str],
+    ) -> Self {
+        fn store<K>(objects: impl IntoIterator<Item = K>) -> Store<K>
+        where
+            K: kube::Resource + Clone + 'static,
+            K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+        {
+            let (store, mut writer) = reflector::store();
+            for o in objects {
+                writer.apply_watcher_event(&watcher::Event::Apply(o));
+            }
+            store
+        }
+        let node = |name: &&str| {
+            let mut n = PartialObjectMeta::<Node>::default();
+            n.metadata.name = Some(name.to_string());
+            n
+        };
+        let csinode = |name: &&str| {
+            serde_json::from_value::<CSINode>(serde_json::json!({
+                "metadata": {"name": name},
+                "spec": {"drivers": [{"name": CSI_DRIVER_NAME, "nodeID": name}]},
+            }))
+            .expect("a well-formed CSINode")
+        };
+        let ready = CachesReady::default();
+        for flag in [
+            &ready.volumes,
+            &ready.attachments,
+            &ready.mountpods,
+            &ready.nodes,
+        ] {
+            flag.store(true, Ordering::Release);
+        }
+        Caches {
+            volumes: store(volumes),
+            attachments: store(attachments),
+            mountpods: store(mountpods),
+            nodes: store(nodes.iter().map(node)),
+            csinodes: store(agents.iter().map(csinode)),
+            csinodes_ready: Arc::new(AtomicBool::new(true)),
+            ready,
+        }
+    }
 }
 
 impl Context {
+    /// A context on `client` and `caches`: Events are published as the controller
+    /// (instance `identity`), nothing is yet written.
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        identity: Option<String>,
+        caches: Caches,
+        labels: Labels,
+        allowed_roots: crate::host::roots::AllowedRoots,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: CONTROLLER_FIELD_MANAGER.into(),
+            instance: identity,
+        };
+        Context {
+            recorder: crate::runtime::recorder::Recorders::new(client.clone(), reporter),
+            client,
+            metrics,
+            caches,
+            labels,
+            allowed_roots,
+            written_volumes: Default::default(),
+            written_attachments: Default::default(),
+        }
+    }
+
     /// Whether every cache has had its first full list, so no decision is taken on an
     /// empty cache. Callers requeue when not. (Flags set by the watches themselves —
     /// see [`super::watch::fan_out`] — because a store's readiness wakes only one
     /// waiter, and each controller already waits on its own store.)
     pub(crate) async fn caches_ready(&self) -> bool {
-        self.caches_ready.all()
+        self.caches.ready.all()
     }
 
     /// Whether Node `name` exists (as the cache shows it).
     pub(crate) fn node_exists(&self, name: &str) -> bool {
-        self.nodes.get(&ObjectRef::new(name)).is_some()
+        self.caches.nodes.get(&ObjectRef::new(name)).is_some()
     }
 
     /// Whether node `name` has a registered Tessera agent (its CSINode lists the driver),
     /// as the CSINode cache shows it; false while that cache is not filled.
     pub(crate) fn agent_registered(&self, name: &str) -> bool {
-        self.csinodes_ready.load(Ordering::Acquire)
+        self.caches.csinodes_ready.load(Ordering::Acquire)
             && self
+                .caches
                 .csinodes
                 .get(&ObjectRef::new(name))
                 .is_some_and(|c| c.spec.drivers.iter().any(|d| d.name == CSI_DRIVER_NAME))
@@ -97,7 +183,7 @@ impl Context {
     /// The nodes of `va`'s tickets that exist but have no Tessera agent: no CSINode of
     /// theirs lists the driver. Empty until the CSINode cache is filled.
     pub(crate) fn nodes_without_agent(&self, va: &VolumeAttachment) -> BTreeSet<String> {
-        if !self.csinodes_ready.load(Ordering::Acquire) {
+        if !self.caches.csinodes_ready.load(Ordering::Acquire) {
             return BTreeSet::new();
         }
         va.spec
@@ -107,6 +193,7 @@ impl Context {
             .filter(|n| self.node_exists(n))
             .filter(|n| {
                 !self
+                    .caches
                     .csinodes
                     .get(&ObjectRef::new(n))
                     .is_some_and(|c| c.spec.drivers.iter().any(|d| d.name == CSI_DRIVER_NAME))

@@ -66,9 +66,9 @@ pub fn orphaned(v: &Volume, pod: &PodSeen, age: Duration, grace: Duration) -> Op
 }
 
 /// Check every inline Volume of the cache against its Pod.
-pub async fn reap_orphans(ctx: &Context) -> Result<(), Error> {
+pub async fn reap_orphans(ctx: &Context, grace: Duration) -> Result<(), Error> {
     let now = jiff::Timestamp::now();
-    for v in ctx.volumes.state() {
+    for v in ctx.caches.volumes.state() {
         let Some((ns, name)) = pod_of(&v) else {
             continue;
         };
@@ -78,7 +78,7 @@ pub async fn reap_orphans(ctx: &Context) -> Result<(), Error> {
             .as_ref()
             .map(|t| Duration::from_secs_f64(now.duration_since(t.0).as_secs_f64().max(0.0)))
             .unwrap_or_default();
-        if age < ctx.reap_grace || v.metadata.deletion_timestamp.is_some() {
+        if age < grace || v.metadata.deletion_timestamp.is_some() {
             continue;
         }
         let pod = Api::<Pod>::namespaced(ctx.client.clone(), ns)
@@ -89,7 +89,7 @@ pub async fn reap_orphans(ctx: &Context) -> Result<(), Error> {
             Some(uid) => PodSeen::Uid(uid),
             None => PodSeen::Gone,
         };
-        if let Some(why) = orphaned(&v, &seen, age, ctx.reap_grace) {
+        if let Some(why) = orphaned(&v, &seen, age, grace) {
             release(ctx, &v, &why).await?;
         }
     }

@@ -36,6 +36,7 @@ pub mod events;
 pub mod inline;
 pub mod leader;
 pub mod own_writes;
+pub mod owner;
 pub mod pace;
 pub mod protection;
 pub mod reaper;
@@ -47,7 +48,7 @@ mod wiring;
 use tracing::{error, info, warn};
 
 pub use self::args::ControllerArgs;
-pub use self::context::Context;
+pub use self::context::{Caches, Context};
 pub use self::error::Error;
 pub(crate) use self::error::KubeContext;
 pub use self::watch::CachesReady;

@@ -45,21 +45,27 @@ use crate::runtime::error_chain;
 /// and the CSI controller service (csi-attacher tickets).
 pub const TESSERA_MANAGERS: [&str; 2] = [CONTROLLER_FIELD_MANAGER, CSI_CONTROLLER_FIELD_MANAGER];
 
-/// Run the reaper every `interval`, forever.
-pub async fn run(ctx: Arc<Context>, interval: Duration) {
+/// Run the reaper every `interval`, forever; a ticket whose owner is missing is
+/// removed `grace` after it was first seen (inline Volumes likewise).
+pub async fn run(ctx: Arc<Context>, interval: Duration, grace: Duration) {
     let mut pass: u64 = 0;
     loop {
         tokio::time::sleep(interval).await;
         if !ctx.caches_ready().await {
             continue;
         }
-        let res = measured(&ctx.metrics, "reaper", reap_once(&ctx)).await;
+        let res = measured(&ctx.metrics, "reaper", reap_once(&ctx, grace)).await;
         if let Err(e) = res {
             warn!(error = %error_chain(&e), "reaper pass failed");
         }
         pass += 1;
         if pass.is_multiple_of(super::inline::ORPHAN_EVERY) {
-            let res = measured(&ctx.metrics, "reaper", super::inline::reap_orphans(&ctx)).await;
+            let res = measured(
+                &ctx.metrics,
+                "reaper",
+                super::inline::reap_orphans(&ctx, grace),
+            )
+            .await;
             if let Err(e) = res {
                 warn!(error = %error_chain(&e), "inline orphan pass failed");
             }
@@ -141,7 +147,7 @@ pub fn reap_reason(
     None
 }
 
-async fn reap_once(ctx: &Context) -> Result<(), Error> {
+async fn reap_once(ctx: &Context, grace: Duration) -> Result<(), Error> {
     let storage: BTreeSet<String> = Api::<StorageVolumeAttachment>::all(ctx.client.clone())
         .list_metadata(&ListParams::default())
         .await
@@ -151,7 +157,7 @@ async fn reap_once(ctx: &Context) -> Result<(), Error> {
         .map(|n| n.name_any())
         .collect();
     let now = jiff::Timestamp::now();
-    for va in ctx.attachments.state() {
+    for va in ctx.caches.attachments.state() {
         let managed = va.metadata.managed_fields.as_deref().unwrap_or_default();
         for ticket in va.spec.attachment_tickets.values() {
             let status = va.ticket_status(&ticket.id);
@@ -165,7 +171,7 @@ async fn reap_once(ctx: &Context) -> Result<(), Error> {
                 storage_attachment_exists: storage.contains(&ticket.id),
                 satisfied: status.map(|s| s.satisfies(ticket)),
             };
-            if let Some(why) = reap_reason(ticket, &seen, ctx.reap_grace, now) {
+            if let Some(why) = reap_reason(ticket, &seen, grace, now) {
                 remove_ticket(ctx, &va, ticket, &why).await?;
             }
         }
@@ -196,7 +202,7 @@ async fn remove_ticket(
         ticket.id, ticket.type_, ticket.node_id
     );
     info!(volume = %name, ticket = %ticket.id, reason = %why, "reaped ticket");
-    if let Some(volume) = ctx.volumes.get(&ObjectRef::new(&name)) {
+    if let Some(volume) = ctx.caches.volumes.get(&ObjectRef::new(&name)) {
         let action = format!("RemoveTicket {}", ticket.id);
         publish_tickets(
             ctx,
@@ -423,5 +429,45 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The watch keeps only the managedFields of the spec (`watch::spec_managers_only`):
+    /// enough for the reaper to tell who wrote each ticket.
+    #[test]
+    fn a_lean_attachment_still_says_who_wrote_each_ticket() {
+        use crate::controller::watch::{no_managed_fields, spec_managers_only};
+        let va = |managers: serde_json::Value| -> crate::api::VolumeAttachment {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
+                "metadata": {"name": "v", "managedFields": managers},
+                "spec": {"volume": "v", "attachmentTickets": {
+                    "csi-1": {"id": "csi-1", "type": "csi-attacher", "nodeID": "a"},
+                    "manual-a": {"id": "manual-a", "type": "manual", "nodeID": "b"}}},
+            }))
+            .unwrap()
+        };
+        let entry = |manager: &str, sub: Option<&str>, id: &str| {
+            serde_json::json!({"manager": manager, "operation": "Update", "subresource": sub,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:attachmentTickets": {format!("f:{id}"): {}}}}})
+        };
+        let mut lean = va(serde_json::json!([
+            entry("tessera-csi-controller", None, "csi-1"),
+            entry("argocd", None, "manual-a"),
+            entry("tessera-controller", Some("status"), "csi-1"),
+        ]));
+        spec_managers_only(&mut lean);
+        let managers: Vec<_> = lean
+            .managed_fields()
+            .iter()
+            .map(|e| e.manager.as_deref().unwrap_or_default())
+            .collect();
+        assert_eq!(managers, ["tessera-csi-controller", "argocd"]);
+        for (id, owner) in [("csi-1", "tessera-csi-controller"), ("manual-a", "argocd")] {
+            let owners = ticket_managers(lean.managed_fields(), id);
+            assert_eq!(owners.into_iter().collect::<Vec<_>>(), [owner], "{id}");
+        }
+        no_managed_fields(&mut lean);
+        assert!(lean.managed_fields().is_empty());
     }
 }

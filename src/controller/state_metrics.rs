@@ -63,9 +63,9 @@ pub(super) async fn run(ctx: Arc<Context>, interval: Duration) {
             continue;
         }
         let counts = counts(
-            &ctx.volumes.state(),
-            &ctx.attachments.state(),
-            &ctx.mountpods.state(),
+            &ctx.caches.volumes.state(),
+            &ctx.caches.attachments.state(),
+            &ctx.caches.mountpods.state(),
         );
         ctx.metrics.set_states(&counts);
     }

@@ -42,9 +42,9 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 use tracing::{debug, info, instrument, warn};
 
-use super::attachment::owner_reference;
 use super::context::{measured, merge_params};
 use super::events::publish;
+use super::owner::owner_reference;
 use super::protection::{csi_tickets_from_storage, has_finalizer};
 use super::{Context, Error, KubeContext};
 use crate::api::{
@@ -156,7 +156,7 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
     let uid = volume.uid().unwrap_or_default();
     let existing = ctx
         .written_attachments
-        .view(&name, ctx.attachments.get(&ObjectRef::new(&name)));
+        .view(&name, ctx.caches.attachments.get(&ObjectRef::new(&name)));
     if existing
         .as_ref()
         .is_some_and(|va| va.metadata.deletion_timestamp.is_some())
@@ -440,6 +440,7 @@ async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, 
     }
     let name = volume.name_any();
     let mut from_mounts: Vec<String> = ctx
+        .caches
         .mountpods
         .state()
         .iter()

@@ -196,44 +196,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lean_attachment_still_says_who_wrote_each_ticket() {
-        use crate::api::VolumeAttachment;
-        let va = |managers: serde_json::Value| -> VolumeAttachment {
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
-                "metadata": {"name": "v", "managedFields": managers},
-                "spec": {"volume": "v", "attachmentTickets": {
-                    "csi-1": {"id": "csi-1", "type": "csi-attacher", "nodeID": "a"},
-                    "manual-a": {"id": "manual-a", "type": "manual", "nodeID": "b"}}},
-            }))
-            .unwrap()
-        };
-        let entry = |manager: &str, sub: Option<&str>, id: &str| {
-            serde_json::json!({"manager": manager, "operation": "Update", "subresource": sub,
-                "fieldsType": "FieldsV1",
-                "fieldsV1": {"f:spec": {"f:attachmentTickets": {format!("f:{id}"): {}}}}})
-        };
-        let mut lean = va(serde_json::json!([
-            entry("tessera-csi-controller", None, "csi-1"),
-            entry("argocd", None, "manual-a"),
-            entry("tessera-controller", Some("status"), "csi-1"),
-        ]));
-        spec_managers_only(&mut lean);
-        let managers: Vec<_> = lean
-            .managed_fields()
-            .iter()
-            .map(|e| e.manager.as_deref().unwrap_or_default())
-            .collect();
-        assert_eq!(managers, ["tessera-csi-controller", "argocd"]);
-        for (id, owner) in [("csi-1", "tessera-csi-controller"), ("manual-a", "argocd")] {
-            let owners = crate::controller::reaper::ticket_managers(lean.managed_fields(), id);
-            assert_eq!(owners.into_iter().collect::<Vec<_>>(), [owner], "{id}");
-        }
-        no_managed_fields(&mut lean);
-        assert!(lean.managed_fields().is_empty());
-    }
-
-    #[test]
     fn caches_are_ready_only_when_every_one_is() {
         let ready = CachesReady::default();
         assert!(!ready.all());

@@ -1,5 +1,6 @@
-//! Wires the three controllers to the shared watches and one [`Context`], and runs
-//! them until the process ends.
+//! Wires the three controllers to the shared watches and one [`Context`] (the
+//! attachment controller's with its own state beside it), and runs them until the
+//! process ends.
 //!
 //! ```text
 //!  watch Volume ───────────┬─▶ volume controller ◀── watch VolumeAttachment (same name)
@@ -11,7 +12,6 @@
 //!  state gauges: every 5 s, counted from the caches
 //! ```
 
-use crate::api::CONTROLLER_FIELD_MANAGER;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,11 +19,11 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, controller, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 
+use super::context::Caches;
 use super::echoes::Echoes;
 use super::error::log_run_error;
 use super::watch::{
@@ -171,35 +171,24 @@ pub(super) async fn run_controllers(
             move |node: Arc<CSINode>| on(node.name_any())
         });
 
-    let ctx = Arc::new(Context {
-        recorder: crate::runtime::recorder::Recorders::new(
-            client.clone(),
-            Reporter {
-                controller: CONTROLLER_FIELD_MANAGER.into(),
-                instance: Some(identity),
-            },
-        ),
-        client,
-        metrics: metrics.clone(),
+    let caches = Caches {
         volumes: volume_store,
         attachments: va_store,
         mountpods: mp_store,
         nodes: node_store,
         csinodes: csinode_store,
         csinodes_ready,
+        ready,
+    };
+    let ctx = Arc::new(Context::new(
+        client,
+        metrics.clone(),
+        Some(identity),
+        caches,
         labels,
         allowed_roots,
-        reap_grace: args.reap_grace,
-        caches_ready: ready,
-        written_volumes: Default::default(),
-        written_attachments: Default::default(),
-        written_mountpods: Default::default(),
-        echoes,
-        ticket_sightings: Default::default(),
-        pace: Default::default(),
-        status_spacing: Default::default(),
-        detaches_reported: Default::default(),
-    });
+    ));
+    let attachment_ctx = Arc::new(attachment::Ctx::new(ctx.clone(), echoes));
     metrics.set_ready(true);
     // The controllers run only once this replica leads (or runs without an election).
     metrics.leader.set(1);
@@ -212,13 +201,17 @@ pub(super) async fn run_controllers(
             }
         });
     let attachment_run = attachment_ctrl
-        .run(attachment::reconcile, attachment::error_policy, ctx.clone())
+        .run(
+            attachment::reconcile,
+            attachment::error_policy,
+            attachment_ctx,
+        )
         .for_each(|res| async move {
             if let Err(e) = res {
                 log_run_error("attachment", &e);
             }
         });
-    let reaper_run = reaper::run(ctx.clone(), args.reap_interval);
+    let reaper_run = reaper::run(ctx.clone(), args.reap_interval, args.reap_grace);
     let states_run = state_metrics::run(ctx.clone(), Duration::from_secs(5));
     // Each its own task on the runtime's workers, next to the HTTP connections they
     // talk through: polled by the main thread (one `join!`), every watch event and

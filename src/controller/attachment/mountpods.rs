@@ -14,27 +14,28 @@
 //! The Attaching and Attached Events are the Volume status's business (see
 //! `status::node_changes`): a fast attach has only the second.
 //!
-//! Every write is remembered in the Context's `written_mountpods` until the cache
+//! Every write is remembered in the controller's `written_mountpods` until the cache
 //! shows it.
 
 use crate::api::CONTROLLER_FIELD_MANAGER;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::info;
 
+use super::Ctx;
 use crate::api::{self, LABEL_NODE, LABEL_VOLUME, MountPod, MountPodSpec, MountTask, Volume};
 use crate::controller::events::publish_node;
-use crate::controller::{Context, Error, KubeContext, Labels};
+use crate::controller::owner::owner_reference;
+use crate::controller::{Error, KubeContext, Labels};
 use crate::tickets::Decision;
 
-/// What [`sync_mountpods`] did.
-#[derive(Default)]
-pub(super) struct Synced {
+/// What `sync_mountpods` did.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Synced {
     /// A MountPod was created or changed.
     pub created: bool,
     /// A MountPod was deleted.
@@ -43,12 +44,12 @@ pub(super) struct Synced {
 
 /// Make the MountPods match the decision: detach (delete) before attach (create).
 pub(super) async fn sync_mountpods(
-    ctx: &Context,
+    ctx: &Ctx,
     volume: &Volume,
     mountpods: &[Arc<MountPod>],
     decision: &Decision,
 ) -> Result<Synced, Error> {
-    let api: Api<MountPod> = Api::all(ctx.client.clone());
+    let api: Api<MountPod> = Api::all(ctx.shared.client.clone());
     let name = volume.name_any();
     let mut synced = Synced::default();
     for mp in mountpods {
@@ -61,14 +62,18 @@ pub(super) async fn sync_mountpods(
                 Err(kube::Error::Api(s)) if s.code == 404 => None,
                 Err(e) => Err(e).context(|| format!("deleting MountPod {mp_name}"))?,
             };
-            ctx.written_mountpods
+            ctx.state
+                .written_mountpods
                 .record(&name, &mp_name, mp.resource_version(), after);
             synced.deleted = true;
             info!(volume = %name, node = %mp.spec.node_name, "detaching");
         }
     }
     if !decision.nodes.is_empty()
-        && let Err(e) = ctx.allowed_roots.check_root(&volume.spec.backend.root)
+        && let Err(e) = ctx
+            .shared
+            .allowed_roots
+            .check_root(&volume.spec.backend.root)
     {
         // The volume controller refuses such a Volume; never a MountPod for it.
         return Err(Error::InvalidVolume {
@@ -96,8 +101,12 @@ pub(super) async fn sync_mountpods(
                     .context(|| format!("replacing MountPod {}", mp.name_any()))?
                     .left()
                     .map(Arc::new);
-                ctx.written_mountpods
-                    .record(&name, &mp.name_any(), mp.resource_version(), after);
+                ctx.state.written_mountpods.record(
+                    &name,
+                    &mp.name_any(),
+                    mp.resource_version(),
+                    after,
+                );
                 synced.deleted = true;
                 continue;
             }
@@ -130,7 +139,7 @@ const MAX_IN_FLIGHT: usize = 16;
 /// Create (POST) or change (apply) the MountPod of `volume` on `node`, and remember
 /// the write.
 async fn write_mountpod(
-    ctx: &Context,
+    ctx: &Ctx,
     api: &Api<MountPod>,
     volume: &Volume,
     node: &str,
@@ -140,10 +149,10 @@ async fn write_mountpod(
 ) -> Result<(), Error> {
     let name = volume.name_any();
     let mp_name = api::mountpod_name(&name, node);
-    let body = apply_body(volume, &ctx.labels, &desired);
+    let body = apply_body(volume, &ctx.shared.labels, &desired);
     let created = match existing {
         None => {
-            let body = create_body(body.clone(), ctx.agent_registered(node));
+            let body = create_body(body.clone(), ctx.shared.agent_registered(node));
             create(api, &mp_name, &body).await?
         }
         Some(_) => None,
@@ -159,9 +168,10 @@ async fn write_mountpod(
             .await
             .context(|| format!("applying MountPod {mp_name}"))?,
     };
-    ctx.echoes
+    ctx.state
+        .echoes
         .wrote("MountPod", &mp_name, written.resource_version());
-    ctx.written_mountpods.record(
+    ctx.state.written_mountpods.record(
         &name,
         &mp_name,
         existing.and_then(|mp| mp.resource_version()),
@@ -171,14 +181,14 @@ async fn write_mountpod(
         info!(volume = %name, %node, ?task, "attaching");
         if task == MountTask::RemoveData {
             let what = format!("removing the volume's data on node {node}");
-            publish_node(ctx, volume, "RemovingData", node, &what);
+            publish_node(&ctx.shared, volume, "RemovingData", node, &what);
         }
         if let (MountTask::Populate, Some(from)) = (task, &volume.spec.data_source) {
             let what = format!(
                 "filling the volume on node {node} with a copy of volume {}",
                 from.volume
             );
-            publish_node(ctx, volume, "Populating", node, &what);
+            publish_node(&ctx.shared, volume, "Populating", node, &what);
         }
     }
     Ok(())
@@ -309,11 +319,4 @@ pub fn desired_spec(
         resources: volume.spec.mount_resources.clone(),
         attr_cache_seconds: volume.spec.attr_cache_seconds,
     })
-}
-
-/// Controller owner reference to the Volume.
-pub fn owner_reference(volume: &Volume) -> OwnerReference {
-    volume
-        .controller_owner_ref(&())
-        .expect("a Volume read from the API has a uid")
 }

@@ -5,7 +5,10 @@
 mod detaching;
 mod input;
 mod mountpods;
+mod plan;
 mod ready;
+mod reconcile;
+mod scripted;
 mod status;
 mod writes;
 
@@ -16,8 +19,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::input::{gather, mount_view};
 use super::mountpods::{apply_body, create_body, desired_spec, same_controlled_fields};
+use super::plan::{needs_recheck, recheck_nodes};
 use super::status::{attachment_status, newly_satisfied, satisfaction_latencies, volume_status};
-use super::{needs_recheck, recheck_nodes};
 use crate::api::{
     self, AccessMode, AttacherType, AttachmentTicket, AttachmentTicketStatus, BackendScope,
     CONDITION_SATISFIED, MountPhase, MountPod, MountPodSpec, MountPodStatus, MountTask,
