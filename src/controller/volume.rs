@@ -27,7 +27,7 @@
 
 use crate::api::{
     ANNOTATION_RECLAIM, ATTACHMENT_FINALIZER, CLEANUP_TICKET, CONTROLLER_FIELD_MANAGER,
-    VOLUME_FINALIZER,
+    VOLUME_FINALIZER, finalizers,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,21 +75,22 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
             }
             if !has_finalizer {
                 // The finalizer first, so no Volume can be deleted before its data is.
-                let patch = json!([
-                    {"op": "test", "path": "/metadata/resourceVersion", "value": volume.resource_version()},
-                    if volume.finalizers().is_empty() {
-                        json!({"op": "add", "path": "/metadata/finalizers", "value": [VOLUME_FINALIZER]})
-                    } else {
-                        json!({"op": "add", "path": "/metadata/finalizers/-", "value": VOLUME_FINALIZER})
-                    },
-                ]);
-                let patch: json_patch::Patch = serde_json::from_value(patch).expect("well-formed JSON patch");
+                let patch = finalizers::add_patch(
+                    volume.finalizers(),
+                    volume.resource_version().as_deref(),
+                    VOLUME_FINALIZER,
+                )
+                .expect("checked above");
                 let written = api
                     .patch(&name, &merge_params(), &Patch::<()>::Json(patch))
                     .await
                     .context(|| format!("adding the finalizer to {name}"))?;
-                ctx.written_volumes
-                    .record(&name, &name, volume.resource_version(), Some(Arc::new(written)));
+                ctx.written_volumes.record(
+                    &name,
+                    &name,
+                    volume.resource_version(),
+                    Some(Arc::new(written)),
+                );
                 return Ok(Action::await_change());
             }
             return apply(&volume, &ctx).await;
@@ -101,13 +102,12 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
         match cleanup(&volume, &ctx).await? {
             Cleanup::Pending(action) => Ok(action),
             Cleanup::Done => {
-                let idx = volume.finalizers().iter().position(|f| f == VOLUME_FINALIZER).expect("checked above");
-                let patch: json_patch::Patch = serde_json::from_value(json!([
-                    {"op": "test", "path": format!("/metadata/finalizers/{idx}"), "value": VOLUME_FINALIZER},
-                    {"op": "remove", "path": format!("/metadata/finalizers/{idx}")},
-                ]))
-                .expect("well-formed JSON patch");
-                match api.patch(&name, &merge_params(), &Patch::<()>::Json(patch)).await {
+                let patch = finalizers::remove_patch(volume.finalizers(), VOLUME_FINALIZER)
+                    .expect("checked above");
+                match api
+                    .patch(&name, &merge_params(), &Patch::<()>::Json(patch))
+                    .await
+                {
                     Ok(written) => ctx.written_volumes.record(
                         &name,
                         &name,

@@ -23,6 +23,7 @@
 
 mod attachment;
 mod common;
+pub mod finalizers;
 mod mountpod;
 pub mod names;
 mod resources;

@@ -15,7 +15,7 @@
 //! Also the one read between phases: [`recheck`], the MountPods a re-check reads by
 //! name.
 
-use crate::api::{ATTACHMENT_FINALIZER, CONTROLLER_FIELD_MANAGER};
+use crate::api::{ATTACHMENT_FINALIZER, CONTROLLER_FIELD_MANAGER, finalizers};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -152,18 +152,9 @@ async fn write_statuses(
 /// patch that first tests it is still at that index).
 async fn release_finalizer(ctx: &Ctx, va: &VolumeAttachment) -> Result<(), Error> {
     let name = va.name_any();
-    let Some(idx) = va
-        .finalizers()
-        .iter()
-        .position(|f| f == ATTACHMENT_FINALIZER)
-    else {
+    let Some(patch) = finalizers::remove_patch(va.finalizers(), ATTACHMENT_FINALIZER) else {
         return Ok(());
     };
-    let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "test", "path": format!("/metadata/finalizers/{idx}"), "value": ATTACHMENT_FINALIZER},
-        {"op": "remove", "path": format!("/metadata/finalizers/{idx}")},
-    ]))
-    .expect("well-formed JSON patch");
     match Api::<VolumeAttachment>::all(ctx.shared.client.clone())
         .patch(&name, &merge_params(), &Patch::<()>::Json(patch))
         .await
