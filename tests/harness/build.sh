@@ -11,7 +11,7 @@
 #   oci-image, pause (cmd/: image builder and sandbox binary of the nodes)
 #   containerd, containerd-shim-runc-v2, ctr, runc, cni/{ptp,host-local,loopback}
 #                    (module nodes/: the node runtime)
-#   helm             (module helm/: the chart's tests, tests/chart.rs)
+#   helm             (module helm/: the chart's tests, tests/manifests/chart.rs)
 #   csi-snapshotter, snapshot-controller, ../snapshot-crds/*.yaml
 #                    (module snapshot/: external-snapshotter v8 needs k8s.io v0.37;
 #                    the VolumeSnapshot CRDs copied from its client module)

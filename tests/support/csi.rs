@@ -1,6 +1,6 @@
 //! CSI requests as the sidecars send them, for the tests that call Tessera's CSI
-//! controller over its socket (`tests/csi_snapshots.rs`, `tests/populate_agent.rs`):
-//! one definition of the mount capability and of a CreateVolume, with or without a
+//! controller over its socket (`tests/csi/csi_snapshots.rs`,
+//! `tests/node/populate_agent.rs`): one definition of the mount capability and of a CreateVolume, with or without a
 //! content source (snapshot or volume), and of the client of the controller's socket.
 
 use std::path::Path;

@@ -154,7 +154,7 @@ impl Env {
 
 /// [`Env`] with a backend root for the test's volumes (a temporary directory) and the
 /// test's own controller: the set-up of the tests that run node agents against it
-/// (tests/node_agent.rs, tests/handoff_agent.rs).
+/// (tests/node/node_agent.rs, tests/node/handoff_agent.rs).
 pub struct AgentEnv {
     pub base: Env,
     pub backend: tempfile::TempDir,

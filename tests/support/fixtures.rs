@@ -502,7 +502,7 @@ impl Drop for ReasonLog {
 }
 
 // ---------------------------------------------------------------------------------
-// The real node agent (`tessera node`), for tests/node_*.rs.
+// The real node agent (`tessera node`), for tests/node/ and the CSI and fault tests.
 
 /// A `tessera node` child process for one (test) node, with its own mount root,
 /// state dir and kubelet dir in a temporary directory, scoped to one test by

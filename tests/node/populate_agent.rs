@@ -7,7 +7,7 @@
 //! filled again. (The whole chain through the sidecars, on real nodes:
 //! tests/pods/snapshots.rs.)
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! allowed roots or not owned by their Volume, are refused by the agent (`InvalidSpec`)
 //! and nothing is mounted or created.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

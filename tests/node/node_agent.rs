@@ -4,7 +4,7 @@
 //! and kubelet dirs, all in temporary directories) mount them with `tessera mount`.
 //! Volumes keep their data under a temporary backend root.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};

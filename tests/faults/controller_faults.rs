@@ -3,9 +3,10 @@
 //! duration, and an API server restart is followed by convergence within seconds,
 //! the controller still running. Each test prints its figures.
 //!
-//! The tests share one lock: the API server restart would disturb the other test.
+//! The tests hold [`crate::SERIAL`], as the chaos tests do: the API server restart would
+//! disturb any other test.
 
-mod support;
+use crate::{SERIAL, support};
 
 use std::time::{Duration, Instant};
 
@@ -15,8 +16,6 @@ use support::env::Env;
 use support::fixtures::{self, ControllerProcess, FakeAgent};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn holder(leases: &Api<Lease>, name: &str) -> Option<String> {
     leases

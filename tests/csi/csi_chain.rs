@@ -17,13 +17,15 @@
 //!
 //! The sidecars watch every PVC and storage.k8s.io VolumeAttachment of driver
 //! `csi.tessera.io` in the cluster, and there is no way to scope them to one test. Other
-//! tests do not need them (csi_sanity talks to the sockets directly, the demo runs its
-//! own control plane), and the only storage VolumeAttachment another test creates (the
-//! reaper test) names a PV that does not exist, which the attacher cannot act on. Two
+//! tests do not need them: the other modules of this binary, which run beside this
+//! test, talk to the sockets directly and make no PVC, Pod or storage VolumeAttachment
+//! (csi_sanity included); the demo runs its own control plane; and the only storage
+//! VolumeAttachment another test creates (the reaper test, in the `controller` binary)
+//! names a PV that does not exist, which the attacher cannot act on. Two
 //! runs of this test against one cluster would fight over each other's PVCs, so a run
 //! holds a Lease (`default/tessera-csi-chain`) while its sidecars run.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

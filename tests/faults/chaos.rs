@@ -27,11 +27,12 @@
 //!    are kept, and the ticket never turns unsatisfied once the pod's reference is
 //!    observed. Writes, errors and the longest stall are printed.
 //!
-//! The tests share one lock: each loads the 2-core machine enough to distort the
-//! others' figures. Controller logs: `$TMPDIR/tessera-controller-<test id>-*.log`;
-//! agent logs: `$TMPDIR/tessera-node-<node>.log`.
+//! The tests hold [`crate::SERIAL`], as the controller_faults tests do: each loads the
+//! 2-core machine enough to distort the others' figures. Controller logs:
+//! `$TMPDIR/tessera-controller-<test id>-*.log`; agent logs:
+//! `$TMPDIR/tessera-node-<node>.log`.
 
-mod support;
+use crate::{SERIAL, support};
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -58,8 +59,6 @@ const WAIT: Duration = Duration::from_secs(60);
 /// node): 11-29 s measured at a load average of 8-15. A bound, not a figure checked:
 /// what is checked is that everything goes.
 const CLEAN_UP: Duration = Duration::from_secs(120);
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One test's cluster share, with a backend root shared by its agents.
 struct Rig {
@@ -687,6 +686,8 @@ async fn node_agent_kill_under_live_io() {
 /// controller runs), are each reported.
 #[tokio::test]
 async fn the_single_node_watch_reports_what_it_forbids() {
+    // Light, but not while controller_faults restarts the API server.
+    let _serial = SERIAL.lock().await;
     let e = Env::new("chaoswatch", 2, WAIT).await;
     let client = e.client.clone();
     let watch = SingleNodeWatch::start(client.clone(), &e.id).await;

@@ -4,7 +4,7 @@
 //! `csi-ephemeral` ticket, with an `InlineVolumeOrphaned` Event; the inline Volume of
 //! a Pod that exists is left alone.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! included); csi-sanity skips only those of capabilities Tessera does not advertise
 //! (listing snapshots, modify).
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::Duration;

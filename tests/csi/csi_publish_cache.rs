@@ -12,7 +12,7 @@
 //!   removed by an unpublish sent at once, whether or not the caches show it yet;
 //! - the publishes read neither Volumes nor Nodes once the caches hold them.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

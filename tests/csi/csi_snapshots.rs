@@ -6,7 +6,7 @@
 //! snapshot is ready at once, and so is a clone of it. (The copies themselves, on real
 //! nodes through the real sidecars: tests/pods/snapshots.rs.)
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

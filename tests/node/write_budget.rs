@@ -6,7 +6,7 @@
 //! API server's own count of writes to Tessera's kinds and Events is printed beside
 //! (it includes whatever else runs on the cluster meanwhile).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,7 @@
 //! VolumeAttributesClass with an unknown or immutable key (issue 19), creating and
 //! changing nothing.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! test's objects by a watch selector, and a stand-in node agent that reports MountPods
 //! Ready through the API as the agent does.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -257,9 +257,9 @@ async fn the_reaper_removes_tickets_nothing_stands_behind() {
         json!({}),
     )
     .await;
-    // Tickets Tessera wrote (the reaper removes only those; tests/controller_owners.rs
-    // has the ones another field manager owns): on a node that will be deleted, and
-    // one that expires.
+    // Tickets Tessera wrote (the reaper removes only those;
+    // tests/controller/controller_owners.rs has the ones another field manager owns): on
+    // a node that will be deleted, and one that expires.
     put_ticket_as(
         &e.client,
         &vol,

@@ -4,7 +4,7 @@
 //!
 //! Runs against the local control plane from tests/harness, or the cluster in KUBECONFIG.
 
-mod support;
+use crate::support;
 
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};

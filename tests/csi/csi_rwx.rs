@@ -9,7 +9,7 @@
 //! stand-in agent reports the MountPods Ready; the writes are counted by the
 //! controller's own request counter (`tessera_api_requests_total`).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! longest single write is printed (goal ≤ 1 s; the remount repair's ENOTCONN was the
 //! baseline); the only timing assertion is a generous 10 s bound.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -76,8 +76,13 @@ const WRITER_CTL_ENV: &str = "TESSERA_HANDOFF_WRITER_CTL";
 impl Writer {
     fn start(path: &Path) -> Writer {
         let ctl = tempfile::tempdir().unwrap();
+        // This binary's name of `writer_process`: the module path without the crate.
+        let test = match module_path!().split_once("::") {
+            Some((_, module)) => format!("{module}::writer_process"),
+            None => "writer_process".to_string(),
+        };
         let child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "writer_process", "--ignored", "--nocapture"])
+            .args(["--exact", &test, "--ignored", "--nocapture"])
             .env(WRITER_ENV, path)
             .env(WRITER_CTL_ENV, ctl.path())
             .stdout(std::process::Stdio::null())

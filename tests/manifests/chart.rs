@@ -11,7 +11,7 @@
 //! (`target/harness/bin/helm`, `tests/harness/helm/`); the install on real nodes is
 //! `tests/harness/helm.sh`, run by `tests/run.sh`.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -459,7 +459,7 @@ fn helm_lint_passes() {
 /// The rendered chart passes the API server's validation and admission as a
 /// server-side dry run (kubectl apply --dry-run=server), with the StorageClass and the
 /// metrics Service on. The PodMonitor is left out: the harness has no Prometheus
-/// Operator CRDs. (`config/` gets the same check in tests/api_server.rs.)
+/// Operator CRDs. (`config/` gets the same check in tests/manifests/api_server.rs.)
 #[test]
 fn chart_passes_server_side_dry_run() {
     let namespace = "tessera-system";

@@ -6,7 +6,7 @@
 //! and finalizers, and nothing of node B's MountPods nor any `spec.source`. The
 //! controller's role is checked for what it does with `kubectl auth can-i`.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

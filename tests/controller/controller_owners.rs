@@ -3,7 +3,7 @@
 //! tickets Tessera wrote itself are still reaped. Each test runs its own `tessera
 //! controller` process scoped to its objects, and a stand-in node agent.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

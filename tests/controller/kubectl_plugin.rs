@@ -5,7 +5,7 @@
 //! a PVC through its PV, and that `doctor` finds a node without an agent or a CSINode
 //! registration and a waiting ticket, and stops reporting what was fixed.
 
-mod support;
+use crate::support;
 
 use std::process::Output;
 use std::time::Duration;

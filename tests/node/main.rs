@@ -1,0 +1,14 @@
+//! The node agent against the real control plane, one module per area, all in one test
+//! binary (`cargo test --test node`; one area: `cargo test --test node handoff_agent::`):
+//! real `tessera node` processes (each with its own node name and directories) and
+//! real `tessera mount` FUSE daemons, with a real `tessera controller`. Root and
+//! `/dev/fuse` needed.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod backend_roots;
+mod handoff_agent;
+mod node_agent;
+mod populate_agent;
+mod write_budget;
