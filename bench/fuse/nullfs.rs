@@ -8,7 +8,7 @@
 //! write, readdirplus, parallel dirops, auto inval data, cache symlinks,
 //! handle_killpriv_v2; no writeback cache), 60 s entry, attribute and negative-entry
 //! lifetimes, `FOPEN_NOFLUSH` on every open and `FOPEN_DIRECT_IO` on write-only ones
-//! (see `src/fuse/mod.rs` `run` and `src/fuse/adapter.rs` `init`). Behind that it does
+//! (see `crates/tessera-fuse/src/lib.rs` `run` and `crates/tessera-fuse/src/adapter/mod.rs` `init`). Behind that it does
 //! nothing: names, attributes and sizes live in one in-memory table, and data is not
 //! kept (writes only move the size; reads are not supported). So a request costs the
 //! kernel's round trip plus a hash lookup, and `tessera ÷ nullfs` per operation is
@@ -347,7 +347,7 @@ impl NullFs {
 
 impl Filesystem for NullFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // As `tessera mount`'s adapter negotiates (src/fuse/adapter.rs, `init`).
+        // As `tessera mount`'s adapter negotiates (crates/tessera-fuse/src/adapter/mod.rs, `init`).
         if let Err(nearest) = config.set_max_write(MAX_WRITE) {
             let _ = config.set_max_write(nearest);
         }
@@ -621,7 +621,7 @@ fn main() {
         std::process::exit(2);
     };
     let mut config = Config::default();
-    // `tessera mount`'s options (src/fuse/mod.rs `mount_options`, `run`): no `ro`,
+    // `tessera mount`'s options (crates/tessera-fuse/src/lib.rs `mount_options`, `run`): no `ro`,
     // `--options` empty.
     config.mount_options = vec![
         MountOption::FSName("nullfs".into()),

@@ -544,7 +544,7 @@ fn unprivileged_writes_clear_set_id_bits_in_backend_mode() {
 /// Snapshots, restores and clones (issue 19) on a backend with reflinks: XFS (mkfs.xfs
 /// makes `reflink=1` by default) shares every file's extents (FICLONE) instead of
 /// copying them, and the copy reads the same. Elsewhere (ext4, tmpfs) the same copy
-/// falls back to copy_file_range: src/host/copy/tests.rs.
+/// falls back to copy_file_range: crates/tessera-host/src/copy/tests.rs.
 #[test]
 #[ignore = "needs root, mkfs.xfs and loop devices; tests/run.sh runs it with the backend_quota tests"]
 fn a_volume_copy_on_xfs_is_a_reflink() {

@@ -57,8 +57,6 @@ mod types;
 mod xattrs;
 
 #[cfg(test)]
-mod inode_tests;
-#[cfg(test)]
 mod tests;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

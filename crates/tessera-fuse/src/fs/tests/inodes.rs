@@ -7,7 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::*;
+use super::super::*;
 use crate::quota::{Accounting, Enforcement};
 use crate::sys::Errno;
 

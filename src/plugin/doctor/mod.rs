@@ -451,5 +451,4 @@ pub fn render(findings: &[Finding], width: Option<usize>) -> String {
 }
 
 #[cfg(test)]
-#[path = "doctor_tests.rs"]
 mod tests;

@@ -10,6 +10,8 @@ use super::types::IoState;
 use super::*;
 use crate::quota::{Accounting, Enforcement};
 
+mod inodes;
+
 fn daemon_quota(capacity: u64, used: u64) -> Arc<Enforcement> {
     Arc::new(Accounting::new(capacity, used).into())
 }
