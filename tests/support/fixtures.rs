@@ -58,7 +58,7 @@ impl ControllerProcess {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .ok()?;
         let mut out = String::new();
         s.read_to_string(&mut out).ok()?;
@@ -587,7 +587,7 @@ impl AgentProcess {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .ok()?;
         let mut out = String::new();
         s.read_to_string(&mut out).ok()?;
@@ -601,7 +601,7 @@ impl AgentProcess {
             return false;
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        if s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        if s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .is_err()
         {
             return false;
