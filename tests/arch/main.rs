@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+mod reasons;
 mod source;
 use source::{Import, Source};
 
@@ -285,4 +286,46 @@ fn the_readme_source_map_matches_the_tree() {
             );
         }
     }
+}
+
+/// docs/troubleshooting.md names every reason the code can write: ticket reasons,
+/// MountPod, Volume and VolumeAttachment condition reasons, Event reasons (how they
+/// are collected, and what the scan cannot see: `reasons.rs`).
+#[test]
+fn troubleshooting_names_every_reason() {
+    use reasons::Kind::{Condition, Event, Ticket};
+    let (found, unreadable) = reasons::all_reasons(&root());
+    assert!(
+        unreadable.is_empty(),
+        "reasons the scan cannot read (write them as literals or constants, or teach \
+         tests/arch/reasons.rs the call):\n{}",
+        unreadable.join("\n")
+    );
+    // The scan still sees each kind of call site (a renamed function would otherwise
+    // make the check pass on nothing).
+    for (kind, reason) in [
+        (Ticket, "HeldByOtherNode"),
+        (Event, "TakenOver"),
+        (Event, "Attached"),
+        (Event, "DeletionBlocked"),
+        (Condition, "DaemonFailed"),
+        (Condition, "MountsReady"),
+        (Condition, "TicketsSatisfied"),
+        (Condition, "BackendRootNotAllowed"),
+        (Condition, "Removed"),
+    ] {
+        assert!(
+            found.contains_key(&(kind, reason.to_string())),
+            "the scan no longer finds the {kind:?} reason {reason}: {:?}",
+            found.keys().collect::<Vec<_>>()
+        );
+    }
+    let doc = std::fs::read_to_string(root().join("docs/troubleshooting.md")).unwrap();
+    let missing = reasons::undocumented(&found, &doc);
+    assert!(
+        missing.is_empty(),
+        "docs/troubleshooting.md does not name (as `Reason`) {} reason(s):\n{}",
+        missing.len(),
+        missing.join("\n")
+    );
 }
