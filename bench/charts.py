@@ -84,7 +84,7 @@ def bar_chart(title, subtitle, unit, groups, series, values, reference=None):
     left, right, top, bottom = 64, 16, 58, 78
     plot_w, plot_h = width - left - right, height - top - bottom
     vmax = max([v for row in values for v in row if v is not None] + [reference[0] if reference else 0])
-    # A round top: 1, 2, 2.5 or 5 times a power of ten, above the largest value.
+    # A round top: a round multiple of a power of ten, above the largest value.
     need = vmax * 1.08
     p = 10 ** math.floor(math.log10(need))
     top_v = next(p * m for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if p * m >= need)
