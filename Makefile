@@ -5,7 +5,7 @@ CARGO ?= cargo
 
 include tests/harness/harness.mk
 
-.PHONY: all build test lint crds demo image-containerfile bench-fuse bench-controller bench-rwx bench-attach
+.PHONY: all build test lint crds diagrams charts demo image-containerfile bench-fuse bench-controller bench-rwx bench-attach
 
 all: build
 
@@ -18,11 +18,23 @@ crds:
 	$(CARGO) run -q -- crds > crds/tessera.io.yaml
 	cp crds/tessera.io.yaml charts/tessera/files/crds.yaml
 
-## lint: formatting, clippy (warnings are errors), and what each crate may depend on
+## lint: formatting, clippy (warnings are errors), what each crate may depend on, and
+## the pictures in docs/ are the renderings of their sources (diagrams, bench charts)
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	bash tests/arch/deps.sh
+	bash docs/diagrams/render.sh --check
+	python3 bench/charts.py --check
+
+## diagrams: render docs/diagrams/*.dot (Graphviz) to the SVGs beside them
+diagrams:
+	bash docs/diagrams/render.sh
+
+## charts: the benchmark charts of docs/figures.md, docs/figures/*.svg, from the
+## recorded BENCH lines in bench/results/
+charts:
+	python3 bench/charts.py
 
 ## test: lint, build the harness, start the local control plane (unless KUBECONFIG
 ## names a cluster), run every test, stop the control plane

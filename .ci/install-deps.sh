@@ -29,6 +29,12 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 # The real-Pod lock tests (tests/pods.rs) and their comparator (tests/fuse/locks.rs)
 # run the sqlite3 CLI; images.sh copies it into the tools image.
 command -v sqlite3 >/dev/null || need_apt+=(sqlite3)
+# `make lint` checks the pictures in docs/ against their sources: Graphviz renders
+# docs/diagrams/*.dot (with the DejaVu fonts the sources name), Python's standard
+# library the bench charts (bench/charts.py).
+command -v dot >/dev/null || need_apt+=(graphviz)
+dpkg -s fonts-dejavu-core >/dev/null 2>&1 || need_apt+=(fonts-dejavu-core)
+command -v python3 >/dev/null || need_apt+=(python3)
 if ((${#need_apt[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

@@ -38,9 +38,20 @@ pub enum Error {
 
 /// Whether a controller's error is expected in normal operation: a reconcile that a
 /// related object's event asked for, of an object not (yet, or no longer) in the store,
-/// e.g. a new Volume's VolumeAttachment before it is created, or either after deletion.
-pub(super) fn expected_run_error<R, Q>(e: &kube::runtime::controller::Error<R, Q>) -> bool {
-    matches!(e, kube::runtime::controller::Error::ObjectNotFound(_))
+/// e.g. a new Volume's VolumeAttachment before it is created, or either after deletion;
+/// or a reconcile that failed because an object it wrote was already gone (404: a
+/// deleted Volume's VolumeAttachment, a MountPod deleted meanwhile).
+pub(super) fn expected_run_error<R, Q>(e: &kube::runtime::controller::Error<R, Q>) -> bool
+where
+    R: std::error::Error + 'static,
+{
+    match e {
+        kube::runtime::controller::Error::ObjectNotFound(_) => true,
+        kube::runtime::controller::Error::ReconcilerFailed(err, _) => {
+            crate::runtime::is_not_found(err)
+        }
+        _ => false,
+    }
 }
 
 /// A controller's error for one log line, its cause included once. A failed reconcile
@@ -65,7 +76,7 @@ where
 /// Log a controller's error: expected ones at debug, every other one as a warning.
 pub(super) fn log_run_error<R, Q>(controller: &str, e: &kube::runtime::controller::Error<R, Q>)
 where
-    R: std::error::Error,
+    R: std::error::Error + 'static,
     kube::runtime::controller::Error<R, Q>: std::fmt::Display,
 {
     let error = run_error_message(e);
@@ -96,6 +107,26 @@ mod tests {
         let queue: RunError<Error, std::io::Error> =
             RunError::QueueError(std::io::Error::other("watch failed"));
         assert!(!expected_run_error(&queue));
+    }
+
+    /// A reconcile that failed on a 404 (what it wrote is already gone) is expected;
+    /// one that failed on any other answer is not.
+    #[test]
+    fn a_reconcile_that_finds_its_object_gone_is_expected() {
+        let failed = |code: u16| -> RunError<Error, std::io::Error> {
+            let status = kube::core::Status::failure("gone", "NotFound").with_code(code);
+            let res: Result<(), kube::Error> = Err(kube::Error::Api(Box::new(status)));
+            let e = res
+                .context(|| "writing the status of VolumeAttachment v".into())
+                .unwrap_err();
+            RunError::ReconcilerFailed(
+                Error::Kube(e),
+                Box::new(ObjectRef::<Volume>::new("v").erase()),
+            )
+        };
+        assert!(expected_run_error(&failed(404)));
+        assert!(!expected_run_error(&failed(409)));
+        assert!(!expected_run_error(&failed(500)));
     }
 
     #[test]

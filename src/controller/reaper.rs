@@ -33,7 +33,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::context::{measured, merge_params};
 use super::events::publish_tickets;
@@ -55,8 +55,12 @@ pub async fn run(ctx: Arc<Context>, interval: Duration, grace: Duration) {
             continue;
         }
         let res = measured(&ctx.metrics, "reaper", reap_once(&ctx, grace)).await;
-        if let Err(e) = res {
-            warn!(error = %error_chain(&e), "reaper pass failed");
+        match res {
+            Err(e) if crate::runtime::is_not_found(&e) => {
+                debug!(error = %error_chain(&e), "reaper pass: an object was already gone");
+            }
+            Err(e) => warn!(error = %error_chain(&e), "reaper pass failed"),
+            Ok(_) => {}
         }
         pass += 1;
         if pass.is_multiple_of(super::inline::ORPHAN_EVERY) {
@@ -66,8 +70,12 @@ pub async fn run(ctx: Arc<Context>, interval: Duration, grace: Duration) {
                 super::inline::reap_orphans(&ctx, grace),
             )
             .await;
-            if let Err(e) = res {
-                warn!(error = %error_chain(&e), "inline orphan pass failed");
+            match res {
+                Err(e) if crate::runtime::is_not_found(&e) => {
+                    debug!(error = %error_chain(&e), "inline orphan pass: an object was already gone");
+                }
+                Err(e) => warn!(error = %error_chain(&e), "inline orphan pass failed"),
+                Ok(_) => {}
             }
         }
     }

@@ -209,8 +209,8 @@ pub fn hints(r: &Report) -> Vec<String> {
     for m in &r.mounts {
         if !m.last_error.is_empty() && m.phase != "Ready" {
             out.push(format!(
-                "MountPod {} on {} is {}: lastError above; the daemon's own log is on the node (<state-dir>/logs/{}.log)",
-                m.name, m.node, m.phase, r.volume_name
+                "MountPod {} on {} is {}: lastError above; the daemon's own log is its mount Pod's: `kubectl -n {} logs {} --previous` (process mode: <state-dir>/logs/{}.log on the node)",
+                m.name, m.node, m.phase, r.tessera_namespace, m.name, r.volume_name
             ));
         }
     }
@@ -352,8 +352,12 @@ pub fn render(r: &Report, now: jiff::Timestamp, width: Option<usize>) -> String 
         ));
     }
     line(String::new());
+    // Pod mode (the default): each daemon logs to its mount Pod, named like its
+    // MountPod, in Tessera's namespace. Process mode: a file on the node.
     line(format!(
-        "Daemon log: on the node, <state-dir>/logs/{}.log (default state dir /var/lib/tessera/node); the API serves only the agent Pods' logs",
+        "Daemon logs: each mount's Pod, `kubectl -n {} logs <mountpod name>` ({}; `--previous` after a crash); process mode: on the node, <state-dir>/logs/{}.log (default state dir /var/lib/tessera/node)",
+        r.tessera_namespace,
+        list_or_none(&r.mounts.iter().map(|m| m.name.clone()).collect::<Vec<_>>()),
         or_dash(&r.volume_name)
     ));
     for l in &r.logs {
@@ -473,6 +477,7 @@ mod tests {
             "tessera-csi-controller",
             "pvc-1-abc   node node-a   Serve   Ready   pid 42   restarts 1   refs 1",
             "tessera-node-x (Ready)   version 0.1.0   CSINode registered",
+            "Daemon logs: each mount's Pod, `kubectl -n tessera-system logs <mountpod name>` (pvc-1-abc; `--previous` after a crash)",
             "mounted volume=pvc-1",
         ];
         let mut at = 0;
@@ -557,7 +562,7 @@ mod tests {
                     r.mounts[0].phase = "Failed".into();
                     r.mounts[0].last_error = "boom".into();
                 }),
-                "MountPod pvc-1-abc on node-a is Failed",
+                "MountPod pvc-1-abc on node-a is Failed: lastError above; the daemon's own log is its mount Pod's: `kubectl -n tessera-system logs pvc-1-abc --previous`",
             ),
         ];
         for (name, change, want) in cases {

@@ -12,6 +12,7 @@
 //! ```
 //!
 //! and how errors are written down: [`error_chain`] prints one with its causes,
+//! [`is_not_found`] tells an object already gone (logged at debug, not as a warning),
 //! [`KubeError`] (built with [`KubeContext::context`]) names the API call that
 //! failed (what an error echoes of a request is bounded by `tessera_text::truncated`).
 //!
@@ -54,6 +55,24 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
         }
     }
     s
+}
+
+/// Whether the API server answered 404 Not Found anywhere in `e`'s chain: the object
+/// the call named is not there. For an object Tessera deletes, or writes as it goes
+/// away (a MountPod whose finalizer was just removed, a deleted Volume's
+/// VolumeAttachment), that is done, not a failure: callers log such an error at debug,
+/// never as a warning, which is for what an operator should look at.
+pub fn is_not_found(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(kube::Error::Api(s)) = c.downcast_ref::<kube::Error>()
+            && s.code == 404
+        {
+            return true;
+        }
+        cur = c.source();
+    }
+    false
 }
 
 /// A call to the API server that failed, and what it was for.
@@ -347,6 +366,32 @@ mod tests {
         );
         // On its own, the API error is still printed.
         assert!(error_chain(&e.source).contains("not found"));
+    }
+
+    #[test]
+    fn not_found_is_told_apart_anywhere_in_the_chain() {
+        let api = |code: u16| {
+            let status = kube::core::Status::failure("x", "Reason").with_code(code);
+            Err::<(), _>(kube::Error::Api(Box::new(status)))
+        };
+        let gone = api(404).context(|| "writing the status of MountPod m".into());
+        let gone = gone.unwrap_err();
+        assert!(is_not_found(&gone));
+        assert!(is_not_found(&gone.source));
+        // Wrapped once more, as the roles' own error enums wrap it.
+        #[derive(Debug, thiserror::Error)]
+        enum Role {
+            #[error(transparent)]
+            Kube(#[from] KubeError),
+        }
+        assert!(is_not_found(&Role::Kube(gone)));
+        for code in [409, 410, 422, 500] {
+            let e = api(code).context(|| "x".into()).unwrap_err();
+            assert!(!is_not_found(&e), "{code}");
+        }
+        let other: Result<(), kube::Error> = Err(kube::Error::LinesCodecMaxLineLengthExceeded);
+        assert!(!is_not_found(&other.context(|| "x".into()).unwrap_err()));
+        assert!(!is_not_found(&std::io::Error::other("not found")));
     }
 
     #[test]

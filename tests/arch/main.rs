@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+mod reasons;
 mod source;
 use source::{Import, Source};
 
@@ -285,4 +286,89 @@ fn the_readme_source_map_matches_the_tree() {
             );
         }
     }
+}
+
+/// docs/troubleshooting.md names every reason the code can write: ticket reasons,
+/// MountPod, Volume and VolumeAttachment condition reasons, Event reasons (how they
+/// are collected, and what the scan cannot see: `reasons.rs`).
+#[test]
+fn troubleshooting_names_every_reason() {
+    use reasons::Kind::{Condition, Event, Ticket};
+    let (found, unreadable) = reasons::all_reasons(&root());
+    assert!(
+        unreadable.is_empty(),
+        "reasons the scan cannot read (write them as literals or constants, or teach \
+         tests/arch/reasons.rs the call):\n{}",
+        unreadable.join("\n")
+    );
+    // The scan still sees each kind of call site (a renamed function would otherwise
+    // make the check pass on nothing).
+    for (kind, reason) in [
+        (Ticket, "HeldByOtherNode"),
+        (Event, "TakenOver"),
+        (Event, "Attached"),
+        (Event, "DeletionBlocked"),
+        (Condition, "DaemonFailed"),
+        (Condition, "MountsReady"),
+        (Condition, "TicketsSatisfied"),
+        (Condition, "BackendRootNotAllowed"),
+        (Condition, "Removed"),
+    ] {
+        assert!(
+            found.contains_key(&(kind, reason.to_string())),
+            "the scan no longer finds the {kind:?} reason {reason}: {:?}",
+            found.keys().collect::<Vec<_>>()
+        );
+    }
+    let doc = std::fs::read_to_string(root().join("docs/troubleshooting.md")).unwrap();
+    let missing = reasons::undocumented(&found, &doc);
+    assert!(
+        missing.is_empty(),
+        "docs/troubleshooting.md does not name (as `Reason`) {} reason(s):\n{}",
+        missing.len(),
+        missing.join("\n")
+    );
+}
+
+/// Whether `text` has `word` with no letter, digit or `_` on either side.
+fn has_word(text: &str, word: &str) -> bool {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(word).any(|(i, _)| {
+        !text[..i].chars().next_back().is_some_and(is_word)
+            && !text[i + word.len()..].chars().next().is_some_and(is_word)
+    })
+}
+
+/// The state diagrams (docs/diagrams/, rendered by `make diagrams`) draw every state
+/// the code has: each `VolumeState` in volume-states.dot, each `TicketReason` in
+/// tickets.dot (both enums' `ALL` are kept exhaustive by a `match` in tessera-api).
+#[test]
+fn the_state_diagrams_draw_every_state() {
+    // Graphviz's line breaks in labels (`\n`, `\l`, `\r`) separate words.
+    let read = |f: &str| {
+        std::fs::read_to_string(root().join("docs/diagrams").join(f))
+            .unwrap()
+            .replace("\\n", " ")
+            .replace("\\l", " ")
+            .replace("\\r", " ")
+    };
+    let (volume, tickets) = (read("volume-states.dot"), read("tickets.dot"));
+    let mut missing = Vec::new();
+    for s in tessera::api::VolumeState::ALL {
+        let name = format!("{s:?}");
+        if !has_word(&volume, &name) {
+            missing.push(format!("VolumeState {name} in volume-states.dot"));
+        }
+    }
+    for r in tessera::api::TicketReason::ALL {
+        if !has_word(&tickets, r.as_str()) {
+            missing.push(format!("TicketReason {r} in tickets.dot"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "the diagrams lack:\n{}",
+        missing.join("\n")
+    );
+    assert!(has_word("a Faulted b", "Faulted") && !has_word("Faulted_v", "Faulted"));
 }

@@ -23,10 +23,19 @@ pub struct Import {
     pub line: usize,
 }
 
+/// One token: an identifier, `::`, one punctuation character, or a string literal
+/// (its text is `"` followed by the literal's source text, escapes as written).
 #[derive(Clone, Debug, PartialEq)]
-struct Tok {
-    text: String,
-    line: usize,
+pub struct Tok {
+    pub text: String,
+    pub line: usize,
+}
+
+impl Tok {
+    /// The content of a string literal token.
+    pub fn literal(&self) -> Option<&str> {
+        self.text.strip_prefix('"')
+    }
 }
 
 /// Whether a file holds unit tests only (`tests.rs`, `*_tests.rs`).
@@ -60,6 +69,11 @@ impl Source {
             module,
             tokens: without_test_items(tokenize(text)),
         }
+    }
+
+    /// Its tokens, `#[cfg(test)]` items left out.
+    pub fn tokens(&self) -> &[Tok] {
+        &self.tokens
     }
 
     /// This file's module and the modules it declares inline (`mod x { … }`).
@@ -158,8 +172,8 @@ fn is_ident(s: &str) -> bool {
         && s.chars().all(|c| c.is_alphanumeric() || c == '_')
 }
 
-/// The tokens of `text` (identifiers, `::`, single punctuation), with comments, string
-/// and character literals and numbers left out; each with its line.
+/// The tokens of `text` (identifiers, `::`, single punctuation, string literals), with
+/// comments, character literals and numbers left out; each with its line.
 fn tokenize(text: &str) -> Vec<Tok> {
     let c: Vec<char> = text.chars().collect();
     let mut out = Vec::new();
@@ -195,7 +209,17 @@ fn tokenize(text: &str) -> Vec<Tok> {
                 }
             }
         } else if ch == '"' || ((ch == 'r' || ch == 'b') && starts_raw_or_byte_string(&c, i)) {
+            let (start, at) = (i, line);
             i = skip_string(&c, i, &mut line);
+            let lit: String = c[start..i].iter().collect();
+            let body = lit
+                .trim_start_matches(['b', 'r', '#'])
+                .trim_end_matches('#');
+            let body = body
+                .strip_prefix('"')
+                .and_then(|b| b.strip_suffix('"'))
+                .unwrap_or(body);
+            push(&mut out, format!("\"{body}"), at);
         } else if ch == '\'' {
             // A char literal ('x', '\n', '\u{1F600}') or a lifetime ('a).
             if next == Some('\\') {
@@ -505,7 +529,7 @@ pub fn components(graph: &BTreeMap<&str, BTreeSet<&str>>) -> Vec<Vec<String>> {
 }
 
 #[test]
-fn tokens_leave_out_comments_literals_and_test_items() {
+fn tokens_leave_out_comments_and_test_items_and_keep_literals_whole() {
     let s = Source::parse(
         "use crate::a::{self, b::{C, d as e}, f::*};\n\
          // crate::x::y\n/* crate::z::w */ let s = \"crate::q::r\"; let c = '{';\n\
@@ -529,4 +553,7 @@ fn tokens_leave_out_comments_literals_and_test_items() {
         ]
     );
     assert_eq!(s.module, ["m", "n"]);
+    // A string literal is one token, never a path; the test module's are gone.
+    let literals: Vec<&str> = s.tokens().iter().filter_map(Tok::literal).collect();
+    assert_eq!(literals, ["crate::q::r", "crate::raw"]);
 }

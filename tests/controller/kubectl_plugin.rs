@@ -209,7 +209,11 @@ async fn tickets_and_status_name_reasons_and_owners() {
     line_with(&out, &["ticket person-b on", &n1, "waits: HeldByOtherNode"]);
     line_with(
         &out,
-        &["Daemon log: on the node", &format!("logs/{vol}.log")],
+        &[
+            "Daemon logs: each mount's Pod, `kubectl -n",
+            &tessera::api::mountpod_name(&vol, &n0),
+            &format!("process mode: on the node, <state-dir>/logs/{vol}.log"),
+        ],
     );
 
     // The same through the PV and as JSON.

@@ -240,3 +240,40 @@ pub enum VolumeState {
     /// Something needs an operator: see the conditions.
     Faulted,
 }
+
+impl VolumeState {
+    /// Every state, in declaration order (docs/diagrams/volume-states.dot draws each:
+    /// `tests/arch` checks it).
+    pub const ALL: [VolumeState; 7] = [
+        VolumeState::Creating,
+        VolumeState::Detached,
+        VolumeState::Attaching,
+        VolumeState::Attached,
+        VolumeState::Detaching,
+        VolumeState::Deleting,
+        VolumeState::Faulted,
+    ];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_is_in_all_once_in_order() {
+        // The exhaustive match makes a new variant fail to compile here: a reminder
+        // to give it its place in ALL, in the same order.
+        let position = |s: VolumeState| match s {
+            VolumeState::Creating => 0,
+            VolumeState::Detached => 1,
+            VolumeState::Attaching => 2,
+            VolumeState::Attached => 3,
+            VolumeState::Detaching => 4,
+            VolumeState::Deleting => 5,
+            VolumeState::Faulted => 6,
+        };
+        for (i, s) in VolumeState::ALL.into_iter().enumerate() {
+            assert_eq!(position(s), i, "{s:?}");
+        }
+    }
+}

@@ -351,7 +351,7 @@ pub fn attachment_status_holding(
     let waiting = agentless
         .clone()
         .or_else(|| blocked.map(|(id, o)| format!("{id}: {}", o.message)));
-    let ready = match (&agentless, blocked) {
+    let (ready, reason, message) = match (&agentless, blocked) {
         (Some(message), _) => (false, REASON_NO_AGENT, message.clone()),
         (None, Some((id, o))) => (false, o.reason.as_str(), format!("{id}: {}", o.message)),
         (None, None) if decision.tickets.is_empty() => {
@@ -376,9 +376,9 @@ pub fn attachment_status_holding(
         conditions: vec![condition(
             &old.conditions,
             CONDITION_READY,
-            ready.0,
-            ready.1,
-            ready.2,
+            ready,
+            reason,
+            message,
             va.metadata.generation,
             now,
         )],

@@ -161,8 +161,13 @@ pub async fn reconcile(mp: Arc<MountPod>, ctx: Arc<Context>) -> Result<Action, E
         let res = reconcile_inner(&mp, &ctx).await;
         ctx.metrics
             .reconciled("mountpod", start.elapsed(), res.is_err());
-        if let Err(e) = &res {
-            warn!(error = %error_chain(e), "reconcile failed");
+        match &res {
+            // The MountPod (or what the pass wrote) is already gone: nothing to do.
+            Err(e) if crate::runtime::is_not_found(e) => {
+                debug!(error = %error_chain(e), "reconcile: already gone");
+            }
+            Err(e) => warn!(error = %error_chain(e), "reconcile failed"),
+            Ok(_) => {}
         }
         res
     }

@@ -175,7 +175,11 @@ pub(super) async fn check(mp: &MountPod, ctx: &Context) -> Option<MountPod> {
         )
         .await
     {
-        warn!(error = %error_chain(&e), "recording an OOM kill");
+        if crate::runtime::is_not_found(&e) {
+            debug!(error = %error_chain(&e), "recording an OOM kill: the MountPod is gone");
+        } else {
+            warn!(error = %error_chain(&e), "recording an OOM kill");
+        }
         return None;
     }
     let (on_mountpod, on_app) = notes(mp, &ctx.node, &kill);
