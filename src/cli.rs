@@ -9,6 +9,7 @@
 //! | `node`       | node agent: FUSE mounts for this node's MountPods + CSI Identity and Node |
 //! | `mount`      | the FUSE filesystem of one volume on one node |
 //! | `fd-holder`  | keeps the mounts' /dev/fuse descriptors for successor daemons (process mode: the agent starts it; pod mode: its DaemonSet) |
+//! | `preflight`  | one node's part of `kubectl tessera preflight`: read the host, leave and look for markers in the roots |
 //!
 //! The long-running roles start the same way ([`crate::runtime`]): tracing, a client,
 //! the metrics endpoint, SIGINT/SIGTERM, the CSI socket; then their own work until a
@@ -53,6 +54,8 @@ pub enum Command {
     /// Hold the mounts' /dev/fuse descriptors for successor daemons.
     #[command(name = crate::fuse::contract::args::FD_HOLDER)]
     FdHolder(crate::fuse::contract::args::HolderArgs),
+    /// One node's part of `kubectl tessera preflight` (run in a Pod the plugin starts).
+    Preflight(crate::node::preflight::PreflightArgs),
 }
 
 /// Run the role named on the command line.
@@ -71,6 +74,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             runtime::init_tracing(&args.log);
             Ok(crate::fuse::fd_holder::run(holder)?)
         }
+        Command::Preflight(p) => Ok(crate::node::preflight::run(p)?),
         Command::Controller(args_) => {
             runtime::init_tracing(&args.log);
             let rt = tokio::runtime::Runtime::new()?;

@@ -15,12 +15,16 @@ mod support;
 
 #[path = "pods/daemon_kill.rs"]
 mod daemon_kill;
+#[path = "pods/doctor.rs"]
+mod doctor;
 #[path = "pods/locks.rs"]
 mod locks;
 #[path = "pods/modify.rs"]
 mod modify;
 #[path = "pods/oom.rs"]
 mod oom;
+#[path = "pods/preflight.rs"]
+mod preflight;
 #[path = "pods/rollout.rs"]
 mod rollout;
 #[path = "pods/snapshots.rs"]

@@ -50,6 +50,7 @@ pub mod holder_process;
 pub mod mount_counters;
 pub mod mount_service;
 pub mod pods;
+pub mod preflight;
 pub mod supervisor;
 pub mod upgrade;
 

@@ -5,6 +5,7 @@
 //!  kubectl-tessera (src/bin): reads objects ──▶ plugin::tickets  rows + owners (managedFields)
 //!                                          ──▶ plugin::status   one screen, PVC → … → agent log
 //!                                          ──▶ plugin::doctor   Inventory ─▶ Findings (+ what to do)
+//!     preflight Pods' JSON lines (node::preflight) ──▶ plugin::preflight  NodeFacts ─▶ Findings
 //!                                                 plugin::text  ages, tables, truncation
 //! ```
 //!
@@ -12,6 +13,7 @@
 //! table test; the binary stays a thin layer of reads.
 
 pub mod doctor;
+pub mod preflight;
 pub mod status;
 pub mod text;
 pub mod tickets;

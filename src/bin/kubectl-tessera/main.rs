@@ -4,6 +4,7 @@
 //! This file is the command line and the output; `read` does the API reads and fills
 //! the plain structures of `tessera::plugin`, whose pure functions render and judge.
 
+mod preflight;
 mod read;
 
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use tessera::plugin::preflight::{Scope, parse_root};
 use tessera::plugin::{doctor, status, tickets};
 
 /// kubectl tessera: what a Tessera volume waits for, and whether the install is healthy.
@@ -82,6 +84,30 @@ enum Command {
         /// Only check the Nodes with these labels for an agent (where the DaemonSet runs).
         #[arg(long)]
         node_selector: Option<String>,
+    },
+    /// Check each node before install (or after): /dev/fuse, the kernel, the hostPaths
+    /// the node DaemonSet needs, each backend root, and whether each root is shared
+    /// between the nodes. Runs one short Pod per node and round in the Tessera
+    /// namespace (which must allow hostPath Pods); exits 1 when a problem is found.
+    Preflight {
+        /// Image of the preflight Pods (default: the node DaemonSet's, else
+        /// tessera:<this plugin's version>).
+        #[arg(long)]
+        image: Option<String>,
+        /// A backend root to check: PATH, PATH=shared or PATH=node-local (what it must
+        /// be); repeated. Default: the tessera-backend-roots ConfigMap's roots, else
+        /// those config/ ships.
+        #[arg(long = "root", value_parser = parse_root)]
+        roots: Vec<(String, Scope)>,
+        /// The kubelet's root directory on the nodes.
+        #[arg(long, default_value = "/var/lib/kubelet")]
+        kubelet_dir: String,
+        /// Only the Nodes with these labels (`k=v,…`).
+        #[arg(long)]
+        node_selector: Option<String>,
+        /// How long each round of Pods may take.
+        #[arg(long, default_value = "2m", value_parser = parse_duration)]
+        timeout: i64,
     },
     /// The tickets of a volume: owner (field manager) and how long each waits.
     Tickets {
@@ -193,6 +219,46 @@ async fn run(cli: Cli) -> Result<ExitCode, read::Error> {
                 Output::Text => print!("{}", status::render(&report, now, width)),
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Preflight {
+            image,
+            roots,
+            kubelet_dir,
+            node_selector,
+            timeout,
+        } => {
+            let opts = preflight::Options {
+                namespace: cli.tessera_namespace.clone(),
+                image: image.clone(),
+                roots: roots.clone(),
+                kubelet_dir: kubelet_dir.clone(),
+                node_selector: node_selector.clone(),
+                timeout: std::time::Duration::from_secs(u64::try_from(*timeout).unwrap_or(0)),
+            };
+            let g = preflight::gather(&client, &opts).await?;
+            let mut findings = g.failures;
+            findings.extend(tessera::plugin::preflight::diagnose(
+                &g.facts,
+                &g.sightings,
+                &g.roots,
+            ));
+            match cli.output {
+                Output::Json => print!(
+                    "{}",
+                    json(
+                        &serde_json::json!({"nodes": g.facts, "sightings": g.sightings, "findings": findings})
+                    )
+                ),
+                Output::Text => print!("{}", doctor::render(&findings, width)),
+            }
+            let problem = findings
+                .iter()
+                .any(|f| f.severity == doctor::Severity::Problem);
+            Ok(if problem {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Command::Tickets { volume } => {
             let name = volume.strip_prefix("volume/").unwrap_or(volume);

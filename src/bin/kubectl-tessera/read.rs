@@ -3,6 +3,9 @@
 
 use std::collections::BTreeSet;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment as StorageVA};
@@ -10,7 +13,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams, LogParams};
 use kube::{Client, Resource, ResourceExt};
 use tessera::api::{
-    self, CSI_DRIVER_NAME, LABEL_VOLUME, MountPod, Volume, VolumeAttachment, VolumeState,
+    self, CSI_DRIVER_NAME, LABEL_VOLUME, MOUNT_POD_COMPONENT, MOUNT_POD_CONTAINER, MountPod,
+    Volume, VolumeAttachment, VolumeState,
 };
 use tessera::plugin::{doctor, status, tickets};
 
@@ -37,7 +41,8 @@ pub enum Error {
     BadTarget(String),
 }
 
-trait Ctx<T> {
+/// Errors of reads, named by what was read.
+pub trait Ctx<T> {
     fn ctx(self, what: impl FnOnce() -> String) -> Result<T, Error>;
 }
 
@@ -85,6 +90,8 @@ pub struct LogLimits {
 const AGENT_SELECTOR: &str = "app.kubernetes.io/name=tessera,app.kubernetes.io/component=node";
 const CONTROLLER_SELECTOR: &str =
     "app.kubernetes.io/name=tessera,app.kubernetes.io/component=controller";
+const FD_HOLDER_SELECTOR: &str =
+    "app.kubernetes.io/name=tessera,app.kubernetes.io/component=fd-holder";
 
 /// The ticket rows of Volume `name`.
 pub async fn ticket_rows(client: &Client, name: &str) -> Result<Vec<tickets::TicketRow>, Error> {
@@ -383,26 +390,25 @@ pub async fn inventory(
     for (selector, out) in [
         (AGENT_SELECTOR, &mut inv.agents),
         (CONTROLLER_SELECTOR, &mut inv.controllers),
+        (FD_HOLDER_SELECTOR, &mut inv.fd_holders),
     ] {
         let list = pods
             .list(&ListParams::default().labels(selector))
             .await
             .ctx(|| format!("listing Pods {selector} in {tns}"))?;
-        *out = list
-            .items
-            .iter()
-            .map(|p| doctor::PodInfo {
-                name: p.name_any(),
-                node: p
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.clone())
-                    .unwrap_or_default(),
-                ready: pod_ready(p),
-                version: pod_version(p),
-            })
-            .collect();
+        *out = list.items.iter().map(pod_info).collect();
     }
+    let selector =
+        format!("app.kubernetes.io/name=tessera,app.kubernetes.io/component={MOUNT_POD_COMPONENT}");
+    inv.mount_pods = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .ctx(|| format!("listing mount Pods in {tns}"))?
+        .items
+        .iter()
+        .map(mount_pod_info)
+        .collect();
+    inv.policies = policies(client).await?;
     let csinodes = Api::<CSINode>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -431,8 +437,18 @@ pub async fn inventory(
         .await
         .ctx(|| "listing MountPods".into())?;
     for v in &volumes.items {
-        if v.status.as_ref().and_then(|s| s.state) == Some(VolumeState::Deleting) {
-            inv.volumes_deleting.push(v.name_any());
+        let status = v.status.as_ref();
+        match status.and_then(|s| s.state) {
+            Some(VolumeState::Deleting) => inv.volumes_deleting.push(v.name_any()),
+            Some(VolumeState::Faulted) => {
+                let c = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == "Faulted"));
+                inv.faulted.push(doctor::FaultedVolume {
+                    name: v.name_any(),
+                    reason: c.map(|c| c.reason.clone()).unwrap_or_default(),
+                    message: c.map(|c| c.message.clone()).unwrap_or_default(),
+                });
+            }
+            _ => {}
         }
     }
     inv.deleting
@@ -545,6 +561,132 @@ fn mount(m: &MountPod) -> status::Mount {
             })
             .collect(),
         deleting_since: m.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+    }
+}
+
+/// Tessera's ValidatingAdmissionPolicies with their bindings; `None` when the API
+/// server does not serve them (404 on the list).
+async fn policies(client: &Client) -> Result<Option<Vec<doctor::PolicyInfo>>, Error> {
+    let lp = ListParams::default().labels("app.kubernetes.io/name=tessera");
+    let found = match Api::<ValidatingAdmissionPolicy>::all(client.clone())
+        .list(&lp)
+        .await
+    {
+        Ok(l) => l.items,
+        Err(kube::Error::Api(s)) if s.is_not_found() => return Ok(None),
+        Err(e) => return Err(e).ctx(|| "listing ValidatingAdmissionPolicies".into()),
+    };
+    // Bindings are listed without the label: one written by hand binds as well.
+    let bindings = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .ctx(|| "listing ValidatingAdmissionPolicyBindings".into())?
+        .items;
+    Ok(Some(
+        found
+            .iter()
+            .map(|p| {
+                let name = p.name_any();
+                let spec = p.spec.as_ref();
+                let expressions = spec.into_iter().flat_map(|s| {
+                    let conditions = s
+                        .match_conditions
+                        .iter()
+                        .flatten()
+                        .map(|c| c.expression.as_str());
+                    let validations = s
+                        .validations
+                        .iter()
+                        .flatten()
+                        .map(|v| v.expression.as_str());
+                    let variables = s.variables.iter().flatten().map(|v| v.expression.as_str());
+                    conditions.chain(validations).chain(variables)
+                });
+                doctor::PolicyInfo {
+                    bindings: bindings
+                        .iter()
+                        .filter(|b| b.spec.policy_name == name)
+                        .map(|b| b.name_any())
+                        .collect(),
+                    service_accounts: doctor::service_accounts(expressions),
+                    name,
+                }
+            })
+            .collect(),
+    ))
+}
+
+fn pod_info(p: &Pod) -> doctor::PodInfo {
+    let spec = p.spec.as_ref();
+    let tessera = spec.and_then(|s| s.containers.iter().find(|c| c.name == "tessera"));
+    doctor::PodInfo {
+        name: p.name_any(),
+        node: spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
+        ready: pod_ready(p),
+        version: pod_version(p),
+        image: tessera.and_then(|c| c.image.clone()).unwrap_or_default(),
+        mount_image: tessera
+            .and_then(|c| flag_value(c.args.as_deref().unwrap_or_default(), "--mount-image")),
+        unready_containers: p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|c| !c.ready)
+            .map(|c| {
+                match c
+                    .state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .and_then(|w| w.reason.as_deref())
+                {
+                    Some(reason) => format!("{} ({reason})", c.name),
+                    None => c.name.clone(),
+                }
+            })
+            .collect(),
+    }
+}
+
+/// The value of `--flag=VALUE` or `--flag VALUE` in `args`.
+fn flag_value(args: &[String], flag: &str) -> Option<String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == flag {
+            return it.next().cloned();
+        }
+        if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+            return Some(v.to_string());
+        }
+    }
+    None
+}
+
+fn mount_pod_info(p: &Pod) -> doctor::MountPodInfo {
+    let status = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == MOUNT_POD_CONTAINER));
+    let spec = p.spec.as_ref();
+    doctor::MountPodInfo {
+        name: p.name_any(),
+        node: spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
+        ready: pod_ready(p),
+        image: spec
+            .and_then(|s| s.containers.iter().find(|c| c.name == MOUNT_POD_CONTAINER))
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default(),
+        restarts: status.map(|c| c.restart_count).unwrap_or(0),
+        last_terminated: status
+            .and_then(|c| c.last_state.as_ref())
+            .and_then(|s| s.terminated.as_ref())
+            .and_then(|t| t.reason.clone()),
+        waiting: status
+            .and_then(|c| c.state.as_ref())
+            .and_then(|s| s.waiting.as_ref())
+            .and_then(|w| w.reason.clone()),
     }
 }
 

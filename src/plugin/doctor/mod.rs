@@ -1,13 +1,26 @@
 //! `kubectl tessera doctor`: the rules that check an install. The binary reads an
-//! [`Inventory`] (CRDs, the controller's Lease, nodes, agent Pods, CSINodes, Tessera
-//! objects being deleted, waiting tickets); [`diagnose`] turns it into [`Finding`]s,
-//! each problem with one line of what to do.
+//! [`Inventory`] (CRDs, the controller's Lease, nodes, agent, controller, fd-holder and
+//! mount Pods, CSINodes, admission policies, Tessera objects being deleted, Faulted
+//! Volumes, waiting tickets); [`diagnose`] turns it into [`Finding`]s, each problem
+//! with one line of what to do.
+//!
+//! ```text
+//!  Inventory ─▶ diagnose ─┬─ crds, leader, agents, versions, finalizers, tickets,
+//!                         │  volumes (this file)
+//!                         ├─ pods: fd holders, mount Pods, sidecars
+//!                         └─ admission: the ValidatingAdmissionPolicies and bindings
+//! ```
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
 use super::text;
+
+mod admission;
+mod pods;
+
+pub use admission::{POLICIES, service_accounts};
 
 /// What `doctor` read from the cluster.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -36,6 +49,56 @@ pub struct Inventory {
     pub volumes_deleting: Vec<String>,
     /// Tickets that are not satisfied.
     pub unsatisfied: Vec<WaitingTicket>,
+    /// tessera-fd-holder Pods.
+    pub fd_holders: Vec<PodInfo>,
+    /// Mount Pods (the Pods the agents run for MountPods), in Tessera's namespace.
+    pub mount_pods: Vec<MountPodInfo>,
+    /// Volumes whose state is Faulted.
+    pub faulted: Vec<FaultedVolume>,
+    /// Tessera's ValidatingAdmissionPolicies (`None`: the API server does not serve
+    /// admissionregistration.k8s.io/v1 policies).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policies: Option<Vec<PolicyInfo>>,
+}
+
+/// A mount Pod.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MountPodInfo {
+    pub name: String,
+    pub node: String,
+    pub ready: bool,
+    /// Image of its mount container.
+    pub image: String,
+    /// Restarts of its mount container.
+    pub restarts: i32,
+    /// Why its mount container last terminated (`OOMKilled`, `Error`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_terminated: Option<String>,
+    /// Why its mount container waits (`ImagePullBackOff`, `CrashLoopBackOff`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
+}
+
+/// A Volume in state Faulted.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultedVolume {
+    pub name: String,
+    /// Reason and message of its `Faulted` condition.
+    pub reason: String,
+    pub message: String,
+}
+
+/// One of Tessera's ValidatingAdmissionPolicies.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyInfo {
+    pub name: String,
+    /// Names of the bindings whose policyName is this policy.
+    pub bindings: Vec<String>,
+    /// The `system:serviceaccount:NAMESPACE:NAME` users its expressions name.
+    pub service_accounts: Vec<String>,
 }
 
 /// The controller's Lease.
@@ -57,6 +120,13 @@ pub struct PodInfo {
     pub ready: bool,
     /// Image tag of its `tessera` container, or `app.kubernetes.io/version`.
     pub version: String,
+    /// Image of its `tessera` container.
+    pub image: String,
+    /// The agent's `--mount-image`, if set (its mount Pods' image).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mount_image: Option<String>,
+    /// Its containers that are not ready, each `name (reason)`.
+    pub unready_containers: Vec<String>,
 }
 
 /// An object being deleted.
@@ -108,7 +178,8 @@ pub enum Severity {
 #[serde(rename_all = "camelCase")]
 pub struct Finding {
     pub severity: Severity,
-    /// The check (`crds`, `leader`, `agents`, `versions`, `finalizers`, `tickets`, `volumes`).
+    /// The check (`crds`, `leader`, `agents`, `versions`, `finalizers`, `tickets`,
+    /// `volumes`, `fd-holder`, `mount-pods`, `sidecars`, `admission`).
     pub check: &'static str,
     pub what: String,
     /// What to do (empty for Ok).
@@ -116,7 +187,7 @@ pub struct Finding {
 }
 
 impl Finding {
-    fn ok(check: &'static str, what: String) -> Self {
+    pub(super) fn ok(check: &'static str, what: String) -> Self {
         Finding {
             severity: Severity::Ok,
             check,
@@ -124,7 +195,7 @@ impl Finding {
             fix: String::new(),
         }
     }
-    fn info(check: &'static str, what: String, fix: String) -> Self {
+    pub(super) fn info(check: &'static str, what: String, fix: String) -> Self {
         Finding {
             severity: Severity::Info,
             check,
@@ -132,7 +203,11 @@ impl Finding {
             fix,
         }
     }
-    fn problem(check: &'static str, what: String, fix: String) -> Self {
+    /// A problem found outside the rules (a read that failed, a Pod that did not run).
+    pub fn problem_of(check: &'static str, what: String, fix: String) -> Self {
+        Self::problem(check, what, fix)
+    }
+    pub(super) fn problem(check: &'static str, what: String, fix: String) -> Self {
         Finding {
             severity: Severity::Problem,
             check,
@@ -152,6 +227,10 @@ pub fn diagnose(inv: &Inventory, now: jiff::Timestamp, th: Thresholds) -> Vec<Fi
     finalizers(inv, now, th, &mut out);
     tickets(inv, now, th, &mut out);
     volumes(inv, &mut out);
+    pods::fd_holders(inv, &mut out);
+    pods::mount_pods(inv, &mut out);
+    pods::sidecars(inv, &mut out);
+    admission::policies(inv, &mut out);
     out
 }
 
@@ -364,6 +443,30 @@ fn tickets(inv: &Inventory, now: jiff::Timestamp, th: Thresholds, out: &mut Vec<
 }
 
 fn volumes(inv: &Inventory, out: &mut Vec<Finding>) {
+    for v in &inv.faulted {
+        out.push(Finding::problem(
+            "volumes",
+            format!(
+                "Volume {} is Faulted: {}{}",
+                v.name,
+                if v.reason.is_empty() {
+                    "no reason"
+                } else {
+                    &v.reason
+                },
+                if v.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", text::one_line(&v.message))
+                }
+            ),
+            format!(
+                "{} — `kubectl tessera status volume/{}`",
+                what_to_do(&v.reason),
+                v.name
+            ),
+        ));
+    }
     for v in &inv.volumes_deleting {
         // A Volume deleted long ago is reported by the finalizer check already.
         out.push(Finding::info(
@@ -411,6 +514,9 @@ pub fn what_to_do(reason: &str) -> &'static str {
         "InvalidParameters" => "fix the ticket's parameters; the message says which",
         "Expired" => "remove the ticket or move its expiresAt into the future",
         "NodeNotFound" => "fix the ticket's nodeID (`kubectl get nodes`) or remove the ticket",
+        "BackendRootNotAllowed" => {
+            "spec.backend.root is not a root the nodes allow (the tessera-backend-roots ConfigMap): fix the Volume's root, or allow it there"
+        }
         "" => "the controller has not judged the ticket: is it running and leading?",
         _ => "see docs/troubleshooting.md",
     }

@@ -19,6 +19,26 @@ fn pod(name: &str, node: &str, version: &str) -> PodInfo {
         node: node.into(),
         ready: true,
         version: version.into(),
+        image: format!("reg/tessera:{version}"),
+        ..PodInfo::default()
+    }
+}
+
+fn mount_pod(name: &str, node: &str) -> MountPodInfo {
+    MountPodInfo {
+        name: name.into(),
+        node: node.into(),
+        ready: true,
+        image: "reg/tessera:0.1.0".into(),
+        ..MountPodInfo::default()
+    }
+}
+
+fn policy(name: &str, namespace: &str) -> PolicyInfo {
+    PolicyInfo {
+        name: name.into(),
+        bindings: vec![name.into()],
+        service_accounts: vec![format!("system:serviceaccount:{namespace}:tessera-node")],
     }
 }
 
@@ -58,6 +78,10 @@ fn healthy(now: Timestamp) -> Inventory {
             message: "held by csi-old on b".into(),
             requested_at: Some(ago(now, 60)),
         }],
+        fd_holders: vec![pod("holder-a", "a", "0.1.0"), pod("holder-b", "b", "0.1.0")],
+        mount_pods: vec![mount_pod("v-1a2b", "a"), mount_pod("w-3c4d", "b")],
+        faulted: vec![],
+        policies: Some(POLICIES.map(|p| policy(p, "tessera-system")).to_vec()),
     }
 }
 
@@ -170,6 +194,97 @@ fn each_fault_is_found_with_what_to_do() {
                 "ticket csi-new of v (node a) waits for 5m1s: HeldByOtherNode (held by csi-old on b)",
             )],
         ),
+        (
+            "no fd holder",
+            Box::new(|i, _| i.fd_holders.retain(|p| p.node != "b")),
+            vec![("fd-holder", "node b has no fd holder")],
+        ),
+        (
+            "fd holder not ready",
+            Box::new(|i, _| i.fd_holders[0].ready = false),
+            vec![(
+                "fd-holder",
+                "the fd holder on node a (holder-a) is not Ready",
+            )],
+        ),
+        (
+            "mount pod not ready",
+            Box::new(|i, _| {
+                i.mount_pods[1].ready = false;
+                i.mount_pods[1].waiting = Some("CrashLoopBackOff".into());
+            }),
+            vec![(
+                "mount-pods",
+                "mount Pod w-3c4d on node b is not Ready (CrashLoopBackOff)",
+            )],
+        ),
+        (
+            "mount pod oom",
+            Box::new(|i, _| {
+                i.mount_pods[0].last_terminated = Some("OOMKilled".into());
+                i.mount_pods[0].restarts = 2;
+            }),
+            vec![(
+                "mount-pods",
+                "mount Pod v-1a2b on node a was OOMKilled (restarts: 2)",
+            )],
+        ),
+        (
+            "faulted volume",
+            Box::new(|i, _| {
+                i.faulted.push(FaultedVolume {
+                    name: "bad".into(),
+                    reason: "BackendRootNotAllowed".into(),
+                    message: "backend.root refused: /etc".into(),
+                })
+            }),
+            vec![(
+                "volumes",
+                "Volume bad is Faulted: BackendRootNotAllowed (backend.root refused: /etc)",
+            )],
+        ),
+        (
+            "sidecar not ready",
+            Box::new(|i, _| {
+                // The tessera container's readiness is the agents check's.
+                i.controllers[0].unready_containers =
+                    vec!["tessera".into(), "csi-attacher (CrashLoopBackOff)".into()]
+            }),
+            vec![(
+                "sidecars",
+                "container csi-attacher (CrashLoopBackOff) of Pod ctrl-0 (node a) is not ready",
+            )],
+        ),
+        (
+            "policy missing",
+            Box::new(|i, _| {
+                i.policies.as_mut().unwrap().remove(1);
+            }),
+            vec![(
+                "admission",
+                "ValidatingAdmissionPolicy tessera-node-inline-volumes does not exist",
+            )],
+        ),
+        (
+            "policy unbound",
+            Box::new(|i, _| i.policies.as_mut().unwrap()[0].bindings.clear()),
+            vec![(
+                "admission",
+                "ValidatingAdmissionPolicy tessera-node-own-mountpods has no binding",
+            )],
+        ),
+        (
+            "policy in another namespace",
+            Box::new(|i, _| i.namespace = "storage".into()),
+            vec![
+                (
+                    "admission",
+                    "tessera-node-own-mountpods names system:serviceaccount:tessera-system:tessera-node but the agent runs as system:serviceaccount:storage:tessera-node",
+                ),
+                ("admission", "tessera-node-inline-volumes names"),
+                ("admission", "tessera-node-inline-tickets names"),
+            ],
+        ),
     ];
     for (name, change, want) in cases {
         let now = Timestamp::now();
@@ -220,6 +335,78 @@ fn thresholds_and_notes() {
     assert_ne!(what_to_do("Expired"), what_to_do("Whatever"));
     let one = vec![Finding::problem("x", "y".into(), "z".into())];
     assert!(render(&one, None).ends_with("1 problem found\n"));
+}
+
+#[test]
+fn mount_pods_on_another_image_than_their_agent_are_a_note() {
+    let now = Timestamp::now();
+    let mut inv = healthy(now);
+    inv.mount_pods[0].image = "reg/tessera:0.0.9".into();
+    // An agent's --mount-image is what its mount Pods should run.
+    inv.agents[1].mount_image = Some("reg/mount:1".into());
+    assert_eq!(problems(&inv, now), vec![]);
+    let notes: Vec<String> = diagnose(&inv, now, TH)
+        .into_iter()
+        .filter(|f| f.severity == Severity::Info)
+        .map(|f| f.what)
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "1 mount Pod(s) run another image than their node's agent mounts with (reg/mount:1): w-3c4d",
+            "1 mount Pod(s) run another image than their node's agent mounts with (reg/tessera:0.1.0): v-1a2b",
+        ]
+    );
+}
+
+#[test]
+fn policies_absent_from_the_api_server_are_a_note() {
+    let now = Timestamp::now();
+    let mut inv = healthy(now);
+    inv.policies = None;
+    assert_eq!(problems(&inv, now), vec![]);
+    assert!(
+        diagnose(&inv, now, TH)
+            .iter()
+            .any(|f| f.check == "admission" && f.severity == Severity::Info)
+    );
+}
+
+#[test]
+fn the_policies_checked_are_those_shipped() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for dir in ["config", "charts/tessera/templates"] {
+        let mut shipped = Vec::new();
+        for file in ["mountpod-policy.yaml", "inline-policy.yaml"] {
+            let text = std::fs::read_to_string(root.join(dir).join(file)).unwrap();
+            let mut lines = text.lines();
+            while let Some(l) = lines.next() {
+                if l.trim() == "kind: ValidatingAdmissionPolicy" {
+                    let name = lines.find_map(|l| l.trim().strip_prefix("name: ")).unwrap();
+                    shipped.push(name.to_string());
+                }
+            }
+        }
+        shipped.sort();
+        let mut checked = POLICIES.to_vec();
+        checked.sort();
+        assert_eq!(shipped, checked, "{dir}");
+    }
+}
+
+#[test]
+fn service_accounts_named_in_expressions() {
+    assert_eq!(
+        service_accounts([
+            "request.userInfo.username == 'system:serviceaccount:tessera-system:tessera-node'",
+            "x == \"system:serviceaccount:a:b\" || y == 'system:serviceaccount:tessera-system:tessera-node'",
+            "no account here",
+        ]),
+        [
+            "system:serviceaccount:a:b",
+            "system:serviceaccount:tessera-system:tessera-node",
+        ]
+    );
 }
 
 #[test]
