@@ -34,6 +34,8 @@ const OPTIONAL_ON: &[&str] = &[
     "storageClass.enabled=true",
     "monitoring.service.enabled=true",
     "monitoring.podMonitor.enabled=true",
+    "monitoring.dashboard.enabled=true",
+    "monitoring.prometheusRule.enabled=true",
 ];
 
 /// A binary of the harness build; the tests need it (`make harness` builds it).
@@ -458,8 +460,8 @@ fn helm_lint_passes() {
 
 /// The rendered chart passes the API server's validation and admission as a
 /// server-side dry run (kubectl apply --dry-run=server), with the StorageClass and the
-/// metrics Service on. The PodMonitor is left out: the harness has no Prometheus
-/// Operator CRDs. (`config/` gets the same check in tests/manifests/api_server.rs.)
+/// metrics Service and the dashboard's ConfigMap on. The PodMonitor and the
+/// PrometheusRule are left out: the harness has no Prometheus Operator CRDs. (`config/` gets the same check in tests/manifests/api_server.rs.)
 #[test]
 fn chart_passes_server_side_dry_run() {
     let namespace = "tessera-system";
@@ -478,6 +480,7 @@ fn chart_passes_server_side_dry_run() {
         &[
             "storageClass.enabled=true",
             "monitoring.service.enabled=true",
+            "monitoring.dashboard.enabled=true",
         ],
     );
     let applied = apply(&rendered, &["--dry-run=server"]);
