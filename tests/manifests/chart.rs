@@ -417,6 +417,41 @@ fn chart_values_reach_the_objects() {
 /// values.schema.json refuses what would otherwise be silently ignored or render a
 /// broken object: a misspelt key, a log format the binary does not know, a relative
 /// backend root.
+/// The monitoring objects' labels come from their values; the dashboard's ConfigMap
+/// holds the dashboard and the PrometheusRule the rules file's groups (the Helm
+/// templates read them as files, so `{{ $labels }}` in the rules reaches Prometheus).
+#[test]
+fn monitoring_values_reach_the_objects() {
+    let objs = objects(&helm_template(
+        "mon",
+        &[
+            "monitoring.dashboard.enabled=true",
+            "monitoring.dashboard.labels.grafana_dashboard=tessera",
+            "monitoring.prometheusRule.enabled=true",
+            "monitoring.prometheusRule.labels.release=kps",
+        ],
+    ));
+    let get = |kind: &str, name: &str| {
+        objs.get(&(kind.into(), "mon".into(), name.into()))
+            .unwrap_or_else(|| panic!("no {kind} {name}: {:?}", objs.keys()))
+            .clone()
+    };
+    let cm = get("ConfigMap", "tessera-dashboard");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "tessera");
+    let dashboard: Value =
+        serde_json::from_str(cm["data"]["tessera-dashboard.json"].as_str().unwrap()).unwrap();
+    assert_eq!(dashboard["uid"], "tessera");
+    let rule = get("PrometheusRule", "tessera");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kps");
+    let summary = rule
+        .pointer("/spec/groups/0/rules/0/annotations/summary")
+        .unwrap();
+    assert!(
+        summary.as_str().unwrap().contains("{{ $labels.volume }}"),
+        "{summary}"
+    );
+}
+
 #[test]
 fn values_schema_refuses_bad_values() {
     for (set, says) in [
@@ -429,6 +464,14 @@ fn values_schema_refuses_bad_values() {
         (
             "controller.maxConcurrentReconciles=0",
             "/controller/maxConcurrentReconciles",
+        ),
+        (
+            "monitoring.dashboard.enable=true",
+            "additional properties 'enable' not allowed",
+        ),
+        (
+            "monitoring.prometheusRule.labels.release=null",
+            "/monitoring/prometheusRule/labels/release",
         ),
     ] {
         let out = Command::new(harness_bin("helm"))

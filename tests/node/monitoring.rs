@@ -89,7 +89,15 @@ async fn the_dashboard_and_the_alert_rules_use_what_a_real_run_exposes() {
         base.attach(v, "manual-a", "manual", &node).await;
     }
     // A ticket for the other node waits (the volume is ReadWriteOnce, held here).
-    base.attach(&plain, "manual-b", "manual", &other).await;
+    fixtures::put_ticket(
+        &base.client,
+        &plain,
+        "manual-b",
+        "manual",
+        &other,
+        serde_json::json!({}),
+    )
+    .await;
 
     // I/O, and an error the daemon answers (a directory not empty).
     for v in [&claimed, &plain] {
@@ -197,7 +205,7 @@ async fn the_dashboard_and_the_alert_rules_use_what_a_real_run_exposes() {
         );
     }
 
-    base.detach(&plain, "manual-b", &other).await;
+    fixtures::remove_ticket(&base.client, &plain, "manual-b").await;
     for v in [&claimed, &plain] {
         base.detach(v, "manual-a", &node).await;
     }
