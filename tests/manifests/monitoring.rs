@@ -52,6 +52,42 @@ fn promtool_tests_the_rules() {
     println!("{out}");
 }
 
+/// Every expression of the dashboard parses as PromQL: each, with Grafana's variables
+/// replaced by what they stand for, becomes a recording rule that `promtool check
+/// rules` parses (the variables' `label_values(…)` are Grafana's, not PromQL: their
+/// metric selector is checked instead).
+#[test]
+fn promtool_parses_every_dashboard_expression() {
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    let mut n = 0;
+    for (at, expr) in expressions() {
+        if !at.starts_with("dashboard") {
+            continue;
+        }
+        let expr = match expr.strip_prefix("label_values(") {
+            Some(rest) => rest.rsplit_once(',').map_or(rest, |(m, _)| m).to_string(),
+            None => expr,
+        };
+        let expr = expr
+            .replace("$__rate_interval", "5m")
+            .replace("$namespace", ".*")
+            .replace("$volume", ".*")
+            .replace("$node", ".*");
+        assert!(!expr.contains('$'), "{at}: a variable left in {expr}");
+        n += 1;
+        rules.push_str(&format!(
+            "      - record: dashboard:expr{n}\n        expr: {}\n",
+            serde_json::to_string(&expr).unwrap()
+        ));
+    }
+    assert!(n > 20, "{n} expressions");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dashboard.rules.yaml");
+    std::fs::write(&file, rules).unwrap();
+    let out = promtool(&["check", "rules", &file.to_string_lossy()]);
+    assert!(out.contains(&format!("SUCCESS: {n} rules found")), "{out}");
+}
+
 /// Every alert has a rule test that expects it to fire.
 #[test]
 fn every_alert_is_tested_firing() {
