@@ -6,8 +6,10 @@
 //! and the alert rules' expressions use must be among what the controller or the agent
 //! (with its mount daemons' counters) exposes, and every input series of the rule
 //! tests (tests/monitoring/*.test.yaml, run by promtool in tests/manifests/monitoring.rs)
-//! must have the name and the label names of a real sample. The scrapes are left in
-//! `target/monitoring-scrape/` to read.
+//! must have the name and the label names of a real sample. Then `promtool test rules`
+//! runs the alert rules over the captured series themselves, held for 20 minutes:
+//! exactly the alert of the ticket left waiting fires. The scrapes and that rule test
+//! are left in `target/monitoring-scrape/` to read.
 
 use crate::support;
 
@@ -18,7 +20,7 @@ use kube::Api;
 use support::csi::{controller, create};
 use support::env::Env;
 use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
-use support::monitoring::{Scrape, expressions, input_series, metric_names};
+use support::monitoring::{Scrape, expressions, held_series_test, input_series, metric_names};
 use tessera::api::{MountPhase, MountPod, VolumeAttachment};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -176,8 +178,8 @@ async fn the_dashboard_and_the_alert_rules_use_what_a_real_run_exposes() {
     std::fs::write(dir.join("agent.txt"), &agent_text).unwrap();
 
     let mut scrape = Scrape::default();
-    scrape.add(&ctrl_text);
-    scrape.add(&agent_text);
+    scrape.add(&ctrl_text, "controller");
+    scrape.add(&agent_text, "agent");
     // Every name the dashboard and the rules use is exposed by one of them.
     let mut missing = BTreeMap::new();
     for (at, expr) in expressions() {
@@ -204,6 +206,55 @@ async fn the_dashboard_and_the_alert_rules_use_what_a_real_run_exposes() {
                 .collect::<std::collections::BTreeSet<_>>())
         );
     }
+
+    // The alert rules over the run's own series, held for 20 minutes: the ticket that
+    // waits for the other node alerts (and nothing else does: the leader leads, no
+    // volume is Faulted or full, no mount failed, the counters stand still).
+    let waiting = scrape.samples["tessera_tickets_waiting"]
+        .iter()
+        .zip(&scrape.values["tessera_tickets_waiting"])
+        .map(|(labels, (n, _))| (labels["reason"].clone(), *n))
+        .collect::<Vec<_>>();
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    let (reason, n) = &waiting[0];
+    let rules: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(support::monitoring::rules_path()).unwrap())
+            .unwrap();
+    let rule = rules["groups"][0]["rules"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|r| r["alert"] == "TesseraTicketsWaiting")
+        .unwrap();
+    let render = |key: &str| {
+        rule["annotations"][key]
+            .as_str()
+            .unwrap()
+            .replace("{{ $value }}", &n.to_string())
+            .replace("{{ $labels.reason }}", reason)
+    };
+    let expect = BTreeMap::from([(
+        "TesseraTicketsWaiting".to_string(),
+        vec![serde_json::json!({
+            "exp_labels": {"severity": "warning", "reason": reason},
+            "exp_annotations": {"summary": render("summary"),
+                "description": render("description"), "runbook_url": render("runbook_url")},
+        })],
+    )]);
+    let test = dir.join("held.test.yaml");
+    std::fs::write(&test, held_series_test(&scrape, 20, &expect)).unwrap();
+    let out = std::process::Command::new(support::repo_root().join("target/harness/bin/promtool"))
+        .args(["test", "rules"])
+        .arg(&test)
+        .output()
+        .expect("running promtool (make harness builds it)");
+    assert!(
+        out.status.success(),
+        "promtool test rules {}:\n{}{}",
+        test.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     fixtures::remove_ticket(&base.client, &plain, "manual-b").await;
     for v in [&claimed, &plain] {

@@ -161,13 +161,15 @@ pub struct Scrape {
     /// type gives it (`_total` for a counter; `_bucket`, `_sum`, `_count` for a
     /// histogram).
     pub names: BTreeSet<String>,
-    /// The samples, by name.
+    /// The samples' labels, by name.
     pub samples: BTreeMap<String, Vec<BTreeMap<String, String>>>,
+    /// Their values and the target (`instance`) they came from, in the same order.
+    pub values: BTreeMap<String, Vec<(f64, String)>>,
 }
 
 impl Scrape {
-    /// Add a metrics text.
-    pub fn add(&mut self, text: &str) {
+    /// Add the metrics text of the target `instance` (a name for it).
+    pub fn add(&mut self, text: &str, instance: &str) {
         for line in text.lines() {
             if let Some(t) = line.strip_prefix("# TYPE ") {
                 let mut it = t.split_whitespace();
@@ -187,7 +189,15 @@ impl Scrape {
                 && !line.trim().is_empty()
                 && let Some((name, labels)) = parse_series(line)
             {
+                let value = line
+                    .rsplit_once(' ')
+                    .and_then(|(_, v)| v.parse::<f64>().ok())
+                    .unwrap_or(f64::NAN);
                 self.names.insert(name.clone());
+                self.values
+                    .entry(name.clone())
+                    .or_default()
+                    .push((value, instance.to_string()));
                 self.samples.entry(name).or_default().push(labels);
             }
         }
@@ -201,4 +211,61 @@ impl Scrape {
                 .any(|l| l.keys().collect::<BTreeSet<_>>() == want)
         })
     }
+}
+
+/// A rule test (`promtool test rules`) whose input is the real series of `scrape`: each
+/// sample of a metric the rules name, labelled with its target as `instance`, held at
+/// its value for `minutes` (counters held still: nothing increases), with `expect` the
+/// alerts expected at `minutes` - 1 by name (every rule not in `expect` is expected
+/// silent).
+pub fn held_series_test(
+    scrape: &Scrape,
+    minutes: u32,
+    expect: &BTreeMap<String, Vec<Value>>,
+) -> String {
+    let rules: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(rules_path()).unwrap()).unwrap();
+    let mut used = BTreeSet::new();
+    for (at, expr) in expressions() {
+        if at.starts_with("rule ") {
+            used.extend(metric_names(&expr));
+        }
+    }
+    let mut input = Vec::new();
+    for (name, samples) in &scrape.samples {
+        if !used.contains(name) {
+            continue;
+        }
+        for (labels, (value, instance)) in samples.iter().zip(&scrape.values[name]) {
+            // The target label a scrape adds: the controller's and the agent's series
+            // of one family stay apart.
+            let inner: Vec<String> = labels
+                .iter()
+                .chain([(&"instance".to_string(), instance)])
+                .map(|(k, v)| format!("{k}={}", serde_json::to_string(v).unwrap()))
+                .collect();
+            input.push(serde_json::json!({
+                "series": format!("{name}{{{}}}", inner.join(",")),
+                "values": format!("{value}x{minutes}"),
+            }));
+        }
+    }
+    let mut cases = Vec::new();
+    for group in rules["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            let name = rule["alert"].as_str().unwrap();
+            cases.push(serde_json::json!({
+                "eval_time": format!("{}m", minutes - 1),
+                "alertname": name,
+                "exp_alerts": expect.get(name).cloned().unwrap_or_default(),
+            }));
+        }
+    }
+    let test = serde_json::json!({
+        "rule_files": [rules_path()],
+        "evaluation_interval": "1m",
+        "tests": [{"name": "a real run's series, held", "interval": "1m",
+                   "input_series": input, "alert_rule_test": cases}],
+    });
+    serde_yaml::to_string(&test).unwrap()
 }
