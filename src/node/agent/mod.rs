@@ -158,8 +158,10 @@ pub async fn reconcile(mp: Arc<MountPod>, ctx: Arc<Context>) -> Result<Action, E
     let span = info_span!("mountpod", mountpod = %mp.name_any(), volume = %mp.spec.volume, node = %ctx.node);
     async {
         debug!(resource_version = ?mp.resource_version(), "mountpod reconcile");
-        // The claim its volume's metrics are labelled with.
-        if let Ok(mut claims) = ctx.metrics.claims.write() {
+        // The claim its volume's metrics are labelled with (until its deletion).
+        if mp.metadata.deletion_timestamp.is_none()
+            && let Ok(mut claims) = ctx.metrics.claims.write()
+        {
             claims.insert(
                 mp.spec.volume.clone(),
                 Claim::from_annotations(mp.annotations()),
@@ -481,6 +483,11 @@ async fn delete(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
                 write_status(mp, ctx, &mut current, report).await?;
                 return Err(Error::MountService(e));
             }
+        }
+        // The mount and its counters are gone: so is its claim (the map stays as
+        // small as the node's mounts).
+        if let Ok(mut claims) = ctx.metrics.claims.write() {
+            claims.remove(&mp.spec.volume);
         }
     }
     let finalizers: Vec<String> = mp
