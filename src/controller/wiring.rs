@@ -11,6 +11,9 @@
 //!  reaper: every reap interval, over the VolumeAttachment cache
 //!  state gauges: every 5 s, counted from the caches
 //! ```
+//!
+//! Each object a watch event asks a reconcile of counts as queued until its reconcile
+//! starts (`tessera_reconcile_queue_depth`, `metrics::queue`).
 
 use std::sync::Arc;
 use std::time::Duration;
