@@ -5,7 +5,7 @@ CARGO ?= cargo
 
 include tests/harness/harness.mk
 
-.PHONY: all build test lint crds diagrams charts demo image-containerfile bench-fuse bench-controller bench-rwx bench-attach
+.PHONY: all build test lint crds diagrams charts monitoring demo image-containerfile bench-fuse bench-controller bench-rwx bench-attach
 
 all: build
 
@@ -17,6 +17,14 @@ build:
 crds:
 	$(CARGO) run -q -- crds > crds/tessera.io.yaml
 	cp crds/tessera.io.yaml charts/tessera/files/crds.yaml
+
+## monitoring: after editing config/monitoring/tessera.rules.yaml or the dashboard: the
+## PrometheusRule's groups from the rules file, and the Helm chart's copies
+monitoring:
+	{ sed -n '1,/^spec:$$/p' config/monitoring/prometheusrule.yaml; \
+	  grep -v '^#' config/monitoring/tessera.rules.yaml | sed 's/^/  /'; } > config/monitoring/prometheusrule.yaml.new
+	mv config/monitoring/prometheusrule.yaml.new config/monitoring/prometheusrule.yaml
+	cp config/monitoring/tessera-dashboard.json config/monitoring/tessera.rules.yaml charts/tessera/files/
 
 ## lint: formatting, clippy (warnings are errors), what each crate may depend on, and
 ## the pictures in docs/ are the renderings of their sources (diagrams, bench charts)

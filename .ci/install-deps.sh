@@ -41,6 +41,8 @@ if ((${#need_apt[@]})); then
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
 fi
 
+# Go modules (the control plane, the sidecars, helm, promtool for the alert rules'
+# tests) are built by `make harness` (tests/harness/build.sh), not installed here.
 command -v go >/dev/null || { echo "Go is required (1.26)" >&2; exit 1; }
 command -v cargo >/dev/null || { echo "Rust (cargo) is required" >&2; exit 1; }
 rustup component add rustfmt clippy >/dev/null 2>&1 || true

@@ -128,12 +128,14 @@ pub async fn controller(
 /// the next agent adopts them.
 pub async fn node(args: crate::node::NodeArgs) -> Result<(), crate::node::Error> {
     let mut host = crate::node::mount_service_for(&args)?;
-    let metrics = crate::metrics::Metrics::agent().with_collector(Box::new(
-        crate::node::mount_counters::MountCounters::new(
+    let metrics = crate::metrics::Metrics::agent();
+    let claims = metrics.claims.clone();
+    let metrics =
+        metrics.with_collector(Box::new(crate::node::mount_counters::MountCounters::new(
             host.state.mounts_dir(),
             args.node_name.clone(),
-        ),
-    ));
+            claims,
+        )));
     let client = runtime::connect(&metrics.api_requests).await?;
     crate::node::use_mount_pods(&args, &client, &mut host).await?;
     let host = Arc::new(host);

@@ -167,7 +167,7 @@ impl Counts {
         let apiserver = procs::apiserver_requests();
         let watch_events = procs::apiserver_watch_events();
         Counts {
-            reconciles: sum("tessera_reconciles_total"),
+            reconciles: sum("tessera_reconcile_total"),
             requests: sum("tessera_api_requests_total"),
             by_kind: requests_by_kind(&metrics),
             cpu: cpu_first.unwrap_or_else(|| cpu_seconds(ctrl.child.id())),

@@ -1,6 +1,8 @@
 //! The state gauges (`tessera_volumes`, `tessera_tickets_waiting`,
-//! `tessera_mountpods`): counted from the controller's caches every few seconds, by a
-//! pure function, and set on the metrics.
+//! `tessera_mountpods`) and the per-object series (`tessera_volume_state`,
+//! `tessera_mountpod_phase`, restarts and OOM kills, `metrics::objects`): counted from
+//! the controller's caches every few seconds, by a pure function, and set on the
+//! metrics.
 //!
 //! ```text
 //!  caches (Volumes, VolumeAttachments, MountPods) ─▶ counts (pure) ─▶ Metrics::set_states
@@ -11,6 +13,10 @@ use std::time::Duration;
 
 use crate::api::{MountPod, Volume, VolumeAttachment};
 use crate::metrics::StateCounts;
+use crate::metrics::objects::{self, Claim, MountPodView, VolumeView};
+
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
 
@@ -21,13 +27,19 @@ pub fn counts(
     mountpods: &[Arc<MountPod>],
 ) -> StateCounts {
     let mut c = StateCounts::default();
+    let mut volume_views = Vec::with_capacity(volumes.len());
     for v in volumes {
         let state = v
             .status
             .as_ref()
             .and_then(|s| s.state)
             .map_or_else(|| "Unknown".to_string(), |s| format!("{s:?}"));
-        *c.volumes.entry(state).or_default() += 1;
+        *c.volumes.entry(state.clone()).or_default() += 1;
+        volume_views.push(VolumeView {
+            name: v.name_any(),
+            claim: Claim::from_annotations(v.annotations()),
+            state,
+        });
     }
     for va in attachments {
         for ticket in va.spec.attachment_tickets.values() {
@@ -41,6 +53,7 @@ pub fn counts(
             *c.tickets_waiting.entry(reason).or_default() += 1;
         }
     }
+    let mut mountpod_views = Vec::with_capacity(mountpods.len());
     for mp in mountpods {
         let phase = mp
             .status
@@ -48,9 +61,20 @@ pub fn counts(
             .and_then(|s| s.phase)
             .map_or_else(|| "Unknown".to_string(), |p| format!("{p:?}"));
         *c.mountpods
-            .entry((phase, mp.spec.node_name.clone()))
+            .entry((phase.clone(), mp.spec.node_name.clone()))
             .or_default() += 1;
+        let count = |n: Option<i32>| u64::try_from(n.unwrap_or(0)).unwrap_or(0);
+        mountpod_views.push(MountPodView {
+            name: mp.name_any(),
+            volume: mp.spec.volume.clone(),
+            node: mp.spec.node_name.clone(),
+            claim: Claim::from_annotations(mp.annotations()),
+            phase,
+            restarts: count(mp.status.as_ref().map(|s| s.restarts)),
+            oom_kills: count(mp.status.as_ref().map(|s| s.oom_kills)),
+        });
     }
+    c.objects = objects::series(volume_views, mountpod_views, objects::MAX_OBJECTS);
     c
 }
 
@@ -68,6 +92,14 @@ pub(super) async fn run(ctx: Arc<Context>, interval: Duration) {
             &ctx.caches.mountpods.state(),
         );
         ctx.metrics.set_states(&counts);
+        // Queued objects deleted before their reconcile are not waiting any more.
+        let volumes = &ctx.caches.volumes;
+        ctx.metrics
+            .reconcile_queue_retain("volume", |n| volumes.get(&ObjectRef::new(n)).is_some());
+        let attachments = &ctx.caches.attachments;
+        ctx.metrics.reconcile_queue_retain("attachment", |n| {
+            attachments.get(&ObjectRef::new(n)).is_some()
+        });
     }
 }
 
@@ -78,7 +110,9 @@ mod tests {
 
     fn volume(name: &str, state: Option<&str>) -> Arc<Volume> {
         let mut v = json!({
-            "apiVersion": "tessera.io/v1alpha1", "kind": "Volume", "metadata": {"name": name},
+            "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
+            "metadata": {"name": name, "annotations": {
+                "tessera.io/pvc-name": format!("claim-{name}"), "tessera.io/pvc-namespace": "ns"}},
             "spec": {"size": "1Gi", "accessMode": "ReadWriteOnce", "backend": {"root": "/r"}},
         });
         if let Some(s) = state {
@@ -94,7 +128,7 @@ mod tests {
             "spec": {"volume": "v", "nodeName": node, "source": "/r/v", "capacityBytes": 1},
         });
         if let Some(p) = phase {
-            mp["status"] = json!({"phase": p});
+            mp["status"] = json!({"phase": p, "restarts": 3, "oomKills": 1});
         }
         Arc::new(serde_json::from_value(mp).unwrap())
     }
@@ -169,6 +203,31 @@ mod tests {
         assert_eq!(c.mountpods.len(), 3);
         assert_eq!(c.mountpods[&("Ready".into(), "n1".into())], 1);
         assert_eq!(c.mountpods[&("Unknown".into(), "n3".into())], 1);
+        // One state series per Volume, with its claim from its annotations.
+        let states: Vec<_> = c
+            .objects
+            .volume_state
+            .iter()
+            .map(|l| (l.volume.as_str(), l.pvc.as_str(), l.state.as_str()))
+            .collect();
+        assert_eq!(
+            states,
+            [
+                ("a", "claim-a", "Attached"),
+                ("b", "claim-b", "Attached"),
+                ("c", "claim-c", "Detaching"),
+                ("d", "claim-d", "Unknown")
+            ]
+        );
+        // Restarts and OOM kills from the MountPods' status, none before one.
+        let restarts: Vec<_> = c
+            .objects
+            .mountpod_restarts
+            .iter()
+            .map(|(l, n)| (l.node.as_str(), *n))
+            .collect();
+        assert_eq!(restarts, [("n1", 3), ("n2", 3), ("n3", 0)]);
+        assert_eq!(c.objects.mountpod_oom_kills.values().sum::<u64>(), 2);
         assert_eq!(counts(&[], &[], &[]), StateCounts::default());
     }
 }

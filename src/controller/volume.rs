@@ -58,6 +58,7 @@ use crate::runtime::error_chain;
 #[instrument(skip_all, fields(volume = %volume.name_any()))]
 pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action, Error> {
     let metrics = ctx.metrics.clone();
+    metrics.reconcile_started("volume", &volume.name_any());
     measured(&metrics, "volume", async {
         let api: Api<Volume> = Api::all(ctx.client.clone());
         let name = volume.name_any();

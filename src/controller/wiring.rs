@@ -11,6 +11,9 @@
 //!  reaper: every reap interval, over the VolumeAttachment cache
 //!  state gauges: every 5 s, counted from the caches
 //! ```
+//!
+//! Each object a watch event asks a reconcile of counts as queued until its reconcile
+//! starts (`tessera_reconcile_queue_depth`, `metrics::queue`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -148,28 +151,68 @@ pub(super) async fn run_controllers(
 
     // A VolumeAttachment has its Volume's name; a MountPod names its volume. Each
     // controller runs at most `--max-concurrent-reconciles` reconciles at once.
+    // Every object a watch event asks a reconcile of is counted queued until its
+    // reconcile starts (`tessera_reconcile_queue_depth`).
     let config = controller::Config::default().concurrency(args.max_concurrent_reconciles);
-    let volume_ctrl = Controller::for_shared_stream(volume_streams.remove(0), volume_store.clone())
-        .with_config(config.clone())
-        .watches_shared_stream(va_streams.remove(0), |va: Arc<VolumeAttachment>| {
+    let asked = |controller: &'static str| {
+        let metrics = metrics.clone();
+        move |name: &str| metrics.reconcile_asked(controller, name)
+    };
+    let volume_ctrl = Controller::for_shared_stream(
+        volume_streams.remove(0).inspect({
+            let ask = asked("volume");
+            move |v: &Arc<Volume>| ask(&v.name_any())
+        }),
+        volume_store.clone(),
+    )
+    .with_config(config.clone())
+    .watches_shared_stream(va_streams.remove(0), {
+        let ask = asked("volume");
+        move |va: Arc<VolumeAttachment>| {
+            ask(&va.name_any());
             Some(ObjectRef::new(&va.name_any()))
-        });
-    let attachment_ctrl = Controller::for_shared_stream(va_streams.remove(0), va_store.clone())
-        .with_config(config)
-        .watches_shared_stream(mp_streams.remove(0), |mp: Arc<MountPod>| {
+        }
+    });
+    let attachment_ctrl = Controller::for_shared_stream(
+        va_streams.remove(0).inspect({
+            let ask = asked("attachment");
+            move |va: &Arc<VolumeAttachment>| ask(&va.name_any())
+        }),
+        va_store.clone(),
+    )
+    .with_config(config)
+    .watches_shared_stream(mp_streams.remove(0), {
+        let ask = asked("attachment");
+        move |mp: Arc<MountPod>| {
+            ask(&mp.spec.volume);
             Some(ObjectRef::new(&mp.spec.volume))
-        })
-        .watches_shared_stream(volume_streams.remove(0), |v: Arc<Volume>| {
+        }
+    })
+    .watches_shared_stream(volume_streams.remove(0), {
+        let ask = asked("attachment");
+        move |v: Arc<Volume>| {
+            ask(&v.name_any());
             Some(ObjectRef::new(&v.name_any()))
-        })
-        .watches_shared_stream(node_streams.remove(0), {
-            let on = tickets_on(va_store.clone());
-            move |node: Arc<PartialObjectMeta<Node>>| on(node.name_any())
-        })
-        .watches_shared_stream(csinode_streams.remove(0), {
-            let on = tickets_on(va_store.clone());
-            move |node: Arc<CSINode>| on(node.name_any())
-        });
+        }
+    })
+    .watches_shared_stream(node_streams.remove(0), {
+        let on = tickets_on(va_store.clone());
+        let ask = asked("attachment");
+        move |node: Arc<PartialObjectMeta<Node>>| {
+            let refs = on(node.name_any());
+            refs.iter().for_each(|r| ask(&r.name));
+            refs
+        }
+    })
+    .watches_shared_stream(csinode_streams.remove(0), {
+        let on = tickets_on(va_store.clone());
+        let ask = asked("attachment");
+        move |node: Arc<CSINode>| {
+            let refs = on(node.name_any());
+            refs.iter().for_each(|r| ask(&r.name));
+            refs
+        }
+    });
 
     let caches = Caches {
         volumes: volume_store,

@@ -1,7 +1,9 @@
 //! The agent's per-mount FUSE metrics: on each scrape, the counters files of this
 //! node's mount daemons (`<state>/mounts/<volume>.counters`, written by
 //! [`crate::fuse::contract::counters`]) are mapped read-only, read and encoded, labelled by
-//! volume and node.
+//! volume, node and the volume's claim (`pvc`, `pvc_namespace`: what the agent's
+//! reconciles last read from the volume's MountPod, `metrics::objects::Claims`; empty
+//! before or without one).
 //!
 //! ```text
 //!  GET /metrics ─▶ MountCounters::encode ─▶ read_dir(<state>/mounts), *.counters,
@@ -21,31 +23,25 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
 use crate::fuse::contract::counters::{self, ErrnoClass, Op, Snapshot};
+use crate::metrics::objects::{Claims, MountLabels, claim_of};
 
 /// At most this many counters files are read per scrape (a node serves far fewer
 /// volumes; the bound keeps a scrape cheap whatever the directory holds).
 pub const MAX_FILES: usize = 1024;
 
-/// Labels of one mount.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct MountLabels {
-    volume: String,
-    node: String,
-}
-
 /// Labels of one mount and an operation kind.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OpLabels {
-    volume: String,
-    node: String,
+    #[prometheus(flatten)]
+    mount: MountLabels,
     op: &'static str,
 }
 
 /// Labels of one mount and an errno class.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrnoLabels {
-    volume: String,
-    node: String,
+    #[prometheus(flatten)]
+    mount: MountLabels,
     errno: &'static str,
 }
 
@@ -54,12 +50,14 @@ struct ErrnoLabels {
 pub struct MountCounters {
     dir: PathBuf,
     node: String,
+    claims: Claims,
 }
 
 impl MountCounters {
-    /// Read the counters files in `dir` (the state directory's `mounts`), for `node`.
-    pub fn new(dir: PathBuf, node: String) -> Self {
-        MountCounters { dir, node }
+    /// Read the counters files in `dir` (the state directory's `mounts`), for `node`,
+    /// labelled with the volumes' claims in `claims`.
+    pub fn new(dir: PathBuf, node: String, claims: Claims) -> Self {
+        MountCounters { dir, node, claims }
     }
 }
 
@@ -122,18 +120,15 @@ fn family<L: EncodeLabelSet, M: EncodeMetric + TypedMetric>(
 impl Collector for MountCounters {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let mounts = read_all(&self.dir);
-        let mount = |volume: &String| MountLabels {
-            volume: volume.clone(),
-            node: self.node.clone(),
-        };
+        let mount =
+            |volume: &String| MountLabels::new(volume, &self.node, claim_of(&self.claims, volume));
         let mut ops = Vec::new();
         let mut errors = Vec::new();
         for (volume, s) in &mounts {
             for (op, n) in Op::ALL.iter().zip(s.ops) {
                 if n > 0 {
                     let labels = OpLabels {
-                        volume: volume.clone(),
-                        node: self.node.clone(),
+                        mount: mount(volume),
                         op: op.as_str(),
                     };
                     ops.push((labels, ConstCounter::new(n)));
@@ -142,8 +137,7 @@ impl Collector for MountCounters {
             for (class, n) in ErrnoClass::ALL.iter().zip(s.errors) {
                 if n > 0 {
                     let labels = ErrnoLabels {
-                        volume: volume.clone(),
-                        node: self.node.clone(),
+                        mount: mount(volume),
                         errno: class.as_str(),
                     };
                     errors.push((labels, ConstCounter::new(n)));
@@ -243,20 +237,30 @@ mod tests {
         std::fs::write(dir.path().join("vol-c.counters"), b"junk").unwrap();
         std::fs::write(dir.path().join("vol-a.json"), b"{}").unwrap();
         let mut registry = prometheus_client::registry::Registry::with_prefix("tessera");
+        // vol-a belongs to a claim, vol-b to none.
+        let claims = Claims::default();
+        claims.write().unwrap().insert(
+            "vol-a".into(),
+            crate::metrics::objects::Claim {
+                pvc: "data".into(),
+                pvc_namespace: "db".into(),
+            },
+        );
         registry.register_collector(Box::new(MountCounters::new(
             dir.path().to_owned(),
             "n1".into(),
+            claims,
         )));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [
-            "tessera_fuse_operations_total{volume=\"vol-a\",node=\"n1\",op=\"write\"} 2",
-            "tessera_fuse_operations_total{volume=\"vol-b\",node=\"n1\",op=\"lookup\"} 1",
-            "tessera_fuse_errors_total{volume=\"vol-a\",node=\"n1\",errno=\"ENOSPC\"} 1",
-            "tessera_fuse_written_bytes_total{volume=\"vol-a\",node=\"n1\"} 8192",
-            "tessera_fuse_read_bytes_total{volume=\"vol-b\",node=\"n1\"} 0",
-            "tessera_fuse_quota_used_bytes{volume=\"vol-a\",node=\"n1\"} 8192",
-            "tessera_fuse_quota_limit_bytes{volume=\"vol-a\",node=\"n1\"} 1048576",
+            "tessera_fuse_operations_total{volume=\"vol-a\",node=\"n1\",pvc=\"data\",pvc_namespace=\"db\",op=\"write\"} 2",
+            "tessera_fuse_operations_total{volume=\"vol-b\",node=\"n1\",pvc=\"\",pvc_namespace=\"\",op=\"lookup\"} 1",
+            "tessera_fuse_errors_total{volume=\"vol-a\",node=\"n1\",pvc=\"data\",pvc_namespace=\"db\",errno=\"ENOSPC\"} 1",
+            "tessera_fuse_written_bytes_total{volume=\"vol-a\",node=\"n1\",pvc=\"data\",pvc_namespace=\"db\"} 8192",
+            "tessera_fuse_read_bytes_total{volume=\"vol-b\",node=\"n1\",pvc=\"\",pvc_namespace=\"\"} 0",
+            "tessera_fuse_quota_used_bytes{volume=\"vol-a\",node=\"n1\",pvc=\"data\",pvc_namespace=\"db\"} 8192",
+            "tessera_fuse_quota_limit_bytes{volume=\"vol-a\",node=\"n1\",pvc=\"data\",pvc_namespace=\"db\"} 1048576",
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }

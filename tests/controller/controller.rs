@@ -431,7 +431,7 @@ async fn nothing_is_written_when_nothing_changed() {
     e.attach(&vol, "manual-a", "manual", &e.nodes[0]).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let writes_before = support::api_writes(&ctrl.metrics().unwrap_or_default());
-    let reconciles_before = ctrl.metric_sum("tessera_reconciles_total");
+    let reconciles_before = ctrl.metric_sum("tessera_reconcile_total");
     assert!(writes_before > 0.0, "the metrics endpoint counts writes");
     // Touch the objects without changing anything the controller decides on.
     let volumes: Api<Volume> = Api::all(e.client.clone());
@@ -445,7 +445,7 @@ async fn nothing_is_written_when_nothing_changed() {
         .unwrap();
     tokio::time::sleep(Duration::from_secs(4)).await;
     let writes_after = support::api_writes(&ctrl.metrics().unwrap_or_default());
-    let reconciles_after = ctrl.metric_sum("tessera_reconciles_total");
+    let reconciles_after = ctrl.metric_sum("tessera_reconcile_total");
     assert!(
         reconciles_after > reconciles_before,
         "the touch triggered reconciles"
@@ -470,10 +470,10 @@ async fn a_node_update_that_changes_nothing_read_reconciles_nothing() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     // What the controller reconciles anyway over the same time (background work of
     // both controllers), then the same time with ten Node updates.
-    let idle_start = ctrl.metric_sum("tessera_reconciles_total");
+    let idle_start = ctrl.metric_sum("tessera_reconcile_total");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let idle = ctrl.metric_sum("tessera_reconciles_total") - idle_start;
-    let before = ctrl.metric_sum("tessera_reconciles_total");
+    let idle = ctrl.metric_sum("tessera_reconcile_total") - idle_start;
+    let before = ctrl.metric_sum("tessera_reconcile_total");
     let nodes: Api<Node> = Api::all(e.client.clone());
     for i in 0..10 {
         nodes
@@ -487,7 +487,7 @@ async fn a_node_update_that_changes_nothing_read_reconciles_nothing() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let touched = ctrl.metric_sum("tessera_reconciles_total") - before;
+    let touched = ctrl.metric_sum("tessera_reconcile_total") - before;
     assert!(
         touched <= idle + 1.0,
         "10 Node updates that change nothing the controller reads: {touched} reconciles \
@@ -576,11 +576,11 @@ async fn two_replicas_elect_one_leader() {
         (&b, &a)
     };
     assert!(
-        leader.metric_sum("tessera_reconciles_total") > 0.0,
+        leader.metric_sum("tessera_reconcile_total") > 0.0,
         "the leader reconciles"
     );
     assert_eq!(
-        follower.metric_sum("tessera_reconciles_total"),
+        follower.metric_sum("tessera_reconcile_total"),
         0.0,
         "the follower must not act"
     );

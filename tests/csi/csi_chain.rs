@@ -687,6 +687,17 @@ impl Chain {
             volume.spec.backend.root,
             self.backend.path().display().to_string()
         );
+        // The real provisioner (--extra-create-metadata) names the claim: the
+        // per-volume metrics' pvc and pvc_namespace labels (docs/metrics.md).
+        let annotations = volume.annotations();
+        assert_eq!(
+            (
+                annotations.get("tessera.io/pvc-name").map(String::as_str),
+                annotations.get("tessera.io/pvc-namespace")
+            ),
+            (Some(name), Some(&self.ns)),
+            "{annotations:?}"
+        );
         pv
     }
 

@@ -15,6 +15,8 @@
 #   csi-snapshotter, snapshot-controller, ../snapshot-crds/*.yaml
 #                    (module snapshot/: external-snapshotter v8 needs k8s.io v0.37;
 #                    the VolumeSnapshot CRDs copied from its client module)
+#   promtool         (module prometheus/: Prometheus's rule checker and tester, for
+#                    config/monitoring/'s alert rules, tests/manifests/monitoring.rs)
 #
 # A no-op when every binary exists and the stamp files are newer than the sources
 # of its part (see the *_SRC patterns below); editing only top-level *.go files
@@ -71,6 +73,12 @@ SNAPSHOT_TOOLS=(
   github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
 )
 SNAPSHOT_CRDS="$BIN/../snapshot-crds"
+# prometheus/go.mod (a module of its own: Prometheus pins its own client-go). Built
+# without the service-discovery plugins (remove_all_sd: the cloud SDKs, most of its
+# build time); promtool's `check rules` and `test rules` need none of them.
+PROMETHEUS_VERSION=v0.316.0   # the Go module of Prometheus 3.16.0
+PROMTOOL_LDFLAGS="-s -w -X github.com/prometheus/common/version.Version=3.16.0"
+PROMTOOL=github.com/prometheus/prometheus/cmd/promtool
 CNI_PLUGINS=(
   github.com/containernetworking/plugins/plugins/main/ptp
   github.com/containernetworking/plugins/plugins/ipam/host-local
@@ -79,13 +87,15 @@ CNI_PLUGINS=(
 
 log() { printf '[harness-build] %s\n' "$*" >&2; }
 
-# Five parts, each with its own stamp (recording when its build *started*, so a
+# Seven parts, each with its own stamp (recording when its build *started*, so a
 # source edited during a build triggers the next one):
 #   harness: k8s-harness, rebuilt when a top-level *.go, go.mod, go.sum or build.sh changes
 #   tools:   kubectl, kubelet + sidecars, rebuilt only when go.mod, go.sum or build.sh change
 #   small:   cmd/*, rebuilt when cmd/**/*.go, go.mod or build.sh change
 #   nodes:   containerd, runc, CNI plugins, rebuilt when nodes/go.{mod,sum} or build.sh change
 #   helm:    helm, rebuilt when helm/go.{mod,sum} or build.sh change
+#   snapshot: csi-snapshotter, snapshot-controller, rebuilt when snapshot/go.{mod,sum} or build.sh change
+#   prometheus: promtool, rebuilt when prometheus/go.{mod,sum} or build.sh change
 newer_than() { # newer_than STAMP DIR DEPTH NAME-PATTERN...: prints a source newer than STAMP
   local stamp=$1 dir=$2 depth=$3; shift 3
   local expr=() n
@@ -128,6 +138,12 @@ helm_up_to_date() {
     [[ -z "$(newer_than "$STAMP.helm" "$HARNESS_DIR/helm" 1 go.mod go.sum)" ]]
 }
 
+prometheus_up_to_date() {
+  fresh prometheus promtool &&
+    [[ -z "$(newer_than "$STAMP.prometheus" "$HARNESS_DIR" 1 build.sh)" ]] &&
+    [[ -z "$(newer_than "$STAMP.prometheus" "$HARNESS_DIR/prometheus" 1 go.mod go.sum)" ]]
+}
+
 snapshot_up_to_date() {
   fresh snapshot "${SNAPSHOT_TOOLS[@]##*/}" &&
     [[ -f "$SNAPSHOT_CRDS/snapshot.storage.k8s.io_volumesnapshots.yaml" ]] &&
@@ -135,7 +151,7 @@ snapshot_up_to_date() {
     [[ -z "$(newer_than "$STAMP.snapshot" "$HARNESS_DIR/snapshot" 1 go.mod go.sum)" ]]
 }
 
-up_to_date() { harness_up_to_date && tools_up_to_date && small_up_to_date && nodes_up_to_date && helm_up_to_date && snapshot_up_to_date; }
+up_to_date() { harness_up_to_date && tools_up_to_date && small_up_to_date && nodes_up_to_date && helm_up_to_date && snapshot_up_to_date && prometheus_up_to_date; }
 
 if up_to_date; then
   log "up to date ($BIN)"
@@ -236,6 +252,18 @@ if ! snapshot_up_to_date; then
   )
   mv -f "$STAMP.snapshot.new" "$STAMP.snapshot"
   log "external-snapshotter done after $(( $(date +%s) - start ))s"
+fi
+
+if ! prometheus_up_to_date; then
+  touch "$STAMP.prometheus.new"
+  log "building promtool (prometheus $PROMETHEUS_VERSION) ..."
+  (
+    cd "$HARNESS_DIR/prometheus"
+    go build -p "$GO_P" -trimpath -tags remove_all_sd -ldflags "$PROMTOOL_LDFLAGS" -o "$BIN/promtool.new" "$PROMTOOL"
+  )
+  mv -f "$BIN/promtool.new" "$BIN/promtool"
+  mv -f "$STAMP.prometheus.new" "$STAMP.prometheus"
+  log "promtool done after $(( $(date +%s) - start ))s"
 fi
 
 log "built in $(( $(date +%s) - start ))s into $BIN"

@@ -34,6 +34,8 @@ const OPTIONAL_ON: &[&str] = &[
     "storageClass.enabled=true",
     "monitoring.service.enabled=true",
     "monitoring.podMonitor.enabled=true",
+    "monitoring.dashboard.enabled=true",
+    "monitoring.prometheusRule.enabled=true",
 ];
 
 /// A binary of the harness build; the tests need it (`make harness` builds it).
@@ -415,6 +417,41 @@ fn chart_values_reach_the_objects() {
 /// values.schema.json refuses what would otherwise be silently ignored or render a
 /// broken object: a misspelt key, a log format the binary does not know, a relative
 /// backend root.
+/// The monitoring objects' labels come from their values; the dashboard's ConfigMap
+/// holds the dashboard and the PrometheusRule the rules file's groups (the Helm
+/// templates read them as files, so `{{ $labels }}` in the rules reaches Prometheus).
+#[test]
+fn monitoring_values_reach_the_objects() {
+    let objs = objects(&helm_template(
+        "mon",
+        &[
+            "monitoring.dashboard.enabled=true",
+            "monitoring.dashboard.labels.grafana_dashboard=tessera",
+            "monitoring.prometheusRule.enabled=true",
+            "monitoring.prometheusRule.labels.release=kps",
+        ],
+    ));
+    let get = |kind: &str, name: &str| {
+        objs.get(&(kind.into(), "mon".into(), name.into()))
+            .unwrap_or_else(|| panic!("no {kind} {name}: {:?}", objs.keys()))
+            .clone()
+    };
+    let cm = get("ConfigMap", "tessera-dashboard");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "tessera");
+    let dashboard: Value =
+        serde_json::from_str(cm["data"]["tessera-dashboard.json"].as_str().unwrap()).unwrap();
+    assert_eq!(dashboard["uid"], "tessera");
+    let rule = get("PrometheusRule", "tessera");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kps");
+    let summary = rule
+        .pointer("/spec/groups/0/rules/0/annotations/summary")
+        .unwrap();
+    assert!(
+        summary.as_str().unwrap().contains("{{ $labels.volume }}"),
+        "{summary}"
+    );
+}
+
 #[test]
 fn values_schema_refuses_bad_values() {
     for (set, says) in [
@@ -427,6 +464,14 @@ fn values_schema_refuses_bad_values() {
         (
             "controller.maxConcurrentReconciles=0",
             "/controller/maxConcurrentReconciles",
+        ),
+        (
+            "monitoring.dashboard.enable=true",
+            "additional properties 'enable' not allowed",
+        ),
+        (
+            "monitoring.prometheusRule.labels.release=null",
+            "/monitoring/prometheusRule/labels/release",
         ),
     ] {
         let out = Command::new(harness_bin("helm"))
@@ -458,8 +503,8 @@ fn helm_lint_passes() {
 
 /// The rendered chart passes the API server's validation and admission as a
 /// server-side dry run (kubectl apply --dry-run=server), with the StorageClass and the
-/// metrics Service on. The PodMonitor is left out: the harness has no Prometheus
-/// Operator CRDs. (`config/` gets the same check in tests/manifests/api_server.rs.)
+/// metrics Service and the dashboard's ConfigMap on. The PodMonitor and the
+/// PrometheusRule are left out: the harness has no Prometheus Operator CRDs. (`config/` gets the same check in tests/manifests/api_server.rs.)
 #[test]
 fn chart_passes_server_side_dry_run() {
     let namespace = "tessera-system";
@@ -478,6 +523,7 @@ fn chart_passes_server_side_dry_run() {
         &[
             "storageClass.enabled=true",
             "monitoring.service.enabled=true",
+            "monitoring.dashboard.enabled=true",
         ],
     );
     let applied = apply(&rendered, &["--dry-run=server"]);

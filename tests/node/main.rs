@@ -1,7 +1,8 @@
 //! The node agent against the real control plane, one module per area, all in one test
 //! binary (`cargo test --test node`; one area: `cargo test --test node handoff_agent::`):
 //! real `tessera node` processes (each with its own node name and directories) and
-//! real `tessera mount` FUSE daemons, with a real `tessera controller`. Root and
+//! real `tessera mount` FUSE daemons, with a real `tessera controller` (and, in
+//! `monitoring`, config/monitoring/ checked against their metrics). Root and
 //! `/dev/fuse` needed.
 
 #[path = "../support/mod.rs"]
@@ -9,6 +10,7 @@ mod support;
 
 mod backend_roots;
 mod handoff_agent;
+mod monitoring;
 mod node_agent;
 mod populate_agent;
 mod write_budget;

@@ -635,7 +635,10 @@ async fn volume_deleted_while_attached_loses_its_data_once_detached() {
 /// The value of the sample `family{volume="<volume>",node="<node>"<extra>}` in a
 /// metrics text, 0 if absent.
 fn mount_sample(text: &str, family: &str, volume: &str, node: &str, extra: &str) -> f64 {
-    let head = format!("{family}{{volume=\"{volume}\",node=\"{node}\"{extra}}} ");
+    // These volumes belong to no claim: their claim labels are empty.
+    let head = format!(
+        "{family}{{volume=\"{volume}\",node=\"{node}\",pvc=\"\",pvc_namespace=\"\"{extra}}} "
+    );
     text.lines()
         .find_map(|l| l.strip_prefix(&head)?.trim().parse().ok())
         .unwrap_or(0.0)

@@ -240,6 +240,7 @@ pub mod csi;
 pub mod env;
 pub mod fixtures;
 pub mod invariants;
+pub mod monitoring;
 pub mod sqlite;
 pub mod tree;
 

@@ -85,6 +85,13 @@ pub const ANNOTATION_INLINE_CSI_VOLUME: &str = "tessera.io/inline-csi-volume";
 /// Annotation on a mount Pod naming the MountPod it serves (also a `volume_context`
 /// key of NodePublish).
 pub const ANNOTATION_MOUNTPOD: &str = "tessera.io/mountpod";
+/// Annotation on a Volume created for a PersistentVolumeClaim (and on its MountPods):
+/// the claim's name, from the external-provisioner's `csi.storage.k8s.io/pvc/name`
+/// parameter (`--extra-create-metadata`). The `pvc` label of the per-volume metrics.
+pub const ANNOTATION_PVC_NAME: &str = "tessera.io/pvc-name";
+/// Annotation beside [`ANNOTATION_PVC_NAME`]: the claim's namespace (the
+/// `pvc_namespace` label of the per-volume metrics).
+pub const ANNOTATION_PVC_NAMESPACE: &str = "tessera.io/pvc-namespace";
 
 // Reserved ticket ids.
 

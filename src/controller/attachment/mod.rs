@@ -125,6 +125,7 @@ pub struct State {
 #[instrument(skip_all, fields(volume = %va.name_any()))]
 pub async fn reconcile(va: Arc<VolumeAttachment>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let metrics = ctx.shared.metrics.clone();
+    metrics.reconcile_started("attachment", &va.name_any());
     measured(&metrics, "attachment", reconcile_inner(va, ctx)).await
 }
 

@@ -229,7 +229,8 @@ async fn create(
 
 /// The server-side apply body of the MountPod `desired` of `volume`: only the fields
 /// the controller owns, never `references` (the CSI node's), with the watch `labels`
-/// and the node and volume labels.
+/// and the node and volume labels; and the Volume's claim annotations (the node
+/// agent's per-volume metrics read them from the MountPod, `metrics::objects`).
 pub(super) fn apply_body(
     volume: &Volume,
     labels: &Labels,
@@ -260,6 +261,14 @@ pub(super) fn apply_body(
     });
     if let Some(from) = &desired.populate_from {
         body["spec"]["populateFrom"] = json!(from);
+    }
+    let claim: std::collections::BTreeMap<_, _> =
+        [api::ANNOTATION_PVC_NAME, api::ANNOTATION_PVC_NAMESPACE]
+            .into_iter()
+            .filter_map(|k| Some((k, volume.annotations().get(k)?)))
+            .collect();
+    if !claim.is_empty() {
+        body["metadata"]["annotations"] = json!(claim);
     }
     body
 }

@@ -234,9 +234,13 @@ impl ControllerService {
                     .or_else(|| topology_node(&req))
             })
             .flatten();
+        // The claim, when the provisioner names it: the per-volume metrics' `pvc` and
+        // `pvc_namespace` labels.
+        let mut annotations = request::claim_annotations(&req.parameters);
+        annotations.insert(ANNOTATION_CSI_NAME.into(), csi_name.to_string());
         let body = json!({
             "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
-            "metadata": {"name": name, "annotations": {ANNOTATION_CSI_NAME: csi_name}, "labels": self.settings.labels.0},
+            "metadata": {"name": name, "annotations": annotations, "labels": self.settings.labels.0},
             "spec": {
                 "size": quantity_of(size), "accessMode": mode,
                 "backend": {"root": params.backend_root, "scope": params.scope, "node": node},

@@ -199,6 +199,27 @@ impl Parameters {
     }
 }
 
+/// The external-provisioner's parameter naming the claim a volume is created for
+/// (with `--extra-create-metadata`), and the one naming its namespace.
+pub const PARAM_PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
+/// See [`PARAM_PVC_NAME`].
+pub const PARAM_PVC_NAMESPACE: &str = "csi.storage.k8s.io/pvc/namespace";
+
+/// The annotations recording the claim `params` name (both parameters or none: a
+/// volume created without the provisioner's metadata has no claim annotations).
+pub fn claim_annotations(
+    params: &HashMap<String, String>,
+) -> std::collections::BTreeMap<String, String> {
+    match (params.get(PARAM_PVC_NAME), params.get(PARAM_PVC_NAMESPACE)) {
+        (Some(name), Some(ns)) if !name.is_empty() && !ns.is_empty() => [
+            (api::ANNOTATION_PVC_NAME.to_string(), name.clone()),
+            (api::ANNOTATION_PVC_NAMESPACE.to_string(), ns.clone()),
+        ]
+        .into(),
+        _ => Default::default(),
+    }
+}
+
 /// The mount flags of every mount capability, in order.
 pub fn mount_options(caps: &[VolumeCapability]) -> Vec<String> {
     caps.iter()
@@ -491,6 +512,32 @@ mod tests {
         ] {
             assert_eq!(idle_mount_delay(v).ok(), want, "{v:?}");
         }
+    }
+
+    #[test]
+    fn the_claim_is_recorded_only_when_both_parameters_name_it() {
+        let m = |kv: &[(&str, &str)]| -> HashMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let got = claim_annotations(&m(&[
+            (PARAM_PVC_NAME, "data"),
+            (PARAM_PVC_NAMESPACE, "db"),
+            ("csi.storage.k8s.io/pv/name", "pvc-1"),
+        ]));
+        assert_eq!(
+            got.into_iter().collect::<Vec<_>>(),
+            [
+                ("tessera.io/pvc-name".to_string(), "data".to_string()),
+                ("tessera.io/pvc-namespace".to_string(), "db".to_string())
+            ]
+        );
+        assert!(claim_annotations(&m(&[(PARAM_PVC_NAME, "data")])).is_empty());
+        assert!(
+            claim_annotations(&m(&[(PARAM_PVC_NAME, ""), (PARAM_PVC_NAMESPACE, "db")])).is_empty()
+        );
+        assert!(claim_annotations(&m(&[])).is_empty());
     }
 
     #[test]

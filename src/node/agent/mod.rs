@@ -58,6 +58,7 @@ use super::mount_service::{self, Health, MountService, Progress};
 use super::{Error, FINALIZER, Labels};
 use crate::api::{MountPhase, MountPod, MountPodStatus, MountTask};
 use crate::metrics::Metrics;
+use crate::metrics::objects::{Claim, MountLabels};
 use crate::runtime::{KubeContext, error_chain};
 
 /// What every reconcile needs.
@@ -157,6 +158,15 @@ pub async fn reconcile(mp: Arc<MountPod>, ctx: Arc<Context>) -> Result<Action, E
     let span = info_span!("mountpod", mountpod = %mp.name_any(), volume = %mp.spec.volume, node = %ctx.node);
     async {
         debug!(resource_version = ?mp.resource_version(), "mountpod reconcile");
+        // The claim its volume's metrics are labelled with (until its deletion).
+        if mp.metadata.deletion_timestamp.is_none()
+            && let Ok(mut claims) = ctx.metrics.claims.write()
+        {
+            claims.insert(
+                mp.spec.volume.clone(),
+                Claim::from_annotations(mp.annotations()),
+            );
+        }
         let start = Instant::now();
         let res = reconcile_inner(&mp, &ctx).await;
         ctx.metrics
@@ -173,6 +183,15 @@ pub async fn reconcile(mp: Arc<MountPod>, ctx: Arc<Context>) -> Result<Action, E
     }
     .instrument(span)
     .await
+}
+
+/// The labels of `mp`'s mount in the agent's per-volume metrics.
+pub(super) fn mount_labels(ctx: &Context, mp: &MountPod) -> MountLabels {
+    MountLabels::new(
+        &mp.spec.volume,
+        &ctx.node,
+        Claim::from_annotations(mp.annotations()),
+    )
 }
 
 /// Back off after an error.
@@ -358,6 +377,7 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
                 "{cause}; a successor took the held connection over in {} ms (no remount)",
                 took.as_millis()
             );
+            ctx.metrics.handoff(mount_labels(ctx, mp), "takeover");
             publish(ctx, mp, EventType::Warning, "TakenOver", &note).await;
         } else if served.answers {
             let note = format!(
@@ -468,6 +488,11 @@ async fn delete(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
                 write_status(mp, ctx, &mut current, report).await?;
                 return Err(Error::MountService(e));
             }
+        }
+        // The mount and its counters are gone: so is its claim (the map stays as
+        // small as the node's mounts).
+        if let Ok(mut claims) = ctx.metrics.claims.write() {
+            claims.remove(&mp.spec.volume);
         }
     }
     let finalizers: Vec<String> = mp

@@ -134,6 +134,7 @@ pub(super) async fn replace(mp: &MountPod, ctx: &Context, want: &Want) {
                 "{from} → {to}: the new daemon took the held connection over in {} ms (no remount)",
                 took.as_millis()
             );
+            ctx.metrics.handoff(super::mount_labels(ctx, mp), "upgrade");
             publish(ctx, mp, EventType::Normal, "Upgraded", &note).await;
         }
         Ok(Some(served)) => {

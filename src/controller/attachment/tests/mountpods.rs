@@ -129,6 +129,35 @@ fn the_apply_body_holds_only_what_the_controller_owns() {
 }
 
 #[test]
+fn the_apply_body_carries_the_volumes_claim_and_no_other_annotation() {
+    let mut v = volume(AccessMode::ReadWriteOnce);
+    let desired = desired_spec(&v, "n1", false, MountTask::Serve).unwrap();
+    let body = apply_body(&v, &Labels::default(), &desired);
+    assert!(
+        body["metadata"].get("annotations").is_none(),
+        "no claim: none"
+    );
+    v.metadata.annotations = Some(
+        [
+            (api::ANNOTATION_PVC_NAME, "data"),
+            (api::ANNOTATION_PVC_NAMESPACE, "db"),
+            (api::ANNOTATION_CSI_NAME, "pvc-1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    );
+    let body = apply_body(&v, &Labels::default(), &desired);
+    assert_eq!(
+        body["metadata"]["annotations"],
+        serde_json::json!({
+            api::ANNOTATION_PVC_NAME: "data",
+            api::ANNOTATION_PVC_NAMESPACE: "db",
+        })
+    );
+}
+
+#[test]
 fn a_created_mountpod_carries_the_agents_finalizer_only_where_an_agent_is_registered() {
     let v = volume(AccessMode::ReadWriteOnce);
     let desired = desired_spec(&v, "n1", false, MountTask::Serve).unwrap();

@@ -2,31 +2,28 @@
 //! `/healthz`, `/readyz`), shared by the controller and the node agent.
 //!
 //! Each role has its own registry: [`Metrics::controller`] exports the reconcile,
-//! ticket, leader and state families, [`Metrics::agent`] only what the agent does
-//! (its API requests, and with [`Metrics::with_collector`] its mounts' FUSE counters,
-//! `node::mount_counters`); both export `tessera_build_info`. Every family is described in
-//! `docs/metrics.md`. Metric names carry the `tessera_` prefix. The endpoint is
-//! hyper's HTTP/1.1 server (kept-alive scrapes, requests in any number of packets);
-//! [`respond`] decides each answer from the method and path alone.
+//! queue, ticket, leader and state families (aggregate and per object, [`objects`]),
+//! [`Metrics::agent`] only what the agent does (its API requests, its MountPod
+//! reconciles, its mounts' handoffs, and with [`Metrics::with_collector`] its mounts'
+//! FUSE counters, `node::mount_counters`); both export `tessera_build_info` and the
+//! standard `process_*` families ([`process`]). Every family is described in
+//! `docs/metrics.md`. Tessera's names carry the `tessera_` prefix. [`serve`] answers
+//! `/metrics`, `/healthz` and `/readyz` (`endpoint`).
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+mod endpoint;
+pub mod objects;
+pub mod process;
+pub mod queue;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::header::{ALLOW, CONTENT_TYPE};
-use hyper::server::conn::http1;
-use hyper::{Method, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
 
 /// Labels naming a controller.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -94,9 +91,12 @@ pub struct PhaseLabels {
     pub node: String,
 }
 
-/// What the controller's caches hold, counted (the state gauges).
+/// What the controller's caches hold, counted (the state gauges), and the per-object
+/// series.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StateCounts {
+    /// The per-object series.
+    pub objects: objects::ObjectSeries,
     /// Volumes by state.
     pub volumes: std::collections::BTreeMap<String, i64>,
     /// Tickets not satisfied, by reason.
@@ -108,8 +108,29 @@ pub struct StateCounts {
 /// The metrics of the controller and the node agent.
 pub struct Metrics {
     registry: Registry,
-    /// Reconciles by controller and result (`success`, `error`).
+    /// The `process_*` families, without the prefix.
+    process: Registry,
+    /// Reconciles by controller and result (`success`, `error`): `tessera_reconcile_total`
+    /// (and, deprecated, `tessera_reconcile_results_total`).
     pub reconcile_results: Family<ResultLabels, Counter>,
+    /// Objects whose reconcile was asked for and has not started, per controller.
+    pub queue_depth: Family<ControllerLabels, Gauge>,
+    /// One series per Volume, 1, labelled with its state.
+    pub volume_state: Family<objects::VolumeStateLabels, Gauge>,
+    /// MountPods by volume, node and phase.
+    pub mountpod_phase: Family<objects::MountPhaseLabels, Gauge>,
+    /// Mount daemon restarts by volume and node (from the MountPods' status).
+    pub mountpod_restarts: Family<objects::MountLabels, Counter>,
+    /// Mount daemon OOM kills by volume and node (from the MountPods' status).
+    pub mountpod_oom_kills: Family<objects::MountLabels, Counter>,
+    /// Objects left out of the per-object series (over `objects::MAX_OBJECTS`).
+    pub objects_omitted: Gauge,
+    /// Handoffs of a mount's kernel connection to a new daemon (agent).
+    pub handoffs: Family<objects::HandoffLabels, Counter>,
+    /// The claims of the agent's volumes, by volume (its FUSE counters' labels).
+    pub claims: objects::Claims,
+    /// The objects queued for a reconcile, per controller (`queue_depth`).
+    pending: queue::Pending,
     /// 1 while this replica leads (controller).
     pub leader: Gauge,
     /// Volumes by state (controller, from its cache).
@@ -118,9 +139,9 @@ pub struct Metrics {
     pub tickets_waiting: Family<ReasonLabels, Gauge>,
     /// MountPods by phase and node (controller, from its cache).
     pub mountpods: Family<PhaseLabels, Gauge>,
-    /// Reconciles run, per controller.
+    /// Reconciles run, per controller (deprecated: `reconcile_results`).
     pub reconciles: Family<ControllerLabels, Counter>,
-    /// Reconciles that failed, per controller.
+    /// Reconciles that failed, per controller (deprecated: `reconcile_results`).
     pub reconcile_errors: Family<ControllerLabels, Counter>,
     /// Reconcile duration in seconds, per controller.
     pub reconcile_duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
@@ -152,7 +173,8 @@ impl Metrics {
         Self::for_role(Role::Controller)
     }
 
-    /// The node agent's metrics: build info and its API requests, no controller family.
+    /// The node agent's metrics: build info, process, its API requests, its MountPod
+    /// reconciles and handoffs; no controller family.
     pub fn agent() -> Self {
         Self::for_role(Role::Agent)
     }
@@ -172,6 +194,15 @@ impl Metrics {
         let volumes = Family::<StateLabels, Gauge>::default();
         let tickets_waiting = Family::<ReasonLabels, Gauge>::default();
         let mountpods = Family::<PhaseLabels, Gauge>::default();
+        let queue_depth = Family::<ControllerLabels, Gauge>::default();
+        let volume_state = Family::<objects::VolumeStateLabels, Gauge>::default();
+        let mountpod_phase = Family::<objects::MountPhaseLabels, Gauge>::default();
+        let mountpod_restarts = Family::<objects::MountLabels, Counter>::default();
+        let mountpod_oom_kills = Family::<objects::MountLabels, Counter>::default();
+        let objects_omitted = Gauge::default();
+        let handoffs = Family::<objects::HandoffLabels, Counter>::default();
+        let mut process = Registry::default();
+        process.register_collector(Box::new(process::ProcessCollector));
         let build_info = Family::<BuildLabels, Gauge>::default();
         build_info
             .get_or_create(&BuildLabels {
@@ -188,19 +219,48 @@ impl Metrics {
             "Requests sent to the API server, by HTTP verb, resource and response code",
             api_requests.clone(),
         );
+        registry.register(
+            "reconcile",
+            "Reconciles by controller and result (success or error)",
+            reconcile_results.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Reconcile duration",
+            reconcile_duration.clone(),
+        );
+        if role == Role::Agent {
+            registry.register(
+                "mount_handoffs",
+                "Handoffs of a mount's FUSE connection to a new daemon, by reason (takeover, upgrade)",
+                handoffs.clone(),
+            );
+        }
         if role == Role::Controller {
             Self::register_controller(
                 &mut registry,
                 &reconciles,
                 &reconcile_errors,
-                &reconcile_duration,
                 &ticket_satisfied_seconds,
                 &tickets_reaped,
             );
             registry.register(
                 "reconcile_results",
-                "Reconciles by controller and result (success or error)",
+                "Deprecated (use tessera_reconcile_total): reconciles by controller and result",
                 reconcile_results.clone(),
+            );
+            registry.register(
+                "reconcile_queue_depth",
+                "Objects whose reconcile was asked for and has not started yet, per controller",
+                queue_depth.clone(),
+            );
+            Self::register_objects(
+                &mut registry,
+                &volume_state,
+                &mountpod_phase,
+                &mountpod_restarts,
+                &mountpod_oom_kills,
+                &objects_omitted,
             );
             registry.register(
                 "leader",
@@ -225,7 +285,17 @@ impl Metrics {
         }
         Metrics {
             registry,
+            process,
             reconcile_results,
+            queue_depth,
+            volume_state,
+            mountpod_phase,
+            mountpod_restarts,
+            mountpod_oom_kills,
+            objects_omitted,
+            handoffs,
+            claims: Default::default(),
+            pending: Default::default(),
             leader,
             volumes,
             tickets_waiting,
@@ -240,24 +310,57 @@ impl Metrics {
         }
     }
 
+    fn register_objects(
+        registry: &mut Registry,
+        volume_state: &Family<objects::VolumeStateLabels, Gauge>,
+        mountpod_phase: &Family<objects::MountPhaseLabels, Gauge>,
+        mountpod_restarts: &Family<objects::MountLabels, Counter>,
+        mountpod_oom_kills: &Family<objects::MountLabels, Counter>,
+        objects_omitted: &Gauge,
+    ) {
+        registry.register(
+            "volume_state",
+            "1 for each Volume, labelled with its state and its claim",
+            volume_state.clone(),
+        );
+        registry.register(
+            "mountpod_phase",
+            "MountPods by volume, node, claim and phase",
+            mountpod_phase.clone(),
+        );
+        registry.register(
+            "mountpod_restarts",
+            "Mount daemon restarts by volume and node (status.restarts of its MountPods)",
+            mountpod_restarts.clone(),
+        );
+        registry.register(
+            "mountpod_oom_kills",
+            "Mount daemon OOM kills by volume and node (status.oomKills of its MountPods)",
+            mountpod_oom_kills.clone(),
+        );
+        registry.register(
+            "objects_omitted",
+            "Volumes and MountPods left out of the per-object series (over the bound)",
+            objects_omitted.clone(),
+        );
+    }
+
     fn register_controller(
         registry: &mut Registry,
         reconciles: &Family<ControllerLabels, Counter>,
         reconcile_errors: &Family<ControllerLabels, Counter>,
-        reconcile_duration: &Family<ControllerLabels, Histogram, fn() -> Histogram>,
         ticket_satisfied_seconds: &Histogram,
         tickets_reaped: &Counter,
     ) {
-        registry.register("reconciles", "Reconciles run", reconciles.clone());
         registry.register(
-            "reconcile_errors",
-            "Reconciles that failed",
-            reconcile_errors.clone(),
+            "reconciles",
+            "Deprecated (use tessera_reconcile_total): reconciles run",
+            reconciles.clone(),
         );
         registry.register(
-            "reconcile_duration_seconds",
-            "Reconcile duration",
-            reconcile_duration.clone(),
+            "reconcile_errors",
+            "Deprecated (use tessera_reconcile_total{result=\"error\"}): reconciles that failed",
+            reconcile_errors.clone(),
         );
         registry.register(
             "ticket_satisfied_seconds",
@@ -299,6 +402,62 @@ impl Metrics {
                 })
                 .set(*n);
         }
+        self.set_objects(&counts.objects);
+    }
+
+    /// Set the per-object series to `s` (emptied first, so a deleted object's go).
+    fn set_objects(&self, s: &objects::ObjectSeries) {
+        self.volume_state.clear();
+        for labels in &s.volume_state {
+            self.volume_state.get_or_create(labels).set(1);
+        }
+        self.mountpod_phase.clear();
+        for (labels, n) in &s.mountpod_phase {
+            self.mountpod_phase.get_or_create(labels).set(*n);
+        }
+        self.mountpod_restarts.clear();
+        for (labels, n) in &s.mountpod_restarts {
+            self.mountpod_restarts.get_or_create(labels).inc_by(*n);
+        }
+        self.mountpod_oom_kills.clear();
+        for (labels, n) in &s.mountpod_oom_kills {
+            self.mountpod_oom_kills.get_or_create(labels).inc_by(*n);
+        }
+        self.objects_omitted.set(s.omitted);
+    }
+
+    /// A watch event asked `controller` to reconcile `name`.
+    pub fn reconcile_asked(&self, controller: &str, name: &str) {
+        self.set_queue_depth(controller, self.pending.asked(controller, name));
+    }
+
+    /// `controller` starts reconciling `name`.
+    pub fn reconcile_started(&self, controller: &str, name: &str) {
+        self.set_queue_depth(controller, self.pending.started(controller, name));
+    }
+
+    /// Forget the queued objects of `controller` that `exists` says are gone.
+    pub fn reconcile_queue_retain(&self, controller: &str, exists: impl Fn(&str) -> bool) {
+        self.set_queue_depth(controller, self.pending.retain(controller, exists));
+    }
+
+    /// Set the reconcile queue depth of `controller`.
+    fn set_queue_depth(&self, controller: &str, depth: usize) {
+        self.queue_depth
+            .get_or_create(&ControllerLabels {
+                controller: controller.into(),
+            })
+            .set(i64::try_from(depth).unwrap_or(i64::MAX));
+    }
+
+    /// Count one handoff of a mount (`reason`: `takeover` or `upgrade`).
+    pub fn handoff(&self, mount: objects::MountLabels, reason: &str) {
+        self.handoffs
+            .get_or_create(&objects::HandoffLabels {
+                mount,
+                reason: reason.into(),
+            })
+            .inc();
     }
 
     /// Record one reconcile of `controller` that took `elapsed` and failed or not.
@@ -339,88 +498,16 @@ impl Metrics {
     /// The metrics in the OpenMetrics text format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
+        encode_registry(&mut out, &self.process)
+            .and_then(|()| encode_registry(&mut out, &self.registry))
+            .and_then(|()| encode_eof(&mut out))
             .expect("writing to a String");
         out
     }
 }
 
-/// How long a client may take to send a request's headers before its connection is
-/// closed (a probe or scrape sends them at once).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long to wait before accepting again after `accept` failed (out of descriptors).
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-
-/// Serve `/metrics`, `/healthz` and `/readyz` on `addr` until the task is dropped.
-/// Returns the bound address (useful with port 0).
-pub async fn serve(addr: SocketAddr, metrics: Arc<Metrics>) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    tokio::spawn(async move {
-        loop {
-            let stream = match listener.accept().await {
-                Ok((stream, _)) => stream,
-                Err(_) => {
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                }
-            };
-            let metrics = metrics.clone();
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let response = respond(&metrics, req.method(), req.uri().path());
-                    async move { Ok::<_, std::convert::Infallible>(response) }
-                });
-                let _ = http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_READ_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    Ok(local)
-}
-
-/// The answer to one request. GET and HEAD only (hyper leaves the body out of a HEAD
-/// answer); anything else is 405 with the methods allowed.
-pub fn respond(metrics: &Metrics, method: &Method, path: &str) -> Response<Full<Bytes>> {
-    const TEXT: &str = "text/plain";
-    let (status, body, ctype) = if method != Method::GET && method != Method::HEAD {
-        (
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method not allowed\n".to_string(),
-            TEXT,
-        )
-    } else {
-        match path {
-            "/metrics" => (
-                StatusCode::OK,
-                metrics.encode(),
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            ),
-            "/healthz" | "/livez" => (StatusCode::OK, "ok\n".to_string(), TEXT),
-            "/readyz" if metrics.ready.load(Ordering::Relaxed) => {
-                (StatusCode::OK, "ok\n".to_string(), TEXT)
-            }
-            "/readyz" => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "not ready\n".to_string(),
-                TEXT,
-            ),
-            _ => (StatusCode::NOT_FOUND, "not found\n".to_string(), TEXT),
-        }
-    };
-    let mut response = Response::builder()
-        .status(status)
-        .header(CONTENT_TYPE, ctype);
-    if status == StatusCode::METHOD_NOT_ALLOWED {
-        response = response.header(ALLOW, "GET, HEAD");
-    }
-    response
-        .body(Full::new(Bytes::from(body)))
-        .expect("a response from valid parts")
-}
+pub use endpoint::{respond, serve};
 
 #[cfg(test)]
 mod tests {
@@ -438,6 +525,11 @@ mod tests {
             })
             .inc();
         m.reconciled("attachment", Duration::from_millis(1), false);
+        m.set_queue_depth("attachment", 0);
+        m.handoff(
+            objects::MountLabels::new("v", "n1", objects::Claim::default()),
+            "takeover",
+        );
         m.ticket_satisfied_seconds.observe(0.1);
         m.tickets_reaped.inc();
         m.leader.set(1);
@@ -445,6 +537,7 @@ mod tests {
         counts.volumes.insert("Attached".into(), 1);
         counts.tickets_waiting.insert("Attaching".into(), 1);
         counts.mountpods.insert(("Ready".into(), "n1".into()), 1);
+        counts.objects = object_series();
         m.set_states(&counts);
         m.encode()
             .lines()
@@ -453,11 +546,46 @@ mod tests {
             .collect()
     }
 
+    fn object_series() -> objects::ObjectSeries {
+        objects::series(
+            vec![objects::VolumeView {
+                name: "v".into(),
+                claim: objects::Claim {
+                    pvc: "data".into(),
+                    pvc_namespace: "db".into(),
+                },
+                state: "Attached".into(),
+            }],
+            vec![objects::MountPodView {
+                name: "v-1".into(),
+                volume: "v".into(),
+                node: "n1".into(),
+                claim: objects::Claim {
+                    pvc: "data".into(),
+                    pvc_namespace: "db".into(),
+                },
+                phase: "Ready".into(),
+                restarts: 2,
+                oom_kills: 1,
+            }],
+            objects::MAX_OBJECTS,
+        )
+    }
+
     #[test]
     fn the_agent_exports_no_controller_family() {
         let controller = families(&Metrics::controller());
         let agent = families(&Metrics::agent());
-        for f in ["tessera_build_info", "tessera_api_requests"] {
+        for f in [
+            "tessera_build_info",
+            "tessera_api_requests",
+            "tessera_reconcile",
+            "tessera_reconcile_duration_seconds",
+            "process_cpu_seconds",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "process_start_time_seconds",
+        ] {
             assert!(agent.contains(&f.to_string()), "{f} in {agent:?}");
             assert!(controller.contains(&f.to_string()), "{f} in {controller:?}");
         }
@@ -470,6 +598,12 @@ mod tests {
             "tessera_mountpods",
             "tessera_ticket_satisfied_seconds",
             "tessera_tickets_reaped",
+            "tessera_reconcile_queue_depth",
+            "tessera_volume_state",
+            "tessera_mountpod_phase",
+            "tessera_mountpod_restarts",
+            "tessera_mountpod_oom_kills",
+            "tessera_objects_omitted",
         ] {
             assert!(controller.contains(&f.to_string()), "{f} in {controller:?}");
             assert!(
@@ -477,6 +611,8 @@ mod tests {
                 "{f} in the agent's {agent:?}"
             );
         }
+        assert!(agent.contains(&"tessera_mount_handoffs".to_string()));
+        assert!(!controller.contains(&"tessera_mount_handoffs".to_string()));
         let text = Metrics::agent().encode();
         assert!(
             text.contains(&format!(
@@ -497,9 +633,22 @@ mod tests {
         counts.volumes.insert("Attached".into(), 2);
         counts.tickets_waiting.insert("HeldByOtherNode".into(), 1);
         counts.mountpods.insert(("Ready".into(), "n1".into()), 3);
+        m.set_queue_depth("volume", 4);
+        counts.objects = object_series();
         m.set_states(&counts);
         let text = m.encode();
         for line in [
+            // One family, and its deprecated names, counting the same reconciles.
+            "tessera_reconcile_total{controller=\"volume\",result=\"success\"} 2",
+            "tessera_reconcile_total{controller=\"volume\",result=\"error\"} 1",
+            "tessera_reconciles_total{controller=\"volume\"} 3",
+            "tessera_reconcile_errors_total{controller=\"volume\"} 1",
+            "tessera_reconcile_queue_depth{controller=\"volume\"} 4",
+            "tessera_volume_state{volume=\"v\",pvc=\"data\",pvc_namespace=\"db\",state=\"Attached\"} 1",
+            "tessera_mountpod_phase{volume=\"v\",node=\"n1\",pvc=\"data\",pvc_namespace=\"db\",phase=\"Ready\"} 1",
+            "tessera_mountpod_restarts_total{volume=\"v\",node=\"n1\",pvc=\"data\",pvc_namespace=\"db\"} 2",
+            "tessera_mountpod_oom_kills_total{volume=\"v\",node=\"n1\",pvc=\"data\",pvc_namespace=\"db\"} 1",
+            "tessera_objects_omitted 0",
             "tessera_reconcile_results_total{controller=\"volume\",result=\"success\"} 2",
             "tessera_reconcile_results_total{controller=\"volume\",result=\"error\"} 1",
             "tessera_volumes{state=\"Attached\"} 2",
@@ -508,76 +657,13 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }
-        // A state nothing is in any more is gone.
+        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+        assert!(text.trim_end().ends_with("# EOF"), "{text}");
+        // A state nothing is in any more is gone, and a deleted object's series.
         m.set_states(&StateCounts::default());
-        assert!(!m.encode().contains("tessera_volumes{"));
-    }
-
-    /// One request, written in `parts` with a pause between them, on a new connection;
-    /// the whole answer.
-    async fn ask(addr: SocketAddr, parts: &[&str]) -> String {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        for part in parts {
-            s.write_all(part.as_bytes()).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.unwrap();
-        out
-    }
-
-    #[tokio::test]
-    async fn the_endpoint_answers_probes_and_scrapes_as_http_does() {
-        let metrics = Arc::new(Metrics::agent());
-        let addr = serve("127.0.0.1:0".parse().unwrap(), metrics.clone())
-            .await
-            .unwrap();
-        let get =
-            |path: &str| format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-        let r = ask(addr, &[&get("/metrics")]).await;
-        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
-        assert!(
-            r.contains("content-type: application/openmetrics-text"),
-            "{r}"
-        );
-        assert!(r.contains("tessera_build_info"), "{r}");
-        // A request that arrives in pieces (the old endpoint read one chunk only and
-        // answered 404 to `GET /met`).
-        let r = ask(
-            addr,
-            &[
-                "GET /met",
-                "rics HTTP/1.1\r\nHost: x\r\n",
-                "Connection: close\r\n\r\n",
-            ],
-        )
-        .await;
-        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
-        let r = ask(addr, &[&get("/healthz")]).await;
-        assert!(
-            r.starts_with("HTTP/1.1 200 OK") && r.ends_with("ok\n"),
-            "{r}"
-        );
-        let r = ask(addr, &[&get("/readyz")]).await;
-        assert!(r.starts_with("HTTP/1.1 503"), "{r}");
-        metrics.set_ready(true);
-        let r = ask(addr, &[&get("/readyz")]).await;
-        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
-        let r = ask(addr, &[&get("/nothing")]).await;
-        assert!(r.starts_with("HTTP/1.1 404"), "{r}");
-        // The method counts: a POST is refused, a HEAD has no body.
-        let r = ask(addr, &["POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"]).await;
-        assert!(r.starts_with("HTTP/1.1 405"), "{r}");
-        assert!(r.to_lowercase().contains("allow: get, head"), "{r}");
-        let r = ask(
-            addr,
-            &["HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
-        )
-        .await;
-        assert!(
-            r.starts_with("HTTP/1.1 200 OK") && r.ends_with("\r\n\r\n"),
-            "{r}"
-        );
+        let text = m.encode();
+        assert!(!text.contains("tessera_volumes{"));
+        assert!(!text.contains("tessera_volume_state{"));
+        assert!(!text.contains("tessera_mountpod_restarts_total{"));
     }
 }
