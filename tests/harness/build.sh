@@ -15,6 +15,8 @@
 #   csi-snapshotter, snapshot-controller, ../snapshot-crds/*.yaml
 #                    (module snapshot/: external-snapshotter v8 needs k8s.io v0.37;
 #                    the VolumeSnapshot CRDs copied from its client module)
+#   kstatus          (module kstatus/: cli-utils' kstatus over objects on stdin, for
+#                    tests/controller/gitops_health.rs)
 #
 # A no-op when every binary exists and the stamp files are newer than the sources
 # of its part (see the *_SRC patterns below); editing only top-level *.go files
@@ -71,6 +73,8 @@ SNAPSHOT_TOOLS=(
   github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
 )
 SNAPSHOT_CRDS="$BIN/../snapshot-crds"
+# kstatus/go.mod (a module of its own: sigs.k8s.io/cli-utils v0.37.2 pins its own
+# k8s.io versions).
 CNI_PLUGINS=(
   github.com/containernetworking/plugins/plugins/main/ptp
   github.com/containernetworking/plugins/plugins/ipam/host-local
@@ -79,13 +83,15 @@ CNI_PLUGINS=(
 
 log() { printf '[harness-build] %s\n' "$*" >&2; }
 
-# Five parts, each with its own stamp (recording when its build *started*, so a
+# Seven parts, each with its own stamp (recording when its build *started*, so a
 # source edited during a build triggers the next one):
 #   harness: k8s-harness, rebuilt when a top-level *.go, go.mod, go.sum or build.sh changes
 #   tools:   kubectl, kubelet + sidecars, rebuilt only when go.mod, go.sum or build.sh change
 #   small:   cmd/*, rebuilt when cmd/**/*.go, go.mod or build.sh change
 #   nodes:   containerd, runc, CNI plugins, rebuilt when nodes/go.{mod,sum} or build.sh change
 #   helm:    helm, rebuilt when helm/go.{mod,sum} or build.sh change
+#   snapshot: csi-snapshotter, snapshot-controller, rebuilt when snapshot/go.{mod,sum} or build.sh change
+#   kstatus: kstatus, rebuilt when kstatus/{*.go,go.mod,go.sum} or build.sh change
 newer_than() { # newer_than STAMP DIR DEPTH NAME-PATTERN...: prints a source newer than STAMP
   local stamp=$1 dir=$2 depth=$3; shift 3
   local expr=() n
@@ -135,7 +141,13 @@ snapshot_up_to_date() {
     [[ -z "$(newer_than "$STAMP.snapshot" "$HARNESS_DIR/snapshot" 1 go.mod go.sum)" ]]
 }
 
-up_to_date() { harness_up_to_date && tools_up_to_date && small_up_to_date && nodes_up_to_date && helm_up_to_date && snapshot_up_to_date; }
+kstatus_up_to_date() {
+  fresh kstatus kstatus &&
+    [[ -z "$(newer_than "$STAMP.kstatus" "$HARNESS_DIR" 1 build.sh)" ]] &&
+    [[ -z "$(newer_than "$STAMP.kstatus" "$HARNESS_DIR/kstatus" 1 '*.go' go.mod go.sum)" ]]
+}
+
+up_to_date() { harness_up_to_date && tools_up_to_date && small_up_to_date && nodes_up_to_date && helm_up_to_date && snapshot_up_to_date && kstatus_up_to_date; }
 
 if up_to_date; then
   log "up to date ($BIN)"
@@ -236,6 +248,18 @@ if ! snapshot_up_to_date; then
   )
   mv -f "$STAMP.snapshot.new" "$STAMP.snapshot"
   log "external-snapshotter done after $(( $(date +%s) - start ))s"
+fi
+
+if ! kstatus_up_to_date; then
+  touch "$STAMP.kstatus.new"
+  log "building kstatus (sigs.k8s.io/cli-utils) ..."
+  (
+    cd "$HARNESS_DIR/kstatus"
+    go build -p "$GO_P" -trimpath -ldflags "-s -w" -o "$BIN/kstatus.new" .
+  )
+  mv -f "$BIN/kstatus.new" "$BIN/kstatus"
+  mv -f "$STAMP.kstatus.new" "$STAMP.kstatus"
+  log "kstatus done after $(( $(date +%s) - start ))s"
 fi
 
 log "built in $(( $(date +%s) - start ))s into $BIN"
