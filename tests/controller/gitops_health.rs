@@ -32,6 +32,7 @@ async fn volume_in(e: &Env, name: &str, state: VolumeState) {
 async fn kstatus_and_argocd_read_each_state_of_real_objects() {
     // n0 mounts, n1's mounts fail, n2's never answer (still starting).
     let e = Env::new("health", 3, WAIT).await;
+    let _nodes = fixtures::NodesGuard(e.nodes.clone());
     fixtures::create_csinodes(&e.client, &e.id, &e.nodes).await;
     let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
     let agent = FakeAgent::start(e.client.clone(), &e.id);

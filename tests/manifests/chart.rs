@@ -461,7 +461,10 @@ fn chart_renders_the_argocd_health_checks() {
         ]
     );
     for (key, value) in data {
-        assert_eq!(value.as_str(), Some(script.as_str()), "{key}");
+        assert!(
+            value.as_str() == Some(script.as_str()),
+            "{key} differs from config/argocd/health.lua"
+        );
     }
     let off = objects(&helm_template("storage", &[]));
     assert!(

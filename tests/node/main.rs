@@ -8,6 +8,7 @@
 mod support;
 
 mod backend_roots;
+mod gitops_health;
 mod handoff_agent;
 mod node_agent;
 mod populate_agent;

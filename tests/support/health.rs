@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use mlua::{Lua, LuaSerdeExt, SerializeOptions};
+use mlua::serde::SerializeOptions;
+use mlua::{Lua, LuaSerdeExt};
 use serde_json::{Value, json};
 
 /// kstatus's status (Current, InProgress, Failed, Terminating, …) of each object, by
