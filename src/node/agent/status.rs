@@ -524,7 +524,8 @@ pub(super) mod tests {
             "RemountBlocked",
             "readOnly changed".into(),
         ));
-        let table: Vec<(&str, Report, Option<(&str, &str)>)> = vec![
+        type Row = (&'static str, Report, Option<(&'static str, &'static str)>);
+        let table: Vec<Row> = vec![
             ("ready", ready(42), None),
             ("starting", starting, Some(("Reconciling", "Starting"))),
             (
