@@ -44,6 +44,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Config, ResourceExt};
 use serde_json::json;
+use tessera::api::CONDITION_READY;
 use tessera::api::CONTROLLER_FIELD_MANAGER;
 use tessera::api::{
     self, AppliedSettings, AttacherType, AttachmentTicket, AttachmentTicketStatus, LABEL_NODE,
@@ -51,7 +52,7 @@ use tessera::api::{
     VolumeAttachmentSpec, VolumeAttachmentStatus, condition_status,
 };
 use tessera::controller::attachment::desired_spec;
-use tessera::controller::attachment::status::{CONDITION_READY, REASON_TICKETS_SATISFIED};
+use tessera::controller::attachment::status::REASON_TICKETS_SATISFIED;
 use tessera::controller::owner::owner_reference;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;

@@ -26,8 +26,8 @@
 //! deleted is recreated with its CSI tickets rebuilt from the storage.k8s.io ones.
 
 use crate::api::{
-    ANNOTATION_RECLAIM, ATTACHMENT_FINALIZER, CLEANUP_TICKET, CONTROLLER_FIELD_MANAGER,
-    VOLUME_FINALIZER, finalizers,
+    ANNOTATION_RECLAIM, ATTACHMENT_FINALIZER, CLEANUP_TICKET, CONDITION_FAULTED, CONDITION_READY,
+    CONDITION_STALLED, CONTROLLER_FIELD_MANAGER, VOLUME_FINALIZER, finalizers,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -289,11 +289,23 @@ async fn refuse_backend_root(
     let now = jiff::Timestamp::now()
         .round(jiff::Unit::Second)
         .unwrap_or(jiff::Timestamp::now());
+    // Faulted, not Ready, and Stalled (kstatus: Failed): only the administrator's
+    // allow-list or a new Volume changes this.
+    let conditions: Vec<_> = [
+        (CONDITION_FAULTED, "True"),
+        (CONDITION_READY, "False"),
+        (CONDITION_STALLED, "True"),
+    ]
+    .iter()
+    .map(|(type_, status)| {
+        json!({"type": type_, "status": status, "reason": BACKEND_ROOT_NOT_ALLOWED,
+               "message": message, "lastTransitionTime": now.to_string(),
+               "observedGeneration": volume.metadata.generation})
+    })
+    .collect();
     let patch = json!({"status": {
         "state": "Faulted",
-        "conditions": [{"type": "Faulted", "status": "True", "reason": BACKEND_ROOT_NOT_ALLOWED,
-                        "message": message, "lastTransitionTime": now.to_string(),
-                        "observedGeneration": volume.metadata.generation}],
+        "conditions": conditions,
         "observedGeneration": volume.metadata.generation,
     }});
     Api::<Volume>::all(ctx.client.clone())

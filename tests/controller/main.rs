@@ -10,5 +10,6 @@ mod support;
 
 mod controller;
 mod controller_owners;
+mod gitops_health;
 mod inline_orphans;
 mod kubectl_plugin;

@@ -17,6 +17,8 @@
 #                    the VolumeSnapshot CRDs copied from its client module)
 #   promtool         (module prometheus/: Prometheus's rule checker and tester, for
 #                    config/monitoring/'s alert rules, tests/manifests/monitoring.rs)
+#   kstatus          (module kstatus/: cli-utils' kstatus over objects on stdin, for
+#                    tests/controller/gitops_health.rs)
 #
 # A no-op when every binary exists and the stamp files are newer than the sources
 # of its part (see the *_SRC patterns below); editing only top-level *.go files
@@ -79,6 +81,8 @@ SNAPSHOT_CRDS="$BIN/../snapshot-crds"
 PROMETHEUS_VERSION=v0.316.0   # the Go module of Prometheus 3.16.0
 PROMTOOL_LDFLAGS="-s -w -X github.com/prometheus/common/version.Version=3.16.0"
 PROMTOOL=github.com/prometheus/prometheus/cmd/promtool
+# kstatus/go.mod (a module of its own: sigs.k8s.io/cli-utils v0.37.2 pins its own
+# k8s.io versions).
 CNI_PLUGINS=(
   github.com/containernetworking/plugins/plugins/main/ptp
   github.com/containernetworking/plugins/plugins/ipam/host-local
@@ -96,6 +100,7 @@ log() { printf '[harness-build] %s\n' "$*" >&2; }
 #   helm:    helm, rebuilt when helm/go.{mod,sum} or build.sh change
 #   snapshot: csi-snapshotter, snapshot-controller, rebuilt when snapshot/go.{mod,sum} or build.sh change
 #   prometheus: promtool, rebuilt when prometheus/go.{mod,sum} or build.sh change
+#   kstatus: kstatus, rebuilt when kstatus/{*.go,go.mod,go.sum} or build.sh change
 newer_than() { # newer_than STAMP DIR DEPTH NAME-PATTERN...: prints a source newer than STAMP
   local stamp=$1 dir=$2 depth=$3; shift 3
   local expr=() n
@@ -151,7 +156,13 @@ snapshot_up_to_date() {
     [[ -z "$(newer_than "$STAMP.snapshot" "$HARNESS_DIR/snapshot" 1 go.mod go.sum)" ]]
 }
 
-up_to_date() { harness_up_to_date && tools_up_to_date && small_up_to_date && nodes_up_to_date && helm_up_to_date && snapshot_up_to_date && prometheus_up_to_date; }
+kstatus_up_to_date() {
+  fresh kstatus kstatus &&
+    [[ -z "$(newer_than "$STAMP.kstatus" "$HARNESS_DIR" 1 build.sh)" ]] &&
+    [[ -z "$(newer_than "$STAMP.kstatus" "$HARNESS_DIR/kstatus" 1 '*.go' go.mod go.sum)" ]]
+}
+
+up_to_date() { harness_up_to_date && tools_up_to_date && small_up_to_date && nodes_up_to_date && helm_up_to_date && snapshot_up_to_date && prometheus_up_to_date && kstatus_up_to_date; }
 
 if up_to_date; then
   log "up to date ($BIN)"
@@ -264,6 +275,18 @@ if ! prometheus_up_to_date; then
   mv -f "$BIN/promtool.new" "$BIN/promtool"
   mv -f "$STAMP.prometheus.new" "$STAMP.prometheus"
   log "promtool done after $(( $(date +%s) - start ))s"
+fi
+
+if ! kstatus_up_to_date; then
+  touch "$STAMP.kstatus.new"
+  log "building kstatus (sigs.k8s.io/cli-utils) ..."
+  (
+    cd "$HARNESS_DIR/kstatus"
+    go build -p "$GO_P" -trimpath -ldflags "-s -w" -o "$BIN/kstatus.new" .
+  )
+  mv -f "$BIN/kstatus.new" "$BIN/kstatus"
+  mv -f "$STAMP.kstatus.new" "$STAMP.kstatus"
+  log "kstatus done after $(( $(date +%s) - start ))s"
 fi
 
 log "built in $(( $(date +%s) - start ))s into $BIN"

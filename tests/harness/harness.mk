@@ -8,7 +8,7 @@ NODES ?= 2
 
 .PHONY: harness cluster-up cluster-down cluster-status image deploy undeploy
 
-## harness: build k8s-harness, kubectl, the kubelet, containerd, runc, the CSI sidecars and helm into target/harness/bin (no-op when up to date)
+## harness: build k8s-harness, kubectl, the kubelet, containerd, runc, the CSI sidecars, helm and kstatus into target/harness/bin (no-op when up to date)
 harness:
 	bash $(HARNESS_DIR)/build.sh
 

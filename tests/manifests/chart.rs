@@ -484,6 +484,41 @@ fn values_schema_refuses_bad_values() {
     }
 }
 
+/// `argocd.healthChecks=true` renders the Argo CD health checks of the three kinds,
+/// each the script of config/argocd/health.lua (the chart's copy must not drift).
+#[test]
+fn chart_renders_the_argocd_health_checks() {
+    let script = support::health::argocd_script();
+    let objs = objects(&helm_template("storage", &["argocd.healthChecks=true"]));
+    let cm = &objs[&(
+        "ConfigMap".to_string(),
+        "storage".to_string(),
+        "tessera-argocd-health".to_string(),
+    )];
+    let data = cm["data"].as_object().expect("data");
+    let keys: Vec<&str> = data.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "resource.customizations.health.tessera.io_MountPod",
+            "resource.customizations.health.tessera.io_Volume",
+            "resource.customizations.health.tessera.io_VolumeAttachment",
+        ]
+    );
+    for (key, value) in data {
+        assert!(
+            value.as_str() == Some(script.as_str()),
+            "{key} differs from config/argocd/health.lua"
+        );
+    }
+    let off = objects(&helm_template("storage", &[]));
+    assert!(
+        !off.keys()
+            .any(|(_, _, name)| name == "tessera-argocd-health"),
+        "off by default"
+    );
+}
+
 /// `helm lint --strict`, with the defaults and with every optional part on.
 #[test]
 fn helm_lint_passes() {

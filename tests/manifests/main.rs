@@ -2,7 +2,8 @@
 //! test --test manifests`; one area: `cargo test --test manifests chart::`): the CRDs
 //! generated from the Rust types and served by the API server, `config/` and
 //! `examples/`, the Helm chart against `config/`, the alert rules (promtool) and the
-//! dashboard, and the RBAC and admission policies under each component's identity. These need at most the API server: no Tessera
+//! dashboard, the Argo CD health script, and the RBAC and admission policies under
+//! each component's identity. These need at most the API server: no Tessera
 //! process, no root. Static checks of the repository (the architecture check, when it
 //! comes) belong here too.
 
@@ -10,6 +11,7 @@
 mod support;
 
 mod api_server;
+mod argocd;
 mod chart;
 mod crds_in_sync;
 mod monitoring;

@@ -9,6 +9,7 @@
 mod support;
 
 mod backend_roots;
+mod gitops_health;
 mod handoff_agent;
 mod monitoring;
 mod node_agent;

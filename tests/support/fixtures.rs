@@ -348,6 +348,8 @@ pub struct FakeAgent {
     task: tokio::task::JoinHandle<()>,
     /// Node names whose mounts are reported Failed instead.
     pub failing: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Node names whose mounts are left unreported (a mount that is still starting).
+    pub silent: Arc<std::sync::Mutex<Vec<String>>>,
     /// While set, RemoveData MountPods are left unreported (the data is "still being removed").
     pub hold_remove_data: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -357,6 +359,8 @@ impl FakeAgent {
     pub fn start(client: Client, test_id: &str) -> Self {
         let failing: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
         let f = failing.clone();
+        let silent: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let quiet = silent.clone();
         let hold_remove_data: Arc<std::sync::atomic::AtomicBool> = Arc::default();
         let hold = hold_remove_data.clone();
         let api: Api<MountPod> = Api::all(client);
@@ -390,6 +394,9 @@ impl FakeAgent {
                                 .await;
                         });
                     }
+                    continue;
+                }
+                if quiet.lock().unwrap().contains(&mp.spec.node_name) {
                     continue;
                 }
                 let fail = f.lock().unwrap().contains(&mp.spec.node_name);
@@ -433,6 +440,7 @@ impl FakeAgent {
         FakeAgent {
             task,
             failing,
+            silent,
             hold_remove_data,
         }
     }

@@ -239,6 +239,7 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 pub mod csi;
 pub mod env;
 pub mod fixtures;
+pub mod health;
 pub mod invariants;
 pub mod monitoring;
 pub mod sqlite;

@@ -205,9 +205,12 @@ pub struct VolumeAttachmentStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// `Ready` (kstatus): True when every ticket is satisfied; False with the reason
-    /// and message of the first ticket that is not (or VolumeNotFound, NoAgent).
-    /// `kubectl wait --for=condition=Ready volumeattachment.tessera.io/NAME`.
+    /// `Ready`: True when every ticket is satisfied; False with the reason and message
+    /// of the first ticket that is not (or VolumeNotFound, NoAgent).
+    /// `kubectl wait --for=condition=Ready volumeattachment.tessera.io/NAME`. And
+    /// kstatus's `Reconciling` (True while tickets wait for Tessera) or `Stalled` (True
+    /// when a ticket waits for a person: a failed mount, a ticket that cannot be
+    /// honoured, a missing Volume, node or agent).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -314,6 +317,34 @@ impl TicketReason {
             TicketReason::NodeNotFound => "NodeNotFound",
             TicketReason::VolumeNotFound => "VolumeNotFound",
             TicketReason::InUse => "InUse",
+        }
+    }
+}
+
+impl TicketReason {
+    /// Whether a ticket blocked for this reason waits for a person rather than for
+    /// Tessera: a failed mount, a ticket that can never be honoured as written
+    /// (invalid, expired, node-local elsewhere), a node or Volume that does not exist.
+    /// Such a wait makes the VolumeAttachment `Stalled` (kstatus: Failed); any other
+    /// (attaching, waiting for another node or a detach, a lower priority…) makes it
+    /// `Reconciling` (kstatus: InProgress).
+    pub fn stalls(self) -> bool {
+        match self {
+            TicketReason::MountFailed
+            | TicketReason::NodeLocalElsewhere
+            | TicketReason::InvalidParameters
+            | TicketReason::Expired
+            | TicketReason::NodeNotFound
+            | TicketReason::VolumeNotFound => true,
+            TicketReason::Attached
+            | TicketReason::Attaching
+            | TicketReason::HeldByOtherNode
+            | TicketReason::WaitingForDetach
+            | TicketReason::LowerPriority
+            | TicketReason::Interrupted
+            | TicketReason::GenerationPending
+            | TicketReason::VolumeDeleting
+            | TicketReason::InUse => false,
         }
     }
 }

@@ -214,7 +214,8 @@ pub struct MountPodStatus {
     /// Number of references bound (for `kubectl get`).
     #[serde(default)]
     pub reference_count: i32,
-    /// Conditions (`Ready`, …).
+    /// Conditions (`Ready`, …; kstatus's `Reconciling` while the mount starts or waits,
+    /// `Stalled` when it failed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The `metadata.generation` this status describes.

@@ -93,6 +93,23 @@ pub const ANNOTATION_PVC_NAME: &str = "tessera.io/pvc-name";
 /// `pvc_namespace` label of the per-volume metrics).
 pub const ANNOTATION_PVC_NAMESPACE: &str = "tessera.io/pvc-namespace";
 
+// Conditions every kind carries for GitOps tools (docs/gitops.md). `Ready` is for
+// `kubectl wait --for=condition=Ready`; `Reconciling` and `Stalled` are kstatus's
+// "abnormal-true" conditions (Flux, cli-utils, `kpt live status`): present with status
+// True while the object is on its way (kstatus: InProgress) or stuck until a person
+// acts (kstatus: Failed), absent otherwise, never both. The shipped Argo CD health
+// scripts (config/argocd/) read the same three.
+
+/// Condition type: the object is where its spec wants it.
+pub const CONDITION_READY: &str = "Ready";
+/// Condition type (kstatus): work towards the spec is under way.
+pub const CONDITION_RECONCILING: &str = "Reconciling";
+/// Condition type (kstatus): no progress without a person acting (see its reason).
+pub const CONDITION_STALLED: &str = "Stalled";
+/// Condition type of a Volume whose mount (reason `MountFailed`) or backend root
+/// (`BackendRootNotAllowed`) failed.
+pub const CONDITION_FAULTED: &str = "Faulted";
+
 // Reserved ticket ids.
 
 /// Id of the ticket that removes a deleted volume's data.

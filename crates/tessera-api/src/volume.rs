@@ -211,10 +211,11 @@ pub struct VolumeStatus {
     /// Capacity in effect (the quota the mounts enforce).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<Quantity>,
-    /// Conditions with reasons and messages: `Ready` (kstatus: True when the volume is
-    /// Attached or Detached as its tickets decided, False while it attaches, detaches,
-    /// is deleted or a mount failed; `kubectl wait --for=condition=Ready volume/NAME`),
-    /// `Attached`, and `Faulted` when a mount failed.
+    /// Conditions with reasons and messages: `Ready` (True when the volume is Attached
+    /// or Detached as its tickets decided, False while it attaches, detaches, is
+    /// deleted or a mount failed; `kubectl wait --for=condition=Ready volume/NAME`),
+    /// `Attached`, `Faulted` when a mount failed, and kstatus's `Reconciling` (True
+    /// while it attaches, detaches or is deleted) or `Stalled` (True when Faulted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The `metadata.generation` this status describes.

@@ -25,10 +25,15 @@
 //! something else (another attach done, on a volume used by many nodes), the attaches
 //! still in their quiet time stay out of them ([`held`]).
 //!
-//! Both kinds carry a top-level `Ready` condition as kstatus reads it (with
-//! `observedGeneration`), so `kubectl wait --for=condition=Ready` and GitOps health
-//! checks work. A condition keeps its lastTransitionTime while its status and reason
-//! stay, so an unchanged world yields an equal status and nothing is written.
+//! Both kinds carry a top-level `Ready` condition (for `kubectl wait
+//! --for=condition=Ready`) and, while they are not Ready, one of kstatus's
+//! abnormal-true conditions ([`health`]): `Reconciling` while Tessera works towards the
+//! spec, `Stalled` when nothing moves until a person acts (a failed mount, a ticket
+//! that cannot be honoured, a missing Volume, node or agent). Both are absent when
+//! the object is settled, never present as False, so an attached volume's status has
+//! no more conditions than before. Every condition carries `observedGeneration`, and
+//! keeps its lastTransitionTime while its status and reason stay, so an unchanged
+//! world yields an equal status and nothing is written.
 
 use crate::api::CLEANUP_TICKET;
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,12 +43,11 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::{
-    AttachmentTicketStatus, CONDITION_SATISFIED, MountPod, MountTask, TicketReason, Volume,
+    AttachmentTicketStatus, CONDITION_FAULTED, CONDITION_READY, CONDITION_RECONCILING,
+    CONDITION_SATISFIED, CONDITION_STALLED, MountPod, MountTask, TicketReason, Volume,
     VolumeAttachment, VolumeAttachmentStatus, VolumeState, VolumeStatus, condition_status,
 };
 
-/// The kstatus condition type on Volumes and VolumeAttachments.
-pub const CONDITION_READY: &str = "Ready";
 /// Ready reason of a VolumeAttachment whose tickets are all satisfied.
 pub const REASON_TICKETS_SATISFIED: &str = "TicketsSatisfied";
 /// Ready reason of a VolumeAttachment waiting for a mount on a node with no agent.
@@ -80,6 +84,36 @@ fn condition(
     }
 }
 use crate::tickets::{Decision, Input, TicketInput, TicketOutcome};
+
+/// Where an object stands for kstatus: settled (Ready, or nothing to do), on its way,
+/// or stuck until a person acts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    /// No abnormal condition: kstatus says Current (its generation observed).
+    Settled,
+    /// `Reconciling` True with this reason and message: kstatus says InProgress.
+    Reconciling(String, String),
+    /// `Stalled` True with this reason and message: kstatus says Failed.
+    Stalled(String, String),
+}
+
+/// The abnormal-true condition `health` calls for, built on `old` like every other
+/// condition (its lastTransitionTime kept while its reason stays); `None` when settled.
+pub fn health(
+    old: &[Condition],
+    health: Health,
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<Condition> {
+    let (type_, reason, message) = match health {
+        Health::Settled => return None,
+        Health::Reconciling(r, m) => (CONDITION_RECONCILING, r, m),
+        Health::Stalled(r, m) => (CONDITION_STALLED, r, m),
+    };
+    Some(condition(
+        old, type_, true, &reason, message, generation, now,
+    ))
+}
 
 pub use crate::controller::pace::ATTACH_QUIET;
 
@@ -351,6 +385,23 @@ pub fn attachment_status_holding(
     let waiting = agentless
         .clone()
         .or_else(|| blocked.map(|(id, o)| format!("{id}: {}", o.message)));
+    // Stalled when any waiting ticket waits for a person (the first such one named);
+    // else Reconciling with the first waiting ticket's reason.
+    let stalled = agentless
+        .clone()
+        .map(|m| (REASON_NO_AGENT.to_string(), m))
+        .or_else(|| {
+            decision
+                .tickets
+                .iter()
+                .find(|(_, o)| !o.satisfied && o.reason.stalls())
+                .map(|(id, o)| {
+                    (
+                        o.reason.as_str().to_string(),
+                        format!("{id}: {}", o.message),
+                    )
+                })
+        });
     let (ready, reason, message) = match (&agentless, blocked) {
         (Some(message), _) => (false, REASON_NO_AGENT, message.clone()),
         (None, Some((id, o))) => (false, o.reason.as_str(), format!("{id}: {}", o.message)),
@@ -363,6 +414,26 @@ pub fn attachment_status_holding(
             format!("all {} tickets satisfied", decision.tickets.len()),
         ),
     };
+    let progress = match stalled {
+        Some((reason, message)) => Health::Stalled(reason, message),
+        None if ready => Health::Settled,
+        None => Health::Reconciling(reason.to_string(), message.clone()),
+    };
+    let mut conditions = vec![condition(
+        &old.conditions,
+        CONDITION_READY,
+        ready,
+        reason,
+        message,
+        va.metadata.generation,
+        now,
+    )];
+    conditions.extend(health(
+        &old.conditions,
+        progress,
+        va.metadata.generation,
+        now,
+    ));
     let nodes: Vec<String> = decision.nodes.keys().cloned().collect();
     VolumeAttachmentStatus {
         ticket_count: i32::try_from(decision.tickets.len()).unwrap_or(i32::MAX),
@@ -373,20 +444,13 @@ pub fn attachment_status_holding(
         waiting,
         attachment_ticket_statuses: statuses,
         observed_generation: va.metadata.generation,
-        conditions: vec![condition(
-            &old.conditions,
-            CONDITION_READY,
-            ready,
-            reason,
-            message,
-            va.metadata.generation,
-            now,
-        )],
+        conditions,
     }
 }
 
 /// The status of a VolumeAttachment whose Volume does not exist: every ticket waits
-/// (VolumeNotFound), and so does Ready.
+/// (VolumeNotFound), and so does Ready; Stalled, since only a person (or the GitOps
+/// tool applying the Volume) makes it.
 pub fn missing_volume_status(va: &VolumeAttachment, now: &Time) -> VolumeAttachmentStatus {
     let old = va.status.clone().unwrap_or_default();
     let message = format!("Volume {} does not exist", va.spec.volume);
@@ -425,15 +489,26 @@ pub fn missing_volume_status(va: &VolumeAttachment, now: &Time) -> VolumeAttachm
         nodes: vec![],
         node_list: String::new(),
         observed_generation: va.metadata.generation,
-        conditions: vec![condition(
-            &old.conditions,
-            CONDITION_READY,
-            false,
-            reason,
-            message,
-            va.metadata.generation,
-            now,
-        )],
+        conditions: vec![
+            condition(
+                &old.conditions,
+                CONDITION_READY,
+                false,
+                reason,
+                message.clone(),
+                va.metadata.generation,
+                now,
+            ),
+            condition(
+                &old.conditions,
+                CONDITION_STALLED,
+                true,
+                reason,
+                message,
+                va.metadata.generation,
+                now,
+            ),
+        ],
     }
 }
 
@@ -552,10 +627,26 @@ pub fn volume_status(
         },
     )];
     if !failed.is_empty() {
-        conditions.push(cond("Faulted", true, "MountFailed", failed.join("; ")));
+        conditions.push(cond(
+            CONDITION_FAULTED,
+            true,
+            "MountFailed",
+            failed.join("; "),
+        ));
     }
     let (ok, reason, message) = volume_ready(state, &ready, decision, &mounted_nodes, &failed);
+    let progress = match state {
+        VolumeState::Faulted => Health::Stalled(reason.into(), message.clone()),
+        _ if ok => Health::Settled,
+        _ => Health::Reconciling(reason.into(), message.clone()),
+    };
     conditions.push(cond(CONDITION_READY, ok, reason, message));
+    conditions.extend(health(
+        &old.conditions,
+        progress,
+        volume.metadata.generation,
+        now,
+    ));
     // Deleting: where the removal of the data stands (the cleanup ticket's outcome).
     if volume.metadata.deletion_timestamp.is_some()
         && let Some(o) = decision.tickets.get(CLEANUP_TICKET)

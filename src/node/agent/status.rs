@@ -4,6 +4,12 @@
 //! condition holds, `restarts` and `lastError` bookkeeping, `observedGeneration`).
 //! The parent module compares the result with the API server's copy and writes it
 //! only when it differs.
+//!
+//! Beside `Ready`, [`next_status`] adds kstatus's abnormal-true condition from the
+//! report ([`progress`]): `Reconciling` while the mount starts, restarts, waits to
+//! remount with new settings or is torn down; `Stalled` when it failed (the agent
+//! retries with backoff, but what failed needs a person: `lastError` says what);
+//! neither once Ready.
 
 use std::time::Duration;
 
@@ -11,7 +17,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::runtime::controller::Action;
 
 use super::mount_service::{self, Served};
-use crate::api::{AppliedSettings, MountPhase, MountPod, MountPodStatus, condition_status};
+use crate::api::{
+    AppliedSettings, CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED, MountPhase,
+    MountPod, MountPodStatus, condition_status,
+};
 
 /// What a reconcile has to say in the status.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,7 +49,7 @@ impl Report {
             mount_point: None,
             error: Some(msg.clone()),
             restarted: false,
-            ready: cond("Ready", false, reason, msg),
+            ready: cond(CONDITION_READY, false, reason, msg),
             extra: vec![],
             observed: true,
             image: None,
@@ -56,7 +65,7 @@ impl Report {
             mount_point: None,
             error: None,
             restarted: false,
-            ready: cond("Ready", true, kind, msg.clone()),
+            ready: cond(CONDITION_READY, true, kind, msg.clone()),
             extra: vec![cond(kind, true, reason, msg)],
             observed: true,
             image: None,
@@ -79,13 +88,16 @@ impl Report {
             mount_point: status.mount_point.clone(),
             error: None,
             restarted: false,
-            ready: cond("Ready", false, "Terminating", String::new()),
+            ready: cond(CONDITION_READY, false, "Terminating", String::new()),
             extra: vec![],
             observed: true,
             image: None,
         }
     }
 }
+
+/// The condition of a mount whose settings wait for a remount.
+const SPEC_APPLIED: &str = "SpecApplied";
 
 pub(super) fn cond(type_: &str, ok: bool, reason: &str, message: String) -> Condition {
     Condition {
@@ -103,6 +115,32 @@ pub(super) fn cond(type_: &str, ok: bool, reason: &str, message: String) -> Cond
     }
 }
 
+/// kstatus's abnormal-true condition for a report, with the `Ready` condition's reason
+/// and message: Stalled when the mount or its task failed, Reconciling while it is
+/// pending, starting, terminating or Ready for an older spec (a remount that waits for
+/// its references to go), none when Ready for its spec.
+pub(super) fn progress(report: &Report) -> Option<Condition> {
+    let ready = &report.ready;
+    let (type_, reason, message) = match report.phase {
+        MountPhase::Failed => (CONDITION_STALLED, &ready.reason, &ready.message),
+        MountPhase::Ready if report.observed => return None,
+        // Ready for an older spec: the remount waits (its SpecApplied condition says
+        // for what).
+        MountPhase::Ready => report
+            .extra
+            .iter()
+            .find(|c| c.type_ == SPEC_APPLIED)
+            .map_or(
+                (CONDITION_RECONCILING, &ready.reason, &ready.message),
+                |c| (CONDITION_RECONCILING, &c.reason, &c.message),
+            ),
+        MountPhase::Pending | MountPhase::Mounting | MountPhase::Terminating => {
+            (CONDITION_RECONCILING, &ready.reason, &ready.message)
+        }
+    };
+    Some(cond(type_, true, reason, message.clone()))
+}
+
 /// The status a report leads to, given the status it replaces. Pure.
 pub(super) fn next_status(
     prev: &MountPodStatus,
@@ -113,7 +151,11 @@ pub(super) fn next_status(
     let now = Time(jiff::Timestamp::from_second(now.as_second()).unwrap_or(now));
     let generation = mp.metadata.generation;
     let mut conditions = Vec::new();
-    for mut c in std::iter::once(report.ready).chain(report.extra) {
+    let abnormal = progress(&report);
+    for mut c in std::iter::once(report.ready)
+        .chain(report.extra)
+        .chain(abnormal)
+    {
         c.observed_generation = generation;
         c.last_transition_time = match prev.conditions.iter().find(|p| p.type_ == c.type_) {
             Some(p) if p.status == c.status => p.last_transition_time.clone(),
@@ -200,7 +242,7 @@ pub(super) fn serve_report(
             .map(|r| r.target_path.clone())
             .collect();
         extra.push(cond(
-            "SpecApplied",
+            SPEC_APPLIED,
             false,
             "RemountBlocked",
             format!(
@@ -224,7 +266,7 @@ pub(super) fn serve_report(
             mount_point,
             error: cause,
             restarted: served.repaired.is_some(),
-            ready: cond("Ready", false, "DaemonFailed", failure.clone()),
+            ready: cond(CONDITION_READY, false, "DaemonFailed", failure.clone()),
             extra,
             observed: true,
             image: None,
@@ -318,7 +360,7 @@ pub(super) mod tests {
             mount_point: Some("/m/v".into()),
             error: None,
             restarted: false,
-            ready: cond("Ready", true, "Mounted", "ok".into()),
+            ready: cond(CONDITION_READY, true, "Mounted", "ok".into()),
             extra: vec![],
             observed: true,
             image: None,
@@ -462,6 +504,83 @@ pub(super) mod tests {
             change(&mut mp);
             mp.metadata.generation = Some(2);
             assert_eq!(mp.is_ready(), want, "{what}");
+        }
+    }
+
+    /// kstatus's abnormal-true conditions: Reconciling while the mount is on its way,
+    /// Stalled when it failed, neither once Ready; each stable while it holds.
+    #[test]
+    fn a_mount_reconciles_while_it_starts_and_stalls_when_it_failed() {
+        let starting = Report {
+            phase: MountPhase::Mounting,
+            ready: cond(CONDITION_READY, false, "Starting", "starting".into()),
+            ..ready(42)
+        };
+        let mut remount = ready(42);
+        remount.observed = false;
+        remount.extra.push(cond(
+            SPEC_APPLIED,
+            false,
+            "RemountBlocked",
+            "readOnly changed".into(),
+        ));
+        type Row = (&'static str, Report, Option<(&'static str, &'static str)>);
+        let table: Vec<Row> = vec![
+            ("ready", ready(42), None),
+            ("starting", starting, Some(("Reconciling", "Starting"))),
+            (
+                "remount waits",
+                remount,
+                Some(("Reconciling", "RemountBlocked")),
+            ),
+            (
+                "terminating",
+                Report::keep(&MountPodStatus::default(), MountPhase::Terminating),
+                Some(("Reconciling", "Terminating")),
+            ),
+            (
+                "failed",
+                Report::failed("MountFailed", "daemon exited".into()),
+                Some(("Stalled", "MountFailed")),
+            ),
+            (
+                "a task failed",
+                Report::task_failed("PopulateFailed", "DataPopulated", "CopyFailed", "x".into()),
+                Some(("Stalled", "PopulateFailed")),
+            ),
+            (
+                "a task done",
+                Report::task_done("DataPopulated", "Copied", "done".into()),
+                None,
+            ),
+        ];
+        let t0 = jiff::Timestamp::from_second(1_000).unwrap();
+        for (what, report, want) in table {
+            let mut mp = mountpod(3, 1);
+            let s = next_status(&MountPodStatus::default(), &mp, report.clone(), t0);
+            let abnormal: Vec<&Condition> = s
+                .conditions
+                .iter()
+                .filter(|c| c.type_ == CONDITION_RECONCILING || c.type_ == CONDITION_STALLED)
+                .collect();
+            assert_eq!(
+                abnormal
+                    .iter()
+                    .map(|c| (c.type_.as_str(), c.reason.as_str()))
+                    .collect::<Vec<_>>(),
+                want.into_iter().collect::<Vec<_>>(),
+                "{what}"
+            );
+            for c in abnormal {
+                assert_eq!(
+                    (c.status.as_str(), c.observed_generation),
+                    ("True", Some(3)),
+                    "{what}"
+                );
+            }
+            mp.status = Some(s.clone());
+            let later = t0 + jiff::SignedDuration::from_secs(60);
+            assert_eq!(next_status(&s, &mp, report, later), s, "{what}: stable");
         }
     }
 

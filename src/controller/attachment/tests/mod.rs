@@ -3,6 +3,7 @@
 //! one file per part.
 
 mod detaching;
+mod health;
 mod input;
 mod mountpods;
 mod plan;

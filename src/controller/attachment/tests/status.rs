@@ -443,7 +443,8 @@ fn a_failed_mount_adds_a_faulted_condition_naming_each_ticket() {
         ],
     );
     let s = volume_status(&volume(AccessMode::ReadWriteOnce), &[], &d, &t(1));
-    assert_eq!(s.conditions.len(), 3, "Attached, Faulted, Ready");
+    let types: Vec<&str> = s.conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types, ["Attached", "Faulted", "Ready", "Stalled"]);
     let f = &s.conditions[1];
     assert_eq!(
         (
