@@ -369,11 +369,16 @@ async fn doctor_finds_missing_agents_and_waiting_tickets() {
         "node 1 still lacks an agent\n{text}"
     );
     assert!(
-        !text.contains(&format!("node {n0} has no"))
+        !text.contains(&format!("node {n0} has no Tessera agent"))
             && !text.contains(&format!("node {n0}: its CSINode")),
         "{text}"
     );
     line_with(&text, &[&format!("node {n1} has no Tessera agent")]);
+    // An agent without an fd holder beside it: a daemon's crash there would show.
+    line_with(
+        &text,
+        &["✗ [fd-holder]", &format!("node {n0} has no fd holder")],
+    );
     line_with(&text, &["1 of 2 nodes have a Ready agent"]);
     line_with(&text, &["every Tessera Pod runs 0.1.0"]);
 
