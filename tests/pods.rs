@@ -554,7 +554,7 @@ async fn rwx_volume_serves_pods_on_two_nodes_at_once() {
         "on-a",
         a,
         "shared",
-        "echo from-a > /data/a && while [ ! -f /data/b ]; do sleep 0.2; done; \
+        "echo from-a > /data/.a && mv /data/.a /data/a && while [ ! -f /data/b ]; do sleep 0.2; done; \
          [ \"$(cat /data/b)\" = from-b ] && exec sleep 3600",
     )
     .await;
@@ -564,7 +564,7 @@ async fn rwx_volume_serves_pods_on_two_nodes_at_once() {
         "on-b",
         b,
         "shared",
-        "echo from-b > /data/b && while [ ! -f /data/a ]; do sleep 0.2; done; \
+        "echo from-b > /data/.b && mv /data/.b /data/b && while [ ! -f /data/a ]; do sleep 0.2; done; \
          [ \"$(cat /data/a)\" = from-a ] && exec sleep 3600",
     )
     .await;
