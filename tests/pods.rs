@@ -186,6 +186,30 @@ fn kubectl(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// kubectl with `input` on stdin.
+fn kubectl_stdin(args: &[&str], input: &str) {
+    use std::io::Write;
+    let mut child = support::kubectl()
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The harness's busybox image.
 const BUSYBOX: &str = "harness.tessera.io/busybox:1.35";
 

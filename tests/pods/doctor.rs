@@ -52,30 +52,6 @@ async fn healthy(after: &str) {
     .await;
 }
 
-/// kubectl with `input` on stdin.
-fn kubectl_stdin(args: &[&str], input: &str) {
-    use std::io::Write;
-    let mut child = support::kubectl()
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[tokio::test]
 #[ignore = "needs real nodes with Tessera deployed (tests/run.sh: make cluster-up deploy, then --ignored)"]
 async fn doctor_names_each_thing_broken_and_nothing_once_restored() {

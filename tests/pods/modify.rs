@@ -28,20 +28,7 @@ fn vac(name: &str, params: serde_json::Value) {
         "driverName": api::CSI_DRIVER_NAME,
         "parameters": params,
     });
-    let mut child = support::kubectl()
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(doc.to_string().as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "creating VAC {name}");
+    kubectl_stdin(&["apply", "-f", "-"], &doc.to_string());
 }
 
 /// The claim's status, as JSON.

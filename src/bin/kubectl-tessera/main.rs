@@ -186,6 +186,18 @@ fn terminal_width() -> Option<usize> {
     (rc == 0 && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
 }
 
+/// 1 when a finding is a problem (doctor, preflight), else 0.
+fn exit_code(findings: &[doctor::Finding]) -> ExitCode {
+    if findings
+        .iter()
+        .any(|f| f.severity == doctor::Severity::Problem)
+    {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 fn json<T: serde::Serialize>(v: &T) -> String {
     let mut s = serde_json::to_string_pretty(v).expect("plain data serializes");
     s.push('\n');
@@ -251,14 +263,7 @@ async fn run(cli: Cli) -> Result<ExitCode, read::Error> {
                 ),
                 Output::Text => print!("{}", doctor::render(&findings, width)),
             }
-            let problem = findings
-                .iter()
-                .any(|f| f.severity == doctor::Severity::Problem);
-            Ok(if problem {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
+            Ok(exit_code(&findings))
         }
         Command::Tickets { volume } => {
             let name = volume.strip_prefix("volume/").unwrap_or(volume);
@@ -293,14 +298,7 @@ async fn run(cli: Cli) -> Result<ExitCode, read::Error> {
                 ),
                 Output::Text => print!("{}", doctor::render(&findings, width)),
             }
-            let problem = findings
-                .iter()
-                .any(|f| f.severity == doctor::Severity::Problem);
-            Ok(if problem {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
+            Ok(exit_code(&findings))
         }
     }
 }
