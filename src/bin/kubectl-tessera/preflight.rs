@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
+use kube::api::{Api, DeleteParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tessera::plugin::doctor::Finding;
 use tessera::plugin::preflight::{NodeFacts, Scope, Sightings};
 
-use crate::read::{Ctx, Error};
+use crate::read::{Ctx, Error, list_params};
 
 /// The roots `config/backend-roots.yaml` ships, where no ConfigMap says otherwise.
 const SHIPPED_ROOTS: [&str; 2] = ["/var/lib/tessera/volumes", "/mnt/shared/tessera"];
@@ -42,10 +42,7 @@ pub struct Gathered {
 
 pub async fn gather(client: &Client, o: &Options) -> Result<Gathered, Error> {
     let nodes: Vec<String> = Api::<Node>::all(client.clone())
-        .list(&match &o.node_selector {
-            Some(s) => ListParams::default().labels(s),
-            None => ListParams::default(),
-        })
+        .list(&list_params(o.node_selector.as_deref()))
         .await
         .ctx(|| "listing Nodes".into())?
         .items

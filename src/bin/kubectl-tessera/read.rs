@@ -332,7 +332,8 @@ pub struct Selectors<'a> {
     pub nodes: Option<&'a str>,
 }
 
-fn list_params(selector: Option<&str>) -> ListParams {
+/// List parameters with a label selector, if one is given.
+pub fn list_params(selector: Option<&str>) -> ListParams {
     match selector {
         Some(s) => ListParams::default().labels(s),
         None => ListParams::default(),
