@@ -168,7 +168,13 @@ async fn the_dashboard_and_the_alert_rules_use_what_a_real_run_exposes() {
                 "tessera_mountpod_restarts_total{",
                 &[&vol(&claimed), &claim],
             ) == Some(1.0)
-            && sample(&c, "tessera_tickets_waiting{", &[]).is_some();
+            && sample(&c, "tessera_tickets_waiting{", &[]).is_some()
+            // The agent counts its own queue, empty once its mounts are served.
+            && sample(
+                &a,
+                "tessera_reconcile_queue_depth{",
+                &["controller=\"mountpod\""],
+            ) == Some(0.0);
         shown.then_some((c, a))
     })
     .await;

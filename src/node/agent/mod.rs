@@ -42,7 +42,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{Instrument, debug, info, info_span, warn};
@@ -118,22 +118,49 @@ pub async fn run(
         mount_namespace: mount_pods.clone(),
         upgrading: Default::default(),
     });
+    // Every MountPod a watch event or the health loop asks a reconcile of is counted
+    // queued until its reconcile starts (`tessera_reconcile_queue_depth{controller=
+    // "mountpod"}`, as the controller's are). The stream is the one `Controller::new`
+    // builds, with the count on it.
+    let ask = {
+        let metrics = metrics.clone();
+        move |name: &str| metrics.reconcile_asked("mountpod", name)
+    };
+    let (store, writer) = reflector::store();
+    let own = reflector(writer, watcher(api, wc))
+        .applied_objects()
+        .inspect({
+            let ask = ask.clone();
+            move |mp: &Result<MountPod, watcher::Error>| {
+                if let Ok(mp) = mp {
+                    ask(&mp.name_any());
+                }
+            }
+        });
     let (trigger, triggered) = mpsc::unbounded();
-    let mut controller = Controller::new(api, wc).reconcile_on(triggered);
+    let triggered = triggered.inspect({
+        let ask = ask.clone();
+        move |mp: &ObjectRef<MountPod>| ask(&mp.name)
+    });
+    let mut controller = Controller::for_stream(own, store.clone()).reconcile_on(triggered);
     if let Some(namespace) = mount_pods {
         // Pod mode: a change of a mount Pod reconciles its MountPod (its owner).
         let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
         let pwc = watcher::Config::default()
             .labels(&crate::node::pods::spec::selector())
             .fields(&format!("spec.nodeName={}", ctx.node));
-        controller = controller.watches(pods, pwc, |pod: Pod| {
-            pod.owner_references()
+        controller = controller.watches(pods, pwc, move |pod: Pod| {
+            let owner = pod
+                .owner_references()
                 .iter()
                 .find(|o| o.kind == "MountPod" && o.controller == Some(true))
-                .map(|o| ObjectRef::new(&o.name))
+                .map(|o| ObjectRef::new(&o.name));
+            if let Some(o) = &owner {
+                ask(&o.name);
+            }
+            owner
         });
     }
-    let store = controller.store();
     let health = health_loop(ctx.clone(), store.clone(), trigger, health_interval);
     let ready = {
         let metrics = metrics.clone();
@@ -158,6 +185,7 @@ pub async fn reconcile(mp: Arc<MountPod>, ctx: Arc<Context>) -> Result<Action, E
     let span = info_span!("mountpod", mountpod = %mp.name_any(), volume = %mp.spec.volume, node = %ctx.node);
     async {
         debug!(resource_version = ?mp.resource_version(), "mountpod reconcile");
+        ctx.metrics.reconcile_started("mountpod", &mp.name_any());
         // The claim its volume's metrics are labelled with (until its deletion).
         if mp.metadata.deletion_timestamp.is_none()
             && let Ok(mut claims) = ctx.metrics.claims.write()
@@ -647,6 +675,10 @@ async fn health_loop(
         }
         upgrade::plan(&ctx, &store, &trigger, &checked, &mut blocked_told).await;
         let checked: Vec<_> = checked.into_iter().map(|(r, h, _)| (r, h)).collect();
+        // A MountPod deleted before its asked reconcile started is queued no more.
+        ctx.metrics.reconcile_queue_retain("mountpod", |name| {
+            store.get(&ObjectRef::new(name)).is_some()
+        });
         if n.is_multiple_of(orphan_every) && store.wait_until_ready().await.is_ok() {
             for (record, _) in checked {
                 if store.get(&ObjectRef::new(&record.mountpod)).is_none() {
