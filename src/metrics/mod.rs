@@ -229,6 +229,12 @@ impl Metrics {
             "Reconcile duration",
             reconcile_duration.clone(),
         );
+        // The controller's volume and attachment queues; each agent's mountpod queue.
+        registry.register(
+            "reconcile_queue_depth",
+            "Objects whose reconcile was asked for and has not started yet, per controller",
+            queue_depth.clone(),
+        );
         if role == Role::Agent {
             registry.register(
                 "mount_handoffs",
@@ -248,11 +254,6 @@ impl Metrics {
                 "reconcile_results",
                 "Deprecated (use tessera_reconcile_total): reconciles by controller and result",
                 reconcile_results.clone(),
-            );
-            registry.register(
-                "reconcile_queue_depth",
-                "Objects whose reconcile was asked for and has not started yet, per controller",
-                queue_depth.clone(),
             );
             Self::register_objects(
                 &mut registry,
@@ -581,6 +582,7 @@ mod tests {
             "tessera_api_requests",
             "tessera_reconcile",
             "tessera_reconcile_duration_seconds",
+            "tessera_reconcile_queue_depth",
             "process_cpu_seconds",
             "process_resident_memory_bytes",
             "process_open_fds",
@@ -598,7 +600,6 @@ mod tests {
             "tessera_mountpods",
             "tessera_ticket_satisfied_seconds",
             "tessera_tickets_reaped",
-            "tessera_reconcile_queue_depth",
             "tessera_volume_state",
             "tessera_mountpod_phase",
             "tessera_mountpod_restarts",
