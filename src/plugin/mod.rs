@@ -4,6 +4,8 @@
 //! ```text
 //!  kubectl-tessera (src/bin): reads objects ──▶ plugin::tickets  rows + owners (managedFields)
 //!                                          ──▶ plugin::status   one screen, PVC → … → agent log
+//!                                          ──▶ plugin::pods     a Pod's volumes, each a status target
+//!                                          ──▶ plugin::mounts   every MountPod, a line each
 //!                                          ──▶ plugin::doctor   Inventory ─▶ Findings (+ what to do)
 //!     preflight Pods' JSON lines (node::preflight) ──▶ plugin::preflight  NodeFacts ─▶ Findings
 //!                                                 plugin::text  ages, tables, truncation
@@ -13,6 +15,8 @@
 //! table test; the binary stays a thin layer of reads.
 
 pub mod doctor;
+pub mod mounts;
+pub mod pods;
 pub mod preflight;
 pub mod status;
 pub mod text;

@@ -2,7 +2,8 @@
 //! run on objects the test creates, with a `tessera controller` scoped to the test and
 //! a stand-in agent reporting MountPods Ready. Checks that `tickets` and `status` name
 //! the tickets, their reasons and their owners (field managers), that `status` follows
-//! a PVC through its PV, and that `doctor` finds a node without an agent or a CSINode
+//! a PVC through its PV and a Pod through its volumes, that `-n` defaults to the
+//! kubeconfig context's namespace, that `mounts` lists MountPods by node, and that `doctor` finds a node without an agent or a CSINode
 //! registration and a waiting ticket, and stops reporting what was fixed.
 
 use crate::support;
@@ -261,6 +262,83 @@ async fn tickets_and_status_name_reasons_and_owners() {
     assert!(
         String::from_utf8_lossy(&bad.stderr).contains("no-such-context"),
         "{bad:?}"
+    );
+
+    // Without -n, the context's namespace, as kubectl: a kubeconfig whose context says
+    // kube-system looks for the claim there.
+    let mut kc: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(support::kubeconfig_path()).unwrap())
+            .unwrap();
+    for c in kc["contexts"].as_sequence_mut().unwrap() {
+        c["context"]["namespace"] = "kube-system".into();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let in_kube_system = dir.path().join("kubeconfig");
+    std::fs::write(&in_kube_system, serde_yaml::to_string(&kc).unwrap()).unwrap();
+    let elsewhere = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
+        .arg("--kubeconfig")
+        .arg(&in_kube_system)
+        .args(["status", &format!("pvc/{}", e.id)])
+        .output()
+        .unwrap();
+    assert_eq!(elsewhere.status.code(), Some(2), "{elsewhere:?}");
+    assert!(
+        String::from_utf8_lossy(&elsewhere.stderr)
+            .contains(&format!("PVC kube-system/{} not found", e.id)),
+        "{elsewhere:?}"
+    );
+    let here = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
+        .arg("--kubeconfig")
+        .arg(&in_kube_system)
+        .args(["-n", "default", "status", &format!("pvc/{}", e.id)])
+        .output()
+        .unwrap();
+    assert_eq!(here.status.code(), Some(0), "{here:?}");
+
+    // status pod/NAME: each of the Pod's volumes that may be Tessera's, under a line
+    // naming it (the claim's chain; an inline volume's Volume, missing here); a
+    // configMap is not one.
+    let pod_name = format!("{}-pod", e.id);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod_name, "namespace": "default", "labels": {TEST_LABEL: e.id}},
+        "spec": {"nodeName": n0, "containers": [{"name": "c", "image": "x"}],
+                 "volumes": [
+                     {"name": "cfg", "configMap": {"name": "x"}},
+                     {"name": "data", "persistentVolumeClaim": {"claimName": e.id}},
+                     {"name": "scratch", "csi": {"driver": "csi.tessera.io"}}]},
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(e.client.clone(), "default");
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let out = stdout(&plugin(&["status", &format!("pod/{pod_name}")]));
+    println!("{out}");
+    line_with(&out, &[&format!("Pod default/{pod_name}, volume data")]);
+    line_with(&out, &["PVC", &format!("default/{}", e.id), &pv_name]);
+    line_with(&out, &[&format!("Pod default/{pod_name}, volume scratch")]);
+    assert!(!out.contains("volume cfg"), "{out}");
+    let found: Value = serde_json::from_slice(
+        &plugin(&["status", &format!("pod/{pod_name}"), "-o", "json"]).stdout,
+    )
+    .unwrap();
+    assert_eq!(found[0]["volume"], json!("data"));
+    assert_eq!(found[0]["report"]["volumeName"], json!(vol));
+    assert_eq!(found[1]["start"]["kind"], json!("volume"));
+    let _ = pods.delete(&pod_name, &DeleteParams::default()).await;
+
+    // mounts: a line per MountPod, by node.
+    let out = stdout(&plugin(&["mounts"]));
+    println!("{out}");
+    line_with(&out, &[&n0, &vol, "Serve", "Ready"]);
+    let out = stdout(&plugin(&["mounts", "--node", &n1]));
+    assert!(!out.contains(&vol), "only node {n1}'s: {out}");
+    let rows: Value = serde_json::from_slice(&plugin(&["mounts", "-o", "json"]).stdout).unwrap();
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["volume"] == json!(vol) && r["node"] == json!(n0)),
+        "{rows}"
     );
 
     let _ = svas.delete(&sva_name, &DeleteParams::default()).await;

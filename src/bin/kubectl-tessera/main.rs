@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tessera::plugin::preflight::{Scope, parse_root};
-use tessera::plugin::{doctor, status, tickets};
+use tessera::plugin::{doctor, mounts, status, tickets};
 
 /// kubectl tessera: what a Tessera volume waits for, and whether the install is healthy.
 #[derive(Parser, Debug)]
@@ -25,6 +25,10 @@ struct Cli {
     /// The kubeconfig context to use.
     #[arg(long, global = true)]
     context: Option<String>,
+    /// Namespace of a claim or Pod named by `status` (default: the kubeconfig context's,
+    /// as kubectl; in a Pod, its own).
+    #[arg(short = 'n', long, global = true)]
+    namespace: Option<String>,
     /// Namespace Tessera is installed in (its controller Lease and Pods).
     #[arg(
         long,
@@ -54,11 +58,9 @@ enum Output {
 enum Command {
     /// PVC → PV → VolumeAttachments → tickets → MountPods → agents → agent log.
     Status {
-        /// `pvc/NAME`, `pv/NAME`, `volume/NAME` or a Volume's name.
+        /// `pvc/NAME`, `pod/NAME` (each Tessera volume of the Pod), `pv/NAME`,
+        /// `volume/NAME` or a Volume's name.
         target: String,
-        /// Namespace of a PVC.
-        #[arg(short = 'n', long, default_value = "default")]
-        namespace: String,
         /// Lines of each agent's log to search for the volume.
         #[arg(long, default_value_t = 500)]
         log_lines: i64,
@@ -109,6 +111,13 @@ enum Command {
         #[arg(long, default_value = "2m", value_parser = parse_duration)]
         timeout: i64,
     },
+    /// Every MountPod, a line each, by node: volume, claim, phase, references,
+    /// restarts, OOM kills, age and what is wrong.
+    Mounts {
+        /// Only the MountPods of this node.
+        #[arg(long)]
+        node: Option<String>,
+    },
     /// The tickets of a volume: owner (field manager) and how long each waits.
     Tickets {
         /// The Volume (`volume/NAME` or NAME).
@@ -132,8 +141,8 @@ fn parse_duration(s: &str) -> Result<i64, String> {
     Ok(n * mult)
 }
 
-/// Where kubectl would send us.
-async fn client(cli: &Cli) -> Result<kube::Client, read::Error> {
+/// Where kubectl would send us, and the namespace it would use when not told.
+async fn client(cli: &Cli) -> Result<(kube::Client, String), read::Error> {
     let config = if cli.kubeconfig.is_none() && cli.context.is_none() {
         kube::Config::infer()
             .await
@@ -152,7 +161,9 @@ async fn client(cli: &Cli) -> Result<kube::Client, read::Error> {
             .await
             .map_err(|e| read::Error::Config(e.to_string()))?
     };
-    kube::Client::try_from(config).map_err(|e| read::Error::Config(e.to_string()))
+    let namespace = config.default_namespace.clone();
+    let client = kube::Client::try_from(config).map_err(|e| read::Error::Config(e.to_string()))?;
+    Ok((client, namespace))
 }
 
 /// The width to cut lines to: the flag, `$COLUMNS`, or the terminal's; none when
@@ -198,6 +209,33 @@ fn exit_code(findings: &[doctor::Finding]) -> ExitCode {
     }
 }
 
+/// `status pod/NAME` as text: each Tessera volume's report under a line naming it.
+fn pod_text(
+    namespace: &str,
+    name: &str,
+    found: &[read::PodVolumeReport],
+    now: jiff::Timestamp,
+    width: Option<usize>,
+) -> String {
+    if found.is_empty() {
+        return format!(
+            "Pod {namespace}/{name} has no claim and no inline csi.tessera.io volume\n"
+        );
+    }
+    let mut out = String::new();
+    for (i, v) in found.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&format!("── Pod {namespace}/{name}, volume {}\n", v.volume));
+        match &v.report {
+            Some(r) => out.push_str(&status::render(r, now, width)),
+            None => out.push_str("   not a Tessera volume (its PV is another driver's)\n"),
+        }
+    }
+    out
+}
+
 fn json<T: serde::Serialize>(v: &T) -> String {
     let mut s = serde_json::to_string_pretty(v).expect("plain data serializes");
     s.push('\n');
@@ -205,30 +243,44 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, read::Error> {
-    let client = client(&cli).await?;
+    let (client, context_namespace) = client(&cli).await?;
+    let namespace = cli.namespace.clone().unwrap_or(context_namespace);
     let now = jiff::Timestamp::now();
     let width = width(cli.width);
     match &cli.command {
         Command::Status {
             target,
-            namespace,
             log_lines,
             show_lines,
         } => {
-            let target = read::Target::parse(target, namespace)?;
-            let report = read::status(
-                &client,
-                &target,
-                &cli.tessera_namespace,
-                read::LogLimits {
-                    search: *log_lines,
-                    show: *show_lines,
-                },
-            )
-            .await?;
+            let limits = read::LogLimits {
+                search: *log_lines,
+                show: *show_lines,
+            };
+            let target = read::Target::parse(target, &namespace)?;
+            if let read::Target::Pod { namespace, name } = &target {
+                let found =
+                    read::pod_status(&client, namespace, name, &cli.tessera_namespace, &limits)
+                        .await?;
+                match cli.output {
+                    Output::Json => print!("{}", json(&found)),
+                    Output::Text => print!("{}", pod_text(namespace, name, &found, now, width)),
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let report = read::status(&client, &target, &cli.tessera_namespace, &limits).await?;
             match cli.output {
                 Output::Json => print!("{}", json(&report)),
                 Output::Text => print!("{}", status::render(&report, now, width)),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Mounts { node } => {
+            let all = read::mountpods(&client).await?;
+            let rows = mounts::rows(&all, node.as_deref());
+            match cli.output {
+                Output::Json => print!("{}", json(&rows)),
+                Output::Text => print!("{}", mounts::render(&rows, now, width)),
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -350,8 +402,15 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.output, Output::Json);
-        assert!(
-            matches!(cli.command, Command::Status { ref target, ref namespace, .. } if target == "pvc/data" && namespace == "apps")
-        );
+        assert!(matches!(cli.command, Command::Status { ref target, .. } if target == "pvc/data"));
+        assert_eq!(cli.namespace.as_deref(), Some("apps"));
+        // Without -n: the context's namespace, decided once the kubeconfig is read.
+        let cli = Cli::try_parse_from(["kubectl-tessera", "status", "pod/web"]).unwrap();
+        assert_eq!(cli.namespace, None);
+        // -n before the command, as kubectl takes it too.
+        let cli = Cli::try_parse_from(["kubectl-tessera", "-n", "shop", "mounts", "--node", "a"])
+            .unwrap();
+        assert_eq!(cli.namespace.as_deref(), Some("shop"));
+        assert!(matches!(cli.command, Command::Mounts { node: Some(ref n) } if n == "a"));
     }
 }

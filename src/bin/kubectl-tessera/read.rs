@@ -16,7 +16,7 @@ use tessera::api::{
     self, CSI_DRIVER_NAME, LABEL_VOLUME, MOUNT_POD_COMPONENT, MOUNT_POD_CONTAINER, MountPod,
     Volume, VolumeAttachment, VolumeState,
 };
-use tessera::plugin::{doctor, status, tickets};
+use tessera::plugin::{doctor, pods, status, tickets};
 
 /// Why the plugin could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -58,12 +58,14 @@ impl<T> Ctx<T> for Result<T, kube::Error> {
 /// What `status` was asked about.
 pub enum Target {
     Pvc { namespace: String, name: String },
+    Pod { namespace: String, name: String },
     Pv(String),
     Volume(String),
 }
 
 impl Target {
-    /// `pvc/NAME` (in `namespace`), `pv/NAME`, `volume/NAME` or a bare Volume name.
+    /// `pvc/NAME` or `pod/NAME` (in `namespace`), `pv/NAME`, `volume/NAME` or a bare
+    /// Volume name.
     pub fn parse(s: &str, namespace: &str) -> Result<Target, Error> {
         let (kind, name) = s.split_once('/').unwrap_or(("volume", s));
         if name.is_empty() || name.contains('/') {
@@ -71,6 +73,10 @@ impl Target {
         }
         Ok(match kind {
             "pvc" | "persistentvolumeclaim" => Target::Pvc {
+                namespace: namespace.into(),
+                name: name.into(),
+            },
+            "pod" | "pods" | "po" => Target::Pod {
                 namespace: namespace.into(),
                 name: name.into(),
             },
@@ -108,7 +114,7 @@ pub async fn status(
     client: &Client,
     target: &Target,
     tns: &str,
-    logs: LogLimits,
+    logs: &LogLimits,
 ) -> Result<status::Report, Error> {
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
     let mut report = status::Report {
@@ -152,6 +158,10 @@ pub async fn status(
                 report.pvc = pvc.as_ref().map(claim);
             }
             pv = Some(found);
+        }
+        Target::Pod { namespace, name } => {
+            // A Pod has volumes, each its own status: `pod_status`.
+            return Err(Error::BadTarget(format!("pod/{name} (in {namespace})")));
         }
         Target::Volume(name) => {
             report.volume_name = name.clone();
@@ -259,7 +269,7 @@ pub async fn status(
         if let Some(p) = pod {
             report
                 .logs
-                .push(agent_log(client, tns, p, &name, &logs).await);
+                .push(agent_log(client, tns, p, &name, logs).await);
         }
         report.agents.push(status::Agent {
             node: node.clone(),
@@ -271,6 +281,69 @@ pub async fn status(
         });
     }
     Ok(report)
+}
+
+/// One volume of a Pod and its status (`None`: its PV is another driver's).
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodVolumeReport {
+    pub volume: String,
+    pub start: pods::Start,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<status::Report>,
+}
+
+/// The status of each volume of Pod `namespace/name` that may be Tessera's.
+pub async fn pod_status(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    tns: &str,
+    logs: &LogLimits,
+) -> Result<Vec<PodVolumeReport>, Error> {
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .ctx(|| format!("reading Pod {namespace}/{name}"))?
+        .ok_or_else(|| Error::NotFound(format!("Pod {namespace}/{name}")))?;
+    let mut out = Vec::new();
+    for v in pods::volumes(&pod) {
+        let target = match &v.start {
+            pods::Start::Claim { namespace, name } => Target::Pvc {
+                namespace: namespace.clone(),
+                name: name.clone(),
+            },
+            pods::Start::Volume { name } => Target::Volume(name.clone()),
+        };
+        let report = match status(client, &target, tns, logs).await {
+            // A claim the Pod names may not exist (yet): the report says so.
+            Err(Error::NotFound(what)) => status::Report {
+                tessera_namespace: tns.into(),
+                volume_name: format!("<{what} not found>"),
+                ..Default::default()
+            },
+            other => other?,
+        };
+        let theirs = report
+            .pv
+            .as_ref()
+            .is_some_and(|pv| pv.driver != CSI_DRIVER_NAME);
+        out.push(PodVolumeReport {
+            volume: v.volume,
+            start: v.start,
+            report: (!theirs).then_some(report),
+        });
+    }
+    Ok(out)
+}
+
+/// Every MountPod.
+pub async fn mountpods(client: &Client) -> Result<Vec<MountPod>, Error> {
+    Ok(Api::<MountPod>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .ctx(|| "listing MountPods".into())?
+        .items)
 }
 
 /// The last lines of the agent Pod's log that mention `volume`.
