@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!  tessera mount ── install(--counters-file) ── mmap(MAP_SHARED, rw) ──┐
-//!    worker threads: let _t = op(Op::Read) … (dropped after the reply)  │  <state>/mounts/
+//!    worker threads: let _t = op(Op::Read) … (dropped after the reply) │  <state>/mounts/
 //!      = relaxed atomic adds on the mapped page, two clock reads       ├─ <volume>.counters
 //!    error(errno), bytes(…): one relaxed atomic add                    │  (4 KiB)
 //!    a thread, every second: set_quota(used, limit)                    │
@@ -12,15 +12,15 @@
 //!                                  atomic loads, unmap (this layout or v1)
 //! ```
 //!
-//! **Why a mapped file.** The hot path costs a few relaxed atomic adds and nothing
-//! else: no syscall, no lock, no thread to wake (a file rewritten every second would
-//! cost a thread and lag by up to a second; a unix socket would need a server thread
-//! in the daemon and a connection per scrape). The file lives in the state directory,
-//! so an agent that restarts (and adopts the running daemons) reads on where it left
-//! off, and a daemon in its own Pod that shares the node's state directory (hostPath)
-//! works the same way. A restarted daemon keeps counting in the existing file, so the
-//! counters of a mount only grow over its life; the agent removes the file with the
-//! mount's other state files.
+//! **Why a mapped file.** The hot path costs a few relaxed atomic adds (and the two
+//! clock reads below): no syscall, no lock, no thread to wake (a file rewritten every
+//! second would cost a thread and lag by up to a second; a unix socket would need a
+//! server thread in the daemon and a connection per scrape). The file lives in the
+//! state directory, so an agent that restarts (and adopts the running daemons) reads
+//! on where it left off, and a daemon in its own Pod that shares the node's state
+//! directory (hostPath) works the same way. A restarted daemon keeps counting in the
+//! existing file, so the counters of a mount only grow over its life; the agent
+//! removes the file with the mount's other state files.
 //!
 //! **Durations.** [`op`] counts a request and returns a [`Timed`] guard that the
 //! adapter holds until it has replied: dropping it adds the nanoseconds since [`op`]
@@ -29,7 +29,9 @@
 //! ([`BUCKETS_NS`]) it falls in. The time is the daemon's: from the request's dispatch
 //! to its reply written, not the kernel's queueing; a blocking lock's wait runs on the
 //! waiter thread after the request thread has returned and is not in it. So
-//! total/count is the mean time of a kind, and the buckets give its quantiles.
+//! total/count is the mean time of a kind, and the buckets give its quantiles. Cost:
+//! about 0.1 µs a request on a loaded 2-core host (the `hot_path_cost` test prints it),
+//! against a FUSE round trip of 10 µs or more.
 //!
 //! **Layout** (native endianness: writer and reader are on one host): a header slot
 //! with [`MAGIC`] and the layout's shape ([`SHAPE`]: the counts of kinds, errno
