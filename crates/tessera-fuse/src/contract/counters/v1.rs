@@ -10,7 +10,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{Durations, ErrnoClass, FILE_LEN, Op, Snapshot};
+use super::{ErrnoClass, FILE_LEN, Op, Snapshot};
 
 /// "TSRFUSE1".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TSRFUSE1");
@@ -55,7 +55,7 @@ impl Table {
             written_bytes: v(base + 1),
             quota_used: v(base + 2),
             quota_limit: v(base + 3),
-            durations: None::<Durations>,
+            durations: None,
         })
     }
 }
