@@ -645,7 +645,8 @@ fn mount_sample(text: &str, family: &str, volume: &str, node: &str, extra: &str)
 }
 
 /// Per-mount FUSE counters: I/O through a mount served by an agent's daemon shows in
-/// the agent's /metrics (operations, bytes, errors, quota), rising with more I/O, and
+/// the agent's /metrics (operations, their time, bytes, errors, quota), rising with
+/// more I/O, and
 /// an agent restarted over the running daemon (adopting it) shows them on.
 #[tokio::test]
 async fn the_agent_exports_each_mounts_fuse_counters() {
@@ -684,6 +685,30 @@ async fn the_agent_exports_each_mounts_fuse_counters() {
         sample(&second, "tessera_fuse_errors_total", ",errno=\"ENOTEMPTY\"") >= 1.0,
         "{second}"
     );
+    // Each request is timed: the writes' seconds and histogram (its count catches up
+    // with the operations once the last write's handler has returned after its reply).
+    eventually(Duration::from_secs(10), "write durations", || async {
+        let text = agent.metrics().unwrap_or_default();
+        let writes = sample(&text, "tessera_fuse_operations_total", ",op=\"write\"");
+        let secs = sample(
+            &text,
+            "tessera_fuse_operation_seconds_total",
+            ",op=\"write\"",
+        );
+        let timed = sample(
+            &text,
+            "tessera_fuse_operation_duration_seconds_count",
+            ",op=\"write\"",
+        );
+        let sum = sample(
+            &text,
+            "tessera_fuse_operation_duration_seconds_sum",
+            ",op=\"write\"",
+        );
+        let mean = secs / writes;
+        (timed == writes && sum == secs && mean > 1e-7 && mean < 1.0).then_some(())
+    })
+    .await;
     // The quota gauges are refreshed every second.
     eventually(Duration::from_secs(10), "quota gauges", || async {
         let text = agent.metrics().unwrap_or_default();

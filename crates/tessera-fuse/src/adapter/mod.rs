@@ -10,8 +10,9 @@
 //!
 //! Every failure from the core reaches the kernel through [`errno`], using
 //! [`super::fs::FsError::errno`], the single errno mapping. Every request is counted
-//! by kind on entry, every error in [`errno`], and the bytes read and written on
-//! success ([`super::contract::counters`]: one relaxed atomic add each).
+//! by kind on entry and timed until its handler returns, after the reply (the guard
+//! `_timed`), every error in [`errno`], and the bytes read and written on success
+//! ([`super::contract::counters`]: relaxed atomic adds, two clock reads a request).
 
 use std::cell::RefCell;
 use std::ffi::OsStr;
@@ -209,7 +210,7 @@ impl Filesystem for Adapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        counters::op(Op::Lookup);
+        let _timed = counters::op(Op::Lookup);
         match self.fs.lookup(parent.0, name) {
             // A negative entry: node id 0, cached for `negative_ttl`.
             Err(e) if e.errno() == libc::ENOENT && !self.options.negative_ttl.is_zero() => {
@@ -224,12 +225,12 @@ impl Filesystem for Adapter {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        counters::op(Op::Forget);
+        let _timed = counters::op(Op::Forget);
         self.fs.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        counters::op(Op::Getattr);
+        let _timed = counters::op(Op::Getattr);
         match self.fs.getattr(ino.0, fh.map(|f| f.0)) {
             Ok(a) => reply.attr(&self.options.ttl.get(), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -254,7 +255,7 @@ impl Filesystem for Adapter {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        counters::op(Op::Setattr);
+        let _timed = counters::op(Op::Setattr);
         let set = SetAttr {
             mode,
             uid,
@@ -275,7 +276,7 @@ impl Filesystem for Adapter {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        counters::op(Op::Readlink);
+        let _timed = counters::op(Op::Readlink);
         match self.fs.readlink(ino.0) {
             Ok(target) => reply.data(&target),
             Err(e) => reply.error(errno(&e)),
@@ -292,7 +293,7 @@ impl Filesystem for Adapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        counters::op(Op::Create);
+        let _timed = counters::op(Op::Create);
         self.entry(
             reply,
             self.fs.mknod(caller(req), parent.0, name, mode, rdev),
@@ -308,17 +309,17 @@ impl Filesystem for Adapter {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        counters::op(Op::Create);
+        let _timed = counters::op(Op::Create);
         self.entry(reply, self.fs.mkdir(caller(req), parent.0, name, mode));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        counters::op(Op::Remove);
+        let _timed = counters::op(Op::Remove);
         Self::empty(reply, self.fs.unlink(parent.0, name));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        counters::op(Op::Remove);
+        let _timed = counters::op(Op::Remove);
         Self::empty(reply, self.fs.rmdir(parent.0, name));
     }
 
@@ -330,7 +331,7 @@ impl Filesystem for Adapter {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        counters::op(Op::Create);
+        let _timed = counters::op(Op::Create);
         self.entry(
             reply,
             self.fs.symlink(caller(req), parent.0, link_name, target),
@@ -347,7 +348,7 @@ impl Filesystem for Adapter {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        counters::op(Op::Rename);
+        let _timed = counters::op(Op::Rename);
         Self::empty(
             reply,
             self.fs
@@ -363,12 +364,12 @@ impl Filesystem for Adapter {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        counters::op(Op::Create);
+        let _timed = counters::op(Op::Create);
         self.entry(reply, self.fs.link(ino.0, newparent.0, newname));
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        counters::op(Op::Open);
+        let _timed = counters::op(Op::Open);
         if self.stale(ino) {
             return reply.error(Errno::from_i32(libc::ESTALE));
         }
@@ -402,7 +403,7 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        counters::op(Op::Create);
+        let _timed = counters::op(Op::Create);
         let (attr, opened) = match self.fs.create(caller(req), parent.0, name, mode, flags) {
             Ok(r) => r,
             Err(e) => return reply.error(errno(&e)),
@@ -448,7 +449,7 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        counters::op(Op::Read);
+        let _timed = counters::op(Op::Read);
         READ_BUF.with_borrow_mut(|buf| {
             if buf.len() < size as usize {
                 buf.resize(size as usize, 0);
@@ -475,7 +476,7 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        counters::op(Op::Write);
+        let _timed = counters::op(Op::Write);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         let unique = req.unique().0;
         let w = WriteReq {
@@ -502,7 +503,7 @@ impl Filesystem for Adapter {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        counters::op(Op::Flush);
+        let _timed = counters::op(Op::Flush);
         self.unlock_owner(fh.0, lock_owner.0);
         Self::empty(reply, self.fs.flush(fh.0));
     }
@@ -517,7 +518,7 @@ impl Filesystem for Adapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        counters::op(Op::Release);
+        let _timed = counters::op(Op::Release);
         self.release_flock(fh.0, lock_owner.is_some());
         self.release_backing(fh.0);
         Self::empty(reply, self.fs.release(fh.0));
@@ -531,12 +532,12 @@ impl Filesystem for Adapter {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        counters::op(Op::Fsync);
+        let _timed = counters::op(Op::Fsync);
         Self::empty(reply, self.fs.fsync(fh.0, datasync));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        counters::op(Op::Open);
+        let _timed = counters::op(Op::Open);
         match self.fs.opendir(ino.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
@@ -551,7 +552,7 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        counters::op(Op::Readdir);
+        let _timed = counters::op(Op::Readdir);
         let r = self.fs.readdir(fh.0, offset as i64, |e| {
             reply.add(INodeNo(e.ino), e.offset as u64, file_type(e.kind), e.name)
         });
@@ -569,7 +570,7 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        counters::op(Op::Readdir);
+        let _timed = counters::op(Op::Readdir);
         let ttl = self.options.ttl.get();
         let r = self.fs.readdirplus(fh.0, offset as i64, |e, attr| {
             reply.add(
@@ -595,7 +596,7 @@ impl Filesystem for Adapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        counters::op(Op::Release);
+        let _timed = counters::op(Op::Release);
         Self::empty(reply, self.fs.releasedir(fh.0));
     }
 
@@ -607,12 +608,12 @@ impl Filesystem for Adapter {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        counters::op(Op::Fsync);
+        let _timed = counters::op(Op::Fsync);
         Self::empty(reply, self.fs.fsyncdir(fh.0, datasync));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        counters::op(Op::Statfs);
+        let _timed = counters::op(Op::Statfs);
         match self.fs.statfs() {
             Ok(s) => reply.statfs(
                 s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
@@ -631,12 +632,12 @@ impl Filesystem for Adapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        counters::op(Op::Xattr);
+        let _timed = counters::op(Op::Xattr);
         Self::empty(reply, self.fs.setxattr(ino.0, name, value, flags));
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        counters::op(Op::Xattr);
+        let _timed = counters::op(Op::Xattr);
         match self.fs.getxattr(ino.0, name, size) {
             Ok(Xattr::Size(n)) => reply.size(n),
             Ok(Xattr::Data(v)) => reply.data(&v),
@@ -645,7 +646,7 @@ impl Filesystem for Adapter {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        counters::op(Op::Xattr);
+        let _timed = counters::op(Op::Xattr);
         match self.fs.listxattr(ino.0, size) {
             Ok(Xattr::Size(n)) => reply.size(n),
             Ok(Xattr::Data(v)) => reply.data(&v),
@@ -654,12 +655,12 @@ impl Filesystem for Adapter {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        counters::op(Op::Xattr);
+        let _timed = counters::op(Op::Xattr);
         Self::empty(reply, self.fs.removexattr(ino.0, name));
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        counters::op(Op::Access);
+        let _timed = counters::op(Op::Access);
         Self::empty(reply, self.fs.access(caller(req), ino.0, mask.bits()));
     }
 
@@ -673,7 +674,7 @@ impl Filesystem for Adapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        counters::op(Op::Fallocate);
+        let _timed = counters::op(Op::Fallocate);
         Self::empty(reply, self.fs.fallocate(fh.0, offset, length, mode));
     }
 
@@ -686,7 +687,7 @@ impl Filesystem for Adapter {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        counters::op(Op::Lseek);
+        let _timed = counters::op(Op::Lseek);
         match self.fs.lseek(fh.0, offset, whence) {
             Ok(off) => reply.offset(off),
             Err(e) => reply.error(errno(&e)),
@@ -705,7 +706,7 @@ impl Filesystem for Adapter {
         _pid: u32,
         reply: ReplyLock,
     ) {
-        counters::op(Op::Lock);
+        let _timed = counters::op(Op::Lock);
         self.serve_getlk(fh.0, lock_owner.0, LockSpec { typ, start, end }, reply);
     }
 
@@ -723,7 +724,7 @@ impl Filesystem for Adapter {
         lk_flags: u32,
         reply: ReplyEmpty,
     ) {
-        counters::op(Op::Lock);
+        let _timed = counters::op(Op::Lock);
         let spec = LockSpec { typ, start, end };
         let flock = lk_flags & fuser::consts::FUSE_LK_FLOCK != 0;
         let (fh, owner) = (fh.0, lock_owner.0);
@@ -758,7 +759,7 @@ impl Filesystem for Adapter {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        counters::op(Op::CopyFileRange);
+        let _timed = counters::op(Op::CopyFileRange);
         match self
             .fs
             // The reply carries a 32-bit count.
