@@ -71,6 +71,7 @@ struct Sidecar {
     name: &'static str,
     child: Child,
     log: PathBuf,
+    metrics_port: u16,
 }
 
 impl Sidecar {
@@ -89,11 +90,14 @@ impl Sidecar {
                 Ok(())
             });
         }
+        // Its metrics, as config/ serves them for the PodMonitor (`--http-endpoint`).
+        let metrics_port = fixtures::free_port();
         let child = cmd
             .arg(format!(
                 "--kubeconfig={}",
                 support::kubeconfig_path().display()
             ))
+            .arg(format!("--http-endpoint=127.0.0.1:{metrics_port}"))
             .arg(format!("--csi-address={}", socket.display()))
             .arg("--leader-election=false")
             .arg("--v=4")
@@ -102,7 +106,29 @@ impl Sidecar {
             .stderr(file)
             .spawn()
             .unwrap_or_else(|e| panic!("starting {name}: {e}"));
-        Sidecar { name, child, log }
+        Sidecar {
+            name,
+            child,
+            log,
+            metrics_port,
+        }
+    }
+
+    /// The count of `method`'s calls to Tessera that the sidecar's own metrics
+    /// (`csi_sidecar_operations_seconds`, what operators of a CSI driver read) timed
+    /// with status OK.
+    fn timed_ok(&self, method: &str) -> f64 {
+        fixtures::scrape(self.metrics_port)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| {
+                l.starts_with("csi_sidecar_operations_seconds_count{")
+                    && l.contains("driver_name=\"csi.tessera.io\"")
+                    && l.contains("grpc_status_code=\"OK\"")
+                    && l.contains(&format!("method_name=\"{method}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 
     fn tail(&self, lines: usize) -> String {
@@ -1063,6 +1089,13 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
         let pod = chain.run_pod("app", "data", kubelet_a.node()).await;
         chain.wait_attached(&handle, kubelet_a.node()).await;
         chain.step("attached on A (A/D controller → csi-attacher → ticket → MountPod)");
+        // Both sidecars timed their calls, as the PodMonitor would scrape them.
+        let provisioned = provisioner.timed_ok("/csi.v1.Controller/CreateVolume");
+        let published = attacher.timed_ok("/csi.v1.Controller/ControllerPublishVolume");
+        assert!(
+            provisioned >= 1.0 && published >= 1.0,
+            "the sidecars' metrics: CreateVolume {provisioned}, ControllerPublishVolume {published}"
+        );
         let on_a = kubelet_a.mount(&pv, &pod).await;
         let sums = write_data(&on_a.target, 0x5eed_0001);
         check_data(&on_a.target, &sums, "A's target path");

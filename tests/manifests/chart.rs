@@ -603,3 +603,64 @@ fn apply(yaml: &str, args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// Every CSI sidecar of the controller serves its metrics (`--http-endpoint`, operation
+/// latencies) on a port named after it, checks its leader election there, and the
+/// PodMonitor scrapes that port. (The chart renders the same: see
+/// `chart_renders_the_objects_of_config`.)
+#[test]
+fn every_csi_sidecar_is_scraped() {
+    let objects = objects(&kustomize(&["config", "config/monitoring"]));
+    let find = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|((k, _, n), _)| k == kind && n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{kind} {name} in config/"))
+    };
+    let deployment = find("Deployment", "tessera-controller");
+    let monitor = find("PodMonitor", "tessera");
+    let scraped: Vec<&str> = monitor["spec"]["podMetricsEndpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["port"].as_str())
+        .collect();
+    let containers = deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    let sidecars: Vec<_> = containers
+        .iter()
+        .filter(|c| c["name"].as_str().unwrap().starts_with("csi-"))
+        .collect();
+    assert_eq!(
+        sidecars.len(),
+        4,
+        "provisioner, attacher, resizer, snapshotter"
+    );
+    for c in sidecars {
+        let name = c["name"].as_str().unwrap();
+        let endpoint = c["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a.as_str()?.strip_prefix("--http-endpoint=:"))
+            .next()
+            .unwrap_or_else(|| panic!("{name} has no --http-endpoint"));
+        let port: i64 = endpoint.parse().unwrap();
+        assert!(
+            c["ports"].as_array().is_some_and(|ps| ps
+                .iter()
+                .any(|p| p["name"] == name && p["containerPort"] == port)),
+            "{name}: a port named {name} for :{port}"
+        );
+        assert_eq!(
+            c["livenessProbe"]["httpGet"]["port"], name,
+            "{name}: liveness on its endpoint"
+        );
+        assert!(
+            scraped.contains(&name),
+            "the PodMonitor scrapes {name}: {scraped:?}"
+        );
+    }
+}

@@ -55,14 +55,7 @@ impl ControllerProcess {
 
     /// The metrics text, if the endpoint answers.
     pub fn metrics(&self) -> Option<String> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).ok()?;
-        Some(out)
+        scrape(self.metrics_port)
     }
 
     /// Sum of a metric's samples whose line starts with `prefix`.
@@ -117,6 +110,19 @@ fn tessera_command(role: &str, log: std::fs::File) -> Command {
         .stdout(Stdio::null())
         .stderr(log);
     cmd
+}
+
+/// `GET /metrics` on a loopback port: the whole response (headers too), if the
+/// endpoint answers.
+pub fn scrape(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
 }
 
 /// A free loopback TCP port.
@@ -592,14 +598,7 @@ impl AgentProcess {
 
     /// The metrics text, if the endpoint answers.
     pub fn metrics(&self) -> Option<String> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).ok()?;
-        Some(out)
+        scrape(self.metrics_port)
     }
 
     /// Whether `/readyz` answers 200.
