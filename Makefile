@@ -5,7 +5,7 @@ CARGO ?= cargo
 
 include tests/harness/harness.mk
 
-.PHONY: all build test lint crds diagrams charts monitoring demo image-containerfile bench-fuse bench-controller bench-rwx bench-attach
+.PHONY: all build test lint crds diagrams charts dashboard-picture monitoring demo image-containerfile bench-fuse bench-controller bench-rwx bench-attach
 
 all: build
 
@@ -43,6 +43,12 @@ diagrams:
 ## recorded BENCH lines in bench/results/
 charts:
 	python3 bench/charts.py
+
+## dashboard-picture: docs/figures/dashboard.svg, the Grafana dashboard's own queries
+## drawn over a real run scraped by a real Prometheus (bench/dashboard.sh; not Grafana;
+## root and /dev/fuse; about 5 minutes; not part of `make test`)
+dashboard-picture: harness
+	bash bench/dashboard.sh
 
 ## test: lint, build the harness, start the local control plane (unless KUBECONFIG
 ## names a cluster), run every test, stop the control plane

@@ -2,13 +2,15 @@
 //! binary (`cargo test --test node`; one area: `cargo test --test node handoff_agent::`):
 //! real `tessera node` processes (each with its own node name and directories) and
 //! real `tessera mount` FUSE daemons, with a real `tessera controller` (and, in
-//! `monitoring`, config/monitoring/ checked against their metrics). Root and
-//! `/dev/fuse` needed.
+//! `monitoring`, config/monitoring/ checked against their metrics; in the #[ignore]d
+//! `dashboard_run`, the run behind docs/figures/dashboard.svg). Root and `/dev/fuse`
+//! needed.
 
 #[path = "../support/mod.rs"]
 mod support;
 
 mod backend_roots;
+mod dashboard_run;
 mod gitops_health;
 mod handoff_agent;
 mod monitoring;
