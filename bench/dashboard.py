@@ -38,8 +38,6 @@ EMPTY_WHY = {}
 
 # What a reader of this run's picture would otherwise misread (shown under the title).
 NOTES = {
-    "Handoffs": "Flat at 0 although the run had a takeover: the handoff counter's series is first "
-    "exported at 1, and increase() counts from a series' first sample.",
     "Attach latency (ticket seen to satisfied)": "The step at the takeover is the claimed volume's "
     "ticket satisfied again after its daemon was replaced, timed from when the ticket was first "
     "seen: beyond the top bucket (81.92 s).",

@@ -451,6 +451,30 @@ impl Metrics {
             .set(i64::try_from(depth).unwrap_or(i64::MAX));
     }
 
+    /// The handoff reasons, each a series of every served mount from 0 on.
+    pub const HANDOFF_REASONS: [&'static str; 2] = ["takeover", "upgrade"];
+
+    /// `mount` serves: its handoff series exist from 0, so that `increase()` sees its
+    /// first handoff (a series that first appears at 1 shows no increase).
+    pub fn mount_served(&self, mount: &objects::MountLabels) {
+        for reason in Self::HANDOFF_REASONS {
+            self.handoffs.get_or_create(&objects::HandoffLabels {
+                mount: mount.clone(),
+                reason: reason.into(),
+            });
+        }
+    }
+
+    /// `mount` is gone: so are its handoff series.
+    pub fn mount_gone(&self, mount: &objects::MountLabels) {
+        for reason in Self::HANDOFF_REASONS {
+            self.handoffs.remove(&objects::HandoffLabels {
+                mount: mount.clone(),
+                reason: reason.into(),
+            });
+        }
+    }
+
     /// Count one handoff of a mount (`reason`: `takeover` or `upgrade`).
     pub fn handoff(&self, mount: objects::MountLabels, reason: &str) {
         self.handoffs
@@ -545,6 +569,44 @@ mod tests {
             .filter_map(|l| l.strip_prefix("# TYPE "))
             .map(|l| l.split_whitespace().next().unwrap_or_default().to_string())
             .collect()
+    }
+
+    #[test]
+    fn a_served_mounts_handoffs_count_from_zero_and_go_with_it() {
+        let m = Metrics::agent();
+        let mount = objects::MountLabels::new("v", "n1", objects::Claim::default());
+        let series = |m: &Metrics| {
+            m.encode()
+                .lines()
+                .filter(|l| l.starts_with("tessera_mount_handoffs_total{"))
+                .map(|l| {
+                    let reason = l
+                        .split("reason=\"")
+                        .nth(1)
+                        .unwrap()
+                        .split('"')
+                        .next()
+                        .unwrap();
+                    (
+                        reason.to_string(),
+                        l.rsplit(' ').next().unwrap().to_string(),
+                    )
+                })
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        assert!(series(&m).is_empty());
+        m.mount_served(&mount);
+        assert_eq!(
+            series(&m),
+            [("takeover", "0"), ("upgrade", "0")]
+                .map(|(r, v)| (r.to_string(), v.to_string()))
+                .into()
+        );
+        m.handoff(mount.clone(), "takeover");
+        m.mount_served(&mount);
+        assert!(series(&m).contains(&("takeover".into(), "1".into())));
+        m.mount_gone(&mount);
+        assert!(series(&m).is_empty());
     }
 
     fn object_series() -> objects::ObjectSeries {

@@ -396,6 +396,9 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     } else if served.answers {
         ctx.backoff.succeeded(&name);
     }
+    if served.answers {
+        ctx.metrics.mount_served(&mount_labels(ctx, mp));
+    }
     if let Some(cause) = &served.repaired {
         let took = served.repair_time.unwrap_or_default();
         info!(cause = %cause, repair_ms = took.as_millis() as u64, rebound = served.rebound, "mount repaired");
@@ -522,6 +525,7 @@ async fn delete(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
         if let Ok(mut claims) = ctx.metrics.claims.write() {
             claims.remove(&mp.spec.volume);
         }
+        ctx.metrics.mount_gone(&mount_labels(ctx, mp));
     }
     let finalizers: Vec<String> = mp
         .finalizers()
