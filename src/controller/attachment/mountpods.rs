@@ -81,6 +81,32 @@ pub(super) async fn sync_mountpods(
             message: e.to_string(),
         });
     }
+    // A Shared volume's MountPods name its root's anchor (one per root, kept).
+    let anchor = match (
+        decision.nodes.keys().next(),
+        super::anchor::shared_root(volume, &ctx.shared.allowed_roots),
+    ) {
+        (Some(first), Some(root)) => Some(ctx.shared.anchors.get_or_choose(&root, || {
+            let volumes = ctx.shared.caches.volumes.state();
+            let mountpods = ctx.shared.caches.mountpods.state();
+            let volumes: Vec<&Volume> = volumes.iter().map(|v| v.as_ref()).collect();
+            let mountpods: Vec<&MountPod> = mountpods.iter().map(|m| m.as_ref()).collect();
+            // A node that already holds this volume (a MountPod made before anchors
+            // were) holds its data: it anchors the root before any other.
+            let first = mountpods
+                .iter()
+                .find(|m| m.spec.volume == name)
+                .map_or(first.as_str(), |m| m.spec.node_name.as_str());
+            super::anchor::choose(
+                &root,
+                first,
+                &volumes,
+                &mountpods,
+                &ctx.shared.allowed_roots,
+            )
+        })),
+        _ => None,
+    };
     let mut writes = Vec::new();
     for (node, mount) in &decision.nodes {
         let task = if mount.removes_data {
@@ -90,7 +116,8 @@ pub(super) async fn sync_mountpods(
         } else {
             MountTask::Serve
         };
-        let desired = desired_spec(volume, node, mount.read_only, task)?;
+        let mut desired = desired_spec(volume, node, mount.read_only, task)?;
+        desired.shared_root_anchor = anchor.clone();
         let existing = mountpods.iter().find(|mp| &mp.spec.node_name == node);
         match existing {
             Some(mp) if mp.metadata.deletion_timestamp.is_some() => continue, // old one must go first
@@ -254,6 +281,7 @@ pub(super) fn apply_body(
             "capacityBytes": desired.capacity_bytes,
             "readOnly": desired.read_only,
             "sharedBackend": desired.shared_backend,
+            "sharedRootAnchor": desired.shared_root_anchor,
             "mountOptions": desired.mount_options,
             "resources": desired.resources,
             "attrCacheSeconds": desired.attr_cache_seconds,
@@ -279,6 +307,7 @@ pub(super) fn same_controlled_fields(a: &MountPodSpec, b: &MountPodSpec) -> bool
         && a.capacity_bytes == b.capacity_bytes
         && a.read_only == b.read_only
         && a.shared_backend == b.shared_backend
+        && a.shared_root_anchor == b.shared_root_anchor
         && a.mount_options == b.mount_options
         && a.task == b.task
         && a.resources == b.resources
@@ -322,6 +351,8 @@ pub fn desired_spec(
         capacity_bytes: capacity,
         read_only,
         shared_backend: volume.spec.backend.scope == api::BackendScope::Shared,
+        // Set by `sync_mountpods` (the root's anchor).
+        shared_root_anchor: None,
         mount_options: volume.spec.mount_options.clone(),
         references: vec![],
         retain_seconds: None,
