@@ -53,8 +53,8 @@ pub struct Context {
     pub written_volumes: OwnWrites<Volume>,
     /// VolumeAttachments as a controller last wrote them.
     pub written_attachments: OwnWrites<VolumeAttachment>,
-    /// The anchor of each Shared backend root (see `attachment::anchor`).
-    pub anchors: super::attachment::anchor::Anchors,
+    /// The anchor of each Shared backend root (see `anchor`).
+    pub anchors: super::anchor::Anchors,
 }
 
 /// The caches of the shared watches, and whether each had its first full list.

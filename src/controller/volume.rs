@@ -279,7 +279,13 @@ async fn refuse_backend_root(
     err: &crate::host::roots::RootError,
 ) -> Result<(), Error> {
     let name = volume.name_any();
-    let reason = refusal_reason(err);
+    let mismatch = refusal_reason(err) == BACKEND_SCOPE_MISMATCH;
+    // (Constants at the call sites: tests/arch reads the reasons written from there.)
+    let reason = if mismatch {
+        BACKEND_SCOPE_MISMATCH
+    } else {
+        BACKEND_ROOT_NOT_ALLOWED
+    };
     let message = format!("backend.root refused: {err}; the volume is not served");
     let said = volume.status.as_ref().is_some_and(|s| {
         s.conditions
@@ -302,9 +308,17 @@ async fn refuse_backend_root(
     ]
     .iter()
     .map(|(type_, status)| {
-        json!({"type": type_, "status": status, "reason": reason,
-               "message": message, "lastTransitionTime": now.to_string(),
-               "observedGeneration": volume.metadata.generation})
+        let mut c = if mismatch {
+            json!({"reason": BACKEND_SCOPE_MISMATCH})
+        } else {
+            json!({"reason": BACKEND_ROOT_NOT_ALLOWED})
+        };
+        c["type"] = json!(type_);
+        c["status"] = json!(status);
+        c["message"] = json!(message);
+        c["lastTransitionTime"] = json!(now.to_string());
+        c["observedGeneration"] = json!(volume.metadata.generation);
+        c
     })
     .collect();
     let patch = json!({"status": {
@@ -316,7 +330,18 @@ async fn refuse_backend_root(
         .patch_status(&name, &merge_params(), &Patch::Merge(&patch))
         .await
         .context(|| format!("writing the status of {name}"))?;
-    publish(ctx, volume, EventType::Warning, reason, &message).await;
+    publish(
+        ctx,
+        volume,
+        EventType::Warning,
+        if mismatch {
+            BACKEND_SCOPE_MISMATCH
+        } else {
+            BACKEND_ROOT_NOT_ALLOWED
+        },
+        &message,
+    )
+    .await;
     Ok(())
 }
 

@@ -47,7 +47,6 @@
 //! the other nodes the volume could be on are read from the API server and the
 //! decision is recomputed, so a stale cache cannot make two nodes look like owners.
 
-pub mod anchor;
 pub mod detaching;
 pub mod execute;
 pub mod input;

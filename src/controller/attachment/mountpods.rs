@@ -84,7 +84,7 @@ pub(super) async fn sync_mountpods(
     // A Shared volume's MountPods name its root's anchor (one per root, kept).
     let anchor = match (
         decision.nodes.keys().next(),
-        super::anchor::shared_root(volume, &ctx.shared.allowed_roots),
+        crate::controller::anchor::shared_root(volume, &ctx.shared.allowed_roots),
     ) {
         (Some(first), Some(root)) => Some(ctx.shared.anchors.get_or_choose(&root, || {
             let volumes = ctx.shared.caches.volumes.state();
@@ -97,7 +97,7 @@ pub(super) async fn sync_mountpods(
                 .iter()
                 .find(|m| m.spec.volume == name)
                 .map_or(first.as_str(), |m| m.spec.node_name.as_str());
-            super::anchor::choose(
+            crate::controller::anchor::choose(
                 &root,
                 first,
                 &volumes,

@@ -94,9 +94,7 @@ pub enum Error {
     #[error("parameter backendRoot: {0}")]
     BackendRoot(#[source] crate::host::roots::RootError),
     /// The volume's scope (the `scope` parameter) is one its root cannot hold.
-    #[error(
-        "parameter scope: {0}; set the StorageClass parameter scope: NodeLocal, or backendRoot to a root declared Shared"
-    )]
+    #[error("parameter scope: {0}")]
     ScopeMismatch(#[source] crate::host::roots::RootError),
     /// The `idleMountDelay` parameter is no duration of 0 s to a day.
     #[error(
