@@ -159,3 +159,113 @@ async fn a_node_that_does_not_share_a_shared_root_is_refused_and_nothing_is_crea
     env.cleanup_waiting(&[vol]).await;
     assert!(Path::new(&root.0).is_dir());
 }
+
+/// A node without the Shared root at all (the share is not mounted there): its agent
+/// runs, its ticket for a Shared volume is refused (`BackendNotShared`: the root does
+/// not exist there), even when it asked first (it cannot anchor the root: the next
+/// node does), and a NodeLocal volume is served there.
+#[tokio::test]
+async fn a_node_without_the_shared_root_serves_node_local_volumes_and_refuses_shared_ones() {
+    let env = support::env::Env::new("noshare", 2, WAIT).await;
+    let parent = Root(PathBuf::from(format!("/var/lib/tessera/shared-{}", env.id)));
+    let root = parent.0.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let declared = format!("--allowed-backend-root={}=Shared", root.display());
+    let _ctrl = ControllerProcess::start(&env.id, &["--no-leader-election", &declared]);
+    let a = AgentProcess::start_with(&env.id, &env.nodes[0], std::slice::from_ref(&declared));
+    // On B the parent is an empty directory of its own: no root there.
+    let empty = tempfile::Builder::new()
+        .prefix("tessera-no-share-")
+        .tempdir()
+        .unwrap();
+    let b = AgentProcess::start_with_private_root(
+        &env.id,
+        &env.nodes[1],
+        &parent.0,
+        empty.path(),
+        std::slice::from_ref(&declared),
+    );
+
+    let name = env.volume_name("v");
+    let vol = fixtures::volume_at(&name, &env.id, "ReadWriteMany", &root, true);
+    let vol = env.create_volume(&vol).await;
+    let refused = |id: &'static str| {
+        let (client, vol) = (env.client.clone(), vol.clone());
+        async move {
+            eventually(WAIT, &format!("ticket {id} refused"), || async {
+                fixtures::ticket_states(&client, &vol)
+                    .await
+                    .remove(id)
+                    .filter(|s| s.reason == "BackendNotShared" && !s.satisfied)
+            })
+            .await
+        }
+    };
+    // B asks first: refused, the root is not there.
+    fixtures::put_ticket(
+        &env.client,
+        &vol,
+        "manual-b",
+        "manual",
+        &b.node,
+        serde_json::json!({}),
+    )
+    .await;
+    let state = refused("manual-b").await;
+    println!("B first: {}", state.message);
+    assert!(
+        state.message.contains("does not exist"),
+        "{}",
+        state.message
+    );
+    // A then: served (A anchors the root, not B).
+    env.attach(&vol, "manual-a", "manual", &a.node).await;
+    let mp_a = fixtures::mountpod_on(&env.client, &vol, &a.node)
+        .await
+        .unwrap();
+    assert_eq!(
+        mp_a.spec.shared_root_anchor.as_deref(),
+        Some(a.node.as_str())
+    );
+    assert!(root.join(format!(".tessera-shared-{}", a.node)).is_file());
+    // B stays refused, and nothing was made in its directory.
+    eventually(
+        WAIT,
+        "B's MountPod names A's anchor and is refused",
+        || async {
+            fixtures::mountpod_on(&env.client, &vol, &b.node)
+                .await
+                .filter(|mp| {
+                    mp.spec.shared_root_anchor.as_deref() == Some(a.node.as_str())
+                        && mp.status.as_ref().is_some_and(|s| {
+                            s.phase == Some(MountPhase::Failed)
+                                && s.conditions.iter().any(|c| c.reason == "BackendNotShared")
+                        })
+                })
+        },
+    )
+    .await;
+    assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
+
+    // A NodeLocal volume on B (under the fixtures' /tmp root) is served there.
+    let local_dir = tempfile::Builder::new()
+        .prefix("tessera-local-")
+        .tempdir()
+        .unwrap();
+    let local = env.volume_name("local");
+    let mut lv = fixtures::volume_at(&local, &env.id, "ReadWriteOnce", local_dir.path(), true);
+    lv.spec.backend.scope = tessera::api::BackendScope::NodeLocal;
+    let local = env.create_volume(&lv).await;
+    env.attach(&local, "manual-b", "manual", &b.node).await;
+    // (B's mount is in B's mount namespace: the test sees its data directory.)
+    assert!(local_dir.path().join(&local).is_dir());
+    let mp = fixtures::mountpod_on(&env.client, &local, &b.node)
+        .await
+        .unwrap();
+    assert_eq!(mp.spec.shared_root_anchor, None);
+
+    env.detach(&local, "manual-b", &b.node).await;
+    fixtures::remove_ticket(&env.client, &vol, "manual-b").await;
+    env.detach(&vol, "manual-a", &a.node).await;
+    env.cleanup_waiting(&[vol, local]).await;
+}

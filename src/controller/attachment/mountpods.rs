@@ -82,29 +82,29 @@ pub(super) async fn sync_mountpods(
         });
     }
     // A Shared volume's MountPods name its root's anchor (one per root, kept).
-    let anchor = match (
-        decision.nodes.keys().next(),
-        crate::controller::anchor::shared_root(volume, &ctx.shared.allowed_roots),
-    ) {
-        (Some(first), Some(root)) => Some(ctx.shared.anchors.get_or_choose(&root, || {
-            let volumes = ctx.shared.caches.volumes.state();
-            let mountpods = ctx.shared.caches.mountpods.state();
-            let volumes: Vec<&Volume> = volumes.iter().map(|v| v.as_ref()).collect();
-            let mountpods: Vec<&MountPod> = mountpods.iter().map(|m| m.as_ref()).collect();
-            // A node that already holds this volume (a MountPod made before anchors
-            // were) holds its data: it anchors the root before any other.
-            let first = mountpods
-                .iter()
-                .find(|m| m.spec.volume == name)
-                .map_or(first.as_str(), |m| m.spec.node_name.as_str());
-            crate::controller::anchor::choose(
-                &root,
-                first,
-                &volumes,
-                &mountpods,
-                &ctx.shared.allowed_roots,
-            )
-        })),
+    let anchor = match crate::controller::anchor::shared_root(volume, &ctx.shared.allowed_roots) {
+        Some(root) if !decision.nodes.is_empty() => {
+            use crate::controller::anchor;
+            let allowed = &ctx.shared.allowed_roots;
+            let cached = ctx.shared.caches.mountpods.state();
+            let all: Vec<&MountPod> = cached.iter().map(|m| m.as_ref()).collect();
+            let failed = anchor::failed_anchors(&root, &all, allowed);
+            let holds = |a: &str| anchor::holds(&root, a, &all, allowed);
+            Some(ctx.shared.anchors.get_or_choose(&root, holds, || {
+                let volumes = ctx.shared.caches.volumes.state();
+                let volumes: Vec<&Volume> = volumes.iter().map(|v| v.as_ref()).collect();
+                // A node that already holds this volume (a MountPod made before
+                // anchors were) holds its data: it anchors the root before any other;
+                // then the nodes chosen now.
+                let candidates: Vec<&str> = all
+                    .iter()
+                    .filter(|m| m.spec.volume == name)
+                    .map(|m| m.spec.node_name.as_str())
+                    .chain(decision.nodes.keys().map(String::as_str))
+                    .collect();
+                anchor::choose(&root, &candidates, &failed, &volumes, &all, allowed)
+            }))
+        }
         _ => None,
     };
     let mut writes = Vec::new();
