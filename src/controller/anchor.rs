@@ -27,50 +27,63 @@ use kube::ResourceExt;
 use crate::api::{BackendScope, MountPhase, MountPod, Volume};
 use crate::host::roots::AllowedRoots;
 
-/// The anchors chosen by this process, per allowed root, with when each was chosen.
+/// The anchors chosen by this process, per allowed root: the node, when it was
+/// chosen, and whether a Ready MountPod proved it (then nothing is looked at again).
 #[derive(Debug, Default)]
-pub struct Anchors(Mutex<HashMap<PathBuf, (String, Instant)>>);
+pub struct Anchors(Mutex<HashMap<PathBuf, (String, Instant, bool)>>);
 
 /// How long a new anchor stands without a MountPod to show for it (its MountPod may
 /// not be in the cache yet).
 pub const ANCHOR_GRACE: Duration = Duration::from_secs(30);
 
+/// What the MountPods say of an anchor ([`holds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holds {
+    /// A Ready MountPod under the root names it: its node saw the marker.
+    Proven,
+    /// Its own MountPod there is still trying (starting, or failed otherwise).
+    Trying,
+    /// Its own MountPod there was refused: it could not leave the marker.
+    Refused,
+    /// No MountPod shows either (not yet cached, or gone before it was Ready).
+    Unknown,
+}
+
 impl Anchors {
-    /// The anchor of `root`: the one remembered unless [`holds`] says it never left
-    /// its marker (`Some(false)`, or `None` past [`ANCHOR_GRACE`]), else
-    /// [`choose`]'s (then remembered).
+    /// The anchor of `root`: the one remembered (at once when proven) unless
+    /// [`holds`] says it never left its marker (`Refused`, or `Unknown` past
+    /// [`ANCHOR_GRACE`]), else [`choose`]'s (then remembered).
     pub fn get_or_choose(
         &self,
         root: &Path,
-        holds: impl Fn(&str) -> Option<bool>,
+        holds: impl FnOnce(&str) -> Holds,
         choose: impl FnOnce() -> String,
     ) -> String {
         let mut map = self.0.lock().expect("not poisoned");
-        let drop = map.get(root).is_some_and(|(a, at)| match holds(a) {
-            Some(h) => !h,
-            None => at.elapsed() > ANCHOR_GRACE,
-        });
-        if drop {
-            map.remove(root);
+        if let Some((a, at, proven)) = map.get_mut(root) {
+            if *proven {
+                return a.clone();
+            }
+            match holds(a) {
+                Holds::Proven => {
+                    *proven = true;
+                    return a.clone();
+                }
+                Holds::Trying => return a.clone(),
+                Holds::Unknown if at.elapsed() <= ANCHOR_GRACE => return a.clone(),
+                Holds::Refused | Holds::Unknown => {
+                    map.remove(root);
+                }
+            }
         }
-        map.entry(root.to_path_buf())
-            .or_insert_with(|| (choose(), Instant::now()))
-            .0
-            .clone()
+        let chosen = choose();
+        map.insert(root.to_path_buf(), (chosen.clone(), Instant::now(), false));
+        chosen
     }
 }
 
-/// Whether `anchor` still anchors `root`: `Some(true)` when a Ready MountPod under the
-/// root names it (its node saw the marker) or its own MountPod there is still trying;
-/// `Some(false)` when its own was refused (it could not leave the marker: the root is
-/// missing there); `None` when no MountPod shows either (not yet, or gone before it
-/// was Ready).
-pub fn holds(
-    root: &Path,
-    anchor: &str,
-    mountpods: &[&MountPod],
-    allowed: &AllowedRoots,
-) -> Option<bool> {
+/// What the MountPods say of `anchor` as the anchor of `root`.
+pub fn holds(root: &Path, anchor: &str, mountpods: &[&MountPod], allowed: &AllowedRoots) -> Holds {
     let named: Vec<&&MountPod> = mountpods
         .iter()
         .filter(|mp| mp.spec.shared_root_anchor.as_deref() == Some(anchor))
@@ -78,12 +91,13 @@ pub fn holds(
         .collect();
     let ready = |mp: &MountPod| mp.status.as_ref().and_then(|s| s.phase) == Some(MountPhase::Ready);
     if named.iter().any(|mp| ready(mp)) {
-        return Some(true);
+        return Holds::Proven;
     }
-    named
-        .iter()
-        .find(|mp| mp.spec.node_name == anchor)
-        .map(|mp| !refused_not_shared(mp))
+    match named.iter().find(|mp| mp.spec.node_name == anchor) {
+        Some(mp) if refused_not_shared(mp) => Holds::Refused,
+        Some(_) => Holds::Trying,
+        None => Holds::Unknown,
+    }
 }
 
 /// Whether `mp` was refused because its node does not share its root.
@@ -333,17 +347,22 @@ mod tests {
         assert_eq!(shared_root(&bad, &a), None);
         let anchors = Anchors::default();
         let shared = Path::new("/shared");
-        let yes = |_: &str| Some(true);
-        assert_eq!(anchors.get_or_choose(shared, yes, || "n1".into()), "n1");
-        assert_eq!(anchors.get_or_choose(shared, yes, || "n2".into()), "n1");
+        let trying = |_: &str| Holds::Trying;
+        assert_eq!(anchors.get_or_choose(shared, trying, || "n1".into()), "n1");
+        assert_eq!(anchors.get_or_choose(shared, trying, || "n2".into()), "n1");
         let other = Path::new("/other");
-        assert_eq!(anchors.get_or_choose(other, yes, || "n2".into()), "n2");
+        assert_eq!(anchors.get_or_choose(other, trying, || "n2".into()), "n2");
         // Not shown yet: stands (its MountPod may not be cached yet).
-        let unknown = |_: &str| None;
+        let unknown = |_: &str| Holds::Unknown;
         assert_eq!(anchors.get_or_choose(shared, unknown, || "n4".into()), "n1");
-        let not_n1 = |a: &str| Some(a != "n1");
-        assert_eq!(anchors.get_or_choose(shared, not_n1, || "n2".into()), "n2");
-        assert_eq!(anchors.get_or_choose(shared, yes, || "n3".into()), "n2");
+        // Refused: another is chosen.
+        let refused = |_: &str| Holds::Refused;
+        assert_eq!(anchors.get_or_choose(shared, refused, || "n2".into()), "n2");
+        // Proven: kept, and never looked at again.
+        let proven = |_: &str| Holds::Proven;
+        assert_eq!(anchors.get_or_choose(shared, proven, || "n3".into()), "n2");
+        let never = |_: &str| -> Holds { panic!("a proven anchor is not looked at") };
+        assert_eq!(anchors.get_or_choose(shared, never, || "n3".into()), "n2");
     }
 
     #[test]
@@ -357,29 +376,26 @@ mod tests {
         let own_failed_otherwise = mp("n1", "/shared/v", Some("n1"), 1, Some(Failed), false);
         let other_refused = mp("b", "/shared/v", Some("n1"), 1, Some(Failed), true);
         let elsewhere = mp("n1", "/other/v", Some("n1"), 1, Some(Ready), false);
-        let table: &[(&str, Vec<&MountPod>, Option<bool>)] = &[
+        use Holds::*;
+        let table: &[(&str, Vec<&MountPod>, Holds)] = &[
             (
                 "a Ready MountPod names it",
                 vec![&ready_b, &own_refused],
-                Some(true),
+                Proven,
             ),
-            (
-                "its own MountPod is starting",
-                vec![&own_starting],
-                Some(true),
-            ),
+            ("its own MountPod is starting", vec![&own_starting], Trying),
             (
                 "its own failed, not for sharing",
                 vec![&own_failed_otherwise],
-                Some(true),
+                Trying,
             ),
             (
                 "its own was refused",
                 vec![&own_refused, &other_refused],
-                Some(false),
+                Refused,
             ),
-            ("no MountPod shows it", vec![], None),
-            ("only under another root", vec![&elsewhere], None),
+            ("no MountPod shows it", vec![], Unknown),
+            ("only under another root", vec![&elsewhere], Unknown),
         ];
         for (what, mountpods, want) in table {
             assert_eq!(holds(root, "n1", mountpods, &a), *want, "{what}");

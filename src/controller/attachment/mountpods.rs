@@ -81,16 +81,21 @@ pub(super) async fn sync_mountpods(
             message: e.to_string(),
         });
     }
-    // A Shared volume's MountPods name its root's anchor (one per root, kept).
+    // A Shared volume's MountPods name its root's anchor (one per root, kept; the
+    // caches are read only until it is proven).
     let anchor = match crate::controller::anchor::shared_root(volume, &ctx.shared.allowed_roots) {
         Some(root) if !decision.nodes.is_empty() => {
             use crate::controller::anchor;
             let allowed = &ctx.shared.allowed_roots;
-            let cached = ctx.shared.caches.mountpods.state();
-            let all: Vec<&MountPod> = cached.iter().map(|m| m.as_ref()).collect();
-            let failed = anchor::failed_anchors(&root, &all, allowed);
-            let holds = |a: &str| anchor::holds(&root, a, &all, allowed);
+            let holds = |a: &str| {
+                let cached = ctx.shared.caches.mountpods.state();
+                let all: Vec<&MountPod> = cached.iter().map(|m| m.as_ref()).collect();
+                anchor::holds(&root, a, &all, allowed)
+            };
             Some(ctx.shared.anchors.get_or_choose(&root, holds, || {
+                let cached = ctx.shared.caches.mountpods.state();
+                let all: Vec<&MountPod> = cached.iter().map(|m| m.as_ref()).collect();
+                let failed = anchor::failed_anchors(&root, &all, allowed);
                 let volumes = ctx.shared.caches.volumes.state();
                 let volumes: Vec<&Volume> = volumes.iter().map(|v| v.as_ref()).collect();
                 // A node that already holds this volume (a MountPod made before
