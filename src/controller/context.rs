@@ -53,6 +53,8 @@ pub struct Context {
     pub written_volumes: OwnWrites<Volume>,
     /// VolumeAttachments as a controller last wrote them.
     pub written_attachments: OwnWrites<VolumeAttachment>,
+    /// The anchor of each Shared backend root (see `anchor`).
+    pub anchors: super::anchor::Anchors,
 }
 
 /// The caches of the shared watches, and whether each had its first full list.
@@ -153,6 +155,7 @@ impl Context {
             allowed_roots,
             written_volumes: Default::default(),
             written_attachments: Default::default(),
+            anchors: Default::default(),
         }
     }
 

@@ -27,6 +27,7 @@
 //! that was; [`pace`] sets how long a new attach goes unreported from the backlog of
 //! attaches and how long the last ones took.
 
+pub mod anchor;
 mod args;
 pub mod attachment;
 mod context;

@@ -69,7 +69,10 @@ pub async fn reconcile(volume: Arc<Volume>, ctx: Arc<Context>) -> Result<Action,
             .unwrap_or(volume);
         let has_finalizer = volume.finalizers().iter().any(|f| f == VOLUME_FINALIZER);
         if volume.metadata.deletion_timestamp.is_none() {
-            if let Err(e) = ctx.allowed_roots.check_root(&volume.spec.backend.root) {
+            if let Err(e) = ctx
+                .allowed_roots
+                .check_scope(&volume.spec.backend.root, root_scope(&volume))
+            {
                 // Never created, mounted or deleted: no finalizer, no VolumeAttachment.
                 refuse_backend_root(&volume, &ctx, &e).await?;
                 return Ok(Action::await_change());
@@ -276,11 +279,18 @@ async fn refuse_backend_root(
     err: &crate::host::roots::RootError,
 ) -> Result<(), Error> {
     let name = volume.name_any();
+    let mismatch = refusal_reason(err) == BACKEND_SCOPE_MISMATCH;
+    // (Constants at the call sites: tests/arch reads the reasons written from there.)
+    let reason = if mismatch {
+        BACKEND_SCOPE_MISMATCH
+    } else {
+        BACKEND_ROOT_NOT_ALLOWED
+    };
     let message = format!("backend.root refused: {err}; the volume is not served");
     let said = volume.status.as_ref().is_some_and(|s| {
         s.conditions
             .iter()
-            .any(|c| c.reason == BACKEND_ROOT_NOT_ALLOWED && c.message == message)
+            .any(|c| c.reason == reason && c.message == message)
     });
     if said {
         return Ok(());
@@ -298,9 +308,17 @@ async fn refuse_backend_root(
     ]
     .iter()
     .map(|(type_, status)| {
-        json!({"type": type_, "status": status, "reason": BACKEND_ROOT_NOT_ALLOWED,
-               "message": message, "lastTransitionTime": now.to_string(),
-               "observedGeneration": volume.metadata.generation})
+        let mut c = if mismatch {
+            json!({"reason": BACKEND_SCOPE_MISMATCH})
+        } else {
+            json!({"reason": BACKEND_ROOT_NOT_ALLOWED})
+        };
+        c["type"] = json!(type_);
+        c["status"] = json!(status);
+        c["message"] = json!(message);
+        c["lastTransitionTime"] = json!(now.to_string());
+        c["observedGeneration"] = json!(volume.metadata.generation);
+        c
     })
     .collect();
     let patch = json!({"status": {
@@ -316,7 +334,11 @@ async fn refuse_backend_root(
         ctx,
         volume,
         EventType::Warning,
-        BACKEND_ROOT_NOT_ALLOWED,
+        if mismatch {
+            BACKEND_SCOPE_MISMATCH
+        } else {
+            BACKEND_ROOT_NOT_ALLOWED
+        },
         &message,
     )
     .await;
@@ -325,6 +347,25 @@ async fn refuse_backend_root(
 
 /// Reason of a Volume whose backend root is not allowed.
 pub const BACKEND_ROOT_NOT_ALLOWED: &str = "BackendRootNotAllowed";
+
+/// Reason of a Shared Volume on a root the administrator declared NodeLocal.
+pub const BACKEND_SCOPE_MISMATCH: &str = "BackendScopeMismatch";
+
+/// The reason a Volume refused for `err` carries.
+pub fn refusal_reason(err: &crate::host::roots::RootError) -> &'static str {
+    match err {
+        crate::host::roots::RootError::ScopeMismatch { .. } => BACKEND_SCOPE_MISMATCH,
+        _ => BACKEND_ROOT_NOT_ALLOWED,
+    }
+}
+
+/// A Volume's scope as the allowed roots know it.
+pub fn root_scope(volume: &Volume) -> crate::host::roots::RootScope {
+    match volume.spec.backend.scope {
+        BackendScope::Shared => crate::host::roots::RootScope::Shared,
+        BackendScope::NodeLocal => crate::host::roots::RootScope::NodeLocal,
+    }
+}
 
 /// The Volume is being deleted: remove its data via a cleanup ticket, then let go.
 async fn cleanup(volume: &Volume, ctx: &Context) -> Result<Cleanup, Error> {

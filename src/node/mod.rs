@@ -55,7 +55,7 @@ pub mod supervisor;
 pub mod upgrade;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,7 +65,7 @@ use tracing::{info, warn};
 
 use crate::host::mounts::HostMounts;
 use crate::host::paths;
-use crate::host::roots::{AllowedRoots, RootArgs};
+use crate::host::roots::{AllowedRoots, RootArgs, RootScope};
 use crate::metrics::Metrics;
 use crate::runtime::KubeError;
 pub use mount_service::MountService;
@@ -238,6 +238,7 @@ pub fn mount_service_for(args: &NodeArgs) -> Result<MountService, Error> {
         arg: "allowed-backend-root",
         message: e.to_string(),
     })?;
+    report_roots(&allowed_roots);
     let state = supervisor::StateDir::open(&state_dir)?;
     // The fd holder: daemons hand it their /dev/fuse descriptors, so one that dies is
     // taken over by a successor instead of remounted. Without it, repairs remount.
@@ -286,7 +287,59 @@ pub fn mount_service_for(args: &NodeArgs) -> Result<MountService, Error> {
         ))),
         state,
         holder,
+        shared: Default::default(),
     })
+}
+
+/// Tessera's own directory on the node (the DaemonSet's `tessera-dir`, created by
+/// the kubelet): a NodeLocal root beneath it, such as the default
+/// `/var/lib/tessera/volumes`, is created at start on a fresh node.
+pub const TESSERA_DIR: &str = "/var/lib/tessera";
+
+/// The NodeLocal roots beneath `own` (Tessera's directory): the ones the agent may
+/// create. Shared roots never (a directory of the node's own disk would pass for
+/// the share), nor roots elsewhere (a disk not mounted yet).
+pub fn own_roots<'a>(roots: &'a AllowedRoots, own: &Path) -> Vec<&'a Path> {
+    roots
+        .entries()
+        .iter()
+        .filter(|e| e.scope == RootScope::NodeLocal && e.path.starts_with(own) && e.path != own)
+        .map(|e| e.path.as_path())
+        .collect()
+}
+
+/// Say at start which roots this node serves: each with its scope, whether it exists
+/// here, and the roots given without a scope (read as Shared, verified). A NodeLocal
+/// root beneath Tessera's own directory is created first if missing (through file
+/// descriptors from that directory, no symlink followed).
+fn report_roots(roots: &AllowedRoots) {
+    let own = Path::new(TESSERA_DIR);
+    for root in own_roots(roots, own) {
+        if root.is_dir() || !own.is_dir() {
+            continue;
+        }
+        let b = crate::host::roots::Beneath {
+            root: own.to_path_buf(),
+            rel: root.strip_prefix(own).expect("beneath").to_path_buf(),
+        };
+        match crate::host::roots::create_beneath(&b) {
+            Ok(_) => info!(root = %root.display(), "created the NodeLocal backend root"),
+            Err(errno) => {
+                warn!(root = %root.display(), %errno, "could not create the NodeLocal backend root")
+            }
+        }
+    }
+    for e in roots.entries() {
+        let exists = e.path.is_dir();
+        info!(root = %e.path.display(), scope = %e.scope, declared = e.declared, exists, "backend root");
+        if !exists {
+            warn!(root = %e.path.display(), scope = %e.scope, "backend root absent on this node: volumes there are not served here");
+        }
+    }
+    let undeclared = roots.undeclared();
+    if !undeclared.is_empty() {
+        warn!(roots = ?undeclared, "backend roots without a scope are read as Shared and verified before a node serves them; declare each `PATH Shared` or `PATH NodeLocal`");
+    }
 }
 
 fn cpu_amount(s: &str) -> Result<String, String> {
@@ -402,6 +455,28 @@ pub async fn run_agent(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_nodelocal_roots_in_tesseras_own_directory_are_created() {
+        let roots = AllowedRoots::new([
+            "/var/lib/tessera/volumes NodeLocal",
+            "/var/lib/tessera/shared Shared",
+            "/var/lib/tessera/old",
+            "/var/lib/tessera NodeLocal",
+            "/mnt/ssd/tessera NodeLocal",
+            "/var/lib/tesserax NodeLocal",
+            "/mnt/shared/tessera Shared",
+        ])
+        .unwrap();
+        assert_eq!(
+            own_roots(&roots, Path::new(TESSERA_DIR)),
+            vec![Path::new("/var/lib/tessera/volumes")]
+        );
+        assert_eq!(
+            own_roots(&AllowedRoots::default(), Path::new(TESSERA_DIR)),
+            vec![Path::new(crate::host::roots::DEFAULT_ROOT)]
+        );
+    }
 
     #[test]
     fn parses_selectors() {

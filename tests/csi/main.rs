@@ -13,6 +13,7 @@
 mod support;
 
 mod csi_chain;
+mod csi_default_scope;
 mod csi_errors;
 mod csi_publish_cache;
 mod csi_rwx;

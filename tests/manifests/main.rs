@@ -14,5 +14,6 @@ mod api_server;
 mod argocd;
 mod chart;
 mod crds_in_sync;
+mod examples;
 mod monitoring;
 mod rbac;

@@ -204,3 +204,47 @@ async fn the_agent_refuses_mountpods_outside_the_allowed_roots_or_not_owned() {
     fixtures::delete_volumes(&env.client, &[owner_name]).await;
     env.cleanup(&[]).await;
 }
+
+/// A Shared Volume on a root the administrator declared NodeLocal (issue 30): refused
+/// like a root not allowed (Faulted, Stalled, one Warning Event), with the reason
+/// `BackendScopeMismatch`; a NodeLocal Volume on the same root is served.
+#[tokio::test]
+async fn a_shared_volume_on_a_node_local_root_is_refused() {
+    let env = support::env::Env::new("scope", 1, WAIT).await;
+    let root = format!("/var/lib/tessera/local-{}", env.id);
+    let declared = format!("--allowed-backend-root={root}=NodeLocal");
+    let _ctrl = ControllerProcess::start(&env.id, &["--no-leader-election", &declared]);
+    let volumes: Api<Volume> = Api::all(env.client.clone());
+    let shared = env.volume_name("shared");
+    let vol = fixtures::volume_at(&shared, &env.id, "ReadWriteOnce", Path::new(&root), false);
+    volumes.create(&PostParams::default(), &vol).await.unwrap();
+    let cond = eventually(WAIT, "the Volume says its scope is refused", || async {
+        let v = volumes.get(&shared).await.ok()?;
+        v.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.reason == "BackendScopeMismatch" && c.type_ == "Stalled")
+    })
+    .await;
+    println!("condition: {}", cond.message);
+    assert!(
+        cond.message.contains(&root) && cond.message.contains("NodeLocal"),
+        "{}",
+        cond.message
+    );
+    eventually(WAIT, "a Warning Event BackendScopeMismatch", || async {
+        (warnings_about(&env.client, &shared, "BackendScopeMismatch").await > 0).then_some(())
+    })
+    .await;
+    let vas: Api<VolumeAttachment> = Api::all(env.client.clone());
+    assert!(vas.get_opt(&shared).await.unwrap().is_none());
+    assert!(volumes.get(&shared).await.unwrap().finalizers().is_empty());
+
+    // NodeLocal on the same root: accepted (its VolumeAttachment is made).
+    let local = env.volume_name("local");
+    let mut vol = fixtures::volume_at(&local, &env.id, "ReadWriteOnce", Path::new(&root), true);
+    vol.spec.backend.scope = tessera::api::BackendScope::NodeLocal;
+    env.create_volume(&vol).await;
+    fixtures::delete_volumes(&env.client, std::slice::from_ref(&shared)).await;
+    env.cleanup(&[local]).await;
+}

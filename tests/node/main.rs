@@ -16,4 +16,5 @@ mod handoff_agent;
 mod monitoring;
 mod node_agent;
 mod populate_agent;
+mod shared_roots;
 mod write_budget;

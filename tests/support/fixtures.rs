@@ -535,12 +535,46 @@ pub struct AgentProcess {
     pub metrics_port: u16,
     /// Its log (stderr, appended across restarts; kept after the test).
     pub log: std::path::PathBuf,
+    /// `(root, dir)`: the agent runs in a mount namespace of its own where `dir` is
+    /// bind-mounted over `root`, as a node whose `root` is a directory of its own disk.
+    private_root: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// More arguments.
+    extra: Vec<String>,
     dir: tempfile::TempDir,
 }
 
 impl AgentProcess {
     /// Start an agent for `node`.
     pub fn start(test_id: &str, node: &str) -> Self {
+        Self::start_as(test_id, node, None, &[])
+    }
+
+    /// Start an agent for `node` with more arguments (more allowed roots, …).
+    pub fn start_with(test_id: &str, node: &str, extra: &[String]) -> Self {
+        Self::start_as(test_id, node, None, extra)
+    }
+
+    /// Start an agent for `node` that sees `dir` where everyone else sees `root`: in a
+    /// mount namespace of its own (`unshare --mount`, private propagation), `dir` is
+    /// bind-mounted over `root`, so the agent reads and writes `root` through its own
+    /// mount, as a node on which `root` is a plain directory of its own disk.
+    pub fn start_with_private_root(
+        test_id: &str,
+        node: &str,
+        root: &std::path::Path,
+        dir: &std::path::Path,
+        extra: &[String],
+    ) -> Self {
+        let private = Some((root.to_path_buf(), dir.to_path_buf()));
+        Self::start_as(test_id, node, private, extra)
+    }
+
+    fn start_as(
+        test_id: &str,
+        node: &str,
+        private_root: Option<(std::path::PathBuf, std::path::PathBuf)>,
+        extra: &[String],
+    ) -> Self {
         let dir = tempfile::Builder::new()
             .prefix(&format!("tessera-node-{node}-"))
             .tempdir()
@@ -554,6 +588,8 @@ impl AgentProcess {
             test_id: test_id.to_string(),
             metrics_port: free_port(),
             log: std::env::temp_dir().join(format!("tessera-node-{node}.log")),
+            private_root,
+            extra: extra.to_vec(),
             dir,
         };
         agent.spawn();
@@ -566,7 +602,34 @@ impl AgentProcess {
             .append(true)
             .open(&self.log)
             .unwrap();
-        let child = tessera_command("node", log)
+        let mut cmd = tessera_command("node", log);
+        if let Some((root, dir)) = &self.private_root {
+            // The same command, run by a shell in a new mount namespace after the bind.
+            let program = cmd.get_program().to_owned();
+            let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
+            let mut wrapped = Command::new("unshare");
+            wrapped
+                .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+                .arg(r#"mount --bind "$1" "$2" && shift 2 && exec "$@""#)
+                .arg("sh")
+                .arg(dir)
+                .arg(root)
+                .arg(program)
+                .args(args);
+            for (k, v) in cmd.get_envs() {
+                if let Some(v) = v {
+                    wrapped.env(k, v);
+                }
+            }
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.log)
+                .unwrap();
+            wrapped.stdout(Stdio::null()).stderr(log);
+            cmd = wrapped;
+        }
+        let child = cmd
             .arg(format!("--node-name={}", self.node))
             .arg(format!("--mount-root={}", self.mount_root().display()))
             .arg(format!("--state-dir={}", self.state_dir().display()))
@@ -577,6 +640,7 @@ impl AgentProcess {
                 "--csi-endpoint=unix://{}",
                 self.csi_socket().display()
             ))
+            .args(&self.extra)
             .spawn()
             .expect("starting tessera node");
         self.child = Some(child);
@@ -657,6 +721,10 @@ impl Drop for AgentProcess {
         self.kill();
         kill_mount_daemons_under(&self.mount_root());
         detach_mounts_under(&[self.mount_root(), self.kubelet_dir()]);
+        // The marker this node left as the anchor of a Shared test root.
+        for root in test_backend_roots() {
+            let _ = std::fs::remove_file(root.join(format!(".tessera-shared-{}", self.node)));
+        }
     }
 }
 

@@ -277,11 +277,15 @@ pub enum TicketReason {
     VolumeNotFound,
     /// A cleanup ticket waits: its node still serves the volume to other tickets.
     InUse,
+    /// The volume's backend root is declared Shared, but the ticket's node does not
+    /// see it as the node holding its data does (the root's marker is not there):
+    /// nothing is created or served on that node.
+    BackendNotShared,
 }
 
 impl TicketReason {
     /// Every reason, in declaration order.
-    pub const ALL: [TicketReason; 15] = [
+    pub const ALL: [TicketReason; 16] = [
         TicketReason::Attached,
         TicketReason::Attaching,
         TicketReason::HeldByOtherNode,
@@ -297,6 +301,7 @@ impl TicketReason {
         TicketReason::NodeNotFound,
         TicketReason::VolumeNotFound,
         TicketReason::InUse,
+        TicketReason::BackendNotShared,
     ];
 
     /// The reason string written to the condition.
@@ -317,6 +322,7 @@ impl TicketReason {
             TicketReason::NodeNotFound => "NodeNotFound",
             TicketReason::VolumeNotFound => "VolumeNotFound",
             TicketReason::InUse => "InUse",
+            TicketReason::BackendNotShared => "BackendNotShared",
         }
     }
 }
@@ -324,7 +330,8 @@ impl TicketReason {
 impl TicketReason {
     /// Whether a ticket blocked for this reason waits for a person rather than for
     /// Tessera: a failed mount, a ticket that can never be honoured as written
-    /// (invalid, expired, node-local elsewhere), a node or Volume that does not exist.
+    /// (invalid, expired, node-local elsewhere), a node or Volume that does not exist,
+    /// a root declared Shared that the node does not share.
     /// Such a wait makes the VolumeAttachment `Stalled` (kstatus: Failed); any other
     /// (attaching, waiting for another node or a detach, a lower priority…) makes it
     /// `Reconciling` (kstatus: InProgress).
@@ -335,7 +342,8 @@ impl TicketReason {
             | TicketReason::InvalidParameters
             | TicketReason::Expired
             | TicketReason::NodeNotFound
-            | TicketReason::VolumeNotFound => true,
+            | TicketReason::VolumeNotFound
+            | TicketReason::BackendNotShared => true,
             TicketReason::Attached
             | TicketReason::Attaching
             | TicketReason::HeldByOtherNode
@@ -555,6 +563,7 @@ mod tests {
             TicketReason::NodeNotFound => 12,
             TicketReason::VolumeNotFound => 13,
             TicketReason::InUse => 14,
+            TicketReason::BackendNotShared => 15,
         };
         for (i, r) in TicketReason::ALL.into_iter().enumerate() {
             assert_eq!(TicketReason::ALL[position(r)], r);

@@ -108,6 +108,17 @@ pub struct MountPodSpec {
     #[serde(default)]
     pub shared_backend: bool,
 
+    /// For a volume of scope Shared: the node whose view of the backend root holds the
+    /// data served from it (the root's anchor, chosen by the controller). The agent
+    /// on that node leaves the marker `.tessera-shared-<node>` under the root; an
+    /// agent on any other node serves, creates or removes nothing there unless it
+    /// sees that marker through its own mount of the root (else the MountPod fails
+    /// with reason `BackendNotShared`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(super::common::DNS_SUBDOMAIN_RULE).message("spec.sharedRootAnchor must be a valid node name (lowercase letters, digits, '-' and '.')"))]
+    #[schemars(length(min = 1, max = 253))]
+    pub shared_root_anchor: Option<String>,
+
     /// Options passed to the FUSE mount (the Volume's, from the same fixed list).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(validation = Rule::new(super::common::MOUNT_OPTIONS_RULE).message(super::common::MOUNT_OPTIONS_MESSAGE))]

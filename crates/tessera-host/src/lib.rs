@@ -17,3 +17,4 @@ pub mod copy;
 pub mod mounts;
 pub mod paths;
 pub mod roots;
+pub mod shared;

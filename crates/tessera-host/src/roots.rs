@@ -5,7 +5,17 @@
 //! Volume, a StorageClass or a MountPod could otherwise have the agent (root) serve or
 //! delete any host directory. So the controller and the agent are both given the
 //! allowed roots ([`RootArgs`]: `--allowed-backend-root`, repeatable, and/or
-//! `--allowed-backend-roots-file`, one path a line, e.g. a ConfigMap in `config/`):
+//! `--allowed-backend-roots-file`, one root a line, e.g. a ConfigMap in `config/`).
+//!
+//! Each root says what it is ([`RootScope`]): `Shared`, one filesystem every node
+//! reaches (NFS, CephFS, GlusterFS…), or `NodeLocal`, each node's own disk. A line is
+//! `PATH Shared`, `PATH NodeLocal` or, as before scopes existed, `PATH` alone: read as
+//! Shared, which is then verified (a node serves a Shared root only once it sees the
+//! marker the root's anchor node left there), so an old file keeps its meaning and a
+//! root that is not in fact shared is refused node by node, never served empty.
+//! [`AllowedRoots::check_scope`]: a Shared Volume needs a Shared root (on a NodeLocal
+//! one its data would stay behind when its Pod moves); a NodeLocal Volume, pinned to
+//! one node, may use either.
 //!
 //! ```text
 //!  Volume.backend.root / StorageClass backendRoot ──check_root──▶ an allowed root or beneath one
@@ -31,8 +41,54 @@ use nix::unistd::UnlinkatFlags;
 
 use super::paths::{self, PathError};
 
-/// The backend root of volumes when the administrator names none.
+/// The backend root of volumes when the administrator names none: a directory on
+/// each node's own disk, so [`RootScope::NodeLocal`].
 pub const DEFAULT_ROOT: &str = "/var/lib/tessera/volumes";
+
+/// What a backend root is, as the administrator declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RootScope {
+    /// One filesystem every node reaches: volumes may move between nodes.
+    Shared,
+    /// Each node's own disk: a volume lives on one node.
+    NodeLocal,
+}
+
+impl RootScope {
+    /// The word of the roots file and of `backend.scope`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RootScope::Shared => "Shared",
+            RootScope::NodeLocal => "NodeLocal",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "Shared" => Some(RootScope::Shared),
+            "NodeLocal" => Some(RootScope::NodeLocal),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for RootScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One allowed root and its scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootEntry {
+    /// The root (absolute, not `/`).
+    pub path: PathBuf,
+    /// Its scope.
+    pub scope: RootScope,
+    /// Whether the administrator said it (a path alone, the older format, is read as
+    /// Shared: `false` here).
+    pub declared: bool,
+}
 
 fn shown(s: &str) -> String {
     tessera_text::truncated(s, paths::SHOWN).into_owned()
@@ -44,12 +100,14 @@ const MAX_DEPTH: usize = 512;
 /// Command-line arguments shared by the controller and the agent.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct RootArgs {
-    /// A backend root volumes may use (repeatable). Volumes, StorageClasses and
+    /// A backend root volumes may use (repeatable): `PATH`, `PATH=Shared` or
+    /// `PATH=NodeLocal` (a path alone is Shared, verified). Volumes, StorageClasses and
     /// MountPods naming any other directory are refused. Default, when neither this nor
-    /// the file names one: /var/lib/tessera/volumes.
+    /// the file names one: /var/lib/tessera/volumes, NodeLocal.
     #[arg(long = "allowed-backend-root")]
     pub allowed_backend_root: Vec<PathBuf>,
-    /// A file listing allowed backend roots, one absolute path a line (`#` comments).
+    /// A file listing allowed backend roots, one a line: `PATH Shared`,
+    /// `PATH NodeLocal` or `PATH` alone (Shared, verified); `#` comments.
     #[arg(long, env = "TESSERA_ALLOWED_BACKEND_ROOTS_FILE")]
     pub allowed_backend_roots_file: Option<PathBuf>,
 }
@@ -75,6 +133,26 @@ pub enum RootError {
         path: String,
         /// The volume.
         volume: String,
+    },
+    /// A Volume's scope its root's declared scope does not allow.
+    #[error(
+        "backend.scope {volume} is not allowed under {root}, which the administrator declared {declared} (the backend-roots file): {why}"
+    )]
+    ScopeMismatch {
+        /// The Volume's scope.
+        volume: RootScope,
+        /// The allowed root it lies under.
+        root: String,
+        /// That root's scope.
+        declared: RootScope,
+        /// What would go wrong.
+        why: &'static str,
+    },
+    /// A line of the allow-list that is not `PATH [Shared|NodeLocal]`.
+    #[error("backend root {line:?}: expected PATH, PATH Shared or PATH NodeLocal")]
+    BadEntry {
+        /// The line (bounded).
+        line: String,
     },
     /// The allow-list file could not be read.
     #[error("reading {file}: {message}")]
@@ -102,27 +180,57 @@ impl Beneath {
     }
 }
 
-/// The allowed backend roots.
+/// The allowed backend roots, each with its scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllowedRoots(Vec<PathBuf>);
+pub struct AllowedRoots {
+    paths: Vec<PathBuf>,
+    entries: Vec<RootEntry>,
+}
 
 impl Default for AllowedRoots {
     fn default() -> Self {
-        AllowedRoots(vec![PathBuf::from(DEFAULT_ROOT)])
+        AllowedRoots::declared([(DEFAULT_ROOT, RootScope::NodeLocal)]).expect("a valid root")
     }
 }
 
 impl AllowedRoots {
-    /// These roots (each an absolute path; none is `/`).
+    /// These roots (each an absolute path; none is `/`), each `PATH`,
+    /// `PATH Shared`, `PATH NodeLocal` (or `=` instead of the space); a path alone is
+    /// Shared (undeclared). The first entry of a path wins.
     pub fn new<S: AsRef<str>>(roots: impl IntoIterator<Item = S>) -> Result<Self, RootError> {
-        let mut out = Vec::new();
+        let mut out = AllowedRoots {
+            paths: vec![],
+            entries: vec![],
+        };
         for r in roots {
-            let p = paths::absolute(r.as_ref())?;
-            if !out.contains(&p) {
-                out.push(p);
-            }
+            out.push(parse_entry(r.as_ref())?);
         }
-        Ok(AllowedRoots(out))
+        Ok(out)
+    }
+
+    /// These roots with these scopes.
+    pub fn declared<S: AsRef<str>>(
+        roots: impl IntoIterator<Item = (S, RootScope)>,
+    ) -> Result<Self, RootError> {
+        let mut out = AllowedRoots {
+            paths: vec![],
+            entries: vec![],
+        };
+        for (r, scope) in roots {
+            out.push(RootEntry {
+                path: paths::absolute(r.as_ref())?,
+                scope,
+                declared: true,
+            });
+        }
+        Ok(out)
+    }
+
+    fn push(&mut self, e: RootEntry) {
+        if !self.paths.contains(&e.path) {
+            self.paths.push(e.path.clone());
+            self.entries.push(e);
+        }
     }
 
     /// The roots the command line names (flags and file); the default when none.
@@ -147,16 +255,60 @@ impl AllowedRoots {
 
     /// The roots.
     pub fn roots(&self) -> &[PathBuf] {
-        &self.0
+        &self.paths
+    }
+
+    /// The roots with their scopes.
+    pub fn entries(&self) -> &[RootEntry] {
+        &self.entries
+    }
+
+    /// The roots given without a scope (read as Shared): worth a warning at start.
+    pub fn undeclared(&self) -> Vec<&Path> {
+        self.entries
+            .iter()
+            .filter(|e| !e.declared)
+            .map(|e| e.path.as_path())
+            .collect()
     }
 
     fn listed(&self) -> String {
-        let v: Vec<String> = self.0.iter().map(|p| p.display().to_string()).collect();
+        let v: Vec<String> = self.paths.iter().map(|p| p.display().to_string()).collect();
         v.join(", ")
     }
 
     fn containing(&self, p: &Path) -> Option<&PathBuf> {
-        self.0.iter().find(|r| p.starts_with(r))
+        self.paths.iter().find(|r| p.starts_with(r))
+    }
+
+    /// The allowed root `p` (a checked path) lies under, with its scope.
+    pub fn entry_of(&self, p: &Path) -> Option<&RootEntry> {
+        self.entries.iter().find(|e| p.starts_with(&e.path))
+    }
+
+    /// The scope declared for the root `s` (a Volume's `backend.root`) lies under.
+    pub fn scope_of(&self, s: &str) -> Result<RootScope, RootError> {
+        let p = self.check_root(s)?;
+        Ok(self.entry_of(&p).expect("checked").scope)
+    }
+
+    /// `s` as the backend root of a Volume of scope `volume`: allowed (as
+    /// [`AllowedRoots::check_root`]) and of a scope that can hold it. A Shared Volume
+    /// needs a root declared Shared: on a node-local one its data would stay on the
+    /// first node while its Pod moves on to an empty directory. A NodeLocal Volume is
+    /// pinned to its node, so either scope holds it.
+    pub fn check_scope(&self, s: &str, volume: RootScope) -> Result<PathBuf, RootError> {
+        let p = self.check_root(s)?;
+        let e = self.entry_of(&p).expect("checked");
+        match (volume, e.scope) {
+            (RootScope::Shared, RootScope::NodeLocal) => Err(RootError::ScopeMismatch {
+                volume,
+                root: e.path.display().to_string(),
+                declared: e.scope,
+                why: "its data would stay on the first node's disk while a Pod on another node gets an empty directory; use scope NodeLocal (pinned to one node) or a root declared Shared",
+            }),
+            _ => Ok(p),
+        }
     }
 
     /// `s` as a backend root a Volume or StorageClass may name: an allowed root or a
@@ -192,6 +344,33 @@ impl AllowedRoots {
             rel,
         })
     }
+}
+
+/// One root of the allow-list: `PATH`, `PATH Shared`, `PATH NodeLocal`, or the same
+/// with `=` for the space (the flag's form). Anything else after the path is refused,
+/// so a misspelt scope never passes as part of a path.
+pub fn parse_entry(s: &str) -> Result<RootEntry, RootError> {
+    let s = s.trim();
+    // `PATH=SCOPE`: after the last `=`, no `/` (else the `=` is the path's own).
+    let by_eq = s.rsplit_once('=').filter(|(_, w)| !w.contains('/'));
+    let (path, scope) = match by_eq {
+        Some((p, w)) => match RootScope::parse(w) {
+            Some(scope) => (p, Some(scope)),
+            None => return Err(RootError::BadEntry { line: shown(s) }),
+        },
+        None => match s.rsplit_once(char::is_whitespace) {
+            Some((p, w)) => match RootScope::parse(w) {
+                Some(scope) => (p.trim_end(), Some(scope)),
+                None => return Err(RootError::BadEntry { line: shown(s) }),
+            },
+            None => (s, None),
+        },
+    };
+    Ok(RootEntry {
+        path: paths::absolute(path)?,
+        scope: scope.unwrap_or(RootScope::Shared),
+        declared: scope.is_some(),
+    })
 }
 
 /// The roots of an allow-list file: one a line, blank lines and `#` comments skipped.
@@ -369,7 +548,11 @@ mod tests {
         );
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("roots");
-        std::fs::write(&file, "# roots\n/data/a\n\n  /data/b  # fast disk\n").unwrap();
+        std::fs::write(
+            &file,
+            "# roots\n/data/a\n\n  /data/b NodeLocal # fast disk\n/data/a NodeLocal\n",
+        )
+        .unwrap();
         let args = RootArgs {
             allowed_backend_root: vec!["/srv/x".into()],
             allowed_backend_roots_file: Some(file),
@@ -383,8 +566,98 @@ mod tests {
                 PathBuf::from("/data/b")
             ]
         );
+        // The first entry of a path wins; a path alone is Shared, undeclared.
+        assert_eq!(a.scope_of("/data/a"), Ok(RootScope::Shared));
+        assert_eq!(a.scope_of("/data/b/x"), Ok(RootScope::NodeLocal));
+        assert_eq!(
+            a.undeclared(),
+            vec![Path::new("/srv/x"), Path::new("/data/a")]
+        );
+        std::fs::write(dir.path().join("bad"), "/data/a shared\n").unwrap();
+        let bad = RootArgs {
+            allowed_backend_root: vec![],
+            allowed_backend_roots_file: Some(dir.path().join("bad")),
+        };
+        assert!(matches!(
+            AllowedRoots::from_args(&bad),
+            Err(RootError::BadEntry { .. })
+        ));
         assert!(AllowedRoots::new(["/"]).is_err());
         assert!(AllowedRoots::new(["data"]).is_err());
+    }
+
+    #[test]
+    fn roots_declare_their_scope() {
+        use RootScope::*;
+        // (entry, Some((path, scope, declared))) or None: refused.
+        type Case<'a> = (&'a str, Option<(&'a str, RootScope, bool)>);
+        let table: &[Case] = &[
+            ("/srv/a", Some(("/srv/a", Shared, false))),
+            ("/srv/a Shared", Some(("/srv/a", Shared, true))),
+            ("/srv/a NodeLocal", Some(("/srv/a", NodeLocal, true))),
+            ("/srv/a\tNodeLocal", Some(("/srv/a", NodeLocal, true))),
+            ("  /srv/a/   NodeLocal ", Some(("/srv/a", NodeLocal, true))),
+            ("/srv/a=NodeLocal", Some(("/srv/a", NodeLocal, true))),
+            ("/srv/a=Shared", Some(("/srv/a", Shared, true))),
+            // A misspelt or lower-case scope is never read as part of a path.
+            ("/srv/a nodelocal", None),
+            ("/srv/a Local", None),
+            ("/srv/a NodeLocal extra", None),
+            ("/srv/a=local", None),
+            ("/srv/a=b/c", Some(("/srv/a=b/c", Shared, false))),
+            ("/srv/my disk", None),
+            ("NodeLocal", None),
+            ("relative Shared", None),
+            ("/ Shared", None),
+            ("/srv/../etc NodeLocal", None),
+        ];
+        for (line, want) in table {
+            let got = parse_entry(line)
+                .ok()
+                .map(|e| (e.path, e.scope, e.declared));
+            let want = want.map(|(p, s, d)| (PathBuf::from(p), s, d));
+            assert_eq!(got, want, "{line:?}");
+        }
+        let e = parse_entry("/srv/a Nodelocal").unwrap_err().to_string();
+        assert!(e.contains("PATH NodeLocal"), "{e}");
+        // The default root is each node's own disk.
+        let d = AllowedRoots::default();
+        assert_eq!(d.scope_of(DEFAULT_ROOT), Ok(NodeLocal));
+        assert!(d.undeclared().is_empty());
+    }
+
+    #[test]
+    fn a_shared_volume_needs_a_shared_root() {
+        use RootScope::*;
+        let a = AllowedRoots::new(["/local NodeLocal", "/shared Shared", "/old"]).unwrap();
+        assert_eq!(a.undeclared(), vec![Path::new("/old")]);
+        // (root, volume scope, allowed)
+        let table: &[(&str, RootScope, bool)] = &[
+            ("/local", NodeLocal, true),
+            ("/local/fast", NodeLocal, true),
+            ("/local", Shared, false),
+            ("/local/fast", Shared, false),
+            ("/shared", Shared, true),
+            ("/shared", NodeLocal, true),
+            ("/old", Shared, true),
+            ("/old", NodeLocal, true),
+            ("/elsewhere", NodeLocal, false),
+            ("/elsewhere", Shared, false),
+        ];
+        for (root, scope, ok) in table {
+            assert_eq!(a.check_scope(root, *scope).is_ok(), *ok, "{root} {scope}");
+        }
+        let e = a.check_scope("/local/x", Shared).unwrap_err();
+        assert!(matches!(e, RootError::ScopeMismatch { .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("/local") && msg.contains("NodeLocal") && msg.contains("Shared"),
+            "{msg}"
+        );
+        assert!(matches!(
+            a.check_scope("/elsewhere", Shared),
+            Err(RootError::NotAllowed { .. })
+        ));
     }
 
     #[test]

@@ -19,7 +19,10 @@ use tessera::plugin::preflight::{NodeFacts, Scope, Sightings};
 use crate::read::{Ctx, Error, list_params};
 
 /// The roots `config/backend-roots.yaml` ships, where no ConfigMap says otherwise.
-const SHIPPED_ROOTS: [&str; 2] = ["/var/lib/tessera/volumes", "/mnt/shared/tessera"];
+const SHIPPED_ROOTS: [(&str, Scope); 2] = [
+    ("/var/lib/tessera/volumes", Scope::NodeLocal),
+    ("/mnt/shared/tessera", Scope::Shared),
+];
 
 /// What `preflight` was asked.
 pub struct Options {
@@ -169,18 +172,16 @@ async fn roots(client: &Client, o: &Options) -> Result<BTreeMap<String, Scope>, 
         .get_opt("tessera-backend-roots")
         .await
         .ctx(|| format!("reading ConfigMap {}/tessera-backend-roots", o.namespace))?;
-    let listed: Vec<String> = cm
+    Ok(cm
         .and_then(|c| c.data)
         .and_then(|d| d.get("backend-roots").cloned())
-        .map(|t| {
-            t.lines()
-                .map(str::trim)
-                .filter(|l| l.starts_with('/'))
-                .map(String::from)
+        .map(|t| tessera::plugin::preflight::roots_of_file(&t))
+        .unwrap_or_else(|| {
+            SHIPPED_ROOTS
+                .iter()
+                .map(|(r, s)| (r.to_string(), *s))
                 .collect()
-        })
-        .unwrap_or_else(|| SHIPPED_ROOTS.map(String::from).to_vec());
-    Ok(listed.into_iter().map(|r| (r, Scope::Unknown)).collect())
+        }))
 }
 
 /// The image: the flag, else the node DaemonSet's, else this release's.

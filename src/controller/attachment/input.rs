@@ -77,7 +77,16 @@ pub fn mount_view(mp: &MountPod) -> MountView {
     } else if mp.is_ready() {
         MountState::Ready
     } else if status.phase == Some(MountPhase::Failed) {
-        MountState::Failed(status.last_error.unwrap_or_else(|| "mount failed".into()))
+        let error = status.last_error.unwrap_or_else(|| "mount failed".into());
+        let not_shared = status.conditions.iter().any(|c| {
+            c.type_ == crate::api::CONDITION_READY
+                && c.reason == crate::api::TicketReason::BackendNotShared.as_str()
+        });
+        if not_shared {
+            MountState::NotShared(error)
+        } else {
+            MountState::Failed(error)
+        }
     } else {
         MountState::Starting
     };

@@ -81,6 +81,37 @@ pub(super) async fn sync_mountpods(
             message: e.to_string(),
         });
     }
+    // A Shared volume's MountPods name its root's anchor (one per root, kept; the
+    // caches are read only until it is proven).
+    let anchor = match crate::controller::anchor::shared_root(volume, &ctx.shared.allowed_roots) {
+        Some(root) if !decision.nodes.is_empty() => {
+            use crate::controller::anchor;
+            let allowed = &ctx.shared.allowed_roots;
+            let holds = |a: &str| {
+                let cached = ctx.shared.caches.mountpods.state();
+                let all: Vec<&MountPod> = cached.iter().map(|m| m.as_ref()).collect();
+                anchor::holds(&root, a, &all, allowed)
+            };
+            Some(ctx.shared.anchors.get_or_choose(&root, holds, || {
+                let cached = ctx.shared.caches.mountpods.state();
+                let all: Vec<&MountPod> = cached.iter().map(|m| m.as_ref()).collect();
+                let failed = anchor::failed_anchors(&root, &all, allowed);
+                let volumes = ctx.shared.caches.volumes.state();
+                let volumes: Vec<&Volume> = volumes.iter().map(|v| v.as_ref()).collect();
+                // A node that already holds this volume (a MountPod made before
+                // anchors were) holds its data: it anchors the root before any other;
+                // then the nodes chosen now.
+                let candidates: Vec<&str> = all
+                    .iter()
+                    .filter(|m| m.spec.volume == name)
+                    .map(|m| m.spec.node_name.as_str())
+                    .chain(decision.nodes.keys().map(String::as_str))
+                    .collect();
+                anchor::choose(&root, &candidates, &failed, &volumes, &all, allowed)
+            }))
+        }
+        _ => None,
+    };
     let mut writes = Vec::new();
     for (node, mount) in &decision.nodes {
         let task = if mount.removes_data {
@@ -90,7 +121,8 @@ pub(super) async fn sync_mountpods(
         } else {
             MountTask::Serve
         };
-        let desired = desired_spec(volume, node, mount.read_only, task)?;
+        let mut desired = desired_spec(volume, node, mount.read_only, task)?;
+        desired.shared_root_anchor = anchor.clone();
         let existing = mountpods.iter().find(|mp| &mp.spec.node_name == node);
         match existing {
             Some(mp) if mp.metadata.deletion_timestamp.is_some() => continue, // old one must go first
@@ -254,6 +286,7 @@ pub(super) fn apply_body(
             "capacityBytes": desired.capacity_bytes,
             "readOnly": desired.read_only,
             "sharedBackend": desired.shared_backend,
+            "sharedRootAnchor": desired.shared_root_anchor,
             "mountOptions": desired.mount_options,
             "resources": desired.resources,
             "attrCacheSeconds": desired.attr_cache_seconds,
@@ -279,6 +312,7 @@ pub(super) fn same_controlled_fields(a: &MountPodSpec, b: &MountPodSpec) -> bool
         && a.capacity_bytes == b.capacity_bytes
         && a.read_only == b.read_only
         && a.shared_backend == b.shared_backend
+        && a.shared_root_anchor == b.shared_root_anchor
         && a.mount_options == b.mount_options
         && a.task == b.task
         && a.resources == b.resources
@@ -322,6 +356,8 @@ pub fn desired_spec(
         capacity_bytes: capacity,
         read_only,
         shared_backend: volume.spec.backend.scope == api::BackendScope::Shared,
+        // Set by `sync_mountpods` (the root's anchor).
+        shared_root_anchor: None,
         mount_options: volume.spec.mount_options.clone(),
         references: vec![],
         retain_seconds: None,

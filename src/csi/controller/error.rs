@@ -93,6 +93,9 @@ pub enum Error {
     /// `backendRoot` names a directory the administrator did not allow.
     #[error("parameter backendRoot: {0}")]
     BackendRoot(#[source] crate::host::roots::RootError),
+    /// The volume's scope (the `scope` parameter) is one its root cannot hold.
+    #[error("parameter scope: {0}")]
+    ScopeMismatch(#[source] crate::host::roots::RootError),
     /// The `idleMountDelay` parameter is no duration of 0 s to a day.
     #[error(
         "parameter idleMountDelay must be a duration from 0s to 24h (such as 90, 90s, 5m or 1h), not {0:?}"
@@ -231,6 +234,7 @@ impl Error {
             | ContentSource
             | Scope(_)
             | BackendRoot(_)
+            | ScopeMismatch(_)
             | UnknownParameter(_)
             | IdleMountDelay(_)
             | MountResource { .. }
@@ -251,9 +255,9 @@ impl Error {
             | SnapshotNameTaken { .. } => Code::AlreadyExists,
             Size { .. } | Encode { .. } => Code::Internal,
             NotSatisfied { reason, .. } => match reason {
-                TicketReason::HeldByOtherNode | TicketReason::NodeLocalElsewhere => {
-                    Code::FailedPrecondition
-                }
+                TicketReason::HeldByOtherNode
+                | TicketReason::NodeLocalElsewhere
+                | TicketReason::BackendNotShared => Code::FailedPrecondition,
                 TicketReason::InvalidParameters => Code::InvalidArgument,
                 _ => Code::DeadlineExceeded,
             },

@@ -188,10 +188,7 @@ impl ControllerService {
         let params = Parameters::parse(&req.parameters, &self.settings.default_backend_root)?;
         // A VolumeAttributesClass named at creation: its settings from the start.
         let vac = modify::parse(&req.mutable_parameters)?;
-        self.settings
-            .allowed_roots
-            .check_root(&params.backend_root)
-            .map_err(Error::BackendRoot)?;
+        let scope = request::scope_for(&params, &self.settings.allowed_roots)?;
         let name = volume_name(csi_name);
         let _guard = self.inflight.start(&name)?;
 
@@ -226,7 +223,7 @@ impl ControllerService {
             }
         }
         // A node-local volume filled from another lives where that one's data is.
-        let node = (params.scope == BackendScope::NodeLocal)
+        let node = (scope == BackendScope::NodeLocal)
             .then(|| {
                 source
                     .as_ref()
@@ -243,7 +240,7 @@ impl ControllerService {
             "metadata": {"name": name, "annotations": annotations, "labels": self.settings.labels.0},
             "spec": {
                 "size": quantity_of(size), "accessMode": mode,
-                "backend": {"root": params.backend_root, "scope": params.scope, "node": node},
+                "backend": {"root": params.backend_root, "scope": scope, "node": node},
                 "mountOptions": mount_options(caps),
                 "idleMountDelaySeconds": vac.idle_mount_delay.filter(|d| *d > 0).or(params.idle_mount_delay),
                 "mountResources": modify::with_resources(params.mount_resources.as_ref(), &vac.resources)?,

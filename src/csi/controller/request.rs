@@ -126,8 +126,9 @@ pub fn size_fits(bytes: u64, range: Option<&CapacityRange>) -> bool {
 pub struct Parameters {
     /// `backendRoot`: where the volume's directory goes (default: the service's).
     pub backend_root: String,
-    /// `scope`: `Shared` (default) or `NodeLocal`.
-    pub scope: BackendScope,
+    /// `scope`: `Shared` or `NodeLocal`; unset: the scope the administrator declared
+    /// for the root (the default root is NodeLocal).
+    pub scope: Option<BackendScope>,
     /// `idleMountDelay`: how long a node keeps an idle mount, in seconds (default: none).
     pub idle_mount_delay: Option<i64>,
     /// `mountCPURequest`, `mountCPULimit`, `mountMemoryRequest`, `mountMemoryLimit`:
@@ -163,13 +164,38 @@ pub fn idle_mount_delay(v: &str) -> Result<i64, Error> {
     Ok(secs)
 }
 
+/// The scope of a volume created under `params.backend_root`: the `scope` parameter,
+/// else the one the administrator declared for the root; refused when a Shared volume
+/// would lie on a NodeLocal root (its data would stay behind when its Pod moves).
+pub fn scope_for(
+    params: &Parameters,
+    allowed: &crate::host::roots::AllowedRoots,
+) -> Result<BackendScope, Error> {
+    use crate::host::roots::RootScope;
+    let declared = allowed
+        .scope_of(&params.backend_root)
+        .map_err(Error::BackendRoot)?;
+    let scope = params.scope.unwrap_or(match declared {
+        RootScope::Shared => BackendScope::Shared,
+        RootScope::NodeLocal => BackendScope::NodeLocal,
+    });
+    let wanted = match scope {
+        BackendScope::Shared => RootScope::Shared,
+        BackendScope::NodeLocal => RootScope::NodeLocal,
+    };
+    allowed
+        .check_scope(&params.backend_root, wanted)
+        .map_err(Error::ScopeMismatch)?;
+    Ok(scope)
+}
+
 impl Parameters {
     /// Read `params`; `csi.storage.k8s.io/*` (the sidecars' own) are ignored, any
     /// other unknown key is refused.
     pub fn parse(params: &HashMap<String, String>, default_root: &str) -> Result<Self, Error> {
         let mut out = Parameters {
             backend_root: default_root.to_string(),
-            scope: BackendScope::Shared,
+            scope: None,
             idle_mount_delay: None,
             mount_resources: None,
         };
@@ -181,11 +207,11 @@ impl Parameters {
             match k.as_str() {
                 "backendRoot" => out.backend_root = v.clone(),
                 "scope" => {
-                    out.scope = match v.as_str() {
+                    out.scope = Some(match v.as_str() {
                         "Shared" => BackendScope::Shared,
                         "NodeLocal" => BackendScope::NodeLocal,
                         other => return Err(Error::Scope(shown(other))),
-                    }
+                    })
                 }
                 "idleMountDelay" => {
                     out.idle_mount_delay = Some(idle_mount_delay(v)?).filter(|s| *s > 0)
@@ -313,6 +339,54 @@ mod tests {
 
     fn code(e: Error) -> Code {
         tonic::Status::from(e).code()
+    }
+
+    #[test]
+    fn the_scope_is_the_parameter_or_the_roots_and_never_shared_on_a_local_root() {
+        use crate::host::roots::AllowedRoots;
+        let allowed = AllowedRoots::new([
+            "/var/lib/tessera/volumes NodeLocal",
+            "/mnt/shared/tessera Shared",
+            "/old",
+        ])
+        .unwrap();
+        let params = |root: &str, scope: Option<BackendScope>| Parameters {
+            backend_root: root.into(),
+            scope,
+            idle_mount_delay: None,
+            mount_resources: None,
+        };
+        use BackendScope::*;
+        // (root, scope parameter, Ok(scope) or the error's code)
+        type Case<'a> = (&'a str, Option<BackendScope>, Result<BackendScope, Code>);
+        let table: &[Case] = &[
+            // A StorageClass with no parameters: the default root, NodeLocal.
+            ("/var/lib/tessera/volumes", None, Ok(NodeLocal)),
+            ("/var/lib/tessera/volumes/fast", None, Ok(NodeLocal)),
+            ("/var/lib/tessera/volumes", Some(NodeLocal), Ok(NodeLocal)),
+            (
+                "/var/lib/tessera/volumes",
+                Some(Shared),
+                Err(Code::InvalidArgument),
+            ),
+            ("/mnt/shared/tessera", None, Ok(Shared)),
+            ("/mnt/shared/tessera", Some(Shared), Ok(Shared)),
+            ("/mnt/shared/tessera", Some(NodeLocal), Ok(NodeLocal)),
+            // A root listed without a scope (the older file) is Shared, verified.
+            ("/old", None, Ok(Shared)),
+            ("/etc", None, Err(Code::InvalidArgument)),
+        ];
+        for (root, scope, want) in table {
+            let got = scope_for(&params(root, *scope), &allowed).map_err(code);
+            assert_eq!(got, *want, "{root} {scope:?}");
+        }
+        let e = scope_for(&params("/var/lib/tessera/volumes", Some(Shared)), &allowed)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("parameter scope") && e.contains("NodeLocal"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -553,7 +627,7 @@ mod tests {
             p(&[]).unwrap(),
             Parameters {
                 backend_root: "/default".into(),
-                scope: BackendScope::Shared,
+                scope: None,
                 idle_mount_delay: None,
                 mount_resources: None,
             }
@@ -573,7 +647,7 @@ mod tests {
         ));
         let local = p(&[("backendRoot", "/data"), ("scope", "NodeLocal")]).unwrap();
         assert_eq!(local.backend_root, "/data");
-        assert_eq!(local.scope, BackendScope::NodeLocal);
+        assert_eq!(local.scope, Some(BackendScope::NodeLocal));
         assert!(p(&[("csi.storage.k8s.io/pvc/name", "x")]).is_ok());
         assert!(matches!(
             p(&[("scope", "Everywhere")]),

@@ -259,6 +259,16 @@ async fn reconcile_inner(mp: &MountPod, ctx: &Context) -> Result<Action, Error> 
     }
 }
 
+/// The MountPod reason of a failure of the node-side work: `BackendNotShared` when
+/// this node does not see a Shared root's marker (nothing was created), else
+/// `MountFailed`.
+pub(crate) fn failure_reason(e: &mount_service::Error) -> &'static str {
+    match e {
+        mount_service::Error::NotShared(_) => "BackendNotShared",
+        _ => "MountFailed",
+    }
+}
+
 /// A MountPod the agent does not serve: only the controller's, owned by their Volume,
 /// are (a hand-made one could name any directory of the node).
 pub(crate) fn owned_by_its_volume(mp: &MountPod) -> Result<(), String> {
@@ -372,17 +382,14 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
             let delay = ctx
                 .backoff
                 .failed(&name, mp.metadata.generation, Instant::now());
-            warn!(error = %msg, retry_in_ms = delay.as_millis() as u64, "mount failed");
-            write_status(
-                mp,
-                ctx,
-                &mut current,
-                Report::failed("MountFailed", msg.clone()),
-            )
-            .await?;
+            // A root that failed is verified again on the next try.
+            ctx.host.shared.forget(&want.beneath.root);
+            let reason = failure_reason(&e);
+            warn!(error = %msg, reason, retry_in_ms = delay.as_millis() as u64, "mount failed");
+            write_status(mp, ctx, &mut current, Report::failed(reason, msg.clone())).await?;
             // One Event per distinct failure, not one per attempt.
             if prev.last_error.as_deref() != Some(msg.as_str()) {
-                publish(ctx, mp, EventType::Warning, "MountFailed", &msg).await;
+                publish(ctx, mp, EventType::Warning, reason, &msg).await;
             }
             return Ok(Action::requeue(delay));
         }
@@ -447,9 +454,17 @@ async fn remove_data(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     let host = ctx.host.clone();
     let source = mp.spec.source.clone();
     let volume = mp.spec.volume.clone();
-    let res = blocking(move || host.remove_data(&source, &volume))
-        .await
-        .map_err(Error::Join)?;
+    let (node, anchor) = (
+        mp.spec.node_name.clone(),
+        mp.spec.shared_root_anchor.clone(),
+    );
+    // Never "removed" from a directory that is not the one holding the data.
+    let res = blocking(move || {
+        host.check_shared(&source, &volume, &node, anchor.as_deref())?;
+        host.remove_data(&source, &volume)
+    })
+    .await
+    .map_err(Error::Join)?;
     let report = match res {
         Ok(_) => Report::task_done(
             "DataRemoved",
@@ -458,8 +473,12 @@ async fn remove_data(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
         ),
         Err(e) => {
             let msg = error_chain(&e);
-            publish(ctx, mp, EventType::Warning, "RemoveDataFailed", &msg).await;
-            Report::task_failed("RemoveDataFailed", "DataRemoved", "RemoveFailed", msg)
+            let failure = match failure_reason(&e) {
+                "BackendNotShared" => "BackendNotShared",
+                _ => "RemoveDataFailed",
+            };
+            publish(ctx, mp, EventType::Warning, failure, &msg).await;
+            Report::task_failed(failure, "DataRemoved", "RemoveFailed", msg)
         }
     };
     finish_task(mp, ctx, current, report).await

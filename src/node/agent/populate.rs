@@ -73,7 +73,13 @@ pub(super) async fn populate(mp: &MountPod, ctx: &Context) -> Result<Action, Err
     let source = mp.spec.source.clone();
     let volume = mp.spec.volume.clone();
     let budget = u64::try_from(mp.spec.capacity_bytes).unwrap_or(0);
+    let (node, anchor) = (
+        mp.spec.node_name.clone(),
+        mp.spec.shared_root_anchor.clone(),
+    );
     let work = blocking(move || {
+        // Never filled into a directory that is not the one holding the data.
+        host.check_shared(&source, &volume, &node, anchor.as_deref())?;
         let mut last = Instant::now();
         let mut progress = |s: &CopyStats| {
             if last.elapsed() >= PROGRESS_EVERY {
@@ -93,8 +99,12 @@ pub(super) async fn populate(mp: &MountPod, ctx: &Context) -> Result<Action, Err
         }
         Err(e) => {
             let msg = error_chain(&e);
-            publish(ctx, mp, EventType::Warning, "PopulateFailed", &msg).await;
-            Report::task_failed("PopulateFailed", "DataPopulated", "CopyFailed", msg)
+            let failure = match super::failure_reason(&e) {
+                "BackendNotShared" => "BackendNotShared",
+                _ => "PopulateFailed",
+            };
+            publish(ctx, mp, EventType::Warning, failure, &msg).await;
+            Report::task_failed(failure, "DataPopulated", "CopyFailed", msg)
         }
     };
     finish_task(mp, ctx, current, report).await

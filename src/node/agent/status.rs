@@ -335,6 +335,7 @@ pub(super) mod tests {
                 capacity_bytes: 1,
                 read_only: false,
                 shared_backend: false,
+                shared_root_anchor: None,
                 mount_options: vec![],
                 references: (0..refs)
                     .map(|i| MountReference {

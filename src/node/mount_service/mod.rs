@@ -75,6 +75,9 @@ pub enum Error {
     /// A source outside the allowed backend roots.
     #[error(transparent)]
     Root(#[from] RootError),
+    /// The backend root, declared Shared, is not the anchor node's filesystem here.
+    #[error(transparent)]
+    NotShared(#[from] crate::host::shared::NotShared),
     /// Creating or removing data beneath an allowed root failed (a symlink on the way,
     /// a path leaving the root, …).
     #[error("{action} {path} beneath its backend root: {errno}")]
@@ -192,6 +195,8 @@ pub struct MountService {
     /// The fd holder daemons hand their /dev/fuse descriptors to (`None`: no
     /// handoff; a dead daemon is repaired by remounting).
     pub holder: Option<Arc<HolderProcess>>,
+    /// The Shared roots verified on this node (per anchor).
+    pub shared: crate::host::shared::Verified,
 }
 
 impl MountService {
@@ -435,6 +440,11 @@ impl MountService {
         // Nothing held for a mount point that is gone (the daemon had died).
         if let Some(h) = &self.holder {
             h.remove(&want.mountpoint);
+        }
+        // A Shared root first: on a node that does not see its anchor's marker nothing
+        // is created, not even the volume's directory.
+        if let Some(anchor) = &want.anchor {
+            self.shared.check(&want.beneath.root, &want.node, anchor)?;
         }
         let backend_root = want.source.parent().unwrap_or(Path::new("/"));
         if !backend_root.is_dir() {
@@ -680,6 +690,23 @@ impl MountService {
                 source,
             }),
         }
+    }
+
+    /// Before a task that writes beneath the root of `source` (a volume's directory):
+    /// when the MountPod names an anchor (a Shared root), this node must see its
+    /// marker there.
+    pub fn check_shared(
+        &self,
+        source: &str,
+        volume: &str,
+        node: &str,
+        anchor: Option<&str>,
+    ) -> Result<(), Error> {
+        let Some(anchor) = anchor else {
+            return Ok(());
+        };
+        let beneath = self.config.allowed_roots.check_source(source, volume)?;
+        Ok(self.shared.check(&beneath.root, node, anchor)?)
     }
 
     /// Remove a deleted volume's data directory `source` of `volume`: only a volume's

@@ -202,6 +202,7 @@ fn setup() -> Setup {
         daemons: Arc::new(fake.clone()),
         state: StateDir::open(&dir.path().join("state")).unwrap(),
         holder: None,
+        shared: Default::default(),
     };
     Setup { dir, fake, host }
 }
@@ -217,6 +218,7 @@ impl Setup {
             capacity_bytes: 1000,
             read_only: false,
             shared_backend: false,
+            shared_root_anchor: None,
             mount_options: vec![],
             references: refs
                 .iter()
@@ -278,6 +280,39 @@ fn starts_a_daemon_then_adopts_it() {
     assert!(again.answers);
     assert_eq!(again.daemon, served.daemon);
     assert_eq!(s.fake.w().started.len(), 1, "no second daemon");
+}
+
+#[test]
+fn a_shared_root_is_served_only_where_the_anchors_marker_is_seen() {
+    let s = setup();
+    let backend = s.dir.path().join("backend");
+    std::fs::create_dir_all(&backend).unwrap();
+    // Another node is the anchor and left no marker this node can see: refused before
+    // anything is created, no daemon started.
+    let mut spec = s.spec(&[]);
+    spec.shared_root_anchor = Some("n0".into());
+    let err = s.host.serve(&s.want(&spec), &|_| {}).unwrap_err();
+    assert!(matches!(err, Error::NotShared(_)), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("node n1") && msg.contains("node n0"), "{msg}");
+    assert!(!backend.join("vol1").exists(), "data directory created");
+    assert!(s.fake.w().started.is_empty(), "a daemon started");
+    assert!(
+        s.host
+            .check_shared(&spec.source, "vol1", "n1", Some("n0"))
+            .is_err()
+    );
+    // This node is the anchor: it leaves the marker and serves.
+    spec.shared_root_anchor = Some("n1".into());
+    assert!(s.serve(&s.want(&spec)).answers);
+    assert!(backend.join(".tessera-shared-n1").is_file());
+    assert!(backend.join("vol1").is_dir());
+    // No anchor (a NodeLocal volume): nothing to check.
+    assert!(
+        s.host
+            .check_shared(&spec.source, "vol1", "n1", None)
+            .is_ok()
+    );
 }
 
 #[test]

@@ -63,6 +63,11 @@ pub struct Want {
     pub shared_backend: bool,
     /// The accepted references.
     pub references: Vec<Target>,
+    /// The node (the MountPod's `nodeName`: this agent's).
+    pub node: String,
+    /// For a Shared root: the node whose marker must be visible under the root here
+    /// (`spec.sharedRootAnchor`).
+    pub anchor: Option<String>,
     /// The daemon's CPU and memory (pod mode: its container's; the agent's defaults
     /// fill what is unset). Taken at a start: a running daemon keeps its own.
     pub resources: Option<crate::api::MountResources>,
@@ -132,6 +137,8 @@ pub fn want(
         options: spec.mount_options.clone(),
         shared_backend: spec.shared_backend,
         references,
+        node: spec.node_name.clone(),
+        anchor: spec.shared_root_anchor.clone(),
         resources: spec.resources.clone(),
         attr_cache_seconds: spec.attr_cache_seconds.map(|s| s.clamp(0, 3600)),
     };

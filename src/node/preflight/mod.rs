@@ -27,10 +27,11 @@ mod tests;
 /// The paths the node DaemonSet mounts with a hostPath type that must already exist
 /// (`type: Directory` or `CharDevice` in config/node.yaml and the chart; a unit test
 /// compares): (path under the kubelet directory or absolute, kind).
-pub const DAEMONSET_HOST_PATHS: [(&str, PathKind); 4] = [
+/// (`/mnt/shared`, where a shared filesystem is mounted, is not among them: the agent
+/// starts without it and does not serve the Shared roots beneath it there.)
+pub const DAEMONSET_HOST_PATHS: [(&str, PathKind); 3] = [
     ("{kubelet}", PathKind::Directory),
     ("{kubelet}/plugins_registry", PathKind::Directory),
-    ("/mnt/shared", PathKind::Directory),
     ("/dev/fuse", PathKind::CharDevice),
 ];
 

@@ -34,7 +34,6 @@ fn check_reports_each_path_and_root() {
         BTreeMap::from([
             ("/var/lib/kubelet".into(), None),
             ("/var/lib/kubelet/plugins_registry".into(), None),
-            ("/mnt/shared".into(), None),
             ("/dev/fuse".into(), Some("missing".into())),
         ])
     );

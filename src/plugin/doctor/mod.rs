@@ -514,6 +514,12 @@ pub fn what_to_do(reason: &str) -> &'static str {
         "InvalidParameters" => "fix the ticket's parameters; the message says which",
         "Expired" => "remove the ticket or move its expiresAt into the future",
         "NodeNotFound" => "fix the ticket's nodeID (`kubectl get nodes`) or remove the ticket",
+        "BackendNotShared" => {
+            "the node does not see the root's marker: mount the shared filesystem at the root on that node, or declare the root NodeLocal"
+        }
+        "BackendScopeMismatch" => {
+            "a Shared Volume on a root declared NodeLocal: use scope NodeLocal or a root declared Shared"
+        }
         "BackendRootNotAllowed" => {
             "spec.backend.root is not a root the nodes allow (the tessera-backend-roots ConfigMap): fix the Volume's root, or allow it there"
         }

@@ -51,6 +51,26 @@ pub fn parse_root(s: &str) -> Result<(String, Scope), String> {
     Ok((path.trim_end_matches('/').to_string(), scope))
 }
 
+/// The roots of a backend-roots file (the `tessera-backend-roots` ConfigMap's
+/// `backend-roots`), with what each is declared: `PATH Shared`, `PATH NodeLocal`, or a
+/// path alone (the older format: `Unknown`, reported as found). Lines that are no
+/// root entry are left out (the controller and agents refuse them at start).
+pub fn roots_of_file(text: &str) -> BTreeMap<String, Scope> {
+    use crate::host::roots::{RootScope, parse_entry, parse_list};
+    parse_list(text)
+        .iter()
+        .filter_map(|l| parse_entry(l).ok())
+        .map(|e| {
+            let scope = match (e.declared, e.scope) {
+                (false, _) => Scope::Unknown,
+                (true, RootScope::Shared) => Scope::Shared,
+                (true, RootScope::NodeLocal) => Scope::NodeLocal,
+            };
+            (e.path.display().to_string(), scope)
+        })
+        .collect()
+}
+
 /// `6.12.3-amd64` → (6, 12).
 pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
     let mut it = release.split(|c: char| !c.is_ascii_digit());
@@ -134,7 +154,11 @@ fn host_paths(facts: &[NodeFacts], out: &mut Vec<Finding>) {
 }
 
 fn existence(facts: &[NodeFacts], roots: &BTreeMap<String, Scope>, out: &mut Vec<Finding>) {
-    for root in roots.keys() {
+    for (root, scope) in roots {
+        // A NodeLocal root in Tessera's own directory: the node agent makes it.
+        let made_by_agent = *scope == Scope::NodeLocal
+            && std::path::Path::new(root).starts_with(crate::node::TESSERA_DIR)
+            && root.trim_end_matches('/') != crate::node::TESSERA_DIR;
         let missing: Vec<String> = facts
             .iter()
             .filter_map(|f| {
@@ -155,6 +179,14 @@ fn existence(facts: &[NodeFacts], roots: &BTreeMap<String, Scope>, out: &mut Vec
                     "{root} exists on all {} nodes (on {})",
                     facts.len(),
                     fs.into_iter().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        } else if made_by_agent {
+            out.push(Finding::ok(
+                "roots",
+                format!(
+                    "{root} (NodeLocal) is not there yet on {}: the node agent creates it at start",
+                    missing.join(", ")
                 ),
             ));
         } else {

@@ -152,6 +152,20 @@ fn each_fault_is_found() {
             )],
         ),
         (
+            "the default NodeLocal root not made yet: the agent makes it, no problem",
+            Box::new(|w| {
+                for f in &mut w.facts {
+                    let r = f.roots.get_mut("/var/lib/tessera/volumes").unwrap();
+                    r.exists = false;
+                    r.problem = Some("missing".into());
+                }
+                for s in &mut w.sightings {
+                    s.seen.remove("/var/lib/tessera/volumes");
+                }
+            }),
+            vec![],
+        ),
+        (
             "shared root that is not",
             Box::new(|w| {
                 w.sightings[0]
@@ -268,4 +282,35 @@ fn roots_and_kernels_parse() {
     assert_eq!(kernel_version("x"), None);
     assert!(kernel_version("6.9.0").unwrap() >= FULL_FEATURE_KERNEL);
     assert!(kernel_version("6.8.12").unwrap() < FULL_FEATURE_KERNEL);
+}
+
+#[test]
+fn roots_of_the_roots_file_with_their_scopes() {
+    let text = "# roots\n/var/lib/tessera/volumes NodeLocal\n/mnt/shared/tessera Shared\n/old/\n/bad shared\n";
+    let want: BTreeMap<String, Scope> = [
+        ("/var/lib/tessera/volumes".to_string(), Scope::NodeLocal),
+        ("/mnt/shared/tessera".to_string(), Scope::Shared),
+        ("/old".to_string(), Scope::Unknown),
+    ]
+    .into();
+    assert_eq!(roots_of_file(text), want);
+    // The file config/ ships.
+    let shipped = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/backend-roots.yaml"),
+    )
+    .unwrap();
+    let block: String = shipped
+        .split("backend-roots: |")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .map(|l| format!("{}\n", l.trim()))
+        .collect();
+    assert_eq!(
+        roots_of_file(&block),
+        BTreeMap::from([
+            ("/var/lib/tessera/volumes".to_string(), Scope::NodeLocal),
+            ("/mnt/shared/tessera".to_string(), Scope::Shared),
+        ])
+    );
 }

@@ -121,6 +121,11 @@ pub enum MountState {
     Ready,
     /// Failed; the message says why (the MountPod's lastError).
     Failed(String),
+    /// Refused by the node's agent because the node does not share the volume's
+    /// backend root, declared Shared, with the root's anchor (reason
+    /// `BackendNotShared`): nothing was created there; the message says which node
+    /// and root.
+    NotShared(String),
     /// Being deleted (deletionTimestamp set): the volume is detaching from this node.
     Terminating,
 }
@@ -486,6 +491,10 @@ fn chosen(input: &Input, eligible: &[Candidate], c: &Candidate, out: &mut Outcom
             MountState::Failed(error) => (
                 TicketReason::MountFailed,
                 format!("MountPod on {node} failed: {error}"),
+            ),
+            MountState::NotShared(error) => (
+                TicketReason::BackendNotShared,
+                format!("node {node} does not share the volume's backend root: {error}"),
             ),
             MountState::Ready
                 if m.populates != (c.t.ticket.type_ == AttacherType::VolumeRestore)

@@ -10,6 +10,14 @@ fn mount_view_by_phase_and_deletion() {
     failed.status.as_mut().unwrap().last_error = Some("backend root missing".into());
     let mut read_only = mountpod("n", Some(MountPhase::Ready));
     read_only.spec.read_only = true;
+    let mut not_shared = failed.clone();
+    not_shared.status.as_mut().unwrap().last_error = Some("no marker".into());
+    not_shared.status.as_mut().unwrap().conditions = vec![
+        serde_json::from_value(serde_json::json!({
+            "type": "Ready", "status": "False", "reason": "BackendNotShared",
+            "message": "no marker", "lastTransitionTime": "2026-01-01T00:00:00Z"}))
+        .unwrap(),
+    ];
     let cases: Vec<(&str, MountPod, MountState, bool)> = vec![
         (
             "no status yet",
@@ -45,6 +53,12 @@ fn mount_view_by_phase_and_deletion() {
             "failed with its error",
             failed.clone(),
             MountState::Failed("backend root missing".into()),
+            false,
+        ),
+        (
+            "refused: the node does not share the root",
+            not_shared,
+            MountState::NotShared("no marker".into()),
             false,
         ),
         (

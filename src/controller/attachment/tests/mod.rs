@@ -88,6 +88,7 @@ fn mountpod(node: &str, phase: Option<MountPhase>) -> MountPod {
             capacity_bytes: 1 << 30,
             read_only: false,
             shared_backend: false,
+            shared_root_anchor: None,
             mount_options: vec![],
             references: vec![],
             retain_seconds: None,

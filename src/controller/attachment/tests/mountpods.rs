@@ -18,6 +18,7 @@ fn desired_spec_from_the_volume() {
             capacity_bytes: 1 << 30,
             read_only: true,
             shared_backend: true,
+            shared_root_anchor: None,
             mount_options: vec!["allow_other".into()],
             references: vec![],
             retain_seconds: None,

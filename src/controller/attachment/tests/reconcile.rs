@@ -75,6 +75,8 @@ fn attachment(tickets: &[AttachmentTicket]) -> VolumeAttachment {
 fn ready_mountpod(volume: &Volume, node: &str) -> MountPod {
     let mut mp = mountpod(node, Some(MountPhase::Ready));
     mp.spec = desired_spec(volume, node, false, MountTask::Serve).expect("a servable Volume");
+    // The volume is Shared (under /b): its MountPods name the root's anchor, here n1.
+    mp.spec.shared_root_anchor = Some("n1".into());
     mp.metadata.uid = Some(format!("uid-mp-{node}"));
     mp.metadata.resource_version = Some("1".into());
     mp

@@ -184,7 +184,9 @@ fn actuate(mounts: &BTreeMap<String, MountView>, d: &Decision) -> BTreeMap<Strin
             // Gone this round; created again next round.
             MountState::Terminating => continue,
             MountState::Starting => made(MountState::Ready, want.read_only, node),
-            MountState::Failed(_) => made(MountState::Starting, want.read_only, node),
+            MountState::Failed(_) | MountState::NotShared(_) => {
+                made(MountState::Starting, want.read_only, node)
+            }
             MountState::Ready if m.read_only != want.read_only => {
                 made(MountState::Starting, want.read_only, node)
             }

@@ -509,6 +509,36 @@ fn failed_mount_reports_its_error() {
 }
 
 #[test]
+fn a_node_that_does_not_share_the_root_is_refused_and_says_so() {
+    let i = input(
+        RWX,
+        vec![
+            tk("csi-a", T::CsiAttacher, "node-a"),
+            tk("csi-b", T::CsiAttacher, "node-b"),
+        ],
+        &[
+            ("node-a", mount(MountState::Ready, false)),
+            (
+                "node-b",
+                mount(
+                    MountState::NotShared("node-b does not see the marker".into()),
+                    false,
+                ),
+            ),
+        ],
+    );
+    let d = decide(&i);
+    assert_reason(&d, "csi-a", R::Attached, &["node-a"]);
+    assert_reason(
+        &d,
+        "csi-b",
+        R::BackendNotShared,
+        &["node-b", "does not share", "marker"],
+    );
+    assert!(R::BackendNotShared.stalls());
+}
+
+#[test]
 fn terminating_mount_blocks_attach_elsewhere_and_on_its_own_node() {
     let tickets = vec![tk("csi-b", T::CsiAttacher, "node-b")];
     let d = decide(&input(RWO, tickets.clone(), &[("node-a", terminating())]));
