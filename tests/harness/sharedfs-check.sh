@@ -41,14 +41,16 @@ for kind in fcntl flock; do
   other=$([[ $kind == fcntl ]] && echo flock || echo fcntl)
   waits=()
   for ((r = 0; r < ${LOCK_ROUNDS:-3}; r++)); do
-    on A python3 "$PROBE" hold "$f" "$kind" 3 >"$tmp/$kind.a" 2>&1 &
+    out="$tmp/$kind.$r"   # one file per round: never read the previous round's `locked`
+    on A python3 "$PROBE" hold "$f" "$kind" 3 >"$out" 2>&1 &
     pid=$!
-    for ((i = 0; i < 50; i++)); do grep -q locked "$tmp/$kind.a" 2>/dev/null && break; sleep 0.1; done
+    for ((i = 0; i < 100; i++)); do grep -q locked "$out" 2>/dev/null && break; sleep 0.05; done
+    grep -q locked "$out" || { fail "A could not take the $kind lock: $(cat "$out")"; wait "$pid"; continue; }
     try=$(on B python3 "$PROBE" try "$f" "$kind")
     cross=$(on B python3 "$PROBE" try "$f" "$other")
     acq=$(on B python3 "$PROBE" wait "$f" "$kind")
     wait "$pid"
-    rel=$(sed -n 's/released at=//p' "$tmp/$kind.a")
+    rel=$(sed -n 's/released at=//p' "$out")
     # (a try after A's release, on a loaded machine, proves nothing either way)
     if ((${try#*at=} < rel)); then
       [[ ${try% *} == conflict=1 ]] || fail "$kind lock held on A: B's try gave $try"
