@@ -54,7 +54,7 @@ gluster_up() {
   # (glusterfsd -s HOST) without a port, and they fetch their volfile there. It binds
   # only the host's address; the brick ports come from a free range.
   port=24007
-  python3 -c 'import socket,sys; s=socket.socket(); s.bind((sys.argv[1], 24007))' "$ip" 2>/dev/null ||
+  python3 -c 'import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((sys.argv[1], 24007)); s.listen()' "$ip" 2>/dev/null ||
     die "port $ip:24007 is taken (another glusterd?): gluster needs it for its brick's volfile"
   base=$(free_port 1)
   printf 'port=%s\nbase=%s\nip=%s\n' "$port" "$base" "$ip" >"$G/ports"
