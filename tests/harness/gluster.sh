@@ -117,9 +117,13 @@ gluster_mount() { # gluster_mount DIR LOG: a new FUSE client, here; waits for th
   mkdir -p "$dir"
   # Timeouts 0: the kernel asks the client for every lookup and getattr, so a name or a
   # size another client changed is seen at once (the client has no cache of its own:
-  # performance.stat-prefetch, io-cache... are off on the volume).
+  # performance.stat-prefetch, io-cache... are off on the volume). direct-io: no kernel
+  # page cache for files, so a read after a lock (SQLite keeps its file open) sees what
+  # another node wrote; without it two nodes' SQLite writers lost rows (README).
+  # fopen-keep-cache=off: glusterfs's default keeps a file's pages across opens.
   glusterfs --process-name fuse --volfile-server="$ip" --volfile-server-port="$port" \
-    --volfile-id="$GVOL" --attribute-timeout=0 --entry-timeout=0 --negative-timeout=0 --fopen-keep-cache=off \
+    --volfile-id="$GVOL" --attribute-timeout=0 --entry-timeout=0 --negative-timeout=0 \
+    --fopen-keep-cache=off --direct-io-mode=enable \
     --log-file="$logf" "$dir" 9>&- || die "glusterfs client for $dir did not start: $(tail -n 5 "$logf")"
   for ((i = 0; i < 100; i++)); do
     [[ "$(findmnt -no FSTYPE --mountpoint "$dir" 2>/dev/null)" == fuse.glusterfs ]] && stat "$dir" >/dev/null 2>&1 && return 0
