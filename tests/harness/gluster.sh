@@ -11,8 +11,8 @@
 #
 # Volume `tessera`: distribute, one brick at $CL/gluster/brick/tessera, on the host's
 # default-route address (glusterd refuses loopback brick hosts), with the client-side
-# caching translators off so that every client sees what another wrote once it was
-# closed (see tests/harness/README.md, "The shared backend").
+# caching translators off and the clients on direct I/O, so that a read on one node
+# sees what another wrote (see tests/harness/README.md, "The shared backend").
 #
 #   gluster_up                 server + volume started, host client at $SHARED
 #   gluster_mount DIR LOG      mount the volume at DIR with a new client (in the caller's
