@@ -26,6 +26,11 @@ dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
 command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+# The real nodes' shared backend (tests/harness/gluster.sh): a GlusterFS server
+# (glusterd, started by the harness in a namespace of its own, not as a service) and
+# its FUSE client, one per node.
+command -v glusterd >/dev/null || need_apt+=(glusterfs-server)
+command -v glusterfs >/dev/null || need_apt+=(glusterfs-client)
 # The real-Pod lock tests (tests/pods.rs) and their comparator (tests/fuse/locks.rs)
 # run the sqlite3 CLI; images.sh copies it into the tools image.
 command -v sqlite3 >/dev/null || need_apt+=(sqlite3)

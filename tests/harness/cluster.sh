@@ -180,7 +180,7 @@ fail_start() {
       tail -n 25 "$LOGS/$c.log" >&2
     fi
   done
-  [[ ! -d "$CL/nodes" ]] || bash "$HARNESS_DIR/nodes.sh" down 9>&- || true
+  [[ ! -d "$CL/nodes" && ! -d "$CL/gluster" ]] || bash "$HARNESS_DIR/nodes.sh" down 9>&- || true
   stop_all
   exit 1
 }
@@ -206,7 +206,7 @@ cmd_up() {
   fi
 
   # Stale or partial cluster: clean up before starting fresh.
-  [[ ! -d "$CL/nodes" ]] || bash "$HARNESS_DIR/nodes.sh" down 9>&-
+  [[ ! -d "$CL/nodes" && ! -d "$CL/gluster" ]] || bash "$HARNESS_DIR/nodes.sh" down 9>&-
   stop_all
   bash "$HARNESS_DIR/build.sh" 9>&-
   local tb=$(now_ms)
@@ -316,7 +316,7 @@ EOF
 
 cmd_down() {
   take_lock
-  [[ ! -d "$CL/nodes" ]] || bash "$HARNESS_DIR/nodes.sh" down 9>&-
+  [[ ! -d "$CL/nodes" && ! -d "$CL/gluster" ]] || bash "$HARNESS_DIR/nodes.sh" down 9>&-
   stop_all
   rm -rf "$CL/etcd" "$CL/kubeconfig" "$CL/cluster.env" "$CL/components"
   local left

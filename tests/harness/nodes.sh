@@ -13,8 +13,13 @@
 #                    mounts and containerd untouched), wait until the Node is Ready
 #
 # Layout: $CL/nodes/<node>/{kubelet,tessera,containerd,run,log,cni,sysctl}/, config
-# files, logs/ and pids; $CL/shared/ is /mnt/shared on every node (the backend root of
-# config/storageclass/storageclass.yaml is /mnt/shared/tessera); $CL/nodes.env lists the nodes.
+# files, logs/ and pids; $CL/nodes.env lists the nodes.
+#
+# /mnt/shared on every node (the backend root of config/storageclass/storageclass.yaml
+# is /mnt/shared/tessera) is a GlusterFS volume (gluster.sh): each node mounts it with
+# a FUSE client of its own, the host with a third at $CL/shared. HARNESS_SHARED=dir
+# instead binds the host directory $CL/shared into every node (one kernel's page cache
+# and lock table: cross-node tests then prove nothing about a real backend).
 set -euo pipefail
 
 HARNESS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,6 +43,8 @@ log() { printf '[nodes] %s\n' "$*" >&2; }
 kc() { "$BIN/kubectl" --kubeconfig "$CL/kubeconfig" --cache-dir "$CL/kubectl-cache" "$@"; }
 die() { log "error: $*"; exit 1; }
 now_ms() { date +%s%3N; }
+SHARED_FS=${HARNESS_SHARED:-gluster}
+[[ $SHARED_FS == gluster || $SHARED_FS == dir ]] || die "HARNESS_SHARED=$SHARED_FS: want gluster or dir"
 
 node_name() { printf 'tessera-node-%s' "$(printf "\\x$(printf %x $((97 + $1)))")"; }
 
@@ -233,7 +240,14 @@ node_init() { # node_init NODE IP (as `nodes.sh _init`)
   mount --bind "$d/log" /var/log
   mount -t tmpfs -o mode=755 tessera-node /mnt
   mkdir -p /mnt/shared
-  mount --bind "$SHARED" /mnt/shared               # shared
+  if [[ $SHARED_FS == gluster ]]; then
+    # The node's own client; shared, so that Pods' Bidirectional/HostToContainer
+    # hostPath mounts of /mnt/shared (and what is mounted below it) see it.
+    gluster_mount /mnt/shared "$d/logs/glusterfs.log"
+    mount --make-rshared /mnt/shared
+  else
+    mount --bind "$SHARED" /mnt/shared             # shared with the host's $SHARED
+  fi
   for f in vm/overcommit_memory:1 vm/panic_on_oom:0 kernel/panic:10 kernel/panic_on_oops:1 net/ipv4/ip_forward:1; do
     echo "${f#*:}" >"$d/sysctl/${f%%:*}"
     mount --bind "$d/sysctl/${f%%:*}" "/proc/sys/${f%%:*}"
@@ -291,8 +305,9 @@ start_node() { # start_node INDEX
   [[ -z "$(mounts_under "$d")" ]] || die "$d still has mounts"
   rm -rf "$d"
   mkdir -p "$d"/{kubelet,tessera,containerd,run,log,cni/state,sysctl/vm,sysctl/kernel,sysctl/net/ipv4,logs,pids}
-  mkdir -p "$SHARED/tessera"
-  shared_bind "$d/kubelet"; shared_bind "$d/tessera"; shared_bind "$SHARED"
+  mkdir -p "$SHARED/tessera"   # (with gluster: through the host's client)
+  shared_bind "$d/kubelet"; shared_bind "$d/tessera"
+  if [[ $SHARED_FS == dir ]]; then shared_bind "$SHARED"; fi
   bash "$HARNESS_DIR/images.sh" build-base
   port=$("$BIN/k8s-harness" freeports 1)
   write_configs "$n" "$i" "$port" "$ip"
@@ -357,6 +372,7 @@ write_env() {
       echo "TESSERA_NODE_${v}_CONTAINERD=$NODES_DIR/$n/run/containerd/containerd.sock"
     done
     echo "TESSERA_SHARED_DIR=$SHARED"
+    echo "TESSERA_SHARED_FS=$SHARED_FS"
   } >"$CL/nodes.env"
 }
 
@@ -370,6 +386,7 @@ cmd_up() {
   done
   [[ "$(findmnt -no PROPAGATION /)" == private ]] ||
     die "/ is a shared mount here: the nodes' private mount namespaces would leak mounts to the host"
+  if [[ $SHARED_FS == gluster ]]; then gluster_up; fi
   for ((i = 0; i < want; i++)); do
     n=$(node_name "$i")
     if node_alive "$n"; then continue; fi
@@ -389,6 +406,7 @@ cmd_down() {
     stop_node "$n"
     kc delete node "$n" --wait=false >/dev/null 2>&1 || true
   done
+  gluster_down
   [[ ! -d "$SHARED" ]] || unmount_under "$SHARED"
   rm -f "$CL/nodes.env"
   rmdir "$CG_ROOT"/*/"$CG_BASE" "$CG_ROOT"/*/"${CG_BASE%%/*}" 2>/dev/null || true
@@ -399,6 +417,7 @@ cmd_down() {
 
 cmd_status() {
   local n rc=0 st
+  if [[ -d "$G" ]]; then gluster_status || rc=1; fi
   for n in $(ls "$NODES_DIR" 2>/dev/null); do
     if node_alive "$n"; then
       st=$(kc get node "$n" \
@@ -412,6 +431,9 @@ cmd_status() {
   return $rc
 }
 
+# shellcheck source=tests/harness/gluster.sh
+. "$HARNESS_DIR/gluster.sh"
+
 case "${1:-}" in
   up) cmd_up "${2:-0}" ;;
   down) cmd_down ;;
@@ -420,5 +442,8 @@ case "${1:-}" in
   _init) node_init "$2" "$3" ;;
   _kubelet) start_kubelet "$2" "$3" ;;
   restart-kubelet) restart_kubelet "$2" ;;
+  gluster-up) gluster_up ;;      # the shared backend alone (nodes.sh up starts it too)
+  gluster-down) gluster_down ;;
+  _gluster-mount) gluster_mount "$2" "$3" ;;
   *) echo "usage: $0 up N|down|status|enter NODE CMD...|restart-kubelet NODE" >&2; exit 2 ;;
 esac

@@ -1,7 +1,7 @@
 //! Locks across two real nodes: two Pods of one ReadWriteMany volume, on node A and
 //! node B, each served by its node's own `tessera mount` of the shared backend (the
-//! harness's nodes share one ext4 directory, so the MountPods say `sharedBackend` and
-//! the daemons run with `--shared-backend`).
+//! harness's nodes each mount one GlusterFS volume with a client of their own; the
+//! MountPods say `sharedBackend` and the daemons run with `--shared-backend`).
 //!
 //! ```text
 //!  A: flock -x lock ──held──────────────▶ released      B: flock -n lock ─▶ refused (75)
