@@ -76,23 +76,38 @@ impl Env {
         self.mountpod_gone(volume, node).await;
     }
 
-    /// Wait until ticket `id` of `volume` reports a reason, and check that the reason
-    /// is `reason`; its state.
+    /// Wait until ticket `id` of `volume` reports `reason` (a ticket may pass through
+    /// another reason first, such as Attaching before MountFailed); its state. On a
+    /// timeout the reasons seen on the way are named.
     pub async fn blocked(&self, volume: &str, id: &str, reason: &str) -> TicketState {
-        let state = eventually(
-            self.wait,
-            &format!("ticket {id} of {volume} blocked with a reason"),
-            || async {
-                fixtures::ticket_states(&self.client, volume)
+        let seen = std::sync::Mutex::new(Vec::<String>::new());
+        let found = tokio::time::timeout(self.wait, async {
+            loop {
+                if let Some(s) = fixtures::ticket_states(&self.client, volume)
                     .await
                     .get(id)
                     .cloned()
-                    .filter(|s| !s.reason.is_empty())
-            },
-        )
+                {
+                    if s.reason == reason {
+                        return s;
+                    }
+                    let mut seen = seen.lock().unwrap();
+                    let said = format!("{}: {}", s.reason, s.message);
+                    if seen.last() != Some(&said) {
+                        seen.push(said);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
         .await;
-        assert_eq!(state.reason, reason, "{}", state.message);
-        state
+        found.unwrap_or_else(|_| {
+            panic!(
+                "ticket {id} of {volume} not blocked with {reason} within {:?}; seen: {:?}",
+                self.wait,
+                seen.lock().unwrap()
+            )
+        })
     }
 
     /// Wait until the MountPod of `volume` on `node` is ready for its current
