@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Mutex;
 use std::sync::atomic::AtomicU8;
 
-use super::handles::{DirStream, Handle};
+use super::handles::{DIR_BUF, DirStream, Handle};
 use super::{Attr, DirEntry, FileKind, FsError, IoMode, NodeId, ROOT_ID, Result, VolumeFs, lock};
 use crate::sys::{self, Errno, Op, SysError};
 
@@ -148,6 +148,9 @@ impl VolumeFs {
         loop {
             if d.start >= d.end {
                 let DirStream { buf, .. } = &mut *d;
+                if buf.is_empty() {
+                    buf.resize(DIR_BUF, 0);
+                }
                 let n = sys::getdents64(h.file.as_fd(), buf).op("getdents")?;
                 if n == 0 {
                     return Ok(());

@@ -49,12 +49,19 @@ pub(super) struct DirStream {
     pub(super) pos: i64,
 }
 
+/// The buffer a directory stream reads entries into, allocated by its first readdir.
+pub(super) const DIR_BUF: usize = 32 * 1024;
+
 impl DirStream {
     /// At the start; a `readdir` at another offset seeks there first (which is how a
-    /// successor daemon's stream resumes where the kernel's offset says).
+    /// successor daemon's stream resumes where the kernel's offset says). No buffer
+    /// yet: a stream costs its [`DIR_BUF`] only once it is read, so a successor that
+    /// restores every stream its predecessor had open (an application may hold
+    /// hundreds) does not pay for them all at once — a daemon OOM-killed for those
+    /// buffers was OOM-killed again by each successor restoring them.
     pub(super) fn new() -> Self {
         DirStream {
-            buf: vec![0; 32 * 1024],
+            buf: Vec::new(),
             start: 0,
             end: 0,
             pos: 0,

@@ -273,6 +273,28 @@ fn readdir_resumes_where_the_reply_was_full() {
 }
 
 #[test]
+fn a_directory_stream_has_no_buffer_until_it_is_read() {
+    // A successor restores every stream its predecessor had open: hundreds of
+    // streams an application holds must not cost a buffer each before they are read.
+    let (dir, fs) = volume(1 << 20);
+    std::fs::write(dir.path().join("a"), b"").unwrap();
+    let buffer = |fh| {
+        let h = fs.handle(fh).unwrap();
+        lock(h.dir.as_ref().unwrap()).buf.len()
+    };
+    let fh = fs.opendir(ROOT_ID).unwrap();
+    assert_eq!(buffer(fh), 0, "opened, not read");
+    let mut names = Vec::new();
+    fs.readdir(fh, 0, |e| {
+        names.push(e.name.to_string_lossy().into_owned());
+        false
+    })
+    .unwrap();
+    assert!(names.contains(&"a".to_string()), "{names:?}");
+    assert_eq!(buffer(fh), super::handles::DIR_BUF, "read");
+}
+
+#[test]
 fn readdirplus_counts_lookups_only_for_what_was_sent() {
     let (dir, fs) = volume(1 << 20);
     std::fs::write(dir.path().join("a"), b"").unwrap();
