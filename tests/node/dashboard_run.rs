@@ -20,7 +20,7 @@ use kube::Api;
 use support::csi::{controller, create};
 use support::env::Env;
 use support::fixtures::{self, AgentProcess, ControllerProcess, eventually, free_port};
-use tessera::api::{MountPhase, MountPod, VolumeAttachment};
+use tessera::api::VolumeAttachment;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -228,27 +228,7 @@ async fn a_run_for_the_dashboard_picture() {
         base.detach(&cycled, "cycle", &node).await;
         cycles += 1;
         if !taken_over && Instant::now() >= takeover_at {
-            eventually(WAIT, "descriptor held", || async {
-                std::fs::read_to_string(&log)
-                    .unwrap_or_default()
-                    .contains("FUSE descriptor handed to the holder")
-                    .then_some(())
-            })
-            .await;
-            let mp = base
-                .ready_mountpod(&claimed, &node, "Ready", |_| true)
-                .await;
-            let old_pid = mp.status.as_ref().and_then(|s| s.pid).unwrap();
-            nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(old_pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            )
-            .unwrap();
-            base.ready_mountpod(&claimed, &node, "taken over", |mp: &MountPod| {
-                let st = mp.status.clone().unwrap_or_default();
-                st.pid.is_some_and(|p| p != old_pid) && st.phase == Some(MountPhase::Ready)
-            })
-            .await;
+            base.take_over(&claimed, &node, &log).await;
             taken_over = true;
         }
         tokio::time::sleep(Duration::from_secs(15)).await;

@@ -21,7 +21,7 @@ use support::csi::{controller, create};
 use support::env::Env;
 use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
 use support::monitoring::{Scrape, expressions, held_series_test, input_series, metric_names};
-use tessera::api::{MountPhase, MountPod, VolumeAttachment};
+use tessera::api::VolumeAttachment;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -113,27 +113,7 @@ async fn the_dashboard_and_the_alert_rules_use_what_a_real_run_exposes() {
 
     // The claimed volume's daemon killed once its descriptor is held: a takeover.
     let log = agent.state_dir().join(format!("logs/{claimed}.log"));
-    eventually(WAIT, "descriptor held", || async {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("FUSE descriptor handed to the holder")
-            .then_some(())
-    })
-    .await;
-    let mp = base
-        .ready_mountpod(&claimed, &node, "Ready", |_| true)
-        .await;
-    let old_pid = mp.status.as_ref().and_then(|s| s.pid).unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(old_pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    base.ready_mountpod(&claimed, &node, "taken over", |mp: &MountPod| {
-        let st = mp.status.clone().unwrap_or_default();
-        st.pid.is_some_and(|p| p != old_pid) && st.phase == Some(MountPhase::Ready)
-    })
-    .await;
+    base.take_over(&claimed, &node, &log).await;
 
     // Scrape once everything above shows (the state series every 5 s).
     let claim = format!("pvc=\"data\",pvc_namespace=\"{namespace}\"");

@@ -11,7 +11,7 @@ use std::time::Duration;
 use kube::Client;
 use kube::api::Api;
 use serde_json::json;
-use tessera::api::{MountPod, Volume};
+use tessera::api::{MountPhase, MountPod, Volume};
 
 use super::fixtures::{self, TicketState, eventually};
 
@@ -108,6 +108,31 @@ impl Env {
                 seen.lock().unwrap()
             )
         })
+    }
+
+    /// SIGKILL the mount daemon of `volume` on `node` once it has handed its FUSE
+    /// descriptor to the holder (its log `daemon_log` says so), and wait until a
+    /// successor serves the same MountPod: a takeover.
+    pub async fn take_over(&self, volume: &str, node: &str, daemon_log: &std::path::Path) {
+        eventually(self.wait, "descriptor held", || async {
+            std::fs::read_to_string(daemon_log)
+                .unwrap_or_default()
+                .contains("FUSE descriptor handed to the holder")
+                .then_some(())
+        })
+        .await;
+        let mp = self.ready_mountpod(volume, node, "Ready", |_| true).await;
+        let old_pid = mp.status.as_ref().and_then(|s| s.pid).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(old_pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        self.ready_mountpod(volume, node, "taken over", |mp: &MountPod| {
+            let st = mp.status.clone().unwrap_or_default();
+            st.pid.is_some_and(|p| p != old_pid) && st.phase == Some(MountPhase::Ready)
+        })
+        .await;
     }
 
     /// Wait until the MountPod of `volume` on `node` is ready for its current
