@@ -17,7 +17,13 @@
 //! The workload runs in the test process through the node's mount (reached through
 //! the kubelet's mount namespace, `/proc/<kubelet>/root`): a busybox Pod has no way
 //! to hold thousands of directory streams open. It stops opening once the daemon it
-//! grew is gone, and closes every stream.
+//! grew is gone and **keeps every stream open across the takeover**, as an
+//! application that does not know of the kill would: the successor restores each of
+//! them. That is the case that once killed every successor in turn (each restored
+//! stream took its buffer at once: the same memory that had killed its predecessor,
+//! CrashLoopBackOff while the application waited); so the test reads on through a
+//! held stream after the takeover, and sees the successor keep running before the
+//! streams are closed.
 
 use std::fs::ReadDir;
 
@@ -37,21 +43,24 @@ const ENTRIES: usize = 400;
 /// The most directory streams the workload opens (64 MiB of buffers, well past the
 /// limit).
 const MAX_STREAMS: usize = 2048;
+/// Held streams read on to their end after the takeover (each read takes a buffer of
+/// the successor's).
+const READ_ON: usize = 4;
 
 /// Open `dir` up to [`MAX_STREAMS`] times, reading one batch of each, while the
-/// daemon `pid` lives; how many were open when it died (or the error that stopped
-/// the workload). The streams are closed on return.
-fn hold_streams(dir: &Path, pid: i32) -> Result<usize, String> {
+/// daemon `pid` lives; the streams open when it died (or the error that stopped the
+/// workload), still open.
+fn hold_streams(dir: &Path, pid: i32) -> Result<Vec<ReadDir>, String> {
     let mut open: Vec<ReadDir> = Vec::new();
     let alive = || Path::new(&format!("/proc/{pid}")).exists();
     while open.len() < MAX_STREAMS {
         if !alive() {
-            return Ok(open.len());
+            return Ok(open);
         }
         let mut rd = std::fs::read_dir(dir).map_err(|e| format!("opendir #{}: {e}", open.len()))?;
         match rd.next() {
             Some(Ok(_)) => {}
-            Some(Err(_)) if !alive() => return Ok(open.len()),
+            Some(Err(_)) if !alive() => return Ok(open),
             other => return Err(format!("readdir #{}: {other:?}", open.len())),
         }
         open.push(rd);
@@ -67,8 +76,21 @@ fn hold_streams(dir: &Path, pid: i32) -> Result<usize, String> {
             open.len()
         ))
     } else {
-        Ok(open.len())
+        Ok(open)
     }
+}
+
+/// Read the rest of each of `streams` (the first [`READ_ON`] of them): what a listing
+/// begun before the kill sees after it.
+fn read_on(streams: &mut [ReadDir]) -> Result<usize, String> {
+    let mut names = 0;
+    for (i, rd) in streams.iter_mut().take(READ_ON).enumerate() {
+        for entry in rd.by_ref() {
+            entry.map_err(|e| format!("readdir of held stream #{i} after the takeover: {e}"))?;
+            names += 1;
+        }
+    }
+    Ok(names)
 }
 
 #[tokio::test]
@@ -133,14 +155,43 @@ async fn a_mount_daemon_past_its_memory_limit_is_oom_killed_and_told() {
         .join("wide");
 
     let began = Instant::now();
-    let streams = tokio::task::spawn_blocking(move || hold_streams(&through_mount, pid))
+    let mut held = tokio::task::spawn_blocking(move || hold_streams(&through_mount, pid))
         .await
         .unwrap()
         .unwrap_or_else(|e| panic!("the workload: {e}"));
     let killed_after = began.elapsed();
+    let streams = held.len();
 
-    // The kubelet saw an OOM kill, and restarted the container in the same Pod.
+    // The kubelet saw an OOM kill, and restarted the container in the same Pod, whose
+    // daemon took the connection over with every stream still open.
     let (uid_after, restarts_after) = mount_pod(&client, &vol, &node).await;
+    let successor = daemon_pid(&vol, &uid).expect("the successor daemon in /proc");
+    // Listings begun before the kill go on to their end through the successor.
+    let reading = tokio::task::spawn_blocking(move || {
+        let n = read_on(&mut held);
+        (held, n)
+    });
+    let (mut read, read_names) = tokio::time::timeout(Duration::from_secs(120), reading)
+        .await
+        .unwrap_or_else(|_| panic!("listings held across the takeover: no answer in 120 s"))
+        .unwrap();
+    let read_names = read_names.unwrap_or_else(|e| panic!("the workload: {e}"));
+    assert_eq!(
+        read_names,
+        READ_ON * (ENTRIES - 1),
+        "the rest of {READ_ON} listings after the takeover"
+    );
+    // The successor, serving every restored stream, was not killed in turn.
+    assert!(
+        Path::new(&format!("/proc/{successor}")).exists(),
+        "the successor daemon {successor} died with {streams} restored directory streams"
+    );
+    let (_, restarts_now) = mount_pod(&client, &vol, &node).await;
+    assert_eq!(
+        restarts_now, restarts_after,
+        "the mount container restarted again with {streams} restored directory streams"
+    );
+    read.clear();
     assert_eq!(uid, uid_after, "the mount Pod was replaced");
     assert!(restarts_after > restarts_before, "the container restarted");
     let mount = pods.get(&pod_name(&vol, &node)).await.unwrap();
