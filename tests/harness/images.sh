@@ -121,10 +121,13 @@ load() {
     sock="$CL/nodes/$n/run/containerd/containerd.sock"
     # (ctr relays containerd's cgroup-v1 deprecation warning on every call: keep it
     # out of the way unless something fails)
-    have=$("$BIN/ctr" --address "$sock" -n k8s.io images ls 2>/dev/null | awk 'NR > 1 { print $3 }')
+    # Name and digest: a tag loaded with another build before (then moved back to a
+    # digest still kept under its `name@digest` record) must be loaded again.
+    have=$("$BIN/ctr" --address "$sock" -n k8s.io images ls 2>/dev/null | awk 'NR > 1 { print $1 " " $3 }')
     for f in "$IMAGES"/*.tar; do
-      want=$(tar -xOf "$f" index.json | sed -n 's/.*"digest":"\(sha256:[0-9a-f]*\)".*/\1/p')
-      if [[ -n "$want" ]] && grep -qx "$want" <<<"$have"; then continue; fi
+      want=$(tar -xOf "$f" index.json |
+        sed -n 's/.*"io.containerd.image.name":"\([^"]*\)".*"digest":"\(sha256:[0-9a-f]*\)".*/\1 \2/p')
+      if [[ -n "$want" ]] && grep -qxF "$want" <<<"$have"; then continue; fi
       "$BIN/ctr" --address "$sock" -n k8s.io images import "$f" >/dev/null 2>"$IMAGES/.ctr.err" ||
         { cat "$IMAGES/.ctr.err" >&2; die "import of $f into $n failed"; }
       loaded=$((loaded + 1))
