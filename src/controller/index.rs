@@ -115,26 +115,13 @@ fn name<K: kube::Resource>(o: &K) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{MountPod, MountPodSpec, MountTask};
+    use crate::api::MountPod;
 
     fn mp(name: &str, volume: &str) -> MountPod {
-        let spec = MountPodSpec {
-            populate_from: None,
-            volume: volume.into(),
-            node_name: "n1".into(),
-            source: "/b/v".into(),
-            task: MountTask::Serve,
-            capacity_bytes: 1 << 30,
-            read_only: false,
-            shared_backend: true,
-            shared_root_anchor: None,
-            mount_options: vec![],
-            references: vec![],
-            retain_seconds: None,
-            resources: None,
-            attr_cache_seconds: None,
-        };
-        MountPod::new(name, spec)
+        let spec = serde_json::json!({
+            "volume": volume, "nodeName": "n1", "source": "/b/v", "capacityBytes": 1,
+        });
+        MountPod::new(name, serde_json::from_value(spec).expect("a MountPod spec"))
     }
 
     fn index() -> Index<MountPod> {

@@ -45,11 +45,7 @@ pub(super) async fn run_controllers(
     allowed_roots: crate::host::roots::AllowedRoots,
 ) {
     let labels = args.watch_selector.clone().unwrap_or_default();
-    let wc = if labels.0.is_empty() {
-        watcher::Config::default()
-    } else {
-        watcher::Config::default().labels(&labels.selector())
-    };
+    let wc = labels.watcher_config();
     let volumes: Api<Volume> = Api::all(client.clone());
     let attachments: Api<VolumeAttachment> = Api::all(client.clone());
     let mountpods: Api<MountPod> = Api::all(client.clone());

@@ -127,11 +127,7 @@ impl MountPodWatch {
     /// `--watch-selector`, which it puts on every MountPod it makes) on the current
     /// tokio runtime, for the life of the process.
     pub fn start(client: &Client, labels: &Labels) -> Self {
-        let wc = if labels.0.is_empty() {
-            watcher::Config::default()
-        } else {
-            watcher::Config::default().labels(&labels.selector())
-        };
+        let wc = labels.watcher_config();
         let (store, writer) = reflector::store();
         let waits = Waits::default();
         let stream = watcher(Api::<MountPod>::all(client.clone()), wc)
@@ -186,28 +182,14 @@ impl MountPodWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{MountPodSpec, MountTask};
     use std::time::Duration;
     use watcher::Event;
 
     fn mp(name: &str) -> MountPod {
-        let spec = MountPodSpec {
-            populate_from: None,
-            volume: "v".into(),
-            node_name: "n1".into(),
-            source: "/b/v".into(),
-            task: MountTask::Serve,
-            capacity_bytes: 1 << 30,
-            read_only: false,
-            shared_backend: true,
-            shared_root_anchor: None,
-            mount_options: vec![],
-            references: vec![],
-            retain_seconds: None,
-            resources: None,
-            attr_cache_seconds: None,
-        };
-        MountPod::new(name, spec)
+        let spec = serde_json::json!({
+            "volume": "v", "nodeName": "n1", "source": "/b/v", "capacityBytes": 1,
+        });
+        MountPod::new(name, serde_json::from_value(spec).expect("a MountPod spec"))
     }
 
     /// A watch fed by hand: what the watch task does, event by event.

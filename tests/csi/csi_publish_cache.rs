@@ -49,6 +49,14 @@ fn publish(volume: &str, node: &str) -> ControllerPublishVolumeRequest {
     }
 }
 
+fn unpublish(volume: &str, node: &str) -> ControllerUnpublishVolumeRequest {
+    ControllerUnpublishVolumeRequest {
+        volume_id: volume.into(),
+        node_id: node.into(),
+        ..Default::default()
+    }
+}
+
 /// GETs of `resource` (not a subresource) the controller process sent (a watch counts
 /// as one GET).
 fn gets(ctrl: &ControllerProcess, resource: &str) -> f64 {
@@ -139,13 +147,9 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
     let volume = format!("{id}-v0");
     let node = format!("{id}-new0");
     let ticket = csi_ticket_id(&volume, &node);
-    csi.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
-        volume_id: volume.clone(),
-        node_id: node.clone(),
-        ..Default::default()
-    })
-    .await
-    .expect("unpublish");
+    csi.controller_unpublish_volume(unpublish(&volume, &node))
+        .await
+        .expect("unpublish");
     let r = csi.controller_publish_volume(publish(&volume, &node)).await;
     assert!(r.is_ok(), "publish after the unpublish: {r:?}");
     let va = vas.get(&volume).await.unwrap();
@@ -172,13 +176,9 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
         )
         .await
         .unwrap();
-        csi.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
-            volume_id: volume.clone(),
-            node_id: node.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("unpublish of another process's ticket");
+        csi.controller_unpublish_volume(unpublish(&volume, &node))
+            .await
+            .expect("unpublish of another process's ticket");
         let va = vas.get(&volume).await.unwrap();
         assert!(
             !va.spec.attachment_tickets.contains_key(&ticket.id),
@@ -216,13 +216,9 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
             mps.get_opt(&name).await.unwrap().is_some(),
             "the MountPod {name} of a published volume"
         );
-        csi.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
-            volume_id: volume.clone(),
-            node_id: node.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("unpublish");
+        csi.controller_unpublish_volume(unpublish(&volume, &node))
+            .await
+            .expect("unpublish");
         assert!(
             mps.get_opt(&name).await.unwrap().is_none(),
             "the MountPod {name} is still there after its unpublish returned"
