@@ -25,7 +25,8 @@
 //!   node ([`api::mountpod_name`]), so the store's own key is the index by volume and
 //!   node. A MountPod the store does not hold may have been created a moment ago: the
 //!   caller asks the API server about such a one (one GET, as before); the wait is for
-//!   one the store holds, until its deletion is seen.
+//!   one the store holds, until the store no longer holds that object (its uid: one
+//!   deleted and made again between two looks counts as gone, as a watch of it saw).
 //!
 //! [`api::mountpod_name`]: crate::api::mountpod_name
 
@@ -159,23 +160,26 @@ impl MountPodWatch {
     /// wait with a timeout.
     pub async fn wait_gone(&self, name: &str) -> Option<()> {
         let mut sub = self.waits.subscribe(name);
-        if !self.waits.ready() || !self.holds(name) {
+        if !self.waits.ready() {
             return None;
         }
+        let held = self.uid(name)?;
         loop {
             // Woken by every change of the name and every relist's end; the sender
             // lives while this subscription does.
             if sub.rx.changed().await.is_err() {
                 return None;
             }
-            if !self.holds(name) {
+            if self.uid(name).as_ref() != Some(&held) {
                 return Some(());
             }
         }
     }
 
-    fn holds(&self, name: &str) -> bool {
-        self.store.get(&ObjectRef::new(name)).is_some()
+    /// The uid of the MountPod `name` the store holds (an empty one if it has none).
+    fn uid(&self, name: &str) -> Option<String> {
+        let mp = self.store.get(&ObjectRef::new(name))?;
+        Some(mp.metadata.uid.clone().unwrap_or_default())
     }
 }
 
@@ -186,10 +190,17 @@ mod tests {
     use watcher::Event;
 
     fn mp(name: &str) -> MountPod {
+        made(name, "1")
+    }
+
+    /// MountPod `name` as made the `nth` time (its uid).
+    fn made(name: &str, nth: &str) -> MountPod {
         let spec = serde_json::json!({
             "volume": "v", "nodeName": "n1", "source": "/b/v", "capacityBytes": 1,
         });
-        MountPod::new(name, serde_json::from_value(spec).expect("a MountPod spec"))
+        let mut mp = MountPod::new(name, serde_json::from_value(spec).expect("a MountPod spec"));
+        mp.metadata.uid = Some(format!("{name}-{nth}"));
+        mp
     }
 
     /// A watch fed by hand: what the watch task does, event by event.
@@ -315,6 +326,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn one_deleted_and_made_again_between_two_looks_is_gone() {
+        let mut fed = Fed::new();
+        fed.feed(vec![
+            Event::Init,
+            Event::InitApply(mp("a")),
+            Event::InitDone,
+        ]);
+        let w = fed.watch.clone();
+        let wait = tokio::spawn(async move { w.wait_gone("a").await });
+        assert!(pending(&wait).await);
+        // Both events before the waiter looks again: another object of that name.
+        fed.feed(vec![Event::Delete(mp("a")), Event::Apply(made("a", "2"))]);
+        assert_eq!(done(wait).await, Some(()));
+        // Made again and missed by a relist too.
+        let w = fed.watch.clone();
+        let wait = tokio::spawn(async move { w.wait_gone("a").await });
+        assert!(pending(&wait).await, "waits on the second one");
+        fed.feed(vec![
+            Event::Init,
+            Event::InitApply(made("a", "3")),
+            Event::InitDone,
+        ]);
+        assert_eq!(done(wait).await, Some(()));
+    }
+
+    #[tokio::test]
     async fn a_deletion_between_the_subscription_and_the_wait_is_not_missed() {
         let mut fed = Fed::new();
         fed.feed(vec![
@@ -324,10 +361,10 @@ mod tests {
         ]);
         // Subscribed and looked (held), then deleted before the waiter sleeps.
         let mut sub = fed.watch.waits.subscribe("a");
-        assert!(fed.watch.holds("a"));
+        assert!(fed.watch.uid("a").is_some());
         fed.feed(vec![Event::Delete(mp("a"))]);
         let woken = tokio::time::timeout(Duration::from_secs(1), sub.rx.changed()).await;
         assert!(matches!(woken, Ok(Ok(()))), "the deletion woke it");
-        assert!(!fed.watch.holds("a"));
+        assert!(fed.watch.uid("a").is_none());
     }
 }
