@@ -17,6 +17,16 @@ impl Labels {
             .collect::<Vec<_>>()
             .join(",")
     }
+
+    /// A watch of the objects carrying these labels (every object: none given).
+    pub fn watcher_config(&self) -> kube::runtime::watcher::Config {
+        let wc = kube::runtime::watcher::Config::default();
+        if self.0.is_empty() {
+            wc
+        } else {
+            wc.labels(&self.selector())
+        }
+    }
 }
 
 /// Parse `key=value[,key=value]` (clap value parser).

@@ -16,8 +16,8 @@
 
 use crate::api::CONTROLLER_FIELD_MANAGER;
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Node;
@@ -28,6 +28,7 @@ use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 
+use super::index::Index;
 use super::own_writes::OwnWrites;
 use super::watch::CachesReady;
 use super::{Error, Labels};
@@ -65,6 +66,8 @@ pub struct Caches {
     pub attachments: Store<VolumeAttachment>,
     /// MountPods.
     pub mountpods: Store<MountPod>,
+    /// The MountPods' names by volume (`spec.volume`), from the same watch.
+    pub mountpods_by_volume: Arc<RwLock<Index<MountPod>>>,
     /// Node names (metadata only): tickets for other nodes are not honoured.
     pub nodes: Store<PartialObjectMeta<Node>>,
     /// CSINodes: which nodes have a registered Tessera agent (for status messages
@@ -119,15 +122,43 @@ impl Caches {
         ] {
             flag.store(true, Ordering::Release);
         }
+        let mountpods: Vec<MountPod> = mountpods.into_iter().collect();
+        let mut by_volume = mountpods_by_volume();
+        for mp in &mountpods {
+            by_volume.apply(&watcher::Event::Apply(mp.clone()));
+        }
         Caches {
             volumes: store(volumes),
             attachments: store(attachments),
             mountpods: store(mountpods),
+            mountpods_by_volume: Arc::new(RwLock::new(by_volume)),
             nodes: store(nodes.iter().map(node)),
             csinodes: store(agents.iter().map(csinode)),
             csinodes_ready: Arc::new(AtomicBool::new(true)),
             ready,
         }
+    }
+}
+
+/// An empty index of MountPods by their volume.
+pub fn mountpods_by_volume() -> Index<MountPod> {
+    Index::new(|mp: &MountPod| mp.spec.volume.clone())
+}
+
+impl Caches {
+    /// The cached MountPods of volume `name` (through the index: no scan of them all).
+    pub fn mountpods_of(&self, name: &str) -> Vec<Arc<MountPod>> {
+        let names = self
+            .mountpods_by_volume
+            .read()
+            .expect("index poisoned")
+            .get(name);
+        names
+            .iter()
+            .filter_map(|n| self.mountpods.get(&ObjectRef::new(n)))
+            // The store may be a moment ahead of the index.
+            .filter(|mp| mp.spec.volume == name)
+            .collect()
     }
 }
 

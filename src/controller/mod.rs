@@ -21,7 +21,8 @@
 //! or removes, a ticket that a GitOps tool applied.
 //!
 //! The controllers are [`volume`], [`attachment`] and [`reaper`]; `wiring` runs them on
-//! the shared watches of `watch` with one [`Context`]; [`own_writes`] keeps the
+//! the shared watches of `watch` with one [`Context`] (MountPods also by volume:
+//! [`index`]); [`own_writes`] keeps the
 //! controller's writes until the caches show them; [`events`] publishes Events;
 //! [`protection`] keeps a VolumeAttachment in use from being deleted and rebuilds one
 //! that was; [`pace`] sets how long a new attach goes unreported from the backlog of
@@ -34,6 +35,7 @@ mod context;
 mod echoes;
 mod error;
 pub mod events;
+pub mod index;
 pub mod inline;
 pub mod leader;
 pub mod own_writes;

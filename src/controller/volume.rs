@@ -495,10 +495,9 @@ async fn cleanup_node(volume: &Volume, ctx: &Context) -> Result<Option<String>, 
     let name = volume.name_any();
     let mut from_mounts: Vec<String> = ctx
         .caches
-        .mountpods
-        .state()
+        .mountpods_of(&name)
         .iter()
-        .filter(|mp| mp.spec.volume == name && ctx.node_exists(&mp.spec.node_name))
+        .filter(|mp| ctx.node_exists(&mp.spec.node_name))
         .map(|mp| mp.spec.node_name.clone())
         .collect();
     from_mounts.sort();

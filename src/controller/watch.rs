@@ -4,6 +4,7 @@
 //!
 //! ```text
 //!  watch(kind) ─▶ lean ─▶ reflector ─▶ Store (cache) ─── read by every reconcile
+//!                     │ each event ─▶ its Index, if any (MountPods by volume)
 //!                     │ InitDone ─▶ CachesReady flag
 //!                     └─ each object ─▶ forward? ─▶ one stream per triggered controller
 //!                                                    (less its own writes: [`Echoes`])
@@ -24,8 +25,8 @@
 //! ([`crate::runtime::backoff::ShortBackoff`]) and re-lists, so the caches catch up soon after the server is back.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -34,6 +35,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::{debug, warn};
 
 use super::echoes::Echoes;
+use super::index::Index;
 use crate::runtime::backoff::ShortBackoff;
 
 /// One flag per shared watch, set once its cache has had its first full list.
@@ -63,7 +65,30 @@ impl CachesReady {
     }
 }
 
-/// Run one watch of a kind into `writer` (the cache) and hand every touched object to
+/// Where a watch's events go first: the cache, and an index of it if the kind has one.
+pub(super) struct Sink<K: kube::Resource + Clone + 'static>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    /// The cache's writer.
+    pub writer: reflector::store::Writer<K>,
+    /// An index of the cache, updated from the same events right after the cache.
+    pub index: Option<Arc<RwLock<Index<K>>>>,
+}
+
+impl<K: kube::Resource + Clone + 'static> From<reflector::store::Writer<K>> for Sink<K>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    fn from(writer: reflector::store::Writer<K>) -> Self {
+        Sink {
+            writer,
+            index: None,
+        }
+    }
+}
+
+/// Run one watch of a kind into `sink` (the cache, and its index) and hand every touched object to
 /// each of `outputs` consumers, so two controllers share one watch. Each object is
 /// passed through `lean` before it is cached. `ready` is set when the first full list
 /// has reached the cache. A consumer given [`Echoes`] is not handed the versions its
@@ -72,7 +97,7 @@ pub(super) fn fan_out<K>(
     api: Api<K>,
     wc: watcher::Config,
     lean: fn(&mut K),
-    writer: reflector::store::Writer<K>,
+    sink: Sink<K>,
     ready: Arc<AtomicBool>,
     outputs: Vec<Option<Arc<Echoes>>>,
     mut forward: impl FnMut(&K, bool) -> bool + Send + 'static,
@@ -102,8 +127,14 @@ where
         let watch = watcher(api, wc)
             .backoff(ShortBackoff::default())
             .modify(lean);
+        let Sink { writer, index } = sink;
         let mut events = reflector(writer, watch).boxed();
         while let Some(event) = events.next().await {
+            // The index before anyone is handed the object: a reconcile it triggers
+            // finds it there.
+            if let (Ok(e), Some(index)) = (&event, &index) {
+                index.write().expect("index poisoned").apply(e);
+            }
             // The object, whether it comes as a change (not listed, not deleted), and
             // whether it was deleted.
             let (obj, change, deleted) = match event {

@@ -5,7 +5,7 @@
 //! ```text
 //!  watch Volume ───────────┬─▶ volume controller ◀── watch VolumeAttachment (same name)
 //!                          └─▶ attachment controller ◀─┬─ watch VolumeAttachment
-//!                                                      ├─ watch MountPod (spec.volume)
+//!                                                      ├─ watch MountPod (spec.volume; indexed by it)
 //!                                                      ├─ watch Node metadata (tickets on it)
 //!                                                      └─ watch CSINode (agent registered?)
 //!  reaper: every reap interval, over the VolumeAttachment cache
@@ -26,11 +26,11 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, controller, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
 
-use super::context::Caches;
+use super::context::{Caches, mountpods_by_volume};
 use super::echoes::Echoes;
 use super::error::log_run_error;
 use super::watch::{
-    CachesReady, Projection, every_change, fan_out, no_managed_fields, spec_managers_only,
+    CachesReady, Projection, Sink, every_change, fan_out, no_managed_fields, spec_managers_only,
 };
 use super::{Context, ControllerArgs, attachment, reaper, state_metrics, volume};
 use crate::api::{CSI_DRIVER_NAME, MountPod, Volume, VolumeAttachment};
@@ -45,11 +45,7 @@ pub(super) async fn run_controllers(
     allowed_roots: crate::host::roots::AllowedRoots,
 ) {
     let labels = args.watch_selector.clone().unwrap_or_default();
-    let wc = if labels.0.is_empty() {
-        watcher::Config::default()
-    } else {
-        watcher::Config::default().labels(&labels.selector())
-    };
+    let wc = labels.watcher_config();
     let volumes: Api<Volume> = Api::all(client.clone());
     let attachments: Api<VolumeAttachment> = Api::all(client.clone());
     let mountpods: Api<MountPod> = Api::all(client.clone());
@@ -67,7 +63,7 @@ pub(super) async fn run_controllers(
         volumes,
         wc.clone(),
         no_managed_fields,
-        volume_writer,
+        volume_writer.into(),
         ready.volumes.clone(),
         vec![None, Some(echoes.clone())],
         every_change,
@@ -77,17 +73,21 @@ pub(super) async fn run_controllers(
         attachments,
         wc.clone(),
         spec_managers_only,
-        va_writer,
+        va_writer.into(),
         ready.attachments.clone(),
         vec![None, Some(echoes.clone())],
         every_change,
     );
     let (mp_store, mp_writer) = reflector::store();
+    let mp_index = Arc::new(std::sync::RwLock::new(mountpods_by_volume()));
     let (mp_watch, mut mp_streams) = fan_out(
         mountpods,
         wc,
         no_managed_fields,
-        mp_writer,
+        Sink {
+            writer: mp_writer,
+            index: Some(mp_index.clone()),
+        },
         ready.mountpods.clone(),
         vec![Some(echoes.clone())],
         every_change,
@@ -99,7 +99,7 @@ pub(super) async fn run_controllers(
         Api::<PartialObjectMeta<Node>>::all(client.clone()),
         watcher::Config::default(),
         no_managed_fields,
-        node_writer,
+        node_writer.into(),
         ready.nodes.clone(),
         vec![None],
         // Reconciles read a Node's existence only.
@@ -119,7 +119,7 @@ pub(super) async fn run_controllers(
         Api::<CSINode>::all(client.clone()),
         watcher::Config::default(),
         no_managed_fields,
-        csinode_writer,
+        csinode_writer.into(),
         csinodes_ready.clone(),
         vec![None],
         // Reconciles read whether a CSINode lists the driver, nothing else.
@@ -218,6 +218,7 @@ pub(super) async fn run_controllers(
         volumes: volume_store,
         attachments: va_store,
         mountpods: mp_store,
+        mountpods_by_volume: mp_index,
         nodes: node_store,
         csinodes: csinode_store,
         csinodes_ready,

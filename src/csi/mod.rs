@@ -22,6 +22,7 @@
 //! | [`node`] | stage/publish bind mounts and the MountPod's references |
 //! | [`watch`] | waiting for a condition on one object by watch |
 //! | [`shared_watch`] | one watch per VolumeAttachment for every call waiting on it |
+//! | [`mountpods`] | one MountPod list-watch for every unpublish waiting on a MountPod |
 //! | this one | what both services share: ticket ids, the in-flight guard, required fields, how an error becomes a status |
 //!
 //! Errors: each service has one `Error` enum and one `From<Error> for Status`; a
@@ -30,6 +31,7 @@
 
 pub mod controller;
 pub mod identity;
+pub mod mountpods;
 pub mod node;
 pub use tessera_csi_proto as proto;
 pub mod shared_watch;

@@ -10,7 +10,9 @@
 //!   answers "satisfied"), and the ticket is in the API server's object;
 //! - a ticket another process wrote a moment ago (a leader before a failover) is
 //!   removed by an unpublish sent at once, whether or not the caches show it yet;
-//! - the publishes read neither Volumes nor Nodes once the caches hold them.
+//! - the publishes read neither Volumes nor Nodes once the caches hold them;
+//! - unpublishes wait for their MountPods on the service's one MountPod watch (no GET
+//!   or watch of their own), and return only once the MountPod is gone.
 
 use crate::support;
 
@@ -21,7 +23,9 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use support::csi::controller;
 use support::fixtures::{self, ControllerProcess, FakeAgent};
-use tessera::api::{AttacherType, AttachmentTicket, Volume, VolumeAttachment};
+use tessera::api::{
+    AttacherType, AttachmentTicket, MountPod, Volume, VolumeAttachment, mountpod_name,
+};
 use tessera::csi::csi_ticket_id;
 use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use tessera::csi::proto::*;
@@ -41,6 +45,14 @@ fn publish(volume: &str, node: &str) -> ControllerPublishVolumeRequest {
         volume_id: volume.into(),
         node_id: node.into(),
         volume_capability: Some(rwo()),
+        ..Default::default()
+    }
+}
+
+fn unpublish(volume: &str, node: &str) -> ControllerUnpublishVolumeRequest {
+    ControllerUnpublishVolumeRequest {
+        volume_id: volume.into(),
+        node_id: node.into(),
         ..Default::default()
     }
 }
@@ -135,13 +147,9 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
     let volume = format!("{id}-v0");
     let node = format!("{id}-new0");
     let ticket = csi_ticket_id(&volume, &node);
-    csi.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
-        volume_id: volume.clone(),
-        node_id: node.clone(),
-        ..Default::default()
-    })
-    .await
-    .expect("unpublish");
+    csi.controller_unpublish_volume(unpublish(&volume, &node))
+        .await
+        .expect("unpublish");
     let r = csi.controller_publish_volume(publish(&volume, &node)).await;
     assert!(r.is_ok(), "publish after the unpublish: {r:?}");
     let va = vas.get(&volume).await.unwrap();
@@ -168,13 +176,9 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
         )
         .await
         .unwrap();
-        csi.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
-            volume_id: volume.clone(),
-            node_id: node.clone(),
-            ..Default::default()
-        })
-        .await
-        .expect("unpublish of another process's ticket");
+        csi.controller_unpublish_volume(unpublish(&volume, &node))
+            .await
+            .expect("unpublish of another process's ticket");
         let va = vas.get(&volume).await.unwrap();
         assert!(
             !va.spec.attachment_tickets.contains_key(&ticket.id),
@@ -198,5 +202,31 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
         ),
         (0.0, 0.0),
         "Volume and Node GETs of publishes the caches could answer"
+    );
+
+    // Unpublishes wait for their MountPods on the service's one MountPod watch: no
+    // GET or watch of a MountPod of their own (before, each sent both), and each
+    // returns only once its MountPod is gone in the API server.
+    let mps: Api<MountPod> = Api::all(client.clone());
+    let mp_gets = gets(&ctrl, "mountpods");
+    for i in 0..3 {
+        let (volume, node) = (format!("{id}-v{i}"), format!("{id}-new{i}"));
+        let name = mountpod_name(&volume, &node);
+        assert!(
+            mps.get_opt(&name).await.unwrap().is_some(),
+            "the MountPod {name} of a published volume"
+        );
+        csi.controller_unpublish_volume(unpublish(&volume, &node))
+            .await
+            .expect("unpublish");
+        assert!(
+            mps.get_opt(&name).await.unwrap().is_none(),
+            "the MountPod {name} is still there after its unpublish returned"
+        );
+    }
+    assert_eq!(
+        gets(&ctrl, "mountpods") - mp_gets,
+        0.0,
+        "MountPod GETs and watches of unpublishes the shared watch could answer"
     );
 }

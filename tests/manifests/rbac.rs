@@ -253,6 +253,9 @@ async fn the_node_agent_acts_only_on_its_own_nodes_mountpods() {
         ("patch", "volumes.tessera.io/status", true),
         ("create", "mountpods.tessera.io", true),
         ("delete", "mountpods.tessera.io", true),
+        // The CSI Controller service's one MountPod list-watch (unpublish waits).
+        ("list", "mountpods.tessera.io", true),
+        ("watch", "mountpods.tessera.io", true),
         ("patch", "volumeattachments.tessera.io", true),
         ("list", "nodes", true),
         ("list", "volumeattachments.storage.k8s.io", true),

@@ -214,14 +214,7 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Ctx>) -> Result<Act
 /// The MountPods of volume `name`: the cache, corrected by what this controller wrote
 /// and it does not show yet.
 fn mountpods_of(ctx: &Ctx, name: &str) -> Vec<Arc<MountPod>> {
-    ctx.state.written_mountpods.view_scope(
-        name,
-        ctx.shared
-            .caches
-            .mountpods
-            .state()
-            .into_iter()
-            .filter(|mp| mp.spec.volume == name)
-            .collect(),
-    )
+    ctx.state
+        .written_mountpods
+        .view_scope(name, ctx.shared.caches.mountpods_of(name))
 }

@@ -10,8 +10,10 @@
 //! ticket is blocked the error carries its reason and message, so `kubectl describe` of
 //! the storage.k8s.io VolumeAttachment says why. ControllerUnpublishVolume removes the
 //! ticket (found in the copy in hand, else read: a ticket missing from a copy may be
-//! another process's) and waits, by watch too, until the node's MountPod is gone (or another
-//! ticket still wants the volume there). The driver never arbitrates.
+//! another process's) and waits until the node's MountPod is gone (or another ticket
+//! still wants the volume there): on the service's one MountPod list-watch
+//! ([`super::mountpods`]) when its cache holds the MountPod, else by a read and a
+//! watch of its own. The driver never arbitrates.
 //!
 //! | module | owns |
 //! |---|---|
@@ -26,6 +28,7 @@
 //! | [`group_commit`] | ticket writes of one volume arriving together: one patch |
 //! | [`publish_cache`] | the Volumes, Node names and VolumeAttachments a publish or unpublish reads, cached |
 //! | [`super::shared_watch`] | one watch per VolumeAttachment for all its waiting calls |
+//! | [`super::mountpods`] | one MountPod list-watch for all the unpublishes waiting on one |
 //!
 //! Publish and unpublish of one volume on different nodes run concurrently (one
 //! in-flight slot per volume and node, as the external-attacher keys its work): a
@@ -55,6 +58,7 @@ use serde_json::json;
 use tonic::{Request, Response, Status};
 use tracing::{debug, info, instrument, warn};
 
+use super::mountpods::MountPodWatch;
 use super::proto::controller_server::Controller;
 use super::proto::controller_service_capability::{self, rpc};
 use super::proto::*;
@@ -111,6 +115,7 @@ pub struct ControllerService {
     tickets: group_commit::TicketWriter,
     watches: SharedWatches,
     caches: PublishCaches,
+    mountpods: MountPodWatch,
 }
 
 /// The in-flight slot of a publish or unpublish of `volume` on `node` (all nodes:
@@ -156,6 +161,7 @@ impl ControllerService {
     pub fn new(client: Client, settings: Settings) -> Self {
         ControllerService {
             caches: PublishCaches::start(&client, &settings.labels),
+            mountpods: MountPodWatch::start(&client, &settings.labels),
             tickets: group_commit::TicketWriter::new(Api::all(client.clone())),
             watches: SharedWatches::new(Api::all(client.clone())),
             client,
@@ -518,19 +524,11 @@ impl ControllerService {
         if node.is_empty() || wanted(Some(&va)) {
             return Ok(ControllerUnpublishVolumeResponse {});
         }
-        let mps: Api<MountPod> = Api::all(self.client.clone());
         let mp_name = api::mountpod_name(volume_id, &node);
-        let Some(mp) = mps
-            .get_opt(&mp_name)
-            .await
-            .context(|| format!("reading MountPod {mp_name}"))?
-        else {
-            return Ok(ControllerUnpublishVolumeResponse {});
-        };
         let detached = async {
             tokio::select! {
-                res = self.watches.wait(va, wanted) => res.map(drop),
-                res = await_from(mps, mp, |mp: Option<&MountPod>| mp.is_none()) => res.map(drop),
+                res = self.watches.wait(va, wanted) => res.map(drop).map_err(Error::from),
+                res = self.mountpod_gone(&mp_name) => res,
             }
         };
         match tokio::time::timeout(self.settings.unpublish_timeout, detached).await {
@@ -540,6 +538,27 @@ impl ControllerService {
                 node: shown(&node),
             }),
         }
+    }
+}
+
+impl ControllerService {
+    /// Wait until MountPod `name` is gone: on the shared MountPod watch when its cache
+    /// (listed) holds it; else, as it may have been created a moment ago, read from
+    /// the API server and, if there, watched from the version read.
+    async fn mountpod_gone(&self, name: &str) -> Result<(), Error> {
+        if self.mountpods.wait_gone(name).await.is_some() {
+            return Ok(());
+        }
+        let mps: Api<MountPod> = Api::all(self.client.clone());
+        let Some(mp) = mps
+            .get_opt(name)
+            .await
+            .context(|| format!("reading MountPod {name}"))?
+        else {
+            return Ok(());
+        };
+        await_from(mps, mp, |mp: Option<&MountPod>| mp.is_none()).await?;
+        Ok(())
     }
 }
 

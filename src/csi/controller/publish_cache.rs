@@ -92,11 +92,7 @@ impl PublishCaches {
     /// process); Volumes and VolumeAttachments carrying `labels` (the controller's
     /// `--watch-selector`), every Node's metadata.
     pub fn start(client: &Client, labels: &Labels) -> Self {
-        let wc = if labels.0.is_empty() {
-            watcher::Config::default()
-        } else {
-            watcher::Config::default().labels(&labels.selector())
-        };
+        let wc = labels.watcher_config();
         PublishCaches {
             volumes: spawn(Api::all(client.clone()), wc.clone()),
             nodes: spawn(Api::all(client.clone()), watcher::Config::default()),
