@@ -651,8 +651,9 @@ async fn publish_on(
     }
 }
 
-/// Every interval: reap exited children, probe every mount that has answered once,
-/// and trigger a reconcile of each broken one. Now and then, tear down mounts whose
+/// Every interval: reap exited children, ask the fd holder (start it again in process
+/// mode), probe every mount that has answered once, and trigger a reconcile of each
+/// broken one. Now and then, tear down mounts whose
 /// MountPod no longer exists at all.
 async fn health_loop(
     ctx: Arc<Context>,
@@ -672,6 +673,9 @@ async fn health_loop(
         let host = ctx.host.clone();
         let checked = tokio::task::spawn_blocking(move || {
             host.daemons.reap();
+            if let Some(h) = &host.holder {
+                h.check();
+            }
             let desired = host.daemons.image();
             let mut records = host.state.list().unwrap_or_default();
             records.sort_by(|a, b| a.volume.cmp(&b.volume));
