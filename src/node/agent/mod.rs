@@ -81,6 +81,8 @@ pub struct Context {
     pub mount_namespace: Option<String>,
     /// The mount being upgraded (its MountPod, and since when): one at a time.
     pub upgrading: std::sync::Mutex<Option<(String, Instant)>>,
+    /// When a failed upgrade of each mount may be tried again.
+    pub upgrade_retries: crate::node::upgrade::Retries,
 }
 
 /// How long a first start may take before the MountPod says Mounting.
@@ -117,6 +119,7 @@ pub async fn run(
         backoff: Default::default(),
         mount_namespace: mount_pods.clone(),
         upgrading: Default::default(),
+        upgrade_retries: Default::default(),
     });
     // Every MountPod a watch event or the health loop asks a reconcile of is counted
     // queued until its reconcile starts (`tessera_reconcile_queue_depth{controller=
