@@ -13,6 +13,11 @@
 //! A Volume cannot name its Pod in an ownerReference (a cluster-scoped object with a
 //! namespaced owner is never garbage-collected), hence this. One GET per inline Volume
 //! per check: reads only, and only of Volumes past the grace.
+//!
+//! The other way round, a VolumeAttachment of an inline Volume that was deleted and is
+//! recreated ([`super::volume`]) gets its `csi-ephemeral` ticket back from the same
+//! Pod ([`ticket_of_pod`]): while the Pod it was made for runs on the Volume's node,
+//! its mount is in use, and the node plugin writes the ticket only at NodePublish.
 
 use crate::api::{ANNOTATION_INLINE_POD, ANNOTATION_INLINE_POD_UID, LABEL_INLINE};
 use std::time::Duration;
@@ -26,7 +31,8 @@ use tracing::info;
 use super::context::merge_params;
 use super::events::publish;
 use super::{Context, Error, KubeContext};
-use crate::api::{AttacherType, Volume, VolumeAttachment};
+use crate::api::{AttacherType, AttachmentTicket, CSI_DRIVER_NAME, Volume, VolumeAttachment};
+use crate::csi::node::ephemeral::{inline_ticket, inline_volume_name};
 
 /// The orphan check runs on one reaper pass in this many.
 pub const ORPHAN_EVERY: u64 = 6;
@@ -63,6 +69,49 @@ pub fn orphaned(v: &Volume, pod: &PodSeen, age: Duration, grace: Duration) -> Op
         )),
         PodSeen::Uid(_) => None,
     }
+}
+
+/// The `csi-ephemeral` ticket inline Volume `v` stands for while `pod` is the Pod it
+/// was made for (same namespace, name and uid), placed on the Volume's node, not
+/// ended, and declaring it (an inline `csi.tessera.io` volume whose name hashes to
+/// `v`'s): the ticket the node plugin wrote at NodePublish, `readOnly` as the Pod's
+/// volume says. `None` for anything else.
+pub fn ticket_of_pod(v: &Volume, pod: &Pod) -> Option<AttachmentTicket> {
+    let (ns, name) = pod_of(v)?;
+    let uid = v.annotations().get(ANNOTATION_INLINE_POD_UID)?;
+    let node = v.spec.backend.node.as_deref()?;
+    let ours = pod.metadata.namespace.as_deref() == Some(ns)
+        && pod.metadata.name.as_deref() == Some(name)
+        && pod.metadata.uid.as_ref() == Some(uid);
+    let spec = pod.spec.as_ref()?;
+    let ended = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    if !ours || spec.node_name.as_deref() != Some(node) || ended {
+        return None;
+    }
+    let volume = v.name_any();
+    let csi = spec.volumes.iter().flatten().find_map(|pv| {
+        pv.csi
+            .as_ref()
+            .filter(|c| c.driver == CSI_DRIVER_NAME && inline_volume_name(uid, &pv.name) == volume)
+    })?;
+    Some(inline_ticket(&volume, node, csi.read_only.unwrap_or(false)))
+}
+
+/// The `csi-ephemeral` ticket to give back to the recreated VolumeAttachment of `v`
+/// ([`ticket_of_pod`] of the Pod read now), if it is an inline Volume.
+pub async fn ticket_back(ctx: &Context, v: &Volume) -> Result<Option<AttachmentTicket>, Error> {
+    let Some((ns, name)) = pod_of(v) else {
+        return Ok(None);
+    };
+    let pod = Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .get_opt(name)
+        .await
+        .context(|| format!("reading Pod {ns}/{name}"))?;
+    Ok(pod.and_then(|p| ticket_of_pod(v, &p)))
 }
 
 /// Check every inline Volume of the cache against its Pod.
@@ -201,5 +250,108 @@ mod tests {
         let mut no_uid = volume(true, false);
         no_uid.annotations_mut().remove(ANNOTATION_INLINE_POD_UID);
         assert_eq!(orphaned(&no_uid, &PodSeen::Gone, old, grace), None);
+    }
+
+    /// The Pod `apps/web` (uid u1) on node n1, declaring the inline volume `scratch`
+    /// (read-only as given), in `phase`.
+    fn pod(read_only: Option<bool>, phase: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"namespace": "apps", "name": "web", "uid": "u1"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c"}],
+                     "volumes": [{"name": "other", "emptyDir": {}},
+                                 {"name": "scratch", "csi": {"driver": CSI_DRIVER_NAME, "readOnly": read_only}}]},
+            "status": {"phase": phase},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_recreated_attachment_gets_the_ticket_of_the_pod_that_still_uses_it() {
+        let mut v = volume(true, false);
+        v.metadata.name = Some(inline_volume_name("u1", "scratch"));
+        let name = v.name_any();
+        type Change = fn(&mut Pod);
+        let table: [(&str, Change, Option<bool>); 9] = [
+            ("its running Pod", |_| {}, Some(false)),
+            (
+                "read-only",
+                |p| {
+                    p.spec.as_mut().unwrap().volumes.as_mut().unwrap()[1]
+                        .csi
+                        .as_mut()
+                        .unwrap()
+                        .read_only = Some(true)
+                },
+                Some(true),
+            ),
+            (
+                "a Pod being deleted still uses it",
+                |p| {
+                    p.metadata.deletion_timestamp = Some(
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+                    );
+                },
+                Some(false),
+            ),
+            ("another uid", |p| p.metadata.uid = Some("u2".into()), None),
+            (
+                "another name",
+                |p| p.metadata.name = Some("db".into()),
+                None,
+            ),
+            (
+                "on another node",
+                |p| p.spec.as_mut().unwrap().node_name = Some("n2".into()),
+                None,
+            ),
+            (
+                "not scheduled",
+                |p| p.spec.as_mut().unwrap().node_name = None,
+                None,
+            ),
+            (
+                "ended",
+                |p| p.status.as_mut().unwrap().phase = Some("Succeeded".into()),
+                None,
+            ),
+            (
+                "another driver's volume of that name",
+                |p| {
+                    p.spec.as_mut().unwrap().volumes.as_mut().unwrap()[1]
+                        .csi
+                        .as_mut()
+                        .unwrap()
+                        .driver = "other.csi".into()
+                },
+                None,
+            ),
+        ];
+        for (what, change, want) in table {
+            let mut p = pod(None, "Running");
+            change(&mut p);
+            let got = ticket_of_pod(&v, &p);
+            assert_eq!(
+                got.as_ref().map(|t| t.parameters["readOnly"] == "true"),
+                want,
+                "{what}"
+            );
+            if let Some(t) = got {
+                assert_eq!(
+                    t,
+                    inline_ticket(&name, "n1", want.unwrap()),
+                    "{what}: what NodePublish wrote"
+                );
+                assert_eq!(t.type_, AttacherType::CsiEphemeral);
+            }
+        }
+        // Not an inline Volume, or one of another volume of the Pod: nothing.
+        assert_eq!(
+            ticket_of_pod(&volume(false, false), &pod(None, "Running")),
+            None
+        );
+        assert_eq!(
+            ticket_of_pod(&volume(true, false), &pod(None, "Running")),
+            None
+        );
     }
 }

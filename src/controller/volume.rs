@@ -23,7 +23,8 @@
 //! a cleanup ticket of a shared volume whose node is gone moves to another node.
 //!
 //! The VolumeAttachment carries the finalizer of [`super::protection`]; one that was
-//! deleted is recreated with its CSI tickets rebuilt from the storage.k8s.io ones.
+//! deleted is recreated with its CSI tickets rebuilt from the storage.k8s.io ones (an
+//! inline volume's csi-ephemeral ticket from its Pod).
 
 use crate::api::{
     ANNOTATION_RECLAIM, ATTACHMENT_FINALIZER, CLEANUP_TICKET, CONDITION_FAULTED, CONDITION_READY,
@@ -215,7 +216,9 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
 }
 
 /// Write the csi-attacher tickets that the storage.k8s.io VolumeAttachments of `volume`
-/// stand for into its (recreated) VolumeAttachment, with a Warning.
+/// stand for, and an inline volume's csi-ephemeral ticket while its Pod uses it
+/// ([`super::inline::ticket_of_pod`]), into its (recreated) VolumeAttachment, with a
+/// Warning.
 async fn rebuild_csi_tickets(volume: &Volume, ctx: &Context) -> Result<(), Error> {
     let name = volume.name_any();
     let (storage, pvs) = futures::future::try_join(
@@ -233,7 +236,9 @@ async fn rebuild_csi_tickets(volume: &Volume, ctx: &Context) -> Result<(), Error
         },
     )
     .await?;
-    let tickets = csi_tickets_from_storage(&name, &storage.items, &pvs.items);
+    let mut tickets = csi_tickets_from_storage(&name, &storage.items, &pvs.items);
+    // An inline volume's ticket, from the Pod that still uses it.
+    tickets.extend(super::inline::ticket_back(ctx, volume).await?);
     if !tickets.is_empty() {
         let map: serde_json::Map<String, serde_json::Value> = tickets
             .iter()
@@ -261,7 +266,7 @@ async fn rebuild_csi_tickets(volume: &Volume, ctx: &Context) -> Result<(), Error
         EventType::Warning,
         "VolumeAttachmentRecreated",
         &format!(
-            "VolumeAttachment {name} was deleted and is recreated; {} CSI ticket(s) rebuilt from storage.k8s.io VolumeAttachments{}{}. Manual tickets must be applied again; to detach, remove tickets instead of deleting the VolumeAttachment",
+            "VolumeAttachment {name} was deleted and is recreated; {} CSI ticket(s) rebuilt (csi-attacher from storage.k8s.io VolumeAttachments, csi-ephemeral from the inline volume's Pod){}{}. Manual tickets must be applied again; to detach, remove tickets instead of deleting the VolumeAttachment",
             ids.len(),
             if ids.is_empty() { "" } else { ": " },
             ids.join(", ")

@@ -11,6 +11,10 @@
 //!
 //! In pod mode the agent starts no holder (`connect_only`): the `tessera-fd-holder`
 //! DaemonSet runs one on the same socket, outside the agent's container.
+//!
+//! A holder that does not answer is asked again on every health tick ([`HolderProcess::check`];
+//! process mode: started again): daemons are told its socket all the same and hand
+//! their descriptors over once it answers.
 
 use std::fs::OpenOptions;
 use std::os::unix::net::UnixStream;
@@ -18,6 +22,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::fuse::contract::args::HolderArgs;
@@ -34,6 +39,8 @@ pub struct HolderProcess {
     /// Whether the agent starts the holder when none answers (process mode), or one
     /// runs on its own (pod mode: the `tessera-fd-holder` DaemonSet).
     spawns: bool,
+    /// Whether it answered at the last [`Self::check`].
+    answering: AtomicBool,
 }
 
 impl HolderProcess {
@@ -46,6 +53,7 @@ impl HolderProcess {
             log,
             child: Mutex::default(),
             spawns: true,
+            answering: AtomicBool::new(true),
         }
     }
 
@@ -58,6 +66,7 @@ impl HolderProcess {
             log: PathBuf::new(),
             child: Mutex::default(),
             spawns: false,
+            answering: AtomicBool::new(true),
         }
     }
 
@@ -121,6 +130,22 @@ impl HolderProcess {
         }
         tracing::info!(socket = %self.socket.display(), "fd holder started");
         Ok(())
+    }
+
+    /// [`Self::ensure`], saying when the holder stops or starts answering (the agent's
+    /// start and health loop).
+    pub fn check(&self) {
+        let res = self.ensure();
+        let was = self.answering.swap(res.is_ok(), Ordering::Relaxed);
+        match res {
+            Ok(()) if !was => {
+                tracing::info!(socket = %self.socket.display(), "the fd holder answers again; daemons hand it their descriptors")
+            }
+            Err(e) if was => {
+                tracing::warn!(socket = %self.socket.display(), error = %e, "the fd holder does not answer: until it does, a crashed daemon is repaired by remounting; asked again on every health tick")
+            }
+            _ => {}
+        }
     }
 
     /// Whether the holder has a live connection for `mountpoint`.

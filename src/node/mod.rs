@@ -241,33 +241,22 @@ pub fn mount_service_for(args: &NodeArgs) -> Result<MountService, Error> {
     report_roots(&allowed_roots);
     let state = supervisor::StateDir::open(&state_dir)?;
     // The fd holder: daemons hand it their /dev/fuse descriptors, so one that dies is
-    // taken over by a successor instead of remounted. Without it, repairs remount.
+    // taken over by a successor instead of remounted. Every daemon is told its socket
+    // even while it does not answer, and hands its descriptor over once it does.
     // Process mode: the agent starts it (its own session). Pod mode: it runs in a
     // DaemonSet of its own (config/fd-holder.yaml) on the same socket, and the
     // successor of a dead daemon is the kubelet's restart of its mount container.
     let holder = match args.mount_mode {
-        MountMode::Process => {
-            let holder = holder_process::HolderProcess::new(
-                PathBuf::from("/proc/self/exe"),
-                state.holder_socket(),
-                state.log_file("_fd-holder"),
-            );
-            match holder.ensure() {
-                Ok(()) => Some(Arc::new(holder)),
-                Err(e) => {
-                    warn!(socket = %state.holder_socket().display(), error = %e, "no fd holder: crashed daemons are repaired by remounting");
-                    None
-                }
-            }
-        }
-        MountMode::Pod => {
-            let holder = holder_process::HolderProcess::connect_only(state.holder_socket());
-            if let Err(e) = holder.ensure() {
-                warn!(socket = %state.holder_socket().display(), error = %e, "no fd holder answers (yet): mount Pods started now are repaired by remounting");
-            }
-            Some(Arc::new(holder))
-        }
+        MountMode::Process => holder_process::HolderProcess::new(
+            PathBuf::from("/proc/self/exe"),
+            state.holder_socket(),
+            state.log_file("_fd-holder"),
+        ),
+        MountMode::Pod => holder_process::HolderProcess::connect_only(state.holder_socket()),
     };
+    // Asked again (process mode: started again) on every health tick.
+    holder.check();
+    let holder = Some(Arc::new(holder));
     Ok(MountService {
         config: mount_service::Config {
             mount_root,

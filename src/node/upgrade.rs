@@ -13,6 +13,15 @@
 //! healthy mount whose connection the fd holder holds: an upgrade never remounts
 //! (that would break every open file). A mount not held keeps its image until it is
 //! next started for another reason; the agent says so (Event `UpgradeBlocked`).
+//!
+//! A replacement that failed (pod mode: the standby Pod never started, its image
+//! cannot be pulled, say) is tried again only when its [`Retries`] backoff is over
+//! (10 s, doubling, at most 10 min, per mount and image), not on every health tick:
+//! each attempt creates a Pod and waits out the start timeout.
+
+use std::time::{Duration, Instant};
+
+use super::backoff::Backoffs;
 
 /// One mount of this node, as the decision sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +32,46 @@ pub struct Candidate {
     pub healthy: bool,
     /// The fd holder holds its connection (a successor can take it over).
     pub held: bool,
+    /// An earlier replacement to this image failed and its backoff is not over.
+    pub waiting: bool,
+}
+
+/// When a failed replacement may be tried again, per mount (its MountPod) and image:
+/// a new image is tried at once.
+#[derive(Debug)]
+pub struct Retries(Backoffs);
+
+impl Default for Retries {
+    /// 10 s, doubling, at most 10 min.
+    fn default() -> Self {
+        Retries(Backoffs::new(
+            Duration::from_secs(10),
+            Duration::from_secs(600),
+        ))
+    }
+}
+
+impl Retries {
+    fn key(mountpod: &str, image: &str) -> String {
+        format!("{mountpod} {image}")
+    }
+
+    /// Whether a replacement of `mountpod`'s daemon by one of `image` must still wait.
+    pub fn waiting(&self, mountpod: &str, image: &str, now: Instant) -> bool {
+        self.0
+            .wait(&Self::key(mountpod, image), None, now)
+            .is_some()
+    }
+
+    /// A replacement failed; the delay before the next one.
+    pub fn failed(&self, mountpod: &str, image: &str, now: Instant) -> Duration {
+        self.0.failed(&Self::key(mountpod, image), None, now)
+    }
+
+    /// A replacement worked: the next failure starts over.
+    pub fn succeeded(&self, mountpod: &str, image: &str) {
+        self.0.succeeded(&Self::key(mountpod, image));
+    }
 }
 
 /// What to do next.
@@ -42,7 +91,8 @@ pub fn differs(serving: Option<&str>, desired: Option<&str>) -> bool {
 
 /// The next upgrade among `candidates` (in a stable order: the first due wins), with
 /// `desired` the image new daemons run (`None`: no upgrades, process mode) and `busy`
-/// whether a replacement is under way.
+/// whether a replacement is under way. A candidate `waiting` for its backoff is
+/// neither replaced nor blocked: it is tried again later.
 pub fn next(candidates: &[Candidate], desired: Option<&str>, busy: bool) -> Next {
     let mut out = Next::default();
     for (i, c) in candidates.iter().enumerate() {
@@ -51,7 +101,7 @@ pub fn next(candidates: &[Candidate], desired: Option<&str>, busy: bool) -> Next
         }
         if !c.held {
             out.blocked.push(i);
-        } else if c.healthy && !busy && out.upgrade.is_none() {
+        } else if c.healthy && !c.waiting && !busy && out.upgrade.is_none() {
             out.upgrade = Some(i);
         }
     }
@@ -67,7 +117,50 @@ mod tests {
             serving: serving.map(String::from),
             healthy,
             held,
+            waiting: false,
         }
+    }
+
+    /// A standby that never starts, as the health loop sees it every second for 10
+    /// minutes: each attempt fails, and the next waits 10 s, 20 s, 40 s, … (at most
+    /// 10 min) instead of coming on the next tick; the other mount due meanwhile is
+    /// upgraded at once, and a new image is tried at once.
+    #[test]
+    fn a_failing_replacement_is_retried_ever_later() {
+        let retries = Retries::default();
+        let t0 = Instant::now();
+        let (old, new) = ("t:1", "t:2");
+        let mut attempts = vec![];
+        let mut other_upgraded = None;
+        for tick in 0..600u64 {
+            let now = t0 + Duration::from_secs(tick);
+            // Mount 0 keeps failing; mount 1 becomes due at 35 s.
+            let mut candidates = vec![c(Some(old), true, true)];
+            candidates[0].waiting = retries.waiting("mp-0", new, now);
+            if tick >= 35 && other_upgraded.is_none() {
+                candidates.push(c(Some(old), true, true));
+            }
+            match next(&candidates, Some(new), false).upgrade {
+                Some(0) => {
+                    attempts.push(tick);
+                    retries.failed("mp-0", new, now);
+                }
+                Some(1) => other_upgraded = Some(tick),
+                Some(i) => panic!("no candidate {i}"),
+                None => {}
+            }
+        }
+        println!("attempts at {attempts:?} s");
+        assert_eq!(attempts, [0, 10, 30, 70, 150, 310], "retries spacing out");
+        assert_eq!(other_upgraded, Some(35), "the other mount does not wait");
+        let later = t0 + Duration::from_secs(600);
+        assert!(retries.waiting("mp-0", new, later));
+        assert!(
+            !retries.waiting("mp-0", "t:3", later),
+            "a new image: at once"
+        );
+        retries.succeeded("mp-0", new);
+        assert!(!retries.waiting("mp-0", new, later));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! controller` (its reaper) against the test control plane deletes an inline Volume
 //! whose Pod is gone, or is another Pod now (same name, new uid), after removing its
 //! `csi-ephemeral` ticket, with an `InlineVolumeOrphaned` Event; the inline Volume of
-//! a Pod that exists is left alone.
+//! a Pod that exists is left alone. And the other way round: the recreated
+//! VolumeAttachment of an inline Volume whose Pod still uses it gets its ticket back.
 
 use crate::support;
 
@@ -48,6 +49,20 @@ async fn ephemeral_tickets(client: &Client, volume: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// Create the Pod `default/<name>` of `spec`; its uid.
+async fn create_pod(client: &Client, name: &str, spec: serde_json::Value) -> (Api<Pod>, String) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod =
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+    let uid = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
+    (pods, uid)
+}
+
 async fn orphan_events(client: &Client, volume: &str) -> Vec<String> {
     support::event_notes(client, volume, "InlineVolumeOrphaned", None).await
 }
@@ -60,19 +75,13 @@ async fn an_inline_volume_whose_pod_is_gone_is_deleted() {
     let node = format!("{id}-n");
     let _ctrl = ControllerProcess::start(&id, &["--no-leader-election", "--reap-grace=1s"]);
     // A Pod that exists (it stays Pending: no node runs it).
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": id},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}],
-                 "nodeSelector": {"tessera.io/none": "x"}},
-    }))
-    .unwrap();
-    let uid = pods
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap()
-        .uid()
-        .unwrap();
+    let (pods, uid) = create_pod(
+        &client,
+        &id,
+        json!({"containers": [{"name": "c", "image": "busybox"}],
+               "nodeSelector": {"tessera.io/none": "x"}}),
+    )
+    .await;
     let (alive, gone, replaced) = (
         format!("inline-{id}-alive"),
         format!("inline-{id}-gone"),
@@ -142,8 +151,14 @@ async fn an_inline_volume_whose_pod_is_gone_is_deleted() {
     })
     .await;
 
-    // The node never existed: give the data up so the Volumes can go.
-    for name in [&alive, &gone, &replaced] {
+    abandon_and_delete(&client, &[alive, gone, replaced]).await;
+}
+
+/// No agent runs on the test's node: give the data of `names` up so the Volumes can
+/// go, and delete them.
+async fn abandon_and_delete(client: &Client, names: &[String]) {
+    let volumes: Api<Volume> = Api::all(client.clone());
+    for name in names {
         let _ = volumes
             .patch(
                 name,
@@ -154,5 +169,125 @@ async fn an_inline_volume_whose_pod_is_gone_is_deleted() {
             )
             .await;
     }
-    fixtures::delete_volumes(&client, &[alive, gone, replaced]).await;
+    fixtures::delete_volumes(client, names).await;
+}
+
+/// A VolumeAttachment of an inline volume deleted while its Pod still uses it (its
+/// finalizer does not hold a ticket the controller has not satisfied, or an
+/// administrator removed the finalizer) is recreated with its `csi-ephemeral` ticket
+/// back at once, as NodePublish wrote it (same id, node, `readOnly` from the Pod), the
+/// node plugin writing it only at NodePublish; one whose Pod is gone comes back empty.
+#[tokio::test]
+async fn a_recreated_attachment_of_an_inline_volume_gets_its_ticket_back() {
+    use tessera::csi::node::ephemeral::{inline_ticket, inline_ticket_id, inline_volume_name};
+    let client = support::client().await;
+    support::ensure_crds(&client).await;
+    let id = support::unique_name("inline-recreated");
+    let node = format!("{id}-n");
+    fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
+    // The reaper left out: the Pod-less volume is what this test keeps.
+    let _ctrl = ControllerProcess::start(&id, &["--no-leader-election", "--reap-grace=1h"]);
+    // The Pod, placed on the node (no kubelet runs it: the ticket stays unsatisfied,
+    // so nothing holds the deletion), declaring a read-only inline volume.
+    let (pods, uid) = create_pod(
+        &client,
+        &id,
+        json!({"nodeName": node, "containers": [{"name": "c", "image": "busybox"}],
+               "volumes": [{"name": "scratch",
+                            "csi": {"driver": tessera::api::CSI_DRIVER_NAME, "readOnly": true}}]}),
+    )
+    .await;
+    let (used, gone) = (
+        inline_volume_name(&uid, "scratch"),
+        format!("inline-{id}-gone"),
+    );
+    let volumes: Api<Volume> = Api::all(client.clone());
+    for v in [
+        inline_volume(&used, &id, &id, &uid, &node),
+        inline_volume(&gone, &id, &format!("{id}-nopod"), "0000-1111", &node),
+    ] {
+        volumes.create(&PostParams::default(), &v).await.unwrap();
+    }
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    let pp = PatchParams {
+        field_manager: Some(tessera::api::CSI_NODE_FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    for name in [&used, &gone] {
+        eventually(
+            WAIT,
+            "the VolumeAttachment and the Volume's status",
+            || async {
+                let va = vas.get_opt(name).await.ok().flatten()?;
+                volumes.get(name).await.ok()?.status?;
+                Some(va)
+            },
+        )
+        .await;
+        let t = inline_ticket(name, &node, true);
+        vas.patch(name, &pp, &Patch::Merge(t.upsert_patch()))
+            .await
+            .unwrap();
+    }
+    let ticket = inline_ticket_id(&used, &node);
+    for name in [&used, &gone] {
+        let before = vas.get(name).await.unwrap().metadata.uid;
+        vas.delete(name, &DeleteParams::default()).await.unwrap();
+        let started = std::time::Instant::now();
+        let va = eventually(Duration::from_secs(10), "recreated", || async {
+            let va = vas.get_opt(name).await.ok().flatten()?;
+            (va.metadata.uid != before).then_some(va)
+        })
+        .await;
+        let va = if name == &used {
+            eventually(Duration::from_secs(5), "its ticket back", || async {
+                let va = vas.get(name).await.ok()?;
+                va.spec
+                    .attachment_tickets
+                    .contains_key(&ticket)
+                    .then_some(va)
+            })
+            .await
+        } else {
+            // Given the time a rebuild takes, then nothing may come.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            vas.get(name).await.unwrap_or(va)
+        };
+        println!(
+            "{name}: recreated in {:?} with tickets {:?}",
+            started.elapsed(),
+            va.spec.attachment_tickets.keys().collect::<Vec<_>>()
+        );
+        if name == &used {
+            let t = &va.spec.attachment_tickets[&ticket];
+            assert_eq!(
+                *t,
+                inline_ticket(&used, &node, true),
+                "as NodePublish wrote it"
+            );
+            let notes = eventually(WAIT, "the VolumeAttachmentRecreated Event", || async {
+                Some(support::event_notes(&client, name, "VolumeAttachmentRecreated", None).await)
+                    .filter(|n| !n.is_empty())
+            })
+            .await;
+            assert!(notes[0].contains(&ticket), "{notes:?}");
+        } else {
+            assert!(va.spec.attachment_tickets.is_empty(), "{va:?}");
+        }
+    }
+
+    pods.delete(&id, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    for name in [&used, &gone] {
+        let _ = vas
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"attachmentTickets": null}})),
+            )
+            .await;
+    }
+    abandon_and_delete(&client, &[used, gone]).await;
+    fixtures::delete_nodes(&client, &[node]).await;
 }

@@ -15,5 +15,6 @@ mod argocd;
 mod chart;
 mod crds_in_sync;
 mod examples;
+mod inline_policy;
 mod monitoring;
 mod rbac;

@@ -16,10 +16,10 @@ use serde_json::json;
 use support::fixtures::{self, TEST_LABEL, eventually};
 use tessera::api::{MountPod, Volume};
 
-const NODE_SA: &str = "system:serviceaccount:tessera-system:tessera-node";
-const CONTROLLER_SA: &str = "system:serviceaccount:tessera-system:tessera-controller";
+pub(super) const NODE_SA: &str = "system:serviceaccount:tessera-system:tessera-node";
+pub(super) const CONTROLLER_SA: &str = "system:serviceaccount:tessera-system:tessera-controller";
 
-fn apply_config(files: &[&str]) {
+pub(super) fn apply_config(files: &[&str]) {
     for f in files {
         let path = support::repo_root().join("config").join(f);
         let out = support::kubectl()
@@ -37,7 +37,7 @@ fn apply_config(files: &[&str]) {
 
 /// A client acting as `user` with the ServiceAccount groups and, if given, the
 /// node-name extra (kube's impersonation headers, `Impersonate-Extra-…`).
-async fn impersonating(user: &str, node: Option<&str>) -> Client {
+pub(super) async fn impersonating(user: &str, node: Option<&str>) -> Client {
     let kubeconfig = kube::config::Kubeconfig::read_from(support::kubeconfig_path()).unwrap();
     let mut config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
@@ -95,7 +95,7 @@ async fn attempt(client: &Client, t: Try) -> u16 {
     }
 }
 
-fn can_i(user: &str, verb: &str, resource: &str) -> bool {
+pub(super) fn can_i(user: &str, verb: &str, resource: &str) -> bool {
     let out = support::kubectl()
         .args(["auth", "can-i", verb, resource, "--as", user])
         .args(["--as-group", "system:serviceaccounts"])
@@ -497,257 +497,8 @@ async fn the_fd_holder_may_do_nothing() {
     );
 }
 
-/// CSI ephemeral inline volumes (issue 19): the node agent creates and deletes only
-/// inline Volumes of its own node, and on their VolumeAttachments adds and removes
-/// only `csi-ephemeral` tickets of its own node, under its own identity (RBAC of
-/// `rbac-node.yaml` narrowed by `inline-policy.yaml`). The controller reads Pods by
-/// name (the orphan check) and nothing more of them.
-#[tokio::test]
-async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
-    use tessera::api::{AttacherType, AttachmentTicket, VolumeAttachment};
-    let client = support::client().await;
-    support::ensure_crds(&client).await;
-    apply_config(&[
-        "namespace.yaml",
-        "rbac-node.yaml",
-        "rbac-controller.yaml",
-        "inline-policy.yaml",
-    ]);
-    let id = support::unique_name("rbac-inline");
-    let (a, b) = (format!("{id}-a"), format!("{id}-b"));
-    let inline = |name: &str, node: &str, label: bool, scope: &str| -> Volume {
-        let mut labels = json!({TEST_LABEL: id});
-        if label {
-            labels["tessera.io/inline"] = json!("true");
-        }
-        serde_json::from_value(json!({
-            "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"size": "1Mi", "accessMode": "ReadWriteOnce",
-                     "backend": {"root": "/var/lib/tessera/test", "scope": scope,
-                                 "node": (scope == "NodeLocal").then_some(node)}},
-        }))
-        .unwrap()
-    };
-    let admin_vols: Api<Volume> = Api::all(client.clone());
-    let admin_vas: Api<VolumeAttachment> = Api::all(client.clone());
-    let (own, others, plain) = (
-        format!("inline-{id}-own"),
-        format!("inline-{id}-b"),
-        format!("{id}-v"),
-    );
-    // Node B's inline Volume and a plain one, made by the administrator; each with
-    // a VolumeAttachment holding a manual ticket on node B.
-    admin_vols
-        .create(
-            &PostParams::default(),
-            &inline(&others, &b, true, "NodeLocal"),
-        )
-        .await
-        .unwrap();
-    admin_vols
-        .create(
-            &PostParams::default(),
-            &fixtures::volume(&plain, &id, "ReadWriteOnce"),
-        )
-        .await
-        .unwrap();
-    let manual = AttachmentTicket::new("manual-b", AttacherType::Manual, &b);
-    for name in [&others, &plain] {
-        let va: VolumeAttachment = serde_json::from_value(json!({
-            "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
-            "metadata": {"name": name, "labels": {TEST_LABEL: id}},
-            "spec": {"volume": name, "attachmentTickets": {"manual-b": manual}},
-        }))
-        .unwrap();
-        admin_vas.create(&PostParams::default(), &va).await.unwrap();
-    }
-    let agent_a = impersonating(NODE_SA, Some(&a)).await;
-    let no_node = impersonating(NODE_SA, None).await;
-    let dry = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    let create = |c: &Client, v: Volume, dry_run: bool| {
-        let api: Api<Volume> = Api::all(c.clone());
-        let pp = if dry_run {
-            dry.clone()
-        } else {
-            PostParams::default()
-        };
-        async move { code(api.create(&pp, &v).await.map(drop)) }
-    };
-    let ephemeral = |node: &str| {
-        AttachmentTicket::new(format!("inline-{node}"), AttacherType::CsiEphemeral, node)
-    };
-    // Each policy is loaded by the API server on its own: wait until both refuse
-    // (a dry-run create of node B's inline Volume, a dry-run ticket of node B).
-    eventually(
-        Duration::from_secs(30),
-        "the admission policies in force",
-        || async {
-            let v = inline(&format!("inline-{id}-x"), &b, true, "NodeLocal");
-            let volume_refused = create(&agent_a, v, true).await >= 400;
-            let vas: Api<VolumeAttachment> = Api::all(agent_a.clone());
-            let dry_patch = PatchParams {
-                dry_run: true,
-                ..Default::default()
-            };
-            let ticket = Patch::Merge(ephemeral(&b).upsert_patch());
-            let ticket_refused =
-                code(vas.patch(&others, &dry_patch, &ticket).await.map(drop)) >= 400;
-            (volume_refused && ticket_refused).then_some(())
-        },
-    )
-    .await;
-
-    let add = |t: &AttachmentTicket| t.upsert_patch();
-    let remove = |id: &str| tessera::api::tickets_removal_patch([id]);
-    let patch_va = |c: &Client, name: String, p: serde_json::Value| {
-        let api: Api<VolumeAttachment> = Api::all(c.clone());
-        async move {
-            code(
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(p))
-                    .await
-                    .map(drop),
-            )
-        }
-    };
-    let delete = |c: &Client, name: String| {
-        let api: Api<Volume> = Api::all(c.clone());
-        async move { code(api.delete(&name, &Default::default()).await.map(drop)) }
-    };
-    let mut wrong = vec![];
-    let mut check = |what: &str, got: u16, allowed: bool| {
-        let ok = (200..300).contains(&got);
-        println!(
-            "agent of node A: {what}: HTTP {got} ({})",
-            if ok { "allowed" } else { "refused" }
-        );
-        if ok != allowed {
-            wrong.push(format!("{what}: HTTP {got}"));
-        }
-    };
-    let cases = [
-        (
-            "create an inline Volume of node B",
-            inline(&format!("inline-{id}-x"), &b, true, "NodeLocal"),
-        ),
-        (
-            "create an unlabelled Volume",
-            inline(&format!("inline-{id}-x"), &a, false, "NodeLocal"),
-        ),
-        (
-            "create a Volume not named inline-",
-            inline(&format!("{id}-x"), &a, true, "NodeLocal"),
-        ),
-        (
-            "create a shared inline Volume",
-            inline(&format!("inline-{id}-x"), &a, true, "Shared"),
-        ),
-    ];
-    for (what, v) in cases {
-        check(what, create(&agent_a, v, true).await, false);
-    }
-    check(
-        "create its inline Volume with no node in its token",
-        create(&no_node, inline(&own, &a, true, "NodeLocal"), true).await,
-        false,
-    );
-    check(
-        "create its own node's inline Volume",
-        create(&agent_a, inline(&own, &a, true, "NodeLocal"), false).await,
-        true,
-    );
-    check(
-        "delete a plain Volume",
-        delete(&agent_a, plain.clone()).await,
-        false,
-    );
-    check(
-        "delete node B's inline Volume",
-        delete(&agent_a, others.clone()).await,
-        false,
-    );
-    check(
-        "add a csi-ephemeral ticket of its node to an inline volume",
-        patch_va(&agent_a, others.clone(), add(&ephemeral(&a))).await,
-        true,
-    );
-    check(
-        "add a csi-ephemeral ticket of node B",
-        patch_va(&agent_a, others.clone(), add(&ephemeral(&b))).await,
-        false,
-    );
-    check(
-        "add a manual ticket of its node",
-        patch_va(
-            &agent_a,
-            others.clone(),
-            add(&AttachmentTicket::new("manual-a", AttacherType::Manual, &a)),
-        )
-        .await,
-        false,
-    );
-    check(
-        "remove node B's manual ticket",
-        patch_va(&agent_a, others.clone(), remove("manual-b")).await,
-        false,
-    );
-    check(
-        "add a csi-ephemeral ticket to a plain volume",
-        patch_va(&agent_a, plain.clone(), add(&ephemeral(&a))).await,
-        false,
-    );
-    check(
-        "remove its csi-ephemeral ticket",
-        patch_va(&agent_a, others.clone(), remove(&format!("inline-{a}"))).await,
-        true,
-    );
-    check(
-        "delete its own node's inline Volume",
-        delete(&agent_a, own.clone()).await,
-        true,
-    );
-    let va = admin_vas.get(&others).await.unwrap();
-    assert_eq!(
-        va.spec.attachment_tickets.keys().collect::<Vec<_>>(),
-        ["manual-b"],
-        "only what the agent may do was done"
-    );
-
-    for (who, verb, resource, allowed) in [
-        (NODE_SA, "update", "volumes.tessera.io", false),
-        (NODE_SA, "patch", "volumes.tessera.io", false),
-        (NODE_SA, "create", "volumeattachments.tessera.io", false),
-        (NODE_SA, "delete", "volumeattachments.tessera.io", false),
-        (NODE_SA, "get", "pods", false),
-        // The orphan check reads a Pod by name. (`list` is not asserted: the CSI
-        // sidecars in the controller's Pod share its ServiceAccount, and the
-        // external-resizer's rule in rbac-sidecars.yaml lists Pods; whether that
-        // binding exists here depends on which test of this binary applied it first.)
-        (CONTROLLER_SA, "get", "pods", true),
-        (CONTROLLER_SA, "delete", "pods", false),
-    ] {
-        let got = can_i(who, verb, resource);
-        println!(
-            "{who}: {verb} {resource}: {}",
-            if got { "yes" } else { "no" }
-        );
-        if got != allowed {
-            wrong.push(format!("{who} {verb} {resource}: {got}"));
-        }
-    }
-
-    for name in [&others, &plain] {
-        let _ = admin_vas.delete(name, &Default::default()).await;
-    }
-    fixtures::delete_volumes(&client, &[others, plain, own]).await;
-    assert!(wrong.is_empty(), "{wrong:#?}");
-}
-
 /// The HTTP status of a request's outcome (200 for a success).
-fn code(res: Result<(), kube::Error>) -> u16 {
+pub(super) fn code(res: Result<(), kube::Error>) -> u16 {
     match res {
         Ok(()) => 200,
         Err(kube::Error::Api(s)) => {

@@ -3,8 +3,9 @@
 //! `kill -9` under live writes through one open descriptor is replaced by a successor
 //! on the same kernel connection (the agent's `tessera fd-holder` held it): no write
 //! fails, the records are complete and in order, the mount and its bind are the same
-//! (no remount, no re-bind). Also when the daemon dies while the agent is down. The
-//! longest single write is printed (goal ≤ 1 s; the remount repair's ENOTCONN was the
+//! (no remount, no re-bind). Also when the daemon dies while the agent is down, and
+//! when the holder did not answer while the daemon started (it hands its descriptor
+//! over once the holder is back). The longest single write is printed (goal ≤ 1 s; the remount repair's ENOTCONN was the
 //! baseline); the only timing assertion is a generous 10 s bound.
 
 use crate::support;
@@ -153,11 +154,43 @@ fn check_records(path: &Path, n: u64) {
     );
 }
 
-/// Kill the daemon (with the agent down for it if `agent_down`), and check that the
-/// application never noticed.
-async fn takeover(prefix: &str, agent_down: bool) {
+/// What happens around the daemon's death.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Case {
+    /// The agent runs throughout.
+    AgentUp,
+    /// The agent is down when the daemon dies.
+    AgentDown,
+    /// The fd holder does not answer while the daemon starts, and comes back later.
+    HolderLate,
+}
+
+/// Keep the agent's fd holder away: killed, and its start failing (its log file is
+/// a directory) until [`holder_back`].
+async fn holder_away(agent: &AgentProcess) {
+    let state = agent.state_dir();
+    eventually(WAIT, "the agent's fd holder", || async {
+        (!fixtures::processes_under("fd-holder", "--socket", &state).is_empty()).then_some(())
+    })
+    .await;
+    let log = state.join("logs/_fd-holder.log");
+    let _ = std::fs::remove_file(&log);
+    std::fs::create_dir_all(&log).unwrap();
+    fixtures::kill_fd_holders_under(&state);
+}
+
+fn holder_back(agent: &AgentProcess) {
+    std::fs::remove_dir(agent.state_dir().join("logs/_fd-holder.log")).unwrap();
+}
+
+/// Kill the daemon (see [`Case`]), and check that the application never noticed.
+async fn takeover(prefix: &str, case: Case) {
+    let agent_down = case == Case::AgentDown;
     let e = env(prefix).await;
     let mut agent = AgentProcess::start(&e.id, &e.nodes[0]);
+    if case == Case::HolderLate {
+        holder_away(&agent).await;
+    }
     let name = e.volume_name("v");
     let vol = fixtures::volume_at(&name, &e.id, "ReadWriteOnce", e.backend.path(), true);
     let vol = e.create_volume(&vol).await;
@@ -172,6 +205,17 @@ async fn takeover(prefix: &str, agent_down: bool) {
     .await;
     let mount_id = fixtures::mounts_at(&mountpoint)[0].mount_id;
     let bind_id = fixtures::mounts_at(&target)[0].mount_id;
+    if case == Case::HolderLate {
+        // Started while no holder answered, and told of it all the same.
+        let args = std::fs::read(format!("/proc/{old_pid}/cmdline")).unwrap();
+        let args = String::from_utf8_lossy(&args).replace('\0', " ");
+        assert!(
+            fixtures::processes_under("fd-holder", "--socket", &agent.state_dir()).is_empty(),
+            "the holder stayed away while the daemon started"
+        );
+        assert!(args.contains(" --holder "), "no --holder: {args}");
+        holder_back(&agent);
+    }
     // The daemon has handed its descriptor to the holder.
     eventually(WAIT, "descriptor held", || async {
         let log = std::fs::read_to_string(agent.state_dir().join(format!("logs/{vol}.log")))
@@ -207,7 +251,7 @@ async fn takeover(prefix: &str, agent_down: bool) {
     tokio::time::sleep(Duration::from_millis(800)).await;
     let (n, longest, err) = writer.finish();
     println!(
-        "handoff with the agent (agent down: {agent_down}): {n} records, longest write {} ms, \
+        "handoff with the agent ({case:?}): {n} records, longest write {} ms, \
          MountPod Ready with a new daemon {} ms after kill -9",
         longest.as_millis(),
         back.as_millis()
@@ -262,10 +306,18 @@ async fn takeover(prefix: &str, agent_down: bool) {
 
 #[tokio::test]
 async fn a_killed_daemon_is_taken_over_under_live_writes() {
-    takeover("nhandoff", false).await;
+    takeover("nhandoff", Case::AgentUp).await;
 }
 
 #[tokio::test]
 async fn a_daemon_killed_while_the_agent_is_down_is_taken_over() {
-    takeover("nhandoffdown", true).await;
+    takeover("nhandoffdown", Case::AgentDown).await;
+}
+
+/// A daemon started while the fd holder did not answer (killed, and failing to
+/// start) hands its descriptor over once the holder is back, so its death is still
+/// a takeover: the daemon was told the holder's socket all the same.
+#[tokio::test]
+async fn a_daemon_started_while_the_holder_was_away_is_taken_over() {
+    takeover("nhandofflate", Case::HolderLate).await;
 }

@@ -81,6 +81,8 @@ pub struct Context {
     pub mount_namespace: Option<String>,
     /// The mount being upgraded (its MountPod, and since when): one at a time.
     pub upgrading: std::sync::Mutex<Option<(String, Instant)>>,
+    /// When a failed upgrade of each mount may be tried again.
+    pub upgrade_retries: crate::node::upgrade::Retries,
 }
 
 /// How long a first start may take before the MountPod says Mounting.
@@ -117,6 +119,7 @@ pub async fn run(
         backoff: Default::default(),
         mount_namespace: mount_pods.clone(),
         upgrading: Default::default(),
+        upgrade_retries: Default::default(),
     });
     // Every MountPod a watch event or the health loop asks a reconcile of is counted
     // queued until its reconcile starts (`tessera_reconcile_queue_depth{controller=
@@ -651,8 +654,9 @@ async fn publish_on(
     }
 }
 
-/// Every interval: reap exited children, probe every mount that has answered once,
-/// and trigger a reconcile of each broken one. Now and then, tear down mounts whose
+/// Every interval: reap exited children, ask the fd holder (start it again in process
+/// mode), probe every mount that has answered once, and trigger a reconcile of each
+/// broken one. Now and then, tear down mounts whose
 /// MountPod no longer exists at all.
 async fn health_loop(
     ctx: Arc<Context>,
@@ -672,6 +676,9 @@ async fn health_loop(
         let host = ctx.host.clone();
         let checked = tokio::task::spawn_blocking(move || {
             host.daemons.reap();
+            if let Some(h) = &host.holder {
+                h.check();
+            }
             let desired = host.daemons.image();
             let mut records = host.state.list().unwrap_or_default();
             records.sort_by(|a, b| a.volume.cmp(&b.volume));

@@ -7,11 +7,13 @@
 //!  health loop ─▶ candidate(record) per mount ─▶ plan: claim the slot, reconcile it
 //!                                                     (or Event UpgradeBlocked, once)
 //!  serve (slot names this MountPod) ─▶ replace: MountService::replace_daemon, Event Upgraded
+//!                                        failed ─▶ Retries: not planned again before its backoff
 //! ```
 
 use std::time::{Duration, Instant};
 
 use futures::channel::mpsc;
+use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tracing::{info, warn};
@@ -48,6 +50,7 @@ pub(super) fn candidate(
         healthy: *health == Health::Healthy,
         held: due && host.holds(&record.mountpoint),
         serving,
+        waiting: false,
     }
 }
 
@@ -74,7 +77,14 @@ pub(super) async fn plan(
         }
         slot.is_some()
     };
-    let candidates: Vec<Candidate> = checked.iter().map(|c| c.2.clone()).collect();
+    let now = Instant::now();
+    let candidates: Vec<Candidate> = checked
+        .iter()
+        .map(|(record, _, c)| Candidate {
+            waiting: ctx.upgrade_retries.waiting(&record.mountpod, &desired, now),
+            ..c.clone()
+        })
+        .collect();
     let next = rolling::next(&candidates, Some(&desired), busy);
     for i in next.blocked {
         let (record, _, c) = &checked[i];
@@ -126,6 +136,14 @@ pub(super) async fn replace(mp: &MountPod, ctx: &Context, want: &Want) {
         }
     };
     let from = from.unwrap_or_else(|| "an unknown image".into());
+    let name = mp.name_any();
+    let worked = matches!(&res, Ok(Some(served)) if served.answers);
+    if worked {
+        ctx.upgrade_retries.succeeded(&name, &to);
+    } else {
+        let delay = ctx.upgrade_retries.failed(&name, &to, Instant::now());
+        info!(%to, retry_in_s = delay.as_secs(), "upgrade not done; tried again after a backoff");
+    }
     match res {
         Ok(Some(served)) if served.answers => {
             let took = served.repair_time.unwrap_or_default();

@@ -193,7 +193,8 @@ pub struct MountService {
     /// Records, capacity files, logs.
     pub state: StateDir,
     /// The fd holder daemons hand their /dev/fuse descriptors to (`None`: no
-    /// handoff; a dead daemon is repaired by remounting).
+    /// handoff; a dead daemon is repaired by remounting). Every daemon is told its
+    /// socket, answering or not.
     pub holder: Option<Arc<HolderProcess>>,
     /// The Shared roots verified on this node (per anchor).
     pub shared: crate::host::shared::Verified,
@@ -489,18 +490,20 @@ impl MountService {
             options: want.options.clone(),
             resources: want.resources.clone(),
             settings_file: Some(self.state.settings_file(&want.volume)),
-            // Only when a holder answers: a daemon started without one serves, but
-            // its crash is repaired by remounting.
-            handoff: self
-                .holder
-                .as_ref()
-                .filter(|h| h.ensure().is_ok())
-                .map(|h| {
-                    (
-                        h.path().to_path_buf(),
-                        self.state.handoff_file(&want.volume),
-                    )
-                }),
+            // Whether or not the holder answers now (process mode: started here if
+            // it can be): the daemon hands its descriptor over once it does, retrying,
+            // so a holder that comes (back) later still makes this daemon's crash a
+            // takeover. Its Pod's arguments never change: without `--holder` now,
+            // the mount could never be taken over for the daemon's life.
+            handoff: self.holder.as_ref().map(|h| {
+                if let Err(e) = h.ensure() {
+                    warn!(volume = %want.volume, error = %e, "the fd holder does not answer; the daemon hands its descriptor over once it does");
+                }
+                (
+                    h.path().to_path_buf(),
+                    self.state.handoff_file(&want.volume),
+                )
+            }),
         };
         let log = self.state.log_file(&want.volume);
         let daemon = match launch {

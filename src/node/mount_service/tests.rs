@@ -734,3 +734,28 @@ fn mount_options_outside_the_allowed_list_are_refused_by_the_agent_too() {
     spec.mount_options = vec!["noatime".into(), "nosuid".into(), "ro".into()];
     s.want(&spec);
 }
+
+/// A daemon is told where the fd holder is whether or not it answers at the daemon's
+/// start: the daemon hands its descriptor over once the holder answers (retrying), so
+/// a holder that comes up late (pod mode: its DaemonSet restarting) still makes the
+/// daemon's crash a takeover, not a remount. Only an agent without a holder says none.
+#[test]
+fn the_holder_is_given_to_every_daemon_even_one_started_while_it_does_not_answer() {
+    // (what, the agent has a holder, it answers)
+    let table = [
+        ("no holder", false, false),
+        ("a holder that does not answer", true, false),
+        ("a holder that answers", true, true),
+    ];
+    for (what, has_holder, answers) in table {
+        let mut s = setup();
+        let socket = s.dir.path().join("state/holder.sock");
+        s.host.holder = has_holder.then(|| Arc::new(HolderProcess::connect_only(socket.clone())));
+        let _serving = answers.then(|| crate::fuse::fd_holder::Holder::serve(&socket).unwrap());
+        let served = s.serve(&s.want(&s.spec(&[])));
+        assert!(served.answers, "{what}");
+        let started = s.fake.w().started[0].handoff.clone();
+        let want = has_holder.then(|| (socket.clone(), s.host.state.handoff_file("vol1")));
+        assert_eq!(started, want, "{what}");
+    }
+}
