@@ -222,8 +222,11 @@ cmd_up() {
   # With nodes, their Pods reach the apiserver at the host's address (no kube-proxy).
   local bind=127.0.0.1 host_ip
   host_ip=$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -n1)
-  # With nodes, real workloads: Deployments, DaemonSets, Pods of deleted Nodes, and
-  # the not-ready taint the kubelet registers a Node with, lifted once it is Ready.
+  # With nodes, every controller a default cluster runs (`*`: Deployments, DaemonSets,
+  # StatefulSets, Jobs, the ephemeral-volume controller that makes a generic ephemeral
+  # volume's claim, the VolumeAttributesClass protection, Pods of deleted Nodes, the
+  # not-ready taint lifted once a Node is Ready ...; those needing a cloud or
+  # --allocate-node-cidrs stay off, as they do on a cluster without them).
   # ServiceAccount admission mounts the token real Pods need; without nodes it stays
   # off (a Pod created right after its namespace would race the serviceaccount controller).
   local NODE_CONTROLLERS="" disable_admission=ServiceAccount
@@ -231,7 +234,7 @@ cmd_up() {
     disable_admission=
     [[ -n "$host_ip" ]] || die "nodes need a non-loopback address (no default route)"
     bind=0.0.0.0
-    NODE_CONTROLLERS=deployment-controller,replicaset-controller,daemonset-controller,pod-garbage-collector-controller,node-lifecycle-controller
+    NODE_CONTROLLERS='*'
   fi
   "$BIN/k8s-harness" pki --port "$API" ${host_ip:+--ip "$host_ip"} "$PKI"
   expected_components >"$CL/components"

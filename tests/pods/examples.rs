@@ -7,6 +7,7 @@
 //!  pvc-pod.yaml: StorageClass without parameters ─▶ NodeLocal volume on the Pod's node
 //!     Pod writes "hello from N" ─▶ Pod deleted ─▶ the same file applied again
 //!     ─▶ the new Pod is placed on N by the PV's topology and reads both lines
+//!     a Pod pinned to the other node (nodeName) stays Pending, its Events say why
 //!  pod-inline-volume.yaml: Pod with a CSI inline volume ─▶ Running, its greeting written
 //! ```
 //!
@@ -45,6 +46,15 @@ async fn node_of(client: &Client, ns: &str, name: &str) -> String {
         .await
         .unwrap();
     pod.spec.and_then(|s| s.node_name).expect("a scheduled Pod")
+}
+
+/// A node of the cluster other than `node`.
+fn nodes_other_than(node: &str) -> String {
+    Nodes::load()
+        .names()
+        .into_iter()
+        .find(|n| n != node)
+        .expect("two nodes")
 }
 
 #[tokio::test]
@@ -88,7 +98,63 @@ async fn the_pvc_pod_example_keeps_its_claim_with_its_data() {
         "the second Pod read the first one's line"
     );
 
+    // A Pod pinned to the other node (nodeName: no scheduler) never runs on an empty
+    // directory there: it stays Pending, and its Events say why. (Once the claim is
+    // detached from the first node: else the reason is the ReadWriteOnce claim's.)
     delete_pod(&client, &ns, "tessera-hello").await;
+    eventually(DETACH_BOUND, "the claim detached", || async {
+        attachments(&client, &pv_name)
+            .await
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    let other = nodes_other_than(&first);
+    app_pod(
+        &client,
+        &ns,
+        "pinned",
+        Some(&other),
+        BUSYBOX,
+        "cat /data/hello",
+        claim_volume("tessera-hello"),
+    )
+    .await;
+    let why = eventually(WAIT, "a Warning Event on the pinned Pod", || async {
+        let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default().fields("involvedObject.name=pinned"))
+            .await
+            .ok()?;
+        events
+            .items
+            .into_iter()
+            .find(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && matches!(
+                        e.reason.as_deref(),
+                        Some("FailedAttachVolume" | "FailedMount")
+                    )
+            })
+            .map(|e| {
+                format!(
+                    "{}: {}",
+                    e.reason.unwrap_or_default(),
+                    e.message.unwrap_or_default()
+                )
+            })
+    })
+    .await;
+    assert_eq!(
+        pod_phase(&client, &ns, "pinned").await.as_deref(),
+        Some("Pending"),
+        "the Pod pinned to {other}: {why}"
+    );
+    assert!(
+        !why.contains("Multi-Attach"),
+        "the reason is the volume's node, not another attachment: {why}"
+    );
+    delete_pod(&client, &ns, "pinned").await;
+
     kubectl(&["delete", "-n", &ns, "pvc", "tessera-hello", "--wait=true"]);
     eventually(
         WAIT,
@@ -114,7 +180,7 @@ async fn the_pvc_pod_example_keeps_its_claim_with_its_data() {
         .delete(&ns, &DeleteParams::default())
         .await;
     eprintln!(
-        "REAL NODES examples/pvc-pod.yaml: NodeLocal volume on {first}; the Pod applied again ran on {first} and read the first Pod's line"
+        "REAL NODES examples/pvc-pod.yaml: NodeLocal volume on {first}; the Pod applied again ran on {first} and read the first Pod's line; a Pod pinned to {other} stayed Pending: {why}"
     );
 }
 

@@ -194,3 +194,73 @@ async fn bad_inline_attributes_are_refused_on_the_pods_events() {
         .delete(&ns, &DeleteParams::default())
         .await;
 }
+
+/// A generic ephemeral volume (`ephemeral.volumeClaimTemplate`): the ephemeral-volume
+/// controller makes the Pod's claim `<pod>-<volume>`, owned by the Pod; the claim
+/// goes through the normal provisioning and ticket path, and goes with the Pod (the
+/// garbage collector), its PV and data with it (reclaimPolicy Delete).
+#[tokio::test]
+#[ignore = "needs real nodes with Tessera deployed (tests/run.sh: make cluster-up deploy, then --ignored)"]
+async fn a_generic_ephemeral_volume_lives_and_goes_with_its_pod() {
+    let client = support::client().await;
+    let nodes = Nodes::load();
+    let a = nodes.names()[0].clone();
+    let ns = namespace(&client, "pods-ephemeral").await;
+    let started = Instant::now();
+    let volume = json!({"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": "tessera-shared",
+        "resources": {"requests": {"storage": "64Mi"}},
+    }}}});
+    app_pod(
+        &client,
+        &ns,
+        "eph",
+        Some(&a),
+        BUSYBOX,
+        "echo hello > /data/greeting && sleep 3600",
+        volume,
+    )
+    .await;
+    wait_phase(&client, &ns, "eph", "Running").await;
+    let running = started.elapsed();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let claim = claims.get("eph-scratch").await.expect("the Pod's claim");
+    let owner = claim.metadata.owner_references.clone().unwrap_or_default();
+    assert!(
+        owner.iter().any(|o| o.kind == "Pod" && o.name == "eph"),
+        "the claim is owned by its Pod: {owner:?}"
+    );
+    let pv = claim.spec.and_then(|s| s.volume_name).expect("bound");
+    let volume = tessera_volume(&client, &pv).await;
+    let data = backend_dir(&nodes, &volume);
+    eventually(WAIT, "the Pod's write in the backend", || async {
+        (std::fs::read_to_string(data.join("greeting")).ok()? == "hello\n").then_some(())
+    })
+    .await;
+
+    let deleted = Instant::now();
+    delete_pod(&client, &ns, "eph").await;
+    eventually(WAIT, "claim, PV, Volume and data gone", || async {
+        let claim = claims.get_opt("eph-scratch").await.ok()?;
+        let pv = Api::<PersistentVolume>::all(client.clone())
+            .get_opt(&pv)
+            .await
+            .ok()?;
+        let vol = Api::<Volume>::all(client.clone())
+            .get_opt(&volume.name_any())
+            .await
+            .ok()?;
+        (claim.is_none() && pv.is_none() && vol.is_none() && !data.exists()).then_some(())
+    })
+    .await;
+    let gone = deleted.elapsed();
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
+    eprintln!(
+        "REAL NODES generic ephemeral volume: Pod Running {:.1} s after it was created; claim, PV, Volume and data gone {:.1} s after the Pod was deleted",
+        running.as_secs_f64(),
+        gone.as_secs_f64()
+    );
+}
