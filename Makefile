@@ -87,6 +87,10 @@ bench-controller: harness
 bench-rwx: harness
 	bash bench/rwx/run.sh
 
+## bench-startup: Pods with a Tessera claim each vs with an emptyDir, on two real nodes
+bench-startup: harness
+	bash bench/startup/run.sh
+
 ## bench-attach: attach latency through the real csi-attacher, Tessera vs a no-op driver
 ## (builds that driver, bench/attach/refdriver, on first use)
 bench-attach: harness
