@@ -654,6 +654,11 @@ impl AgentProcess {
         }
     }
 
+    /// The agent's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Start the agent again with the same directories (after [`AgentProcess::kill`]).
     pub fn restart(&mut self) {
         self.kill();

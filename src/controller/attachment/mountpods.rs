@@ -363,5 +363,6 @@ pub fn desired_spec(
         retain_seconds: None,
         resources: volume.spec.mount_resources.clone(),
         attr_cache_seconds: volume.spec.attr_cache_seconds,
+        self_fence: false,
     })
 }

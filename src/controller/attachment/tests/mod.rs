@@ -94,6 +94,7 @@ fn mountpod(node: &str, phase: Option<MountPhase>) -> MountPod {
             retain_seconds: None,
             resources: None,
             attr_cache_seconds: None,
+            self_fence: false,
         },
     );
     mp.metadata.generation = Some(2);

@@ -24,6 +24,7 @@ fn desired_spec_from_the_volume() {
             retain_seconds: None,
             resources: None,
             attr_cache_seconds: None,
+            self_fence: false,
         }
     );
     let mut local = v.clone();
