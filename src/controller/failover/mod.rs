@@ -19,8 +19,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+mod run;
 #[cfg(test)]
 mod tests;
+
+pub use run::run;
 
 /// The taint by which an administrator says a node is shut down.
 pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
@@ -118,22 +121,35 @@ pub enum Why {
     OutOfService,
 }
 
-/// The liveness at `now` of a node whose Lease changed last at `last_change` (as seen).
-pub fn liveness(
-    last_change: Option<Duration>,
-    out_of_service: bool,
-    timing: Timing,
-    now: Duration,
-) -> Liveness {
-    if out_of_service {
+/// What the controller knows of one node at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeView {
+    /// When it saw the node's Lease change last (none: no Lease).
+    pub last_change: Option<Duration>,
+    /// The Lease carries the controller's fenced mark (written only once the node was
+    /// fenced; the agent clears it only by taking the Lease under a new epoch).
+    pub marked: bool,
+    /// The node has the `node.kubernetes.io/out-of-service` taint.
+    pub out_of_service: bool,
+}
+
+/// The liveness at `now` of the node `n`.
+pub fn liveness(n: NodeView, timing: Timing, now: Duration) -> Liveness {
+    if n.out_of_service {
         return Liveness::Fenced {
             since: now,
             why: Why::OutOfService,
         };
     }
-    let Some(last) = last_change else {
+    let Some(last) = n.last_change else {
         return Liveness::NoLease;
     };
+    if n.marked {
+        return Liveness::Fenced {
+            since: now,
+            why: Why::LeaseExpired,
+        };
+    }
     let fenced_at = last.saturating_add(timing.wait());
     if now >= fenced_at {
         Liveness::Fenced {
@@ -147,16 +163,7 @@ pub fn liveness(
     }
 }
 
-/// What a StorageClass says of its volumes' tickets on a dead node.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum NodeFailover {
-    /// Keep them (the default): the volume stays with the node until it comes back,
-    /// or until the out-of-service taint.
-    #[default]
-    Off,
-    /// Release them once the node is fenced.
-    Fenced,
-}
+pub use crate::api::NodeFailover;
 
 /// A ticket that holds a volume on a node.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -100,8 +100,26 @@ fn liveness_by_the_controllers_own_observation() {
         ),
     ];
     for (name, last, oos, now, want) in table {
-        assert_eq!(liveness(*last, *oos, t, *now), *want, "{name}");
+        let n = NodeView {
+            last_change: *last,
+            marked: false,
+            out_of_service: *oos,
+        };
+        assert_eq!(liveness(n, t, *now), *want, "{name}");
     }
+    // The controller's own mark: fenced at once (it was written only once fenced).
+    let marked = NodeView {
+        last_change: Some(100 * S),
+        marked: true,
+        out_of_service: false,
+    };
+    assert_eq!(
+        liveness(marked, t, 101 * S),
+        Liveness::Fenced {
+            since: 101 * S,
+            why: Why::LeaseExpired
+        }
+    );
 }
 
 #[test]
@@ -270,7 +288,11 @@ fn first_violation(
         let (mut lo, mut hi) = (seen_at, seen_at + 4 * timing.wait().as_nanos() as u64);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            let l = liveness(observer.last_change("n"), false, timing, mono(mid));
+            let n = NodeView {
+                last_change: observer.last_change("n"),
+                ..NodeView::default()
+            };
+            let l = liveness(n, timing, mono(mid));
             if matches!(l, Liveness::Fenced { .. }) {
                 hi = mid;
             } else {

@@ -51,6 +51,7 @@ fn volume(mode: AccessMode) -> Volume {
             idle_mount_delay_seconds: None,
             mount_resources: None,
             attr_cache_seconds: None,
+            node_failover: None,
         },
     );
     v.metadata.uid = Some("uid-v".into());
