@@ -13,10 +13,14 @@
 
 mod support;
 
+#[path = "pods/backend.rs"]
+mod backend;
 #[path = "pods/daemon_kill.rs"]
 mod daemon_kill;
 #[path = "pods/doctor.rs"]
 mod doctor;
+#[path = "pods/examples.rs"]
+mod examples;
 #[path = "pods/locks.rs"]
 mod locks;
 #[path = "pods/modify.rs"]

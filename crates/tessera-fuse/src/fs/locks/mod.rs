@@ -243,33 +243,29 @@ impl VolumeFs {
 /// write lock and an exclusive flock. On a read-only mount (`writable` false) the
 /// directory itself is tried (read lock, shared flock).
 pub fn probe_locks(dir: std::os::fd::BorrowedFd<'_>, writable: bool) -> Result<(), SysError> {
+    probe_locks_in(dir, writable, true)
+}
+
+/// [`probe_locks`]; without `tmpfile`, as on a backend without `O_TMPFILE`.
+fn probe_locks_in(
+    dir: std::os::fd::BorrowedFd<'_>,
+    writable: bool,
+    tmpfile: bool,
+) -> Result<(), SysError> {
     let (file, typ, op) = if writable {
-        let tmp = sys::openat(
-            dir,
-            c".",
-            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
-            0o600,
-        );
+        let tmp = if tmpfile {
+            sys::openat(
+                dir,
+                c".",
+                libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+                0o600,
+            )
+        } else {
+            Err(Errno::EOPNOTSUPP)
+        };
         let file = match tmp {
             Ok(f) => f,
-            Err(_) => {
-                let name =
-                    std::ffi::CString::new(format!(".tessera-lock-probe.{}", std::process::id()))
-                        .expect("no NUL");
-                let f = sys::openat(
-                    dir,
-                    &name,
-                    libc::O_CREAT
-                        | libc::O_EXCL
-                        | libc::O_RDWR
-                        | libc::O_CLOEXEC
-                        | libc::O_NOFOLLOW,
-                    0o600,
-                )
-                .op("create the lock probe file")?;
-                let _ = sys::unlinkat(dir, &name, 0);
-                f
-            }
+            Err(_) => named_probe_file(dir)?,
         };
         (file, libc::F_WRLCK, libc::LOCK_EX)
     } else {
@@ -294,6 +290,53 @@ pub fn probe_locks(dir: std::os::fd::BorrowedFd<'_>, writable: bool) -> Result<(
     sys::flock(file.as_fd(), op | libc::LOCK_NB).op("flock")?;
     sys::flock(file.as_fd(), libc::LOCK_UN).op("flock")?;
     Ok(())
+}
+
+/// Probe files made at once: beside another prober (a daemon of the same volume on
+/// another node, pid 1 in its Pod as this one is) a name may be taken; a new one is
+/// drawn.
+const PROBE_NAMES: usize = 8;
+
+/// A new, already unlinked file in `dir` for the lock probe, made under a name no
+/// other prober draws (pid, time and random bits: two daemons of one volume on two
+/// nodes are each pid 1 in their Pod and probe the same shared directory at once).
+fn named_probe_file(dir: std::os::fd::BorrowedFd<'_>) -> Result<OwnedFd, SysError> {
+    let mut last = Errno::EEXIST;
+    for _ in 0..PROBE_NAMES {
+        let name = std::ffi::CString::new(format!(
+            ".tessera-lock-probe.{}.{:016x}",
+            std::process::id(),
+            unique_bits()
+        ))
+        .expect("no NUL");
+        match sys::openat(
+            dir,
+            &name,
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            0o600,
+        ) {
+            Ok(f) => {
+                let _ = sys::unlinkat(dir, &name, 0);
+                return Ok(f);
+            }
+            Err(Errno::EEXIST) => last = Errno::EEXIST,
+            Err(e) => return Err(e).op("create the lock probe file"),
+        }
+    }
+    Err(last).op("create the lock probe file")
+}
+
+/// 64 bits no other process draws: the kernel's random bytes, else the clock.
+fn unique_bits() -> u64 {
+    let mut bits = [0u8; 8];
+    // SAFETY: writes at most 8 bytes into `bits`.
+    let n = unsafe { libc::getrandom(bits.as_mut_ptr().cast(), bits.len(), libc::GRND_NONBLOCK) };
+    if n == 8 {
+        return u64::from_ne_bytes(bits);
+    }
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// Whether a failed non-blocking attempt means "held by someone else, try later".

@@ -172,3 +172,30 @@ fn waits_beyond_the_cap_fail_with_enolck() {
     assert_eq!(a.recv_timeout(LONG), Ok(WaitEnd::Interrupted));
     assert_eq!(b.recv_timeout(LONG), Ok(WaitEnd::Interrupted));
 }
+
+/// Two mount daemons of one ReadWriteMany volume on two nodes are each pid 1 in their
+/// Pod and probe the volume's shared directory at the same moment, on a backend
+/// without `O_TMPFILE` (GlusterFS): a probe file named after the pid alone was made by
+/// one and refused to the other (EEXIST), whose mount then kept its locks on its own
+/// node while its MountPod said otherwise. Here: threads of one process (one pid) in
+/// one directory.
+#[test]
+fn probes_with_one_pid_in_one_directory_do_not_collide() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = std::fs::File::open(dir.path()).unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..200 {
+                    super::probe_locks_in(std::os::fd::AsFd::as_fd(&d), true, false)
+                        .expect("a probe beside another one");
+                }
+            });
+        }
+    });
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "probe files left"
+    );
+}
