@@ -168,3 +168,65 @@ async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_mar
         .await;
     e.cleanup(&[fenced, off]).await;
 }
+
+/// The `node.kubernetes.io/out-of-service` taint: the administrator says the node is
+/// shut down, so its tickets go at once, whatever the volume's nodeFailover and
+/// however fresh its Lease.
+#[tokio::test]
+async fn the_out_of_service_taint_releases_at_once_in_any_mode() {
+    let e = Env::new("failover-oos", 2, WAIT).await;
+    let (a, b) = (e.nodes[0].clone(), e.nodes[1].clone());
+    let _ctrl = ControllerProcess::start(
+        &e.id,
+        &["--no-leader-election", &format!("--fence-margin={MARGIN}")],
+    );
+    let _agent = FakeAgent::start(e.client.clone(), &e.id);
+    let leases: Api<Lease> = Api::namespaced(e.client.clone(), "default");
+    let a_renews = {
+        let (leases, a) = (leases.clone(), a.clone());
+        tokio::spawn(async move {
+            loop {
+                renew(&leases, &a).await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let off = e.volume("off", "ReadWriteOnce").await;
+    e.attach(&off, "manual-a", "manual", &a).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        tickets(&e.client, &off).await,
+        vec!["manual-a".to_string()],
+        "a live node keeps it"
+    );
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(e.client.clone());
+    let tainted = Instant::now();
+    nodes
+        .patch(
+            &a,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"taints": [{"key": "node.kubernetes.io/out-of-service",
+                "value": "nodeshutdown", "effect": "NoExecute"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually(WAIT, "the tainted node's ticket released", || async {
+        tickets(&e.client, &off).await.is_empty().then_some(())
+    })
+    .await;
+    let released = tainted.elapsed();
+    eprintln!("out-of-service taint: ticket released {released:?} after the taint");
+    assert!(
+        released < Duration::from_secs(3),
+        "the taint is honoured at once, not after fenceAfter + margin: {released:?}"
+    );
+    e.attach(&off, "manual-b", "manual", &b).await;
+
+    a_renews.abort();
+    let _ = leases
+        .delete(&tessera::api::liveness_lease(&a), &DeleteParams::default())
+        .await;
+    e.cleanup(&[off]).await;
+}

@@ -2,21 +2,24 @@
 //! Tessera's namespace, note on the controller's own monotonic clock when each one
 //! changes, and every `interval` apply the pure decision: for a fenced node, mark
 //! its Lease (resourceVersion precondition) and only then release its tickets of
-//! opted-in single-writer volumes (Event `FailedOver`).
+//! opted-in single-writer volumes (Event `FailedOver`). A node with the
+//! `node.kubernetes.io/out-of-service` taint gives up every ticket at once.
 //!
 //! ```text
+//!  Node watch ─▶ the nodes with the out-of-service taint
 //!  Lease watch ─▶ Observer::observe(node, resourceVersion, elapsed)
 //!  every interval: liveness per node ─▶ releases(VolumeAttachments, Volumes)
 //!      └─ per fenced node: Lease + tessera.io/fenced (replace; 409: it changed, wait again)
 //!           └─ per ticket: JSON patch test-and-remove, Event FailedOver on the Volume
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PostParams};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -24,7 +27,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
-use super::{Holding, Liveness, NodeView, Observer, Release, Timing, liveness, releases};
+use super::{
+    Holding, Liveness, NodeView, OUT_OF_SERVICE_TAINT, Observer, Release, Timing, liveness,
+    releases,
+};
 use crate::api::{ANNOTATION_FENCED, LIVENESS_LEASE_PREFIX, NodeFailover, VolumeAttachment};
 use crate::controller::Context;
 use crate::controller::context::merge_params;
@@ -39,6 +45,13 @@ pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interva
     let mut events = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .boxed();
+    let mut tainted: BTreeSet<String> = BTreeSet::new();
+    let mut nodes = watcher(
+        Api::<Node>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .boxed();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     info!(namespace = %namespace, margin = ?margin, "fenced failover: watching the nodes' liveness Leases");
@@ -64,12 +77,36 @@ pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interva
                     None => return,
                 }
             }
+            ev = nodes.next() => match ev {
+                Some(Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n))) => {
+                    if out_of_service(&n) {
+                        tainted.insert(n.name_any());
+                    } else {
+                        tainted.remove(&n.name_any());
+                    }
+                }
+                Some(Ok(watcher::Event::Delete(n))) => {
+                    tainted.remove(&n.name_any());
+                }
+                Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => {}
+                Some(Err(e)) => warn!(error = %e, "watching the Nodes' taints"),
+                None => return,
+            },
             _ = tick.tick() => {
                 let now = origin.elapsed();
-                act(&ctx, &api, &observer, &mut leases, margin, now).await;
+                act(&ctx, &api, &observer, &mut leases, &tainted, margin, now).await;
             }
         }
     }
+}
+
+/// Whether the administrator said the node is shut down.
+fn out_of_service(n: &Node) -> bool {
+    let taints = n.spec.as_ref().and_then(|s| s.taints.as_deref());
+    taints
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.key == OUT_OF_SERVICE_TAINT)
 }
 
 /// The node a liveness Lease stands for.
@@ -123,19 +160,22 @@ async fn act(
     api: &Api<Lease>,
     observer: &Observer,
     leases: &mut BTreeMap<String, Lease>,
+    tainted: &BTreeSet<String>,
     margin: Duration,
     now: Duration,
 ) {
-    let nodes: BTreeMap<String, Liveness> = leases
-        .iter()
-        .map(|(node, l)| {
+    let names: BTreeSet<&String> = leases.keys().chain(tainted).collect();
+    let nodes: BTreeMap<String, Liveness> = names
+        .into_iter()
+        .map(|node| {
+            let l = leases.get(node);
             let view = NodeView {
-                last_change: observer.last_change(node),
-                marked: marked(l),
-                out_of_service: false,
+                last_change: l.and(observer.last_change(node)),
+                marked: l.is_some_and(marked),
+                out_of_service: tainted.contains(node),
             };
             let timing = Timing {
-                fence_after: fence_after(l),
+                fence_after: l.map_or(Duration::ZERO, fence_after),
                 margin,
             };
             (node.clone(), liveness(view, timing, now))
@@ -147,10 +187,8 @@ async fn act(
         by_node.entry(r.node.as_str()).or_default().push(r);
     }
     for (node, rs) in by_node {
-        let Some(lease) = leases.get(node) else {
-            continue;
-        };
-        if !marked(lease) {
+        // A node without a Lease is fenced only by the taint: nothing to mark.
+        if let Some(lease) = leases.get(node).filter(|l| !marked(l)) {
             match mark(api, lease).await {
                 Ok(stored) => {
                     warn!(
@@ -205,13 +243,18 @@ async fn release(ctx: &Context, r: &Release) {
             return;
         }
     }
-    let note = format!(
-        "released ticket {} of node {}: the node is fenced ({:?}) and the volume's nodeFailover is {:?}",
-        r.ticket,
-        r.node,
-        r.why,
-        NodeFailover::Fenced
-    );
+    let note = match r.why {
+        super::Why::OutOfService => format!(
+            "released ticket {} of node {}: the node has the {OUT_OF_SERVICE_TAINT} taint",
+            r.ticket, r.node
+        ),
+        super::Why::LeaseExpired => format!(
+            "released ticket {} of node {}: no renewal of its liveness Lease seen for fenceAfter + margin, and the volume's nodeFailover is {:?}",
+            r.ticket,
+            r.node,
+            NodeFailover::Fenced
+        ),
+    };
     info!(volume = %r.volume, ticket = %r.ticket, node = %r.node, "released a fenced node's ticket");
     if let Some(volume) = ctx.caches.volumes.get(&ObjectRef::new(&r.volume)) {
         let action = format!("RemoveTicket {}", r.ticket);
