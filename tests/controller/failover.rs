@@ -48,6 +48,30 @@ async fn renew(leases: &Api<Lease>, node: &str) {
     }
 }
 
+/// Two nodes, the test's controller (margin [`MARGIN`]), a stand-in agent, and the
+/// Leases' API in the controller's namespace.
+async fn setup(prefix: &str) -> (Env, ControllerProcess, FakeAgent, Api<Lease>) {
+    let e = Env::new(prefix, 2, WAIT).await;
+    let ctrl = ControllerProcess::start(
+        &e.id,
+        &["--no-leader-election", &format!("--fence-margin={MARGIN}")],
+    );
+    let agent = FakeAgent::start(e.client.clone(), &e.id);
+    let leases: Api<Lease> = Api::namespaced(e.client.clone(), "default");
+    (e, ctrl, agent, leases)
+}
+
+/// Renew `node`'s Lease every 500 ms until aborted.
+fn renewing(leases: &Api<Lease>, node: &str) -> tokio::task::JoinHandle<()> {
+    let (leases, node) = (leases.clone(), node.to_owned());
+    tokio::spawn(async move {
+        loop {
+            renew(&leases, &node).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
 async fn tickets(client: &kube::Client, volume: &str) -> Vec<String> {
     let va = Api::<VolumeAttachment>::all(client.clone())
         .get(volume)
@@ -58,14 +82,8 @@ async fn tickets(client: &kube::Client, volume: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_margin() {
-    let e = Env::new("failover", 2, WAIT).await;
+    let (e, _ctrl, _agent, leases) = setup("failover").await;
     let (a, b) = (e.nodes[0].clone(), e.nodes[1].clone());
-    let _ctrl = ControllerProcess::start(
-        &e.id,
-        &["--no-leader-election", &format!("--fence-margin={MARGIN}")],
-    );
-    let _agent = FakeAgent::start(e.client.clone(), &e.id);
-    let leases: Api<Lease> = Api::namespaced(e.client.clone(), "default");
     renew(&leases, &a).await;
     renew(&leases, &b).await;
 
@@ -108,15 +126,7 @@ async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_mar
 
     // Node A dies: its Lease is renewed no more (B's still is).
     let died = Instant::now();
-    let b_renews = {
-        let (leases, b) = (leases.clone(), b.clone());
-        tokio::spawn(async move {
-            loop {
-                renew(&leases, &b).await;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        })
-    };
+    let b_renews = renewing(&leases, &b);
     eventually(WAIT, "the dead node's ticket released", || async {
         tickets(&e.client, &fenced).await.is_empty().then_some(())
     })
@@ -174,23 +184,9 @@ async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_mar
 /// however fresh its Lease.
 #[tokio::test]
 async fn the_out_of_service_taint_releases_at_once_in_any_mode() {
-    let e = Env::new("failover-oos", 2, WAIT).await;
+    let (e, _ctrl, _agent, leases) = setup("failover-oos").await;
     let (a, b) = (e.nodes[0].clone(), e.nodes[1].clone());
-    let _ctrl = ControllerProcess::start(
-        &e.id,
-        &["--no-leader-election", &format!("--fence-margin={MARGIN}")],
-    );
-    let _agent = FakeAgent::start(e.client.clone(), &e.id);
-    let leases: Api<Lease> = Api::namespaced(e.client.clone(), "default");
-    let a_renews = {
-        let (leases, a) = (leases.clone(), a.clone());
-        tokio::spawn(async move {
-            loop {
-                renew(&leases, &a).await;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        })
-    };
+    let a_renews = renewing(&leases, &a);
     let off = e.volume("off", "ReadWriteOnce").await;
     e.attach(&off, "manual-a", "manual", &a).await;
     tokio::time::sleep(Duration::from_secs(4)).await;
