@@ -57,6 +57,9 @@ async fn setup(prefix: &str) -> (Env, ControllerProcess, FakeAgent, Api<Lease>) 
         &["--no-leader-election", &format!("--fence-margin={MARGIN}")],
     );
     let agent = FakeAgent::start(e.client.clone(), &e.id);
+    // CSINodes list the driver: the controller gives each MountPod the agent's
+    // finalizer, which only a live agent lets go of.
+    fixtures::create_csinodes(&e.client, &e.id, &e.nodes).await;
     let leases: Api<Lease> = Api::namespaced(e.client.clone(), "default");
     (e, ctrl, agent, leases)
 }
@@ -82,7 +85,7 @@ async fn tickets(client: &kube::Client, volume: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_margin() {
-    let (e, _ctrl, _agent, leases) = setup("failover").await;
+    let (e, _ctrl, agent, leases) = setup("failover").await;
     let (a, b) = (e.nodes[0].clone(), e.nodes[1].clone());
     renew(&leases, &a).await;
     renew(&leases, &b).await;
@@ -124,7 +127,9 @@ async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_mar
         vec!["manual-a".to_string()]
     );
 
-    // Node A dies: its Lease is renewed no more (B's still is).
+    // Node A dies: its Lease is renewed no more (B's still is), its agent does
+    // nothing (its MountPods keep their finalizer unless the controller drops it).
+    agent.dead.lock().unwrap().push(a.clone());
     let died = Instant::now();
     let b_renews = renewing(&leases, &b);
     eventually(WAIT, "the dead node's ticket released", || async {
@@ -153,7 +158,8 @@ async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_mar
         vec!["manual-a".to_string()],
         "without the opt-in the volume stays with the dead node"
     );
-    // The volume attaches on B through the ordinary ticket path.
+    // The volume attaches on B through the ordinary ticket path: the dead node's
+    // MountPod, deleted, loses the finalizer its agent will never drop.
     fixtures::put_ticket(&e.client, &fenced, "manual-b", "manual", &b, json!({})).await;
     fixtures::wait_satisfied(&e.client, &fenced, "manual-b").await;
     // B, alive, keeps it.

@@ -11,6 +11,8 @@
 //!  every interval: liveness per node ─▶ releases(VolumeAttachments, Volumes)
 //!      └─ per fenced node: Lease + tessera.io/fenced (replace; 409: it changed, wait again)
 //!           └─ per ticket: JSON patch test-and-remove, Event FailedOver on the Volume
+//!  a fenced node's MountPods of those volumes, once deleted: the dead agent's
+//!      finalizer dropped (the agent, back, tears the orphaned mount down)
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,7 +33,10 @@ use super::{
     Holding, Liveness, NodeView, OUT_OF_SERVICE_TAINT, Observer, Release, Timing, liveness,
     releases,
 };
-use crate::api::{ANNOTATION_FENCED, LIVENESS_LEASE_PREFIX, NodeFailover, VolumeAttachment};
+use crate::api::{
+    ANNOTATION_FENCED, LIVENESS_LEASE_PREFIX, MOUNT_FINALIZER, MountPod, NodeFailover,
+    VolumeAttachment,
+};
 use crate::controller::Context;
 use crate::controller::context::merge_params;
 use crate::controller::events::publish_tickets;
@@ -181,7 +186,11 @@ async fn act(
             (node.clone(), liveness(view, timing, now))
         })
         .collect();
+    if !nodes.values().any(|l| matches!(l, Liveness::Fenced { .. })) {
+        return;
+    }
     let all = releases(&nodes, &holdings(ctx));
+    let_go(ctx, &nodes).await;
     let mut by_node: BTreeMap<&str, Vec<&Release>> = BTreeMap::new();
     for r in &all {
         by_node.entry(r.node.as_str()).or_default().push(r);
@@ -206,6 +215,58 @@ async fn act(
         }
         for r in rs {
             release(ctx, r).await;
+        }
+    }
+}
+
+/// Drop the agent's finalizer from the deleted MountPods a fenced node's agent will
+/// never let go of: those whose tickets the decision would release there.
+async fn let_go(ctx: &Context, nodes: &BTreeMap<String, Liveness>) {
+    for mp in ctx.caches.mountpods.state() {
+        let fenced = nodes.get(&mp.spec.node_name);
+        let why = match fenced {
+            Some(Liveness::Fenced { why, .. }) => *why,
+            _ => continue,
+        };
+        if mp.metadata.deletion_timestamp.is_none()
+            || !mp.finalizers().iter().any(|f| f == MOUNT_FINALIZER)
+        {
+            continue;
+        }
+        // What the decision would release for this volume on this node (the ticket
+        // itself is gone by now: the same rule, on a stand-in holding).
+        let volume = ctx.caches.volumes.get(&ObjectRef::new(&mp.spec.volume));
+        let stand_in = Holding {
+            volume: mp.spec.volume.clone(),
+            ticket: String::new(),
+            node: mp.spec.node_name.clone(),
+            single_writer: volume
+                .as_ref()
+                .is_some_and(|v| !v.spec.access_mode.is_multi_node()),
+            failover: match volume.and_then(|v| v.spec.node_failover) {
+                Some(f) if mp.spec.self_fence => f,
+                _ => NodeFailover::Off,
+            },
+        };
+        if releases(nodes, std::slice::from_ref(&stand_in)).is_empty() {
+            continue;
+        }
+        let rest: Vec<&String> = mp
+            .finalizers()
+            .iter()
+            .filter(|f| *f != MOUNT_FINALIZER)
+            .collect();
+        let patch = serde_json::json!({"metadata": {"finalizers": rest}});
+        let res = Api::<MountPod>::all(ctx.client.clone())
+            .patch(&mp.name_any(), &merge_params(), &Patch::Merge(&patch))
+            .await;
+        match res {
+            Ok(_) => {
+                info!(mountpod = %mp.name_any(), node = %mp.spec.node_name, why = ?why, "dropped a fenced node's finalizer from its deleted MountPod")
+            }
+            Err(e) => {
+                warn!(mountpod = %mp.name_any(), error = %e, "dropping a fenced node's finalizer failed")
+            }
         }
     }
 }
