@@ -145,7 +145,8 @@ fn watch_running(
             let now = Instant::now();
             match ev {
                 Ok(Event::Apply(p)) | Ok(Event::InitApply(p)) => {
-                    let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                    let running =
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
                     if running {
                         tx.send_modify(|m| {
                             m.entry(p.name_any()).or_insert(now);
@@ -178,10 +179,16 @@ async fn run_set(client: &Client, ns: &str, n: usize, kind: Kind, class: &str, i
     if kind == Kind::Rwx {
         // The shared claim exists and is bound before the set: users make it once.
         let c = claim_json(&format!("{set}-shared"), &set, class, "ReadWriteMany");
-        claims.create(&PostParams::default(), &c).await.expect("the RWX claim");
+        claims
+            .create(&PostParams::default(), &c)
+            .await
+            .expect("the RWX claim");
         let deadline = Instant::now() + SET_TIMEOUT;
         loop {
-            let c = claims.get(&format!("{set}-shared")).await.expect("the RWX claim");
+            let c = claims
+                .get(&format!("{set}-shared"))
+                .await
+                .expect("the RWX claim");
             if c.status.and_then(|s| s.phase).as_deref() == Some("Bound") {
                 break;
             }
@@ -228,7 +235,10 @@ async fn run_set(client: &Client, ns: &str, n: usize, kind: Kind, class: &str, i
         if seen.len() >= n {
             break seen;
         }
-        if tokio::time::timeout_at(deadline, running.changed()).await.is_err() {
+        if tokio::time::timeout_at(deadline, running.changed())
+            .await
+            .is_err()
+        {
             break running.borrow().clone();
         }
     };
@@ -257,14 +267,21 @@ async fn cleanup(client: &Client, ns: &str, set: &str) {
     let pvs: Vec<String> = claims
         .list(&lp)
         .await
-        .map(|l| l.items.into_iter().filter_map(|c| c.spec?.volume_name).collect())
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter_map(|c| c.spec?.volume_name)
+                .collect()
+        })
         .unwrap_or_default();
     let now = DeleteParams {
         grace_period_seconds: Some(0),
         ..DeleteParams::default()
     };
     let _ = pods.delete_collection(&now, &lp).await;
-    let _ = claims.delete_collection(&DeleteParams::default(), &lp).await;
+    let _ = claims
+        .delete_collection(&DeleteParams::default(), &lp)
+        .await;
     let pv_api: Api<PersistentVolume> = Api::all(client.clone());
     let deadline = Instant::now() + SET_TIMEOUT;
     loop {
@@ -280,7 +297,9 @@ async fn cleanup(client: &Client, ns: &str, set: &str) {
             return;
         }
         if Instant::now() > deadline {
-            eprintln!("  (cleanup of {set}: {left_pods} Pods, {left_claims} claims, {left_pvs} PVs left)");
+            eprintln!(
+                "  (cleanup of {set}: {left_pods} Pods, {left_claims} claims, {left_pvs} PVs left)"
+            );
             return;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -313,7 +332,9 @@ async fn main() {
         assert!(Instant::now() < deadline, "no default ServiceAccount");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    println!("start-up of {n} Pods, emptyDir vs a claim each ({class}), {rounds} rounds alternated; then {n} on one RWX claim");
+    println!(
+        "start-up of {n} Pods, emptyDir vs a claim each ({class}), {rounds} rounds alternated; then {n} on one RWX claim"
+    );
     let mut sets = Vec::new();
     let mut id = 0;
     for _ in 0..rounds {
@@ -336,7 +357,11 @@ async fn main() {
         all.sort();
         all
     };
-    let (e, c, r) = (pooled(Kind::EmptyDir), pooled(Kind::Claim), pooled(Kind::Rwx));
+    let (e, c, r) = (
+        pooled(Kind::EmptyDir),
+        pooled(Kind::Claim),
+        pooled(Kind::Rwx),
+    );
     let base = secs(total(Kind::EmptyDir)).max(1e-3);
     let missing: usize = sets.iter().map(|s| s.missing).sum();
     println!(
@@ -345,8 +370,14 @@ async fn main() {
         secs(total(Kind::Rwx)) / base,
         secs(quantile(&c, 0.99))
     );
-    let mut line = BenchLine::new("startup").field("pods", n).field("rounds", rounds);
-    for (name, v, k) in [("emptydir", &e, Kind::EmptyDir), ("claim", &c, Kind::Claim), ("rwx", &r, Kind::Rwx)] {
+    let mut line = BenchLine::new("startup")
+        .field("pods", n)
+        .field("rounds", rounds);
+    for (name, v, k) in [
+        ("emptydir", &e, Kind::EmptyDir),
+        ("claim", &c, Kind::Claim),
+        ("rwx", &r, Kind::Rwx),
+    ] {
         line = line
             .num(&format!("{name}_p50_s"), secs(quantile(v, 0.5)), 2)
             .num(&format!("{name}_p99_s"), secs(quantile(v, 0.99)), 2)
@@ -368,7 +399,11 @@ fn report(s: &Set) {
         secs(s.each.last().copied().unwrap_or_default()),
         secs(s.total),
         if s.missing > 0 {
-            format!("  ({} not Running in {} s)", s.missing, SET_TIMEOUT.as_secs())
+            format!(
+                "  ({} not Running in {} s)",
+                s.missing,
+                SET_TIMEOUT.as_secs()
+            )
         } else {
             String::new()
         }
