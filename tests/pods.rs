@@ -23,6 +23,8 @@ mod doctor;
 mod examples;
 #[path = "pods/locks.rs"]
 mod locks;
+#[path = "pods/many.rs"]
+mod many;
 #[path = "pods/modify.rs"]
 mod modify;
 #[path = "pods/oom.rs"]

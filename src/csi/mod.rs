@@ -37,7 +37,7 @@ pub use tessera_csi_proto as proto;
 pub mod shared_watch;
 pub mod watch;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
@@ -200,6 +200,34 @@ impl InFlight {
     }
 }
 
+/// Turns on a volume: calls on one volume with different targets (NodePublish and
+/// NodeUnpublish of the Pods that share it on a node) wait for each other instead of
+/// failing with ABORTED, which the kubelet retries on a backoff that grows to two
+/// minutes (25 Pods of one volume deleted at once took minutes to detach). The same
+/// call repeated while it runs is still [`Pending`] (its [`InFlight`] key has the
+/// target).
+#[derive(Clone, Default)]
+pub struct VolumeTurns(Arc<Mutex<HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>>>);
+
+impl VolumeTurns {
+    /// Wait for `volume`'s turn; it lasts until the guard is dropped.
+    pub async fn take(&self, volume: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let turn = {
+            let mut map = self.0.lock().expect("volume turns poisoned");
+            map.retain(|_, w| w.strong_count() > 0);
+            match map.get(volume).and_then(std::sync::Weak::upgrade) {
+                Some(t) => t,
+                None => {
+                    let t = Arc::new(tokio::sync::Mutex::new(()));
+                    map.insert(volume.to_string(), Arc::downgrade(&t));
+                    t
+                }
+            }
+        };
+        turn.lock_owned().await
+    }
+}
+
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
         if let Ok(mut set) = self.set.lock() {
@@ -211,6 +239,30 @@ impl Drop for InFlightGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn calls_on_one_volume_take_turns_and_other_volumes_do_not_wait() {
+        use std::time::Duration;
+        let turns = VolumeTurns::default();
+        let first = turns.take("v1").await;
+        // Another volume goes ahead at once.
+        let other = tokio::time::timeout(Duration::from_millis(100), turns.take("v2")).await;
+        assert!(other.is_ok(), "v2 waited for v1");
+        // The same volume waits until the first turn ends, then gets its own.
+        let t = turns.clone();
+        let second = tokio::spawn(async move { t.take("v1").await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!second.is_finished(), "v1's second call did not wait");
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(1), second)
+            .await
+            .expect("v1's second call ran once the first was done")
+            .unwrap();
+        // Nothing kept for volumes no call holds.
+        drop(other);
+        let _ = turns.take("v3").await;
+        assert!(turns.0.lock().unwrap().len() <= 1);
+    }
 
     #[test]
     fn ticket_id_is_the_kubernetes_attachment_name() {

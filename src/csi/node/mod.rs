@@ -52,7 +52,7 @@ use super::proto::node_server::Node;
 use super::proto::node_service_capability::{self, rpc};
 use super::proto::volume_capability::AccessType;
 use super::proto::*;
-use super::{InFlight, existing_id, required, shown};
+use super::{InFlight, VolumeTurns, existing_id, required, shown};
 use crate::api::{self, MountPod, MountReference, Volume};
 use crate::host::mounts::{Mounts, Probe};
 use crate::host::paths;
@@ -67,6 +67,7 @@ pub struct NodeService {
     kubelet_dir: PathBuf,
     mounts: Arc<dyn Mounts>,
     inflight: InFlight,
+    turns: VolumeTurns,
     inline: ephemeral::Settings,
 }
 
@@ -94,6 +95,7 @@ impl NodeService {
             kubelet_dir,
             mounts,
             inflight: InFlight::default(),
+            turns: VolumeTurns::default(),
             inline,
         }
     }
@@ -229,7 +231,10 @@ impl NodeService {
         let target = required("target_path", &req.target_path)?;
         let single_cap = check_capability(req.volume_capability.as_ref())?;
         let target = self.path("target_path", target)?;
-        let _guard = self.inflight.start(volume_id)?;
+        // The same call again while it runs: ABORTED. Another target of the volume (a
+        // Pod beside it): waits its turn.
+        let _guard = self.inflight.start(&inflight_key(volume_id, &target))?;
+        let _turn = self.turns.take(volume_id).await;
         // An inline volume: the Pod's own Volume, attached here, stands for it.
         let inline = match is_inline {
             true => Some(
@@ -327,7 +332,8 @@ impl NodeService {
         };
         let target = required("target_path", &req.target_path)?;
         let target = self.path("target_path", target)?;
-        let _guard = self.inflight.start(volume_id)?;
+        let _guard = self.inflight.start(&inflight_key(volume_id, &target))?;
+        let _turn = self.turns.take(volume_id).await;
         self.unmount_and_remove(&target, true)?;
         let inline = self.inline_volume_at(volume_id, &target).await?;
         match &inline {
@@ -621,4 +627,9 @@ mod tests {
         }
         assert!(check_capability(None).is_err());
     }
+}
+
+/// The [`InFlight`] key of a publish or unpublish: the volume and the target.
+fn inflight_key(volume_id: &str, target: &Path) -> String {
+    format!("{volume_id} {}", target.display())
 }
