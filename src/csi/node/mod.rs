@@ -571,6 +571,11 @@ impl Node for NodeService {
     }
 }
 
+/// The [`InFlight`] key of a publish or unpublish: the volume and the target.
+fn inflight_key(volume_id: &str, target: &Path) -> String {
+    format!("{volume_id} {}", target.display())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -627,9 +632,4 @@ mod tests {
         }
         assert!(check_capability(None).is_err());
     }
-}
-
-/// The [`InFlight`] key of a publish or unpublish: the volume and the target.
-fn inflight_key(volume_id: &str, target: &Path) -> String {
-    format!("{volume_id} {}", target.display())
 }
