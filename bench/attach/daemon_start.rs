@@ -58,7 +58,6 @@ impl DaemonStart {
             options: vec![],
             resources: None,
             settings_file: None,
-            fence_file: None,
             handoff: None,
         };
         DaemonStart {

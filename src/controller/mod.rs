@@ -26,8 +26,7 @@
 //! controller's writes until the caches show them; [`events`] publishes Events;
 //! [`protection`] keeps a VolumeAttachment in use from being deleted and rebuilds one
 //! that was; [`pace`] sets how long a new attach goes unreported from the backlog of
-//! attaches and how long the last ones took. [`failover`] is the pure decision of
-//! fenced failover (docs/failover.md): which nodes are fenced, which tickets may go.
+//! attaches and how long the last ones took.
 
 pub mod anchor;
 mod args;
@@ -36,7 +35,6 @@ mod context;
 mod echoes;
 mod error;
 pub mod events;
-pub mod failover;
 pub mod index;
 pub mod inline;
 pub mod leader;

@@ -12,11 +12,10 @@
 use super::{Finding, Inventory};
 
 /// Tessera's policies, as `config/` and the chart name them (a unit test reads both).
-pub const POLICIES: [&str; 4] = [
+pub const POLICIES: [&str; 3] = [
     "tessera-node-own-mountpods",
     "tessera-node-inline-volumes",
     "tessera-node-inline-tickets",
-    "tessera-node-own-lease",
 ];
 
 /// The agent's ServiceAccount's name.

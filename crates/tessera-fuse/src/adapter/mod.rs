@@ -33,8 +33,6 @@ use super::fs::{Attr, FsError, IoMode, LockSpec, SetAttr, VolumeFs, Waiters, Wri
 use super::quota::Mode;
 use convert::{caller, file_attr, file_type, set_time};
 
-#[macro_use]
-mod fenced;
 mod backing;
 mod coherence;
 mod convert;
@@ -75,8 +73,6 @@ pub struct AdapterOptions {
     pub locks: bool,
     /// Drop a file's cached attributes on every open (a shared backend).
     pub close_to_open: bool,
-    /// Self-fencing: what every mutation passes (`--fence-file`).
-    pub fence: Option<Arc<crate::fence_gate::Gate>>,
 }
 
 /// The FUSE face of a volume.
@@ -260,7 +256,6 @@ impl Filesystem for Adapter {
         reply: ReplyAttr,
     ) {
         let _timed = counters::op(Op::Setattr);
-        fenced!(self, reply);
         let set = SetAttr {
             mode,
             uid,
@@ -299,7 +294,6 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _timed = counters::op(Op::Create);
-        fenced!(self, reply);
         self.entry(
             reply,
             self.fs.mknod(caller(req), parent.0, name, mode, rdev),
@@ -316,19 +310,16 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _timed = counters::op(Op::Create);
-        fenced!(self, reply);
         self.entry(reply, self.fs.mkdir(caller(req), parent.0, name, mode));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timed = counters::op(Op::Remove);
-        fenced!(self, reply);
         Self::empty(reply, self.fs.unlink(parent.0, name));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timed = counters::op(Op::Remove);
-        fenced!(self, reply);
         Self::empty(reply, self.fs.rmdir(parent.0, name));
     }
 
@@ -341,7 +332,6 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _timed = counters::op(Op::Create);
-        fenced!(self, reply);
         self.entry(
             reply,
             self.fs.symlink(caller(req), parent.0, link_name, target),
@@ -359,7 +349,6 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _timed = counters::op(Op::Rename);
-        fenced!(self, reply);
         Self::empty(
             reply,
             self.fs
@@ -376,7 +365,6 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _timed = counters::op(Op::Create);
-        fenced!(self, reply);
         self.entry(reply, self.fs.link(ino.0, newparent.0, newname));
     }
 
@@ -416,7 +404,6 @@ impl Filesystem for Adapter {
         reply: ReplyCreate,
     ) {
         let _timed = counters::op(Op::Create);
-        fenced!(self, reply);
         let (attr, opened) = match self.fs.create(caller(req), parent.0, name, mode, flags) {
             Ok(r) => r,
             Err(e) => return reply.error(errno(&e)),
@@ -490,7 +477,6 @@ impl Filesystem for Adapter {
         reply: ReplyWrite,
     ) {
         let _timed = counters::op(Op::Write);
-        fenced!(self, reply);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         let unique = req.unique().0;
         let w = WriteReq {
@@ -547,7 +533,6 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _timed = counters::op(Op::Fsync);
-        fenced!(self, reply);
         Self::empty(reply, self.fs.fsync(fh.0, datasync));
     }
 
@@ -624,7 +609,6 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _timed = counters::op(Op::Fsync);
-        fenced!(self, reply);
         Self::empty(reply, self.fs.fsyncdir(fh.0, datasync));
     }
 
@@ -649,7 +633,6 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _timed = counters::op(Op::Xattr);
-        fenced!(self, reply);
         Self::empty(reply, self.fs.setxattr(ino.0, name, value, flags));
     }
 
@@ -673,7 +656,6 @@ impl Filesystem for Adapter {
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timed = counters::op(Op::Xattr);
-        fenced!(self, reply);
         Self::empty(reply, self.fs.removexattr(ino.0, name));
     }
 
@@ -693,7 +675,6 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _timed = counters::op(Op::Fallocate);
-        fenced!(self, reply);
         Self::empty(reply, self.fs.fallocate(fh.0, offset, length, mode));
     }
 
@@ -779,7 +760,6 @@ impl Filesystem for Adapter {
         reply: ReplyWrite,
     ) {
         let _timed = counters::op(Op::CopyFileRange);
-        fenced!(self, reply);
         match self
             .fs
             // The reply carries a 32-bit count.

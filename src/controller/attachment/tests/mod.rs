@@ -51,7 +51,6 @@ fn volume(mode: AccessMode) -> Volume {
             idle_mount_delay_seconds: None,
             mount_resources: None,
             attr_cache_seconds: None,
-            node_failover: None,
         },
     );
     v.metadata.uid = Some("uid-v".into());
@@ -95,7 +94,6 @@ fn mountpod(node: &str, phase: Option<MountPhase>) -> MountPod {
             retain_seconds: None,
             resources: None,
             attr_cache_seconds: None,
-            self_fence: false,
         },
     );
     mp.metadata.generation = Some(2);
