@@ -278,6 +278,17 @@ async fn app_pod(
         .unwrap_or_else(|e| panic!("creating Pod {name}: {e}"))
 }
 
+/// The node the Pod `name` was scheduled to.
+async fn node_of(client: &Client, ns: &str, name: &str) -> String {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.node_name)
+        .expect("a scheduled Pod")
+}
+
 async fn pod_phase(client: &Client, ns: &str, name: &str) -> Option<String> {
     Api::<Pod>::namespaced(client.clone(), ns)
         .get_opt(name)

@@ -23,7 +23,7 @@
 //! | [`watch`] | waiting for a condition on one object by watch |
 //! | [`shared_watch`] | one watch per VolumeAttachment for every call waiting on it |
 //! | [`mountpods`] | one MountPod list-watch for every unpublish waiting on a MountPod |
-//! | this one | what both services share: ticket ids, the in-flight guard, required fields, how an error becomes a status |
+//! | this one | what both services share: ticket ids, the in-flight guard and volume turns, required fields, how an error becomes a status |
 //!
 //! Errors: each service has one `Error` enum and one `From<Error> for Status`; a
 //! status message is the error chain (`status`), and whatever a request sent is

@@ -46,17 +46,6 @@ async fn pod_scheduled(client: &Client, ns: &str, name: &str) -> Option<(String,
     ))
 }
 
-async fn node_of(client: &Client, ns: &str, name: &str) -> String {
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .get(name)
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .node_name
-        .expect("a scheduled Pod")
-}
-
 /// The node plugin of `node`, through its socket in the node's kubelet directory.
 async fn node_plugin(nodes: &Nodes, node: &str) -> NodeClient<tonic::transport::Channel> {
     let sock = nodes

@@ -40,14 +40,6 @@ async fn pod_logs(client: &Client, ns: &str, name: &str) -> String {
         .unwrap_or_else(|e| panic!("logs of {name}: {e}"))
 }
 
-async fn node_of(client: &Client, ns: &str, name: &str) -> String {
-    let pod = Api::<Pod>::namespaced(client.clone(), ns)
-        .get(name)
-        .await
-        .unwrap();
-    pod.spec.and_then(|s| s.node_name).expect("a scheduled Pod")
-}
-
 /// A node of the cluster other than `node`.
 fn nodes_other_than(node: &str) -> String {
     Nodes::load()
