@@ -176,11 +176,23 @@ async fn write_mountpod(
     volume: &Volume,
     node: &str,
     task: MountTask,
-    desired: MountPodSpec,
+    mut desired: MountPodSpec,
     existing: Option<&Arc<MountPod>>,
 ) -> Result<(), Error> {
     let name = volume.name_any();
     let mp_name = api::mountpod_name(&name, node);
+    if existing.is_none() && desired.populate_from.is_some() {
+        // The cache may not show the populated mark yet (its watch event can come
+        // after the ticket's): read the Volume itself before a copy is ordered into
+        // it, so data written since a fill is never replaced. (Once per fill.)
+        let fresh = Api::<Volume>::all(ctx.shared.client.clone())
+            .get(&name)
+            .await
+            .context(|| format!("reading Volume {name} before filling it"))?;
+        if fresh.populated() {
+            desired.populate_from = None;
+        }
+    }
     let body = apply_body(volume, &ctx.shared.labels, &desired);
     let created = match existing {
         None => {
@@ -215,7 +227,7 @@ async fn write_mountpod(
             let what = format!("removing the volume's data on node {node}");
             publish_node(&ctx.shared, volume, "RemovingData", node, &what);
         }
-        if let (MountTask::Populate, Some(from)) = (task, &volume.spec.data_source) {
+        if let (MountTask::Populate, Some(from)) = (task, &desired.populate_from) {
             let what = format!(
                 "filling the volume on node {node} with a copy of volume {}",
                 from.volume

@@ -344,3 +344,50 @@ async fn a_node_local_volume_is_pinned_first() {
     let seen = seen.expect("the Volume");
     assert_eq!(seen.spec.backend.node.as_deref(), Some("n2"));
 }
+
+/// A restore ticket on a Volume the cache does not yet show populated (the mark was
+/// just written; its watch event is behind the ticket's): the Volume is read before
+/// its Populate MountPod is created, and the MountPod carries no source to copy, so
+/// data written since the fill is never replaced (CI saw the second fill run).
+#[tokio::test]
+async fn a_fill_reads_the_volume_before_it_copies_into_it() {
+    let mut volume = rwo();
+    volume.spec.data_source = Some(crate::api::DataSource {
+        volume: "src".into(),
+        source: "/b/src".into(),
+    });
+    let va = attachment(&[ticket("again", AttacherType::VolumeRestore, "n1")]);
+    let mut populated = volume.clone();
+    populated
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(api::ANNOTATION_POPULATED.into(), "true".into());
+    populated.metadata.resource_version = Some("2".into());
+    let mut created = mountpod("n1", None);
+    created.spec = desired_spec(&populated, "n1", false, MountTask::Populate).unwrap();
+    created.metadata.resource_version = Some("2".into());
+    let (client, server) = serve(vec![
+        expect("GET", "/apis/tessera.io/v1alpha1/volumes/v").ok(written(&populated)),
+        expect("POST", "/apis/tessera.io/v1alpha1/mountpods")
+            .body(|b: &Value| {
+                at("/spec/task", json!("Populate"))(b)?;
+                match b.pointer("/spec/populateFrom") {
+                    None => Ok(()),
+                    Some(f) => Err(format!("a populated volume filled again from {f}")),
+                }
+            })
+            .ok(serde_json::to_value(&created).unwrap()),
+    ]);
+    let ctx = controller(client, Some(&volume), &va, &[]);
+    reconcile(Arc::new(va), ctx).await.expect("no error");
+    let t = server.finish(0).await;
+    assert_clean(&t);
+    assert_eq!(
+        t.requests(),
+        [
+            "GET /apis/tessera.io/v1alpha1/volumes/v",
+            "POST /apis/tessera.io/v1alpha1/mountpods"
+        ]
+    );
+}
