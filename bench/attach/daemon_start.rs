@@ -58,6 +58,7 @@ impl DaemonStart {
             options: vec![],
             resources: None,
             settings_file: None,
+            fence_file: None,
             handoff: None,
         };
         DaemonStart {

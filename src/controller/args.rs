@@ -71,6 +71,13 @@ pub struct ControllerArgs {
     /// `--reap-grace-seconds` still works).
     #[arg(long, default_value = "30s", value_parser = parse_duration, alias = "reap-grace-seconds")]
     pub reap_grace: Duration,
+    /// Fenced failover (docs/failover.md): what the controller waits beyond a node's
+    /// fenceAfter (its liveness Lease's duration), on its own clock from the last
+    /// change it saw, before it releases the node's tickets of volumes with
+    /// `nodeFailover: Fenced`. Covers clock-rate drift and a write between its check
+    /// and the backend.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub fence_margin: Duration,
     /// The backend roots Volumes and StorageClasses may name (the node administrator's).
     #[command(flatten)]
     pub roots: crate::host::roots::RootArgs,

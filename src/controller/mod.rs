@@ -26,7 +26,8 @@
 //! controller's writes until the caches show them; [`events`] publishes Events;
 //! [`protection`] keeps a VolumeAttachment in use from being deleted and rebuilds one
 //! that was; [`pace`] sets how long a new attach goes unreported from the backlog of
-//! attaches and how long the last ones took.
+//! attaches and how long the last ones took. [`failover`] is the pure decision of
+//! fenced failover (docs/failover.md): which nodes are fenced, which tickets may go.
 
 pub mod anchor;
 mod args;
@@ -35,6 +36,7 @@ mod context;
 mod echoes;
 mod error;
 pub mod events;
+pub mod failover;
 pub mod index;
 pub mod inline;
 pub mod leader;

@@ -257,6 +257,12 @@ pub(super) async fn run_controllers(
         });
     let reaper_run = reaper::run(ctx.clone(), args.reap_interval, args.reap_grace);
     let states_run = state_metrics::run(ctx.clone(), Duration::from_secs(5));
+    let failover_run = super::failover::run(
+        ctx.clone(),
+        args.namespace.clone(),
+        args.fence_margin,
+        Duration::from_secs(1),
+    );
     // Each its own task on the runtime's workers, next to the HTTP connections they
     // talk through: polled by the main thread (one `join!`), every watch event and
     // every response crossed threads, and every wake-up polled all nine. The set
@@ -271,6 +277,7 @@ pub(super) async fn run_controllers(
     tasks.spawn(attachment_run);
     tasks.spawn(reaper_run);
     tasks.spawn(states_run);
+    tasks.spawn(failover_run);
     while let Some(done) = tasks.join_next().await {
         if let Err(e) = done
             && e.is_panic()

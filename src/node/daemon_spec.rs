@@ -47,6 +47,8 @@ pub struct DaemonSpec {
     /// The settings file the daemon reads at start and on SIGHUP (`--settings-file`:
     /// the attribute cache lifetime, changed live).
     pub settings_file: Option<PathBuf>,
+    /// The node's fence file, for a self-fencing daemon (`--fence-file`).
+    pub fence_file: Option<PathBuf>,
     /// The fd holder's socket and the handoff state file (`--holder`,
     /// `--handoff-state`), when the agent runs a holder.
     pub handoff: Option<(PathBuf, PathBuf)>,
@@ -68,6 +70,7 @@ impl DaemonSpec {
             capacity_file: Some(self.capacity_file.clone()),
             counters_file: Some(self.counters_file.clone()),
             settings_file: self.settings_file.clone(),
+            fence_file: self.fence_file.clone(),
             read_only: self.read_only,
             shared_backend: self.shared_backend,
             options: self.options.clone(),
@@ -109,6 +112,7 @@ pub(crate) mod tests {
             options: vec![],
             resources: None,
             settings_file: None,
+            fence_file: None,
             handoff: None,
         }
     }

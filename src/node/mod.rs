@@ -47,6 +47,7 @@ pub mod agent;
 pub mod backoff;
 pub mod daemon_spec;
 pub mod holder_process;
+pub mod liveness;
 pub mod mount_counters;
 pub mod mount_service;
 pub mod pods;
@@ -154,6 +155,15 @@ pub struct NodeArgs {
     /// `volumeAttributes`), as a quantity.
     #[arg(long, default_value = "10Gi", value_parser = parse_size)]
     pub inline_max_size: u64,
+    /// How often the agent renews its node's liveness Lease (`tessera-node-<node>` in
+    /// `--mount-namespace`; docs/failover.md); `0s`: none, and no MountPod asking for
+    /// self-fencing can then be served.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub renew_interval: Duration,
+    /// How long after the last successful renewal the node's self-fencing daemons
+    /// stop completing writes (at least twice `--renew-interval`).
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub fence_after: Duration,
     /// The backend roots MountPods may name (the node administrator's).
     #[command(flatten)]
     pub roots: RootArgs,
@@ -218,6 +228,15 @@ pub fn mount_service_for(args: &NodeArgs) -> Result<MountService, Error> {
         arg: "node-name",
         message: e.to_string(),
     })?;
+    if !args.renew_interval.is_zero() && args.fence_after < args.renew_interval * 2 {
+        return Err(Error::InvalidArg {
+            arg: "fence-after",
+            message: format!(
+                "{:?} is less than twice --renew-interval ({:?})",
+                args.fence_after, args.renew_interval
+            ),
+        });
+    }
     let checked = |arg: &'static str, p: &PathBuf| {
         paths::absolute(&p.to_string_lossy()).map_err(|e| Error::InvalidArg {
             arg,
@@ -268,6 +287,7 @@ pub fn mount_service_for(args: &NodeArgs) -> Result<MountService, Error> {
                 .max(Duration::from_millis(1)),
             start_timeout: args.start_timeout.max(Duration::from_secs(1)),
             stop_grace: Duration::from_secs(5),
+            fencing: !args.renew_interval.is_zero(),
         },
         mounts: Arc::new(HostMounts::new()),
         // The agent's own binary, even if the file was replaced since it started.
@@ -427,8 +447,21 @@ pub async fn run_agent(
     host: Arc<MountService>,
 ) {
     let mount_pods = (args.mount_mode == MountMode::Pod).then(|| args.mount_namespace.clone());
-    agent::run(
-        client,
+    let renewal = liveness::Renewal {
+        namespace: args.mount_namespace.clone(),
+        node: args.node_name.clone(),
+        interval: args.renew_interval,
+        fence_after: args.fence_after,
+    };
+    let state = host.state.clone();
+    let lease = async {
+        if renewal.interval.is_zero() {
+            std::future::pending::<()>().await;
+        }
+        liveness::run(client.clone(), state, renewal).await
+    };
+    let agent = agent::run(
+        client.clone(),
         metrics,
         host,
         args.node_name.clone(),
@@ -437,8 +470,8 @@ pub async fn run_agent(
             .map_or(args.health_interval, Duration::from_millis)
             .max(Duration::from_millis(10)),
         mount_pods,
-    )
-    .await
+    );
+    futures::future::join(agent, lease).await;
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ mod support;
 
 mod controller;
 mod controller_owners;
+mod failover;
 mod gitops_health;
 mod inline_orphans;
 mod kubectl_plugin;

@@ -354,6 +354,7 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
         options: vec![],
         resources: None,
         settings_file: None,
+        fence_file: None,
         handoff: None,
     };
     let own = mount_pod(&template("tessera-system"), &spec);
@@ -507,4 +508,100 @@ pub(super) fn code(res: Result<(), kube::Error>) -> u16 {
         }
         Err(e) => panic!("{e}"),
     }
+}
+
+/// The liveness Lease (docs/failover.md): the agent of node A creates, reads and
+/// renews `tessera-node-A` in its namespace, and nothing else of Leases: not node B's,
+/// not the fenced mark, no delete, list or watch, nothing in another namespace.
+#[tokio::test]
+async fn the_node_agent_renews_only_its_own_nodes_lease() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let client = support::client().await;
+    apply_config(&["namespace.yaml", "rbac-node.yaml", "mountpod-policy.yaml"]);
+    let id = support::unique_name("rbac-lease");
+    let (a, b) = (format!("{id}-a"), format!("{id}-b"));
+    let agent_a = impersonating(NODE_SA, Some(&a)).await;
+    let no_node = impersonating(NODE_SA, None).await;
+    let lease = |node: &str| -> Lease {
+        serde_json::from_value(json!({
+            "metadata": {"name": tessera::api::liveness_lease(node)},
+            "spec": {"holderIdentity": node, "leaseDurationSeconds": 20, "leaseTransitions": 0},
+        }))
+        .unwrap()
+    };
+    let code = |r: Result<Lease, kube::Error>| match r {
+        Ok(_) => 200,
+        Err(kube::Error::Api(s)) => {
+            println!("  {}", s.message);
+            s.code
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let mine: Api<Lease> = Api::namespaced(agent_a.clone(), "tessera-system");
+    let pp = PostParams::default();
+    // The policy takes a moment to be in force: wait until node B's Lease is refused.
+    eventually(
+        Duration::from_secs(30),
+        "the admission policy in force",
+        || async { (code(mine.create(&pp, &lease(&b)).await) >= 400).then_some(()) },
+    )
+    .await;
+    let mut wrong = vec![];
+    let mut check = |what: &str, got: u16, allowed: bool| {
+        let ok = (200..300).contains(&got);
+        println!("agent of node A: {what}: HTTP {got}");
+        if ok != allowed {
+            wrong.push(format!("{what}: HTTP {got}"));
+        }
+    };
+    check(
+        "create its own Lease",
+        code(mine.create(&pp, &lease(&a)).await),
+        true,
+    );
+    let name_a = tessera::api::liveness_lease(&a);
+    let mut got = mine.get(&name_a).await.unwrap();
+    got.spec.as_mut().unwrap().lease_duration_seconds = Some(21);
+    let renewed = mine.replace(&name_a, &pp, &got).await;
+    let mut marked = renewed.as_ref().cloned().unwrap_or(got);
+    check("renew its own Lease", code(renewed), true);
+    marked.metadata.annotations = Some(tessera::node::liveness::fenced_mark());
+    check(
+        "mark its own Lease fenced",
+        code(mine.replace(&name_a, &pp, &marked).await),
+        false,
+    );
+    check(
+        "create node B's Lease",
+        code(mine.create(&pp, &lease(&b)).await),
+        false,
+    );
+    let other_ns: Api<Lease> = Api::namespaced(agent_a.clone(), "default");
+    check(
+        "create its Lease in another namespace",
+        code(other_ns.create(&pp, &lease(&a)).await),
+        false,
+    );
+    let unnamed: Api<Lease> = Api::namespaced(no_node, "tessera-system");
+    let mut again = mine.get(&name_a).await.unwrap();
+    again.spec.as_mut().unwrap().lease_duration_seconds = Some(22);
+    check(
+        "renew with no node in its token",
+        code(unnamed.replace(&name_a, &pp, &again).await),
+        false,
+    );
+    let deleted = mine
+        .delete(&name_a, &Default::default())
+        .await
+        .map(|_| lease(&a));
+    check("delete its own Lease", code(deleted), false);
+    for verb in ["list", "watch", "delete"] {
+        if can_i(NODE_SA, verb, "leases.coordination.k8s.io") {
+            wrong.push(format!("{verb} leases: yes"));
+        }
+    }
+    let _ = Api::<Lease>::namespaced(client, "tessera-system")
+        .delete(&name_a, &Default::default())
+        .await;
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }

@@ -11,6 +11,7 @@ mod support;
 
 mod backend_roots;
 mod dashboard_run;
+mod fence;
 mod gitops_health;
 mod handoff_agent;
 mod monitoring;

@@ -358,6 +358,8 @@ pub struct FakeAgent {
     pub silent: Arc<std::sync::Mutex<Vec<String>>>,
     /// While set, RemoveData MountPods are left unreported (the data is "still being removed").
     pub hold_remove_data: Arc<std::sync::atomic::AtomicBool>,
+    /// Node names whose agent is dead: nothing reported, no finalizer let go.
+    pub dead: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl FakeAgent {
@@ -369,6 +371,8 @@ impl FakeAgent {
         let quiet = silent.clone();
         let hold_remove_data: Arc<std::sync::atomic::AtomicBool> = Arc::default();
         let hold = hold_remove_data.clone();
+        let dead: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let gone = dead.clone();
         let api: Api<MountPod> = Api::all(client);
         let wc = watcher::Config::default().labels(&format!("{TEST_LABEL}={test_id}"));
         let task = tokio::spawn(async move {
@@ -380,6 +384,9 @@ impl FakeAgent {
                 .boxed();
             while let Some(res) = stream.next().await {
                 let Ok(mp) = res else { continue };
+                if gone.lock().unwrap().contains(&mp.spec.node_name) {
+                    continue;
+                }
                 if mp.metadata.deletion_timestamp.is_some() {
                     // Unmounted: let it go, as the agent does (the controller sets the
                     // agent's finalizer where a CSINode lists the driver).
@@ -448,6 +455,7 @@ impl FakeAgent {
             failing,
             silent,
             hold_remove_data,
+            dead,
         }
     }
 }
@@ -652,6 +660,11 @@ impl AgentProcess {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// The agent's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
     }
 
     /// Start the agent again with the same directories (after [`AgentProcess::kill`]).

@@ -62,6 +62,19 @@ pub enum AccessMode {
     ReadWriteMany,
 }
 
+/// What happens to a single-writer volume's tickets on a node that stops renewing
+/// its liveness Lease (docs/failover.md); a StorageClass's `nodeFailover` parameter.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum NodeFailover {
+    /// The volume stays with the node until it comes back (or until the
+    /// `node.kubernetes.io/out-of-service` taint).
+    #[default]
+    Off,
+    /// The node's mount daemons fence themselves; once the controller has seen no
+    /// renewal for `fenceAfter` + its margin, it releases the node's tickets.
+    Fenced,
+}
+
 impl AccessMode {
     /// Whether the volume may be attached to more than one node at a time.
     pub fn is_multi_node(self) -> bool {

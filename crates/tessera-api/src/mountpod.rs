@@ -149,6 +149,13 @@ pub struct MountPodSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 3600))]
     pub attr_cache_seconds: Option<i64>,
+
+    /// The daemon fences itself: it completes no write while the node has not
+    /// renewed its liveness Lease for the node's `fenceAfter` (a single-writer
+    /// volume whose StorageClass says `nodeFailover: Fenced`; docs/failover.md).
+    /// Taken when the daemon starts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub self_fence: bool,
 }
 
 /// The node-side work a MountPod stands for.

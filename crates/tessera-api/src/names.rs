@@ -92,6 +92,17 @@ pub const ANNOTATION_PVC_NAME: &str = "tessera.io/pvc-name";
 /// Annotation beside [`ANNOTATION_PVC_NAME`]: the claim's namespace (the
 /// `pvc_namespace` label of the per-volume metrics).
 pub const ANNOTATION_PVC_NAMESPACE: &str = "tessera.io/pvc-namespace";
+/// On a node's liveness Lease: the controller fenced the node (docs/failover.md); the
+/// node's agent finds it when its next renewal fails, revokes its daemons, and takes
+/// the Lease again under a new epoch (`spec.leaseTransitions`).
+pub const ANNOTATION_FENCED: &str = "tessera.io/fenced";
+/// The prefix of a node's liveness Lease, in Tessera's namespace: `tessera-node-<node>`.
+pub const LIVENESS_LEASE_PREFIX: &str = "tessera-node-";
+
+/// The name of `node`'s liveness Lease.
+pub fn liveness_lease(node: &str) -> String {
+    format!("{LIVENESS_LEASE_PREFIX}{node}")
+}
 
 // Conditions every kind carries for GitOps tools (docs/gitops.md). `Ready` is for
 // `kubectl wait --for=condition=Ready`; `Reconciling` and `Stalled` are kstatus's

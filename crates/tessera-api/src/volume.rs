@@ -108,6 +108,12 @@ pub struct VolumeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("dataSource is immutable"))]
     pub data_source: Option<DataSource>,
+
+    /// Fenced failover of a single-writer volume when its node dies (the
+    /// StorageClass's `nodeFailover`; docs/failover.md). Unset: `Off`. Taken by a
+    /// MountPod when it is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_failover: Option<super::NodeFailover>,
 }
 
 impl Volume {

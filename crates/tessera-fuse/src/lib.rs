@@ -64,6 +64,7 @@ pub mod adapter;
 pub mod budget;
 pub mod contract;
 pub mod fd_holder;
+pub mod fence_gate;
 pub mod fs;
 pub mod handoff;
 pub mod projquota;
@@ -99,6 +100,12 @@ fn parse_capacity(s: &str) -> Result<u64, String> {
 /// Errors of the mount role.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// `--quota=backend` with `--fence-file`.
+    #[error("--quota=backend cannot be fenced: passthrough writes bypass the daemon")]
+    FencedBackendQuota,
+    /// The fence thread could not start.
+    #[error("starting the fence thread")]
+    Fence(#[source] std::io::Error),
     /// The capacity file could not be read.
     #[error("reading the capacity file {path}")]
     ReadCapacity {
@@ -212,6 +219,12 @@ fn open_source(path: &Path) -> Result<std::fs::File, Error> {
 fn choose_quota(args: &MountArgs, capacity: u64, read_only: bool) -> Result<Enforcement, Error> {
     let reason = match args.quota {
         QuotaChoice::Daemon => "--quota=daemon".to_owned(),
+        // A backend quota lets writable opens use passthrough, whose writes the
+        // daemon never sees and so could not fence.
+        QuotaChoice::Backend if args.fence_file.is_some() => return Err(Error::FencedBackendQuota),
+        QuotaChoice::Auto if args.fence_file.is_some() => {
+            "self-fencing: every write must reach the daemon".to_owned()
+        }
         // Nothing is written through a read-only mount, so nothing needs passthrough
         // writes, and setting a project up would write to the backend (project ids on
         // every inode) on behalf of a mount that must not write.
@@ -413,9 +426,14 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         None => cache.ttl,
     });
     tracing::info!(attr_timeout = ?ttl.get(), "attribute cache lifetime in effect");
+    let fence = match &args.fence_file {
+        Some(path) => Some(fence_gate::Gate::start(path).map_err(Error::Fence)?),
+        None => None,
+    };
     let adapter = Adapter::new(
         fs.clone(),
         AdapterOptions {
+            fence,
             ttl: ttl.clone(),
             negative_ttl: cache.negative_ttl,
             passthrough: !args.no_passthrough,

@@ -124,6 +124,11 @@ pub(super) async fn sync_mountpods(
         let mut desired = desired_spec(volume, node, mount.read_only, task)?;
         desired.shared_root_anchor = anchor.clone();
         let existing = mountpods.iter().find(|mp| &mp.spec.node_name == node);
+        // Taken at creation only: the running daemon fences itself or not as it was
+        // started (the failover decision reads the MountPod's, docs/failover.md).
+        if let Some(mp) = existing {
+            desired.self_fence = mp.spec.self_fence;
+        }
         match existing {
             Some(mp) if mp.metadata.deletion_timestamp.is_some() => continue, // old one must go first
             Some(mp) if mp.spec.task != task => {
@@ -304,6 +309,9 @@ pub(super) fn apply_body(
             "attrCacheSeconds": desired.attr_cache_seconds,
         }
     });
+    if desired.self_fence {
+        body["spec"]["selfFence"] = json!(true);
+    }
     if let Some(from) = &desired.populate_from {
         body["spec"]["populateFrom"] = json!(from);
     }
@@ -375,5 +383,8 @@ pub fn desired_spec(
         retain_seconds: None,
         resources: volume.spec.mount_resources.clone(),
         attr_cache_seconds: volume.spec.attr_cache_seconds,
+        // Its daemon fences itself: a single-writer volume that may leave a dead node.
+        self_fence: !volume.spec.access_mode.is_multi_node()
+            && volume.spec.node_failover == Some(api::NodeFailover::Fenced),
     })
 }

@@ -90,6 +90,9 @@ pub enum Error {
     /// The `scope` parameter has another value.
     #[error("parameter scope must be Shared or NodeLocal, not {0:?}")]
     Scope(String),
+    /// The `nodeFailover` parameter has another value.
+    #[error("parameter nodeFailover must be Off or Fenced, not {0:?}")]
+    NodeFailover(String),
     /// `backendRoot` names a directory the administrator did not allow.
     #[error("parameter backendRoot: {0}")]
     BackendRoot(#[source] crate::host::roots::RootError),
@@ -103,7 +106,7 @@ pub enum Error {
     IdleMountDelay(String),
     /// A StorageClass parameter nobody knows.
     #[error(
-        "unknown StorageClass parameter {0:?} (known: backendRoot, scope, idleMountDelay, mountCPURequest, mountCPULimit, mountMemoryRequest, mountMemoryLimit)"
+        "unknown StorageClass parameter {0:?} (known: backendRoot, scope, nodeFailover, idleMountDelay, mountCPURequest, mountCPULimit, mountMemoryRequest, mountMemoryLimit)"
     )]
     UnknownParameter(String),
     /// A VolumeAttributesClass asks to change what a Volume cannot change.
@@ -233,6 +236,7 @@ impl Error {
             | Incompatible { .. }
             | ContentSource
             | Scope(_)
+            | NodeFailover(_)
             | BackendRoot(_)
             | ScopeMismatch(_)
             | UnknownParameter(_)
@@ -308,6 +312,7 @@ mod tests {
             (Error::Missing(Missing("volume_id")), Code::InvalidArgument),
             (Error::Block, Code::InvalidArgument),
             (Error::Scope("x".into()), Code::InvalidArgument),
+            (Error::NodeFailover("x".into()), Code::InvalidArgument),
             (Error::IdleMountDelay("x".into()), Code::InvalidArgument),
             (
                 Error::CapacityAboveLimit {

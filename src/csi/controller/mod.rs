@@ -252,6 +252,7 @@ impl ControllerService {
                 "mountResources": modify::with_resources(params.mount_resources.as_ref(), &vac.resources)?,
                 "attrCacheSeconds": vac.attr_cache_seconds,
                 "dataSource": source.as_ref().map(|s| s.data_source()),
+                "nodeFailover": params.node_failover,
             }
         });
         let created = self.post_volume(&name, body, "Volume").await?;

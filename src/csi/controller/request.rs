@@ -134,6 +134,8 @@ pub struct Parameters {
     /// `mountCPURequest`, `mountCPULimit`, `mountMemoryRequest`, `mountMemoryLimit`:
     /// the mount daemon's resources (default: the node agent's).
     pub mount_resources: Option<api::MountResources>,
+    /// `nodeFailover`: `Off` or `Fenced` (docs/failover.md); unset: off.
+    pub node_failover: Option<api::NodeFailover>,
 }
 
 /// The longest idle-mount delay: a day.
@@ -198,6 +200,7 @@ impl Parameters {
             scope: None,
             idle_mount_delay: None,
             mount_resources: None,
+            node_failover: None,
         };
         let mut resources = api::MountResources::default();
         for (k, v) in params {
@@ -215,6 +218,13 @@ impl Parameters {
                 }
                 "idleMountDelay" => {
                     out.idle_mount_delay = Some(idle_mount_delay(v)?).filter(|s| *s > 0)
+                }
+                "nodeFailover" => {
+                    out.node_failover = Some(match v.as_str() {
+                        "Off" => api::NodeFailover::Off,
+                        "Fenced" => api::NodeFailover::Fenced,
+                        other => return Err(Error::NodeFailover(shown(other))),
+                    })
                 }
                 k if k.starts_with("csi.storage.k8s.io/") => {}
                 other => return Err(Error::UnknownParameter(shown(other))),
@@ -355,6 +365,7 @@ mod tests {
             scope,
             idle_mount_delay: None,
             mount_resources: None,
+            node_failover: None,
         };
         use BackendScope::*;
         // (root, scope parameter, Ok(scope) or the error's code)
@@ -630,8 +641,17 @@ mod tests {
                 scope: None,
                 idle_mount_delay: None,
                 mount_resources: None,
+                node_failover: None,
             }
         );
+        assert_eq!(
+            p(&[("nodeFailover", "Fenced")]).unwrap().node_failover,
+            Some(api::NodeFailover::Fenced)
+        );
+        assert!(matches!(
+            p(&[("nodeFailover", "Always")]),
+            Err(Error::NodeFailover(_))
+        ));
         assert_eq!(
             p(&[("idleMountDelay", "2m")]).unwrap().idle_mount_delay,
             Some(120)

@@ -348,6 +348,7 @@ pub(super) mod tests {
                 retain_seconds: None,
                 resources: None,
                 attr_cache_seconds: None,
+                self_fence: false,
             },
         );
         mp.metadata.generation = Some(generation);

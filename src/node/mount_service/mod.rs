@@ -92,6 +92,12 @@ pub enum Error {
     /// Copying the data source failed.
     #[error(transparent)]
     Copy(#[from] crate::host::copy::CopyError),
+    /// The MountPod asks for a self-fencing daemon and this agent renews no liveness
+    /// Lease (its daemon would never be told the node is alive).
+    #[error(
+        "the MountPod asks for self-fencing (spec.selfFence) and this agent renews no liveness Lease"
+    )]
+    NoLivenessLease,
     /// The data is still served by a mount on this node.
     #[error("{source_dir} is still served by the mount at {mountpoint}")]
     StillMounted {
@@ -472,6 +478,10 @@ impl MountService {
     }
 
     fn spawn_as(&self, want: &Want, launch: Launch) -> Result<Record, Error> {
+        // A self-fencing daemon without an agent renewing the Lease would wait forever.
+        if want.self_fence && !self.config.fencing {
+            return Err(Error::NoLivenessLease);
+        }
         self.state
             .write_capacity(&want.volume, want.capacity_bytes)?;
         self.state
@@ -490,6 +500,7 @@ impl MountService {
             options: want.options.clone(),
             resources: want.resources.clone(),
             settings_file: Some(self.state.settings_file(&want.volume)),
+            fence_file: want.self_fence.then(|| self.state.fence_file()),
             // Whether or not the holder answers now (process mode: started here if
             // it can be): the daemon hands its descriptor over once it does, retrying,
             // so a holder that comes (back) later still makes this daemon's crash a

@@ -197,6 +197,7 @@ fn setup() -> Setup {
             probe_timeout: Duration::from_millis(100),
             start_timeout: Duration::from_secs(1),
             stop_grace: Duration::from_millis(100),
+            fencing: true,
         },
         mounts: Arc::new(fake.clone()),
         daemons: Arc::new(fake.clone()),
@@ -232,6 +233,7 @@ impl Setup {
             retain_seconds: None,
             resources: None,
             attr_cache_seconds: None,
+            self_fence: false,
         }
     }
 
@@ -396,6 +398,7 @@ fn rebinds_references_left_on_an_earlier_instance() {
         options: vec![],
         resources: None,
         settings_file: None,
+        fence_file: None,
         handoff: None,
     };
     let daemon = s.fake.start(&spec, Path::new("/dev/null")).unwrap();

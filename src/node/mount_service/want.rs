@@ -26,6 +26,8 @@ pub struct Config {
     pub start_timeout: Duration,
     /// How long a daemon gets between SIGTERM and SIGKILL.
     pub stop_grace: Duration,
+    /// The agent renews its node's liveness Lease, so a daemon may fence itself.
+    pub fencing: bool,
 }
 
 /// One bind of the mount into a pod, validated.
@@ -73,6 +75,8 @@ pub struct Want {
     pub resources: Option<crate::api::MountResources>,
     /// The attribute cache lifetime (applied live: settings file + SIGHUP).
     pub attr_cache_seconds: Option<i64>,
+    /// The daemon fences itself (`--fence-file`, docs/failover.md).
+    pub self_fence: bool,
 }
 
 /// Validate a MountPod spec: `Err` when the mount cannot be served at all; the
@@ -141,6 +145,7 @@ pub fn want(
         anchor: spec.shared_root_anchor.clone(),
         resources: spec.resources.clone(),
         attr_cache_seconds: spec.attr_cache_seconds.map(|s| s.clamp(0, 3600)),
+        self_fence: spec.self_fence,
     };
     Ok((want, refused))
 }

@@ -477,6 +477,7 @@ mod tests {
             options: vec![],
             resources: None,
             settings_file: None,
+            fence_file: None,
             handoff: None,
         };
         // /bin/sleep exits at once on these arguments: the exit is reaped and described.

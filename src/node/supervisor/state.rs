@@ -71,6 +71,7 @@ impl Record {
 ///  <state>/mounts/<volume>.capacity   quota in bytes, re-read by the daemon on SIGHUP
 ///  <state>/mounts/<volume>.counters   the daemon's counters (fuse::counters), mapped
 ///  <state>/logs/<volume>.log          the daemon's stdout and stderr
+///  <state>/node.fence                 the last renewal of the node's liveness Lease (`fuse::contract::fence`)
 /// ```
 #[derive(Debug, Clone)]
 pub struct StateDir {
@@ -140,6 +141,17 @@ impl StateDir {
     ) -> Result<(), Error> {
         let text = settings::settings_text(attr_cache_seconds);
         write_atomic(&self.settings_file(volume), text.as_bytes())
+    }
+
+    /// The node's fence file, read by every self-fencing daemon (`--fence-file`).
+    pub fn fence_file(&self) -> PathBuf {
+        self.root.join("node.fence")
+    }
+
+    /// Tell the self-fencing daemons of a renewal (see `fuse::contract::fence`).
+    pub fn write_fence(&self, news: &crate::fuse::contract::fence::News) -> Result<(), Error> {
+        let text = crate::fuse::contract::fence::news_text(news);
+        write_atomic(&self.fence_file(), text.as_bytes())
     }
 
     /// The log of `volume`'s daemon.

@@ -12,10 +12,11 @@
 use super::{Finding, Inventory};
 
 /// Tessera's policies, as `config/` and the chart name them (a unit test reads both).
-pub const POLICIES: [&str; 3] = [
+pub const POLICIES: [&str; 4] = [
     "tessera-node-own-mountpods",
     "tessera-node-inline-volumes",
     "tessera-node-inline-tickets",
+    "tessera-node-own-lease",
 ];
 
 /// The agent's ServiceAccount's name.

@@ -283,6 +283,7 @@ fn each_fault_is_found_with_what_to_do() {
                 ),
                 ("admission", "tessera-node-inline-volumes names"),
                 ("admission", "tessera-node-inline-tickets names"),
+                ("admission", "tessera-node-own-lease names"),
             ],
         ),
     ];

@@ -33,6 +33,8 @@ use super::fs::{Attr, FsError, IoMode, LockSpec, SetAttr, VolumeFs, Waiters, Wri
 use super::quota::Mode;
 use convert::{caller, file_attr, file_type, set_time};
 
+#[macro_use]
+mod fenced;
 mod backing;
 mod coherence;
 mod convert;
@@ -73,6 +75,8 @@ pub struct AdapterOptions {
     pub locks: bool,
     /// Drop a file's cached attributes on every open (a shared backend).
     pub close_to_open: bool,
+    /// Self-fencing: what every mutation passes (`--fence-file`).
+    pub fence: Option<Arc<crate::fence_gate::Gate>>,
 }
 
 /// The FUSE face of a volume.
@@ -256,6 +260,7 @@ impl Filesystem for Adapter {
         reply: ReplyAttr,
     ) {
         let _timed = counters::op(Op::Setattr);
+        fenced!(self, reply);
         let set = SetAttr {
             mode,
             uid,
@@ -294,6 +299,7 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _timed = counters::op(Op::Create);
+        fenced!(self, reply);
         self.entry(
             reply,
             self.fs.mknod(caller(req), parent.0, name, mode, rdev),
@@ -310,16 +316,19 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _timed = counters::op(Op::Create);
+        fenced!(self, reply);
         self.entry(reply, self.fs.mkdir(caller(req), parent.0, name, mode));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timed = counters::op(Op::Remove);
+        fenced!(self, reply);
         Self::empty(reply, self.fs.unlink(parent.0, name));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timed = counters::op(Op::Remove);
+        fenced!(self, reply);
         Self::empty(reply, self.fs.rmdir(parent.0, name));
     }
 
@@ -332,6 +341,7 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _timed = counters::op(Op::Create);
+        fenced!(self, reply);
         self.entry(
             reply,
             self.fs.symlink(caller(req), parent.0, link_name, target),
@@ -349,6 +359,7 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _timed = counters::op(Op::Rename);
+        fenced!(self, reply);
         Self::empty(
             reply,
             self.fs
@@ -365,6 +376,7 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _timed = counters::op(Op::Create);
+        fenced!(self, reply);
         self.entry(reply, self.fs.link(ino.0, newparent.0, newname));
     }
 
@@ -404,6 +416,7 @@ impl Filesystem for Adapter {
         reply: ReplyCreate,
     ) {
         let _timed = counters::op(Op::Create);
+        fenced!(self, reply);
         let (attr, opened) = match self.fs.create(caller(req), parent.0, name, mode, flags) {
             Ok(r) => r,
             Err(e) => return reply.error(errno(&e)),
@@ -477,6 +490,7 @@ impl Filesystem for Adapter {
         reply: ReplyWrite,
     ) {
         let _timed = counters::op(Op::Write);
+        fenced!(self, reply);
         let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
         let unique = req.unique().0;
         let w = WriteReq {
@@ -533,6 +547,7 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _timed = counters::op(Op::Fsync);
+        fenced!(self, reply);
         Self::empty(reply, self.fs.fsync(fh.0, datasync));
     }
 
@@ -609,6 +624,7 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _timed = counters::op(Op::Fsync);
+        fenced!(self, reply);
         Self::empty(reply, self.fs.fsyncdir(fh.0, datasync));
     }
 
@@ -633,6 +649,7 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _timed = counters::op(Op::Xattr);
+        fenced!(self, reply);
         Self::empty(reply, self.fs.setxattr(ino.0, name, value, flags));
     }
 
@@ -656,6 +673,7 @@ impl Filesystem for Adapter {
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timed = counters::op(Op::Xattr);
+        fenced!(self, reply);
         Self::empty(reply, self.fs.removexattr(ino.0, name));
     }
 
@@ -675,6 +693,7 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _timed = counters::op(Op::Fallocate);
+        fenced!(self, reply);
         Self::empty(reply, self.fs.fallocate(fh.0, offset, length, mode));
     }
 
@@ -760,6 +779,7 @@ impl Filesystem for Adapter {
         reply: ReplyWrite,
     ) {
         let _timed = counters::op(Op::CopyFileRange);
+        fenced!(self, reply);
         match self
             .fs
             // The reply carries a 32-bit count.

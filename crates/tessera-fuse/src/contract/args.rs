@@ -66,6 +66,12 @@ pub struct MountArgs {
     /// `fuse::settings`).
     #[arg(long)]
     pub settings_file: Option<PathBuf>,
+    /// The node's fence file (docs/failover.md): with it, every request that changes
+    /// or commits the volume waits while the node has not renewed its liveness Lease
+    /// for the file's fenceAfter, and fails (EIO) once the node lost its Lease. Every
+    /// write then reaches the daemon (no backend quota, no passthrough writes).
+    #[arg(long)]
+    pub fence_file: Option<PathBuf>,
     /// Never use kernel passthrough, even where the kernel supports it.
     #[arg(long)]
     pub no_passthrough: bool,
@@ -143,6 +149,7 @@ impl MountArgs {
             attr_timeout: None,
             negative_timeout: None,
             settings_file: None,
+            fence_file: None,
             no_passthrough: false,
             shared_backend: false,
             quota: QuotaChoice::Auto,
@@ -177,6 +184,7 @@ impl MountArgs {
         path("--capacity-file", &self.capacity_file);
         path("--counters-file", &self.counters_file);
         path("--settings-file", &self.settings_file);
+        path("--fence-file", &self.fence_file);
         if self.read_only {
             args.push("--read-only".into());
         }

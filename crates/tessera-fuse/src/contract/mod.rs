@@ -11,10 +11,11 @@
 //!  node agent ──control::capacity_text, settings::settings_text, control::RELOAD──▶ tessera mount
 //!  node agent ◀──ready::wait── --ready-fd pipe ◀──ready::say_mounted── tessera mount
 //!  node agent, tessera mount ──holder_socket (take, claim, forget, PUT)──▶ fd holder
+//!  node agent ──fence::news_text──▶ <state>/node.fence ──fence::News::parse──▶ tessera mount
 //! ```
 //!
 //! [`args`] the command lines, [`control`] the signals and the capacity file,
-//! [`settings`] the settings file, [`counters`] the counters file's layout (written
+//! [`settings`] the settings file, [`fence`] the fence file and self-fencing, [`counters`] the counters file's layout (written
 //! by the daemon, read by the agent), [`holder_socket`] the fd holder's wire protocol
 //! and its clients' calls, [`ready`] the readiness pipe (`--ready-fd`: one byte,
 //! then EOF). Nothing here knows of Kubernetes.
@@ -22,6 +23,7 @@
 pub mod args;
 pub mod control;
 pub mod counters;
+pub mod fence;
 pub mod holder_socket;
 pub mod ready;
 pub mod settings;

@@ -51,6 +51,7 @@ fn volume(mode: AccessMode) -> Volume {
             idle_mount_delay_seconds: None,
             mount_resources: None,
             attr_cache_seconds: None,
+            node_failover: None,
         },
     );
     v.metadata.uid = Some("uid-v".into());
@@ -94,6 +95,7 @@ fn mountpod(node: &str, phase: Option<MountPhase>) -> MountPod {
             retain_seconds: None,
             resources: None,
             attr_cache_seconds: None,
+            self_fence: false,
         },
     );
     mp.metadata.generation = Some(2);

@@ -4,6 +4,25 @@
 use super::*;
 
 #[test]
+fn a_single_writer_volume_with_fenced_failover_gets_a_self_fencing_daemon() {
+    use crate::api::NodeFailover::{Fenced, Off};
+    for (mode, failover, want) in [
+        (AccessMode::ReadWriteOnce, Some(Fenced), true),
+        (AccessMode::ReadWriteOncePod, Some(Fenced), true),
+        (AccessMode::ReadWriteOnce, Some(Off), false),
+        (AccessMode::ReadWriteOnce, None, false),
+        (AccessMode::ReadWriteMany, Some(Fenced), false),
+    ] {
+        let mut v = volume(mode);
+        v.spec.node_failover = failover;
+        let spec = desired_spec(&v, "n1", false, MountTask::Serve).unwrap();
+        assert_eq!(spec.self_fence, want, "{mode:?} {failover:?}");
+        let body = apply_body(&v, &Labels::default(), &spec);
+        assert_eq!(body["spec"].get("selfFence").is_some(), want, "{body}");
+    }
+}
+
+#[test]
 fn desired_spec_from_the_volume() {
     let v = volume(AccessMode::ReadWriteOnce);
     let spec = desired_spec(&v, "n1", true, MountTask::RemoveData).unwrap();
@@ -24,6 +43,7 @@ fn desired_spec_from_the_volume() {
             retain_seconds: None,
             resources: None,
             attr_cache_seconds: None,
+            self_fence: false,
         }
     );
     let mut local = v.clone();

@@ -1,0 +1,215 @@
+//! Fenced failover, the controller's decision (docs/failover.md): which nodes are
+//! alive, suspect or fenced by what the controller itself saw of their liveness
+//! Leases, and which tickets of a fenced node may be released. Pure: the controller's
+//! monotonic clock comes in as a [`Duration`] since an origin of its own, and no wall
+//! clock appears anywhere.
+//!
+//! ```text
+//!  Lease watch ─▶ Observer::observe(node, resourceVersion, now)  (a change restarts the wait)
+//!  Observer + out-of-service taint + Timing + now ─▶ liveness ─▶ Alive │ Suspect │ Fenced(since) │ NoLease
+//!  nodes' liveness + tickets held (volume single-writer? StorageClass nodeFailover?) ─▶ releases
+//! ```
+//!
+//! A node is `Fenced` when the controller has seen no change of its Lease for
+//! `fence_after + margin` of its own clock, counted from the moment *it* saw the last
+//! change (a controller that starts knows nothing older than its start), or at once
+//! when it has the `node.kubernetes.io/out-of-service` taint. A node that never had a
+//! Lease runs no self-fencing agent: only the taint fences it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+mod run;
+#[cfg(test)]
+mod tests;
+
+pub use run::run;
+
+/// The taint by which an administrator says a node is shut down.
+pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+
+/// How long the daemons wait before fencing themselves, and what the controller adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// The daemons' `fenceAfter`.
+    pub fence_after: Duration,
+    /// What covers clock-rate drift and a request between its check and the backend.
+    pub margin: Duration,
+}
+
+impl Timing {
+    /// How long after the last change seen a node is fenced.
+    pub fn wait(&self) -> Duration {
+        self.fence_after.saturating_add(self.margin)
+    }
+}
+
+/// What the controller saw of one node's Lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    version: String,
+    at: Duration,
+}
+
+/// The last change of each node's Lease, on the controller's own clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observer {
+    started: Duration,
+    seen: BTreeMap<String, Seen>,
+}
+
+impl Observer {
+    /// An observer that starts at `now`: every Lease it sees first counts as changed now.
+    pub fn new(now: Duration) -> Observer {
+        Observer {
+            started: now,
+            seen: BTreeMap::new(),
+        }
+    }
+
+    /// The node's Lease has `version` at `now`; a version other than the last one seen
+    /// (or the first one seen) restarts the node's wait.
+    pub fn observe(&mut self, node: &str, version: &str, now: Duration) {
+        match self.seen.get_mut(node) {
+            Some(s) if s.version == version => {}
+            Some(s) => {
+                s.version = version.to_owned();
+                s.at = now.max(s.at);
+            }
+            None => {
+                self.seen.insert(
+                    node.to_owned(),
+                    Seen {
+                        version: version.to_owned(),
+                        at: now.max(self.started),
+                    },
+                );
+            }
+        }
+    }
+
+    /// The node's Lease is gone: it runs no self-fencing agent any more.
+    pub fn forget(&mut self, node: &str) {
+        self.seen.remove(node);
+    }
+
+    /// When the controller saw the node's Lease change last, if it has one.
+    pub fn last_change(&self, node: &str) -> Option<Duration> {
+        self.seen.get(node).map(|s| s.at)
+    }
+}
+
+/// A node's liveness as the controller judges it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// Its Lease changed less than `fence_after` ago.
+    Alive,
+    /// Its Lease has not changed for `fence_after`; fenced at `fenced_at`.
+    Suspect { fenced_at: Duration },
+    /// Its daemons cannot be writing since `since` (or the taint says it is shut down).
+    Fenced { since: Duration, why: Why },
+    /// No Lease: no self-fencing agent runs there, only the taint can fence it.
+    NoLease,
+}
+
+/// Why a node is fenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// No change of its Lease seen for `fence_after + margin`.
+    LeaseExpired,
+    /// The `node.kubernetes.io/out-of-service` taint.
+    OutOfService,
+}
+
+/// What the controller knows of one node at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeView {
+    /// When it saw the node's Lease change last (none: no Lease).
+    pub last_change: Option<Duration>,
+    /// The Lease carries the controller's fenced mark (written only once the node was
+    /// fenced; the agent clears it only by taking the Lease under a new epoch).
+    pub marked: bool,
+    /// The node has the `node.kubernetes.io/out-of-service` taint.
+    pub out_of_service: bool,
+}
+
+/// The liveness at `now` of the node `n`.
+pub fn liveness(n: NodeView, timing: Timing, now: Duration) -> Liveness {
+    if n.out_of_service {
+        return Liveness::Fenced {
+            since: now,
+            why: Why::OutOfService,
+        };
+    }
+    let Some(last) = n.last_change else {
+        return Liveness::NoLease;
+    };
+    if n.marked {
+        return Liveness::Fenced {
+            since: now,
+            why: Why::LeaseExpired,
+        };
+    }
+    let fenced_at = last.saturating_add(timing.wait());
+    if now >= fenced_at {
+        Liveness::Fenced {
+            since: fenced_at,
+            why: Why::LeaseExpired,
+        }
+    } else if now >= last.saturating_add(timing.fence_after) {
+        Liveness::Suspect { fenced_at }
+    } else {
+        Liveness::Alive
+    }
+}
+
+pub use crate::api::NodeFailover;
+
+/// A ticket that holds a volume on a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    pub volume: String,
+    pub ticket: String,
+    pub node: String,
+    /// The volume is ReadWriteOnce or ReadWriteOncePod.
+    pub single_writer: bool,
+    pub failover: NodeFailover,
+}
+
+/// A ticket the controller may release, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Release {
+    pub volume: String,
+    pub ticket: String,
+    pub node: String,
+    pub why: Why,
+    /// Since when the node is fenced.
+    pub since: Duration,
+}
+
+/// The tickets of fenced nodes that may be released: every ticket of a node with the
+/// out-of-service taint; of a node fenced by its Lease, the tickets of single-writer
+/// volumes whose StorageClass opted in. `nodes` holds each node's liveness.
+pub fn releases(nodes: &BTreeMap<String, Liveness>, holdings: &[Holding]) -> Vec<Release> {
+    let mut out: Vec<Release> = holdings
+        .iter()
+        .filter_map(|h| {
+            let Some(Liveness::Fenced { since, why }) = nodes.get(&h.node) else {
+                return None;
+            };
+            let may = match why {
+                Why::OutOfService => true,
+                Why::LeaseExpired => h.single_writer && h.failover == NodeFailover::Fenced,
+            };
+            may.then(|| Release {
+                volume: h.volume.clone(),
+                ticket: h.ticket.clone(),
+                node: h.node.clone(),
+                why: *why,
+                since: *since,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.volume, &a.ticket).cmp(&(&b.volume, &b.ticket)));
+    out
+}

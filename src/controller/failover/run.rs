@@ -1,0 +1,332 @@
+//! Fenced failover, the controller's I/O: watch the nodes' liveness Leases in
+//! Tessera's namespace, note on the controller's own monotonic clock when each one
+//! changes, and every `interval` apply the pure decision: for a fenced node, mark
+//! its Lease (resourceVersion precondition) and only then release its tickets of
+//! opted-in single-writer volumes (Event `FailedOver`). A node with the
+//! `node.kubernetes.io/out-of-service` taint gives up every ticket at once.
+//!
+//! ```text
+//!  Node watch ─▶ the nodes with the out-of-service taint
+//!  Lease watch ─▶ Observer::observe(node, resourceVersion, elapsed)
+//!  every interval: liveness per node ─▶ releases(VolumeAttachments, Volumes)
+//!      └─ per fenced node: Lease + tessera.io/fenced (replace; 409: it changed, wait again)
+//!           └─ per ticket: JSON patch test-and-remove, Event FailedOver on the Volume
+//!  a fenced node's MountPods of those volumes, once deleted: the dead agent's
+//!      finalizer dropped (the agent, back, tears the orphaned mount down)
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PostParams};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::{
+    Holding, Liveness, NodeView, OUT_OF_SERVICE_TAINT, Observer, Release, Timing, liveness,
+    releases,
+};
+use crate::api::{
+    ANNOTATION_FENCED, LIVENESS_LEASE_PREFIX, MOUNT_FINALIZER, MountPod, NodeFailover,
+    VolumeAttachment,
+};
+use crate::controller::Context;
+use crate::controller::context::merge_params;
+use crate::controller::events::publish_tickets;
+
+/// Watch the Leases of `namespace` and release fenced nodes' tickets until dropped.
+pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interval: Duration) {
+    let api: Api<Lease> = Api::namespaced(ctx.client.clone(), &namespace);
+    let origin = tokio::time::Instant::now();
+    let mut observer = Observer::new(Duration::ZERO);
+    let mut leases: BTreeMap<String, Lease> = BTreeMap::new();
+    let mut events = watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut tainted: BTreeSet<String> = BTreeSet::new();
+    let mut nodes = watcher(
+        Api::<Node>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .boxed();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    info!(namespace = %namespace, margin = ?margin, "fenced failover: watching the nodes' liveness Leases");
+    loop {
+        tokio::select! {
+            ev = events.next() => {
+                let now = origin.elapsed();
+                match ev {
+                    Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l))) => {
+                        if let Some(node) = node_of(&l) {
+                            observer.observe(&node, &l.resource_version().unwrap_or_default(), now);
+                            leases.insert(node, l);
+                        }
+                    }
+                    Some(Ok(watcher::Event::Delete(l))) => {
+                        if let Some(node) = node_of(&l) {
+                            observer.forget(&node);
+                            leases.remove(&node);
+                        }
+                    }
+                    Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => {}
+                    Some(Err(e)) => warn!(error = %e, "watching the liveness Leases"),
+                    None => return,
+                }
+            }
+            ev = nodes.next() => match ev {
+                Some(Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n))) => {
+                    if out_of_service(&n) {
+                        tainted.insert(n.name_any());
+                    } else {
+                        tainted.remove(&n.name_any());
+                    }
+                }
+                Some(Ok(watcher::Event::Delete(n))) => {
+                    tainted.remove(&n.name_any());
+                }
+                Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => {}
+                Some(Err(e)) => warn!(error = %e, "watching the Nodes' taints"),
+                None => return,
+            },
+            _ = tick.tick() => {
+                let now = origin.elapsed();
+                act(&ctx, &api, &observer, &mut leases, &tainted, margin, now).await;
+            }
+        }
+    }
+}
+
+/// Whether the administrator said the node is shut down.
+fn out_of_service(n: &Node) -> bool {
+    let taints = n.spec.as_ref().and_then(|s| s.taints.as_deref());
+    taints
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.key == OUT_OF_SERVICE_TAINT)
+}
+
+/// The node a liveness Lease stands for.
+fn node_of(l: &Lease) -> Option<String> {
+    l.name_any()
+        .strip_prefix(LIVENESS_LEASE_PREFIX)
+        .map(str::to_owned)
+}
+
+fn marked(l: &Lease) -> bool {
+    l.annotations().contains_key(ANNOTATION_FENCED)
+}
+
+/// The daemons' fenceAfter as the node's agent wrote it (leaseDurationSeconds).
+fn fence_after(l: &Lease) -> Duration {
+    let secs = l.spec.as_ref().and_then(|s| s.lease_duration_seconds);
+    Duration::from_secs(u64::try_from(secs.unwrap_or(0)).unwrap_or(0).max(1))
+}
+
+/// Every ticket of a VolumeAttachment, as the decision sees it.
+fn holdings(ctx: &Context) -> Vec<Holding> {
+    let mut out = vec![];
+    for va in ctx.caches.attachments.state() {
+        let name = va.name_any();
+        let Some(volume) = ctx.caches.volumes.get(&ObjectRef::new(&name)) else {
+            continue;
+        };
+        let mountpods = ctx.caches.mountpods_of(&name);
+        for t in va.spec.attachment_tickets.values() {
+            // Only where the node's daemon fences itself (its MountPod says so from
+            // its creation), or where no daemon serves the volume.
+            let fences = mountpods
+                .iter()
+                .filter(|mp| mp.spec.node_name == t.node_id)
+                .all(|mp| mp.spec.self_fence);
+            let opted_in = volume.spec.node_failover.unwrap_or_default();
+            out.push(Holding {
+                volume: name.clone(),
+                ticket: t.id.clone(),
+                node: t.node_id.clone(),
+                single_writer: !volume.spec.access_mode.is_multi_node(),
+                failover: if fences { opted_in } else { NodeFailover::Off },
+            });
+        }
+    }
+    out
+}
+
+async fn act(
+    ctx: &Context,
+    api: &Api<Lease>,
+    observer: &Observer,
+    leases: &mut BTreeMap<String, Lease>,
+    tainted: &BTreeSet<String>,
+    margin: Duration,
+    now: Duration,
+) {
+    let names: BTreeSet<&String> = leases.keys().chain(tainted).collect();
+    let nodes: BTreeMap<String, Liveness> = names
+        .into_iter()
+        .map(|node| {
+            let l = leases.get(node);
+            let view = NodeView {
+                last_change: l.and(observer.last_change(node)),
+                marked: l.is_some_and(marked),
+                out_of_service: tainted.contains(node),
+            };
+            let timing = Timing {
+                fence_after: l.map_or(Duration::ZERO, fence_after),
+                margin,
+            };
+            (node.clone(), liveness(view, timing, now))
+        })
+        .collect();
+    if !nodes.values().any(|l| matches!(l, Liveness::Fenced { .. })) {
+        return;
+    }
+    let all = releases(&nodes, &holdings(ctx));
+    let_go(ctx, &nodes).await;
+    let mut by_node: BTreeMap<&str, Vec<&Release>> = BTreeMap::new();
+    for r in &all {
+        by_node.entry(r.node.as_str()).or_default().push(r);
+    }
+    for (node, rs) in by_node {
+        // A node without a Lease is fenced only by the taint: nothing to mark.
+        if let Some(lease) = leases.get(node).filter(|l| !marked(l)) {
+            match mark(api, lease).await {
+                Ok(stored) => {
+                    warn!(
+                        node,
+                        "fenced: no renewal of its liveness Lease seen for fenceAfter + margin; marked it"
+                    );
+                    leases.insert(node.to_owned(), stored);
+                }
+                Err(e) => {
+                    // 409: the agent renewed meanwhile; the watch brings the change.
+                    info!(node, error = %e, "marking the liveness Lease fenced failed: not releasing");
+                    continue;
+                }
+            }
+        }
+        for r in rs {
+            release(ctx, r).await;
+        }
+    }
+}
+
+/// Drop the agent's finalizer from the deleted MountPods a fenced node's agent will
+/// never let go of: those whose tickets the decision would release there.
+async fn let_go(ctx: &Context, nodes: &BTreeMap<String, Liveness>) {
+    for mp in ctx.caches.mountpods.state() {
+        let fenced = nodes.get(&mp.spec.node_name);
+        let why = match fenced {
+            Some(Liveness::Fenced { why, .. }) => *why,
+            _ => continue,
+        };
+        if mp.metadata.deletion_timestamp.is_none()
+            || !mp.finalizers().iter().any(|f| f == MOUNT_FINALIZER)
+        {
+            continue;
+        }
+        // What the decision would release for this volume on this node (the ticket
+        // itself is gone by now: the same rule, on a stand-in holding).
+        let volume = ctx.caches.volumes.get(&ObjectRef::new(&mp.spec.volume));
+        let stand_in = Holding {
+            volume: mp.spec.volume.clone(),
+            ticket: String::new(),
+            node: mp.spec.node_name.clone(),
+            single_writer: volume
+                .as_ref()
+                .is_some_and(|v| !v.spec.access_mode.is_multi_node()),
+            failover: match volume.and_then(|v| v.spec.node_failover) {
+                Some(f) if mp.spec.self_fence => f,
+                _ => NodeFailover::Off,
+            },
+        };
+        if releases(nodes, std::slice::from_ref(&stand_in)).is_empty() {
+            continue;
+        }
+        let rest: Vec<&String> = mp
+            .finalizers()
+            .iter()
+            .filter(|f| *f != MOUNT_FINALIZER)
+            .collect();
+        let patch = serde_json::json!({"metadata": {"finalizers": rest}});
+        let res = Api::<MountPod>::all(ctx.client.clone())
+            .patch(&mp.name_any(), &merge_params(), &Patch::Merge(&patch))
+            .await;
+        match res {
+            Ok(_) => {
+                info!(mountpod = %mp.name_any(), node = %mp.spec.node_name, why = ?why, "dropped a fenced node's finalizer from its deleted MountPod")
+            }
+            Err(e) => {
+                warn!(mountpod = %mp.name_any(), error = %e, "dropping a fenced node's finalizer failed")
+            }
+        }
+    }
+}
+
+/// The Lease with the fenced mark, written over the version last seen.
+async fn mark(api: &Api<Lease>, lease: &Lease) -> Result<Lease, kube::Error> {
+    let mut l = lease.clone();
+    l.meta_mut()
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION_FENCED.into(), "true".into());
+    api.replace(&l.name_any(), &PostParams::default(), &l).await
+}
+
+/// Remove the released ticket (only if unchanged) and say so on the Volume.
+async fn release(ctx: &Context, r: &Release) {
+    let Some(va) = ctx.caches.attachments.get(&ObjectRef::new(&r.volume)) else {
+        return;
+    };
+    let Some(ticket) = va.spec.attachment_tickets.get(&r.ticket) else {
+        return;
+    };
+    let res = Api::<VolumeAttachment>::all(ctx.client.clone())
+        .patch(
+            &r.volume,
+            &merge_params(),
+            &Patch::<()>::Json(ticket.remove_if_unchanged_patch()),
+        )
+        .await;
+    match res {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 404 => return,
+        Err(e) => {
+            warn!(volume = %r.volume, ticket = %r.ticket, error = %e, "releasing a fenced node's ticket failed");
+            return;
+        }
+    }
+    let note = match r.why {
+        super::Why::OutOfService => format!(
+            "released ticket {} of node {}: the node has the {OUT_OF_SERVICE_TAINT} taint",
+            r.ticket, r.node
+        ),
+        super::Why::LeaseExpired => format!(
+            "released ticket {} of node {}: no renewal of its liveness Lease seen for fenceAfter + margin, and the volume's nodeFailover is {:?}",
+            r.ticket,
+            r.node,
+            NodeFailover::Fenced
+        ),
+    };
+    info!(volume = %r.volume, ticket = %r.ticket, node = %r.node, "released a fenced node's ticket");
+    if let Some(volume) = ctx.caches.volumes.get(&ObjectRef::new(&r.volume)) {
+        let action = format!("RemoveTicket {}", r.ticket);
+        publish_tickets(
+            ctx,
+            &volume,
+            Some(&va),
+            EventType::Warning,
+            "FailedOver",
+            &action,
+            &note,
+        );
+    }
+}

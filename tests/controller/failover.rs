@@ -1,0 +1,234 @@
+//! Fenced failover, the controller's part (docs/failover.md), against the real API
+//! server: a node's death is faked by no longer renewing its liveness Lease. A
+//! single-writer volume with `nodeFailover: Fenced` gets self-fencing MountPods; its
+//! ticket on a node whose Lease renews late but within fenceAfter stays; once the
+//! controller has seen no renewal for fenceAfter + margin it marks the Lease fenced and
+//! releases the ticket (Event `FailedOver`), and the volume attaches on the other
+//! node; a volume without the opt-in keeps its ticket on the dead node.
+
+use crate::support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use support::env::Env;
+use support::fixtures::{self, ControllerProcess, FakeAgent, eventually};
+use tessera::api::{MountPod, VolumeAttachment};
+
+const WAIT: Duration = Duration::from_secs(30);
+/// The agents' fenceAfter (the Leases' duration) and the controller's margin.
+const FENCE_AFTER_S: i32 = 2;
+const MARGIN: &str = "1s";
+
+/// Renew (or create) `node`'s liveness Lease as its agent does.
+async fn renew(leases: &Api<Lease>, node: &str) {
+    let name = tessera::api::liveness_lease(node);
+    let now = jiff::Timestamp::now().to_string();
+    match leases.get_opt(&name).await.unwrap() {
+        None => {
+            let l: Lease = serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"holderIdentity": node, "leaseDurationSeconds": FENCE_AFTER_S,
+                         "leaseTransitions": 0, "renewTime": now},
+            }))
+            .unwrap();
+            leases.create(&PostParams::default(), &l).await.unwrap();
+        }
+        Some(mut l) => {
+            l.spec.as_mut().unwrap().renew_time = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now()),
+            );
+            leases
+                .replace(&name, &PostParams::default(), &l)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Two nodes, the test's controller (margin [`MARGIN`]), a stand-in agent, and the
+/// Leases' API in the controller's namespace.
+async fn setup(prefix: &str) -> (Env, ControllerProcess, FakeAgent, Api<Lease>) {
+    let e = Env::new(prefix, 2, WAIT).await;
+    let ctrl = ControllerProcess::start(
+        &e.id,
+        &["--no-leader-election", &format!("--fence-margin={MARGIN}")],
+    );
+    let agent = FakeAgent::start(e.client.clone(), &e.id);
+    // CSINodes list the driver: the controller gives each MountPod the agent's
+    // finalizer, which only a live agent lets go of.
+    fixtures::create_csinodes(&e.client, &e.id, &e.nodes).await;
+    let leases: Api<Lease> = Api::namespaced(e.client.clone(), "default");
+    (e, ctrl, agent, leases)
+}
+
+/// Renew `node`'s Lease every 500 ms until aborted.
+fn renewing(leases: &Api<Lease>, node: &str) -> tokio::task::JoinHandle<()> {
+    let (leases, node) = (leases.clone(), node.to_owned());
+    tokio::spawn(async move {
+        loop {
+            renew(&leases, &node).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
+async fn tickets(client: &kube::Client, volume: &str) -> Vec<String> {
+    let va = Api::<VolumeAttachment>::all(client.clone())
+        .get(volume)
+        .await
+        .unwrap();
+    va.spec.attachment_tickets.keys().cloned().collect()
+}
+
+#[tokio::test]
+async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_margin() {
+    let (e, _ctrl, agent, leases) = setup("failover").await;
+    let (a, b) = (e.nodes[0].clone(), e.nodes[1].clone());
+    renew(&leases, &a).await;
+    renew(&leases, &b).await;
+
+    let fenced = e.volume_name("fenced");
+    let mut v = fixtures::volume(&fenced, &e.id, "ReadWriteOnce");
+    v.spec.node_failover = Some(tessera::api::NodeFailover::Fenced);
+    e.create_volume(&v).await;
+    let off = e.volume("off", "ReadWriteOnce").await;
+    for vol in [&fenced, &off] {
+        fixtures::put_ticket(&e.client, vol, "manual-a", "manual", &a, json!({})).await;
+    }
+    for vol in [&fenced, &off] {
+        fixtures::wait_satisfied(&e.client, vol, "manual-a").await;
+    }
+    let mp = |vol: &str| {
+        let c = e.client.clone();
+        let (vol, a) = (vol.to_owned(), a.clone());
+        async move { fixtures::mountpod_on(&c, &vol, &a).await.unwrap() }
+    };
+    let self_fence = |m: MountPod| m.spec.self_fence;
+    assert!(
+        self_fence(mp(&fenced).await),
+        "an opted-in RWO volume's daemon fences itself"
+    );
+    assert!(
+        !self_fence(mp(&off).await),
+        "a volume without the opt-in: no fencing"
+    );
+
+    // Flapping: renewals 1.5 s apart, late but within fenceAfter (2 s): nothing moves.
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        renew(&leases, &a).await;
+        renew(&leases, &b).await;
+    }
+    assert_eq!(
+        tickets(&e.client, &fenced).await,
+        vec!["manual-a".to_string()]
+    );
+
+    // Node A dies: its Lease is renewed no more (B's still is), its agent does
+    // nothing (its MountPods keep their finalizer unless the controller drops it).
+    agent.dead.lock().unwrap().push(a.clone());
+    let died = Instant::now();
+    let b_renews = renewing(&leases, &b);
+    eventually(WAIT, "the dead node's ticket released", || async {
+        tickets(&e.client, &fenced).await.is_empty().then_some(())
+    })
+    .await;
+    let released = died.elapsed();
+    eprintln!(
+        "ticket released {released:?} after the last renewal (fenceAfter {FENCE_AFTER_S}s + margin {MARGIN})"
+    );
+    assert!(
+        released >= Duration::from_secs(3),
+        "released before fenceAfter + margin: {released:?}"
+    );
+    let lease = leases.get(&tessera::api::liveness_lease(&a)).await.unwrap();
+    assert!(
+        lease
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(tessera::api::ANNOTATION_FENCED),
+        "the Lease is marked before anything is released"
+    );
+    assert_eq!(
+        tickets(&e.client, &off).await,
+        vec!["manual-a".to_string()],
+        "without the opt-in the volume stays with the dead node"
+    );
+    // The volume attaches on B through the ordinary ticket path: the dead node's
+    // MountPod, deleted, loses the finalizer its agent will never drop.
+    fixtures::put_ticket(&e.client, &fenced, "manual-b", "manual", &b, json!({})).await;
+    fixtures::wait_satisfied(&e.client, &fenced, "manual-b").await;
+    // B, alive, keeps it.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        tickets(&e.client, &fenced).await,
+        vec!["manual-b".to_string()]
+    );
+
+    b_renews.abort();
+    for n in [&a, &b] {
+        let _ = leases
+            .delete(&tessera::api::liveness_lease(n), &DeleteParams::default())
+            .await;
+    }
+    let _ = Api::<VolumeAttachment>::all(e.client.clone())
+        .patch(
+            &off,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"attachmentTickets": {"manual-a": null}}})),
+        )
+        .await;
+    e.cleanup(&[fenced, off]).await;
+}
+
+/// The `node.kubernetes.io/out-of-service` taint: the administrator says the node is
+/// shut down, so its tickets go at once, whatever the volume's nodeFailover and
+/// however fresh its Lease.
+#[tokio::test]
+async fn the_out_of_service_taint_releases_at_once_in_any_mode() {
+    let (e, _ctrl, _agent, leases) = setup("failover-oos").await;
+    let (a, b) = (e.nodes[0].clone(), e.nodes[1].clone());
+    let a_renews = renewing(&leases, &a);
+    let off = e.volume("off", "ReadWriteOnce").await;
+    e.attach(&off, "manual-a", "manual", &a).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        tickets(&e.client, &off).await,
+        vec!["manual-a".to_string()],
+        "a live node keeps it"
+    );
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(e.client.clone());
+    let tainted = Instant::now();
+    nodes
+        .patch(
+            &a,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"taints": [{"key": "node.kubernetes.io/out-of-service",
+                "value": "nodeshutdown", "effect": "NoExecute"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually(WAIT, "the tainted node's ticket released", || async {
+        tickets(&e.client, &off).await.is_empty().then_some(())
+    })
+    .await;
+    let released = tainted.elapsed();
+    eprintln!("out-of-service taint: ticket released {released:?} after the taint");
+    assert!(
+        released < Duration::from_secs(3),
+        "the taint is honoured at once, not after fenceAfter + margin: {released:?}"
+    );
+    e.attach(&off, "manual-b", "manual", &b).await;
+
+    a_renews.abort();
+    let _ = leases
+        .delete(&tessera::api::liveness_lease(&a), &DeleteParams::default())
+        .await;
+    e.cleanup(&[off]).await;
+}
