@@ -61,7 +61,7 @@ async fn doctor_names_each_thing_broken_and_nothing_once_restored() {
     let (_, text) = doctor();
     for ok in [
         "✓ [fd-holder]",
-        "✓ [admission] 3 of 3 admission policies are bound and name system:serviceaccount:tessera-system:tessera-node",
+        "✓ [admission] 4 of 4 admission policies are bound and name system:serviceaccount:tessera-system:tessera-node",
         "✓ [sidecars]",
     ] {
         assert!(text.contains(ok), "{ok:?} in:\n{text}");
