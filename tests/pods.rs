@@ -21,6 +21,8 @@ mod daemon_kill;
 mod doctor;
 #[path = "pods/examples.rs"]
 mod examples;
+#[path = "pods/failover.rs"]
+mod failover;
 #[path = "pods/locks.rs"]
 mod locks;
 #[path = "pods/many.rs"]

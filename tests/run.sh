@@ -53,14 +53,21 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
   ONCE=1 KEEP_CLUSTER=1 HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/demo.sh 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
   HARNESS_CLUSTER_DIR="$nodes_cluster" KUBECONFIG="$nodes_cluster/kubeconfig" \
-    cargo test --test pods -- --ignored --test-threads=1 --nocapture $KNOWN_BROKEN_SKIP 2>&1 | tee -a "$log"
+    cargo test --test pods -- --ignored --test-threads=1 --nocapture --skip failover:: $KNOWN_BROKEN_SKIP 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
   # The Helm chart on the same nodes: the kustomize install replaced by `helm install`,
   # a Pod on a claim to Running, then `helm uninstall` leaves only the CRDs.
   HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/helm.sh test 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+  # Last, since it kills node A for good: config/ deployed again, then the power-off
+  # failover test (tests/pods/failover.rs).
+  HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/deploy.sh up 2>&1 | tee -a "$log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+  HARNESS_CLUSTER_DIR="$nodes_cluster" KUBECONFIG="$nodes_cluster/kubeconfig" \
+    cargo test --test pods -- --ignored --test-threads=1 --nocapture failover:: 2>&1 | tee -a "$log"
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
   HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/cluster.sh down || true
-  nodes="; the real-Pod tests and the Helm install ran on two real nodes"
+  nodes="; the real-Pod tests, the Helm install and the power-off failover ran on two real nodes"
   [[ -z "$KNOWN_BROKEN" ]] ||
     nodes+="; NOT RUN (a known bug, docs/troubleshooting.md \"Known issues\"): $KNOWN_BROKEN"
 fi

@@ -65,6 +65,17 @@ pub(crate) fn publish_tickets(
     publish_on(ctx, targets(volume, va), None, type_, reason, action, note);
 }
 
+/// Publish an Event on other objects (a Pod the controller deleted).
+pub(crate) fn publish_objects(
+    ctx: &Context,
+    targets: Vec<ObjectReference>,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    publish_on(ctx, targets, None, type_, reason, reason, note);
+}
+
 /// Publish an Event about what happened to a volume on `node` (Attaching, Attached,
 /// Detaching, Detached, …): on the Volume only, its own series per node (the action is `reason:node`, the
 /// related object the Node).

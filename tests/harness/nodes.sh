@@ -11,6 +11,9 @@
 #   nodes.sh enter NODE CMD...   run CMD in NODE's mount namespace
 #   nodes.sh restart-kubelet NODE   stop NODE's kubelet and start it again (its Pods,
 #                    mounts and containerd untouched), wait until the Node is Ready
+#   nodes.sh power-off NODE   every process of NODE killed at once (SIGKILL, no TERM:
+#                    kubelet, containerd, shims, containers, FUSE daemons, its GlusterFS
+#                    client), as a power loss ends them; its files stay until `down`
 #
 # Layout: $CL/nodes/<node>/{kubelet,tessera,containerd,run,log,cni,sysctl}/, config
 # files, logs/ and pids; $CL/nodes.env lists the nodes.
@@ -341,6 +344,21 @@ stop_node() { # stop_node NODE: kubelet first (TERM), then every process of the 
   rm -f "$d/pids/"*.pid 2>/dev/null || true
 }
 
+power_off() { # power_off NODE: what a power loss does to the node's processes
+  local n=$1 pids i t=$(now_ms)
+  [[ -n "$(cg_pids "$n")" ]] || die "$n: no process runs"
+  # Repeated until the cgroup is empty: a process may fork between the read and the kill.
+  for ((i = 0; i < 100; i++)); do
+    pids=$(cg_pids "$n")
+    [[ -n "$pids" ]] || break
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
+    sleep 0.02
+  done
+  [[ -z "$(cg_pids "$n")" ]] || die "$n: processes left: $(cg_pids "$n" | tr '\n' ' ')"
+  log "powered off $n in $(( $(now_ms) - t ))ms: every process of its cgroup killed"
+}
+
 wait_ready() { # wait_ready NODE... : Node objects Ready (kubelet registered, runtime+network
   # ready) and schedulable (the node-lifecycle controller lifted the not-ready taint)
   local deadline=$(( $(date +%s) + ${HARNESS_NODE_READY_TIMEOUT:-120} )) n st
@@ -442,6 +460,7 @@ case "${1:-}" in
   _init) node_init "$2" "$3" ;;
   _kubelet) start_kubelet "$2" "$3" ;;
   restart-kubelet) restart_kubelet "$2" ;;
+  power-off) power_off "$2" ;;
   gluster-up) gluster_up ;;      # the shared backend alone (nodes.sh up starts it too)
   gluster-down) gluster_down ;;
   _gluster-mount) gluster_mount "$2" "$3" ;;

@@ -296,7 +296,9 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
         // external-resizer's rule in rbac-sidecars.yaml lists Pods; whether that
         // binding exists here depends on which test of this binary applied it first.)
         (CONTROLLER_SA, "get", "pods", true),
-        (CONTROLLER_SA, "delete", "pods", false),
+        // Fenced failover deletes a down node's Pods by name (docs/failover.md).
+        (CONTROLLER_SA, "delete", "pods", true),
+        (CONTROLLER_SA, "create", "pods", false),
     ] {
         let got = can_i(who, verb, resource);
         println!(

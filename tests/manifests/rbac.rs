@@ -262,6 +262,11 @@ async fn the_node_agent_acts_only_on_its_own_nodes_mountpods() {
         ("create", "events.events.k8s.io", true),
         ("get", "secrets", false),
         ("create", "pods", false),
+        ("update", "pods", false),
+        // Fenced failover: a down node's Pods and storage attachments, by name.
+        ("delete", "pods", true),
+        ("delete", "volumeattachments.storage.k8s.io", true),
+        ("create", "volumeattachments.storage.k8s.io", false),
         ("delete", "nodes", false),
         // csi-snapshotter (same ServiceAccount): the contents and their status; the
         // provisioner reads snapshots to restore; neither deletes them.

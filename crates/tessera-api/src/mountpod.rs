@@ -305,6 +305,22 @@ pub enum MountPhase {
 }
 
 impl MountPod {
+    /// The application Pods bound to the mount: references owned by `pod/<uid>` whose
+    /// Pod the CSI node recorded, each once, as `(namespace, name, uid)`.
+    pub fn app_pods(&self) -> Vec<(String, String, String)> {
+        let mut out: Vec<(String, String, String)> = Vec::new();
+        for r in &self.spec.references {
+            let (Some(uid), Some(pod)) = (r.owner.strip_prefix("pod/"), r.pod.as_ref()) else {
+                continue;
+            };
+            if out.iter().any(|(_, _, u)| u == uid) {
+                continue;
+            }
+            out.push((pod.namespace.clone(), pod.name.clone(), uid.to_string()));
+        }
+        out
+    }
+
     /// Whether a mount is up and may take one more bind: Ready and not being deleted,
     /// whether or not the agent has observed the latest spec yet (a new reference
     /// changes the spec, and a second NodePublish must not wait for that).

@@ -12,7 +12,9 @@
 //!
 //! A node is `Fenced` when the controller has seen no change of its Lease for
 //! `fence_after + margin` of its own clock, counted from the moment *it* saw the last
-//! change (a controller that starts knows nothing older than its start), or at once
+//! change (a controller that starts knows nothing older than its start), and its
+//! kubelet no longer reports the Node Ready (a node whose agent alone is gone keeps
+//! its Pods and its volumes: `AgentGone`), or at once
 //! when it has the `node.kubernetes.io/out-of-service` taint. A node that never had a
 //! Lease runs no self-fencing agent: only the taint fences it.
 
@@ -110,6 +112,11 @@ pub enum Liveness {
     Fenced { since: Duration, why: Why },
     /// No Lease: no self-fencing agent runs there, only the taint can fence it.
     NoLease,
+    /// Its Lease is past `fence_after + margin` (its daemons fenced since `fenced_at`)
+    /// but its kubelet still reports the Node Ready: only the node agent is gone, its
+    /// Pods stay where they are (Kubernetes would not move them), nothing is released;
+    /// its writes wait until the agent renews again.
+    AgentGone { fenced_at: Duration },
 }
 
 /// Why a node is fenced.
@@ -131,6 +138,8 @@ pub struct NodeView {
     pub marked: bool,
     /// The node has the `node.kubernetes.io/out-of-service` taint.
     pub out_of_service: bool,
+    /// The Node's Ready condition is True (its kubelet reports to the API server).
+    pub kube_ready: bool,
 }
 
 /// The liveness at `now` of the node `n`.
@@ -151,7 +160,9 @@ pub fn liveness(n: NodeView, timing: Timing, now: Duration) -> Liveness {
         };
     }
     let fenced_at = last.saturating_add(timing.wait());
-    if now >= fenced_at {
+    if now >= fenced_at && n.kube_ready {
+        Liveness::AgentGone { fenced_at }
+    } else if now >= fenced_at {
         Liveness::Fenced {
             since: fenced_at,
             why: Why::LeaseExpired,
@@ -211,5 +222,47 @@ pub fn releases(nodes: &BTreeMap<String, Liveness>, holdings: &[Holding]) -> Vec
         })
         .collect();
     out.sort_by(|a, b| (&a.volume, &a.ticket).cmp(&(&b.volume, &b.ticket)));
+    out
+}
+
+/// One step of handing a released ticket's volume on, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Delete at once (its kubelet is gone: nothing else would) a Pod on the fenced
+    /// node bound to the volume (from its MountPod's references), with a uid
+    /// precondition: its controller makes a new one, scheduled elsewhere.
+    DeletePod {
+        namespace: String,
+        name: String,
+        uid: String,
+    },
+    /// Delete the storage.k8s.io VolumeAttachment of a `csi-attacher` ticket (the
+    /// same name): Kubernetes' attach-detach controller then sees the volume detached
+    /// from the dead node instead of waiting six minutes to force it.
+    DeleteCsiAttachment { name: String },
+    /// Remove the ticket (only if unchanged).
+    RemoveTicket,
+}
+
+/// The steps of releasing `r`: on a node fenced by its Lease (and not Ready), the
+/// Pods bound to the volume there (`pods`: namespace, name, uid) and the ticket's
+/// storage.k8s.io VolumeAttachment when it is a `csi-attacher` one go first, as
+/// Longhorn's "pod deletion policy when the node is down" does; under the
+/// out-of-service taint Kubernetes does both itself.
+pub fn steps(r: &Release, csi_attacher: bool, pods: &[(String, String, String)]) -> Vec<Step> {
+    let mut out = vec![];
+    if r.why == Why::LeaseExpired {
+        out.extend(pods.iter().map(|(namespace, name, uid)| Step::DeletePod {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            uid: uid.clone(),
+        }));
+        if csi_attacher {
+            out.push(Step::DeleteCsiAttachment {
+                name: r.ticket.clone(),
+            });
+        }
+    }
+    out.push(Step::RemoveTicket);
     out
 }

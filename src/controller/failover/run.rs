@@ -10,7 +10,10 @@
 //!  Lease watch ─▶ Observer::observe(node, resourceVersion, elapsed)
 //!  every interval: liveness per node ─▶ releases(VolumeAttachments, Volumes)
 //!      └─ per fenced node: Lease + tessera.io/fenced (replace; 409: it changed, wait again)
-//!           └─ per ticket: JSON patch test-and-remove, Event FailedOver on the Volume
+//!           └─ per ticket (a node fenced by its Lease, and not Ready): the Pods bound to
+//!              the volume there deleted at once (Event DeletedOnFencedNode), a
+//!              csi-attacher ticket's storage.k8s.io VolumeAttachment deleted; then the
+//!              ticket: JSON patch test-and-remove, Event FailedOver on the Volume
 //!  a fenced node's MountPods of those volumes, once deleted: the dead agent's
 //!      finalizer dropped (the agent, back, tears the orphaned mount down)
 //! ```
@@ -22,7 +25,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PostParams};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVolumeAttachment;
+use kube::api::{Api, DeleteParams, Patch, PostParams, Preconditions};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -30,16 +35,16 @@ use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::{
-    Holding, Liveness, NodeView, OUT_OF_SERVICE_TAINT, Observer, Release, Timing, liveness,
+    Holding, Liveness, NodeView, OUT_OF_SERVICE_TAINT, Observer, Release, Step, Timing, liveness,
     releases,
 };
 use crate::api::{
-    ANNOTATION_FENCED, LIVENESS_LEASE_PREFIX, MOUNT_FINALIZER, MountPod, NodeFailover,
-    VolumeAttachment,
+    ANNOTATION_FENCED, AttacherType, LIVENESS_LEASE_PREFIX, MOUNT_FINALIZER, MountPod,
+    NodeFailover, VolumeAttachment,
 };
 use crate::controller::Context;
 use crate::controller::context::merge_params;
-use crate::controller::events::publish_tickets;
+use crate::controller::events::{publish_objects, publish_tickets};
 
 /// Watch the Leases of `namespace` and release fenced nodes' tickets until dropped.
 pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interval: Duration) {
@@ -51,6 +56,7 @@ pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interva
         .default_backoff()
         .boxed();
     let mut tainted: BTreeSet<String> = BTreeSet::new();
+    let mut ready: BTreeSet<String> = BTreeSet::new();
     let mut nodes = watcher(
         Api::<Node>::all(ctx.client.clone()),
         watcher::Config::default(),
@@ -84,14 +90,17 @@ pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interva
             }
             ev = nodes.next() => match ev {
                 Some(Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n))) => {
-                    if out_of_service(&n) {
-                        tainted.insert(n.name_any());
-                    } else {
-                        tainted.remove(&n.name_any());
+                    for (set, has) in [(&mut tainted, out_of_service(&n)), (&mut ready, kube_ready(&n))] {
+                        if has {
+                            set.insert(n.name_any());
+                        } else {
+                            set.remove(&n.name_any());
+                        }
                     }
                 }
                 Some(Ok(watcher::Event::Delete(n))) => {
                     tainted.remove(&n.name_any());
+                    ready.remove(&n.name_any());
                 }
                 Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => {}
                 Some(Err(e)) => warn!(error = %e, "watching the Nodes' taints"),
@@ -99,7 +108,8 @@ pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interva
             },
             _ = tick.tick() => {
                 let now = origin.elapsed();
-                act(&ctx, &api, &observer, &mut leases, &tainted, margin, now).await;
+                let nodes = Nodes { tainted: &tainted, ready: &ready };
+                act(&ctx, &api, &observer, &mut leases, nodes, margin, now).await;
             }
         }
     }
@@ -112,6 +122,23 @@ fn out_of_service(n: &Node) -> bool {
         .unwrap_or_default()
         .iter()
         .any(|t| t.key == OUT_OF_SERVICE_TAINT)
+}
+
+/// Whether the Node's kubelet reports it Ready.
+fn kube_ready(n: &Node) -> bool {
+    let conditions = n.status.as_ref().and_then(|s| s.conditions.as_deref());
+    conditions
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// What the Node watch says: which nodes have the out-of-service taint, which are
+/// Ready.
+#[derive(Clone, Copy)]
+struct Nodes<'a> {
+    tainted: &'a BTreeSet<String>,
+    ready: &'a BTreeSet<String>,
 }
 
 /// The node a liveness Lease stands for.
@@ -165,10 +192,11 @@ async fn act(
     api: &Api<Lease>,
     observer: &Observer,
     leases: &mut BTreeMap<String, Lease>,
-    tainted: &BTreeSet<String>,
+    k8s: Nodes<'_>,
     margin: Duration,
     now: Duration,
 ) {
+    let tainted = k8s.tainted;
     let names: BTreeSet<&String> = leases.keys().chain(tainted).collect();
     let nodes: BTreeMap<String, Liveness> = names
         .into_iter()
@@ -178,6 +206,7 @@ async fn act(
                 last_change: l.and(observer.last_change(node)),
                 marked: l.is_some_and(marked),
                 out_of_service: tainted.contains(node),
+                kube_ready: k8s.ready.contains(node),
             };
             let timing = Timing {
                 fence_after: l.map_or(Duration::ZERO, fence_after),
@@ -289,6 +318,39 @@ async fn release(ctx: &Context, r: &Release) {
     let Some(ticket) = va.spec.attachment_tickets.get(&r.ticket) else {
         return;
     };
+    let pods = ctx
+        .caches
+        .mountpods_of(&r.volume)
+        .iter()
+        .filter(|mp| mp.spec.node_name == r.node)
+        .flat_map(|mp| mp.app_pods())
+        .collect::<Vec<_>>();
+    let csi_attacher = ticket.type_ == AttacherType::CsiAttacher;
+    for step in super::steps(r, csi_attacher, &pods) {
+        match step {
+            Step::DeletePod {
+                namespace,
+                name,
+                uid,
+            } => delete_pod(ctx, r, &namespace, &name, &uid).await,
+            Step::DeleteCsiAttachment { name } => {
+                let res = Api::<StorageVolumeAttachment>::all(ctx.client.clone())
+                    .delete(&name, &DeleteParams::default())
+                    .await;
+                match res {
+                    Ok(_) => {
+                        info!(volume = %r.volume, node = %r.node, attachment = %name, "deleted a fenced node's storage.k8s.io VolumeAttachment")
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => {
+                        warn!(volume = %r.volume, attachment = %name, error = %e, "deleting a fenced node's storage.k8s.io VolumeAttachment failed");
+                        return;
+                    }
+                }
+            }
+            Step::RemoveTicket => {}
+        }
+    }
     let res = Api::<VolumeAttachment>::all(ctx.client.clone())
         .patch(
             &r.volume,
@@ -329,4 +391,51 @@ async fn release(ctx: &Context, r: &Release) {
             &note,
         );
     }
+}
+
+/// Delete at once a Pod bound to the released volume on the fenced node (only that
+/// Pod: uid precondition), and say why on it.
+async fn delete_pod(ctx: &Context, r: &Release, namespace: &str, name: &str, uid: &str) {
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let res = Api::<Pod>::namespaced(ctx.client.clone(), namespace)
+        .delete(name, &params)
+        .await;
+    match res {
+        Ok(_) => {}
+        // Gone already, or another Pod of that name now.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return,
+        Err(e) => {
+            warn!(pod = %name, namespace, error = %e, "deleting a Pod of a fenced node failed");
+            return;
+        }
+    }
+    warn!(pod = %name, namespace, node = %r.node, volume = %r.volume, "deleted a Pod of a fenced node: its volume moves");
+    let pod = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        uid: Some(uid.into()),
+        ..ObjectReference::default()
+    };
+    let note = format!(
+        "deleted: node {} is down (no renewal of its liveness Lease for fenceAfter + margin, and the Node is not Ready), and volume {} (nodeFailover {:?}) moves to the node of this Pod's replacement",
+        r.node,
+        r.volume,
+        NodeFailover::Fenced
+    );
+    publish_objects(
+        ctx,
+        vec![pod],
+        EventType::Warning,
+        "DeletedOnFencedNode",
+        &note,
+    );
 }

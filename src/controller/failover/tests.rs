@@ -104,14 +104,30 @@ fn liveness_by_the_controllers_own_observation() {
             last_change: *last,
             marked: false,
             out_of_service: *oos,
+            kube_ready: false,
         };
         assert_eq!(liveness(n, t, *now), *want, "{name}");
+        // A Node its kubelet still reports Ready: the same, but a Lease fence only
+        // says the agent is gone, and the taint still fences at once.
+        let ready = NodeView {
+            kube_ready: true,
+            ..n
+        };
+        let want_ready = match want {
+            Liveness::Fenced {
+                since,
+                why: Why::LeaseExpired,
+            } => Liveness::AgentGone { fenced_at: *since },
+            w => *w,
+        };
+        assert_eq!(liveness(ready, t, *now), want_ready, "{name}, Node Ready");
     }
     // The controller's own mark: fenced at once (it was written only once fenced).
     let marked = NodeView {
         last_change: Some(100 * S),
         marked: true,
         out_of_service: false,
+        kube_ready: true,
     };
     assert_eq!(
         liveness(marked, t, 101 * S),
@@ -404,4 +420,72 @@ fn without_the_margin_drift_alone_gives_two_writers() {
     assert!(first_violation(tight(), fast, slow, &[]).is_none());
     let v = v.unwrap();
     assert!(v.writable_at >= v.release);
+}
+
+#[test]
+fn a_released_ticket_takes_its_pods_and_its_csi_attachment_first() {
+    let r = |why| Release {
+        volume: "v".into(),
+        ticket: "csi-1".into(),
+        node: "a".into(),
+        why,
+        since: S,
+    };
+    let pods = vec![
+        ("ns".to_string(), "app-0".to_string(), "u0".to_string()),
+        ("ns".to_string(), "app-1".to_string(), "u1".to_string()),
+    ];
+    let pod = |name: &str, uid: &str| Step::DeletePod {
+        namespace: "ns".into(),
+        name: name.into(),
+        uid: uid.into(),
+    };
+    let csi = Step::DeleteCsiAttachment {
+        name: "csi-1".into(),
+    };
+    type Row<'a> = (
+        &'a str,
+        Release,
+        bool,
+        &'a [(String, String, String)],
+        Vec<Step>,
+    );
+    let table: Vec<Row> = vec![
+        (
+            "dead node, CSI ticket: its Pods, its storage attachment, then the ticket",
+            r(Why::LeaseExpired),
+            true,
+            &pods,
+            vec![
+                pod("app-0", "u0"),
+                pod("app-1", "u1"),
+                csi.clone(),
+                Step::RemoveTicket,
+            ],
+        ),
+        (
+            "dead node, a manual ticket: no storage attachment to delete",
+            r(Why::LeaseExpired),
+            false,
+            &pods,
+            vec![pod("app-0", "u0"), pod("app-1", "u1"), Step::RemoveTicket],
+        ),
+        (
+            "dead node, no Pod bound",
+            r(Why::LeaseExpired),
+            true,
+            &[],
+            vec![csi, Step::RemoveTicket],
+        ),
+        (
+            "out-of-service taint: Kubernetes deletes the Pods and detaches itself",
+            r(Why::OutOfService),
+            true,
+            &pods,
+            vec![Step::RemoveTicket],
+        ),
+    ];
+    for (what, release, csi_attacher, pods, want) in table {
+        assert_eq!(steps(&release, csi_attacher, pods), want, "{what}");
+    }
 }

@@ -85,27 +85,19 @@ pub(super) fn is_new(status: &MountPodStatus, kill: &OomKill) -> bool {
         .is_none_or(|t| t.0 < kill.finished_at.0)
 }
 
-/// The application Pods bound to the mount: references owned by `pod/<uid>` whose
-/// Pod the CSI node recorded, each once.
+/// The application Pods bound to the mount (`MountPod::app_pods`), as Event targets.
 pub(super) fn app_pods(mp: &MountPod) -> Vec<ObjectReference> {
-    let mut out: Vec<ObjectReference> = Vec::new();
-    for r in &mp.spec.references {
-        let (Some(uid), Some(pod)) = (r.owner.strip_prefix("pod/"), r.pod.as_ref()) else {
-            continue;
-        };
-        if out.iter().any(|o| o.uid.as_deref() == Some(uid)) {
-            continue;
-        }
-        out.push(ObjectReference {
+    mp.app_pods()
+        .into_iter()
+        .map(|(namespace, name, uid)| ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
-            namespace: Some(pod.namespace.clone()),
-            name: Some(pod.name.clone()),
-            uid: Some(uid.to_string()),
+            namespace: Some(namespace),
+            name: Some(name),
+            uid: Some(uid),
             ..ObjectReference::default()
-        });
-    }
-    out
+        })
+        .collect()
 }
 
 /// The Event notes: on the MountPod, and on an application Pod.

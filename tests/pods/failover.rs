@@ -1,0 +1,214 @@
+//! A node that loses power, for real: every process of node A killed at once while a
+//! StatefulSet Pod there writes fsync-acknowledged records to a single-writer claim of
+//! a `nodeFailover: Fenced` class (docs/failover.md).
+//!
+//! ```text
+//!  app-0 on A: "A n" >> records; fdatasync; log "acked A n"   (every 200 ms)
+//!  nodes.sh power-off A ─▶ A's Lease not renewed; its kubelet silent (Node not Ready)
+//!    ─▶ controller: fenced (fenceAfter + margin, Node not Ready) ─▶ deletes app-0
+//!       (Event DeletedOnFencedNode), the storage.k8s.io VolumeAttachment, the ticket
+//!    ─▶ app-0 again, on B: "B n" >> records
+//! ```
+//!
+//! Asserted from the records themselves (read through the host's own GlusterFS client):
+//! every record A's log says was acknowledged is on the volume, no record of A comes
+//! after B's first, and B writes within [`FAILOVER_BOUND`]. The kill leaves node A
+//! dead: tests/run.sh runs this test alone, after every other real-node stage.
+
+use std::collections::BTreeSet;
+
+use super::*;
+
+/// Kill of node A → first record of B. Kubernetes' own parts dominate it: the Node
+/// turns not Ready only after the node-monitor grace period (50 s), and the
+/// attach-detach controller notices the deleted VolumeAttachment at its next sync of
+/// attached volumes (every 60 s); Tessera's fence (fenceAfter 20 s + margin 5 s) ends
+/// within the first.
+const FAILOVER_BOUND: Duration = Duration::from_secs(150);
+
+const WRITER: &str = r#"n=$(wc -l < /data/records 2>/dev/null || echo 0)
+while :; do
+  n=$((n + 1))
+  echo "$NODE $n" >> /data/records && sync -d /data/records && echo "acked $NODE $n"
+  sleep 0.2
+done"#;
+
+/// The records on the volume, in order: (node, sequence number).
+fn records(path: &Path) -> Vec<(String, u64)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (node, n) = l.split_once(' ')?;
+            Some((node.to_owned(), n.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The records node `node`'s container log says were acknowledged (CRI log lines
+/// `<time> stdout F acked <node> <n>`), read from the node's files on the host.
+fn acked(nodes_dir: &Path, node: &str, ns: &str) -> Vec<u64> {
+    let pods = nodes_dir.join(node).join("log/pods");
+    let mut out = vec![];
+    let dirs = std::fs::read_dir(&pods).into_iter().flatten().flatten();
+    for d in dirs.filter(|d| {
+        d.file_name()
+            .to_string_lossy()
+            .starts_with(&format!("{ns}_app-0_"))
+    }) {
+        for f in std::fs::read_dir(d.path().join("app"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let text = std::fs::read_to_string(f.path()).unwrap_or_default();
+            out.extend(text.lines().filter_map(|l| {
+                let rest = l.split_once(&format!("acked {node} "))?.1;
+                rest.trim().parse::<u64>().ok()
+            }));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+#[ignore = "needs real nodes with Tessera deployed; kills node A (tests/run.sh runs it last)"]
+async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
+    let client = support::client().await;
+    let nodes = Nodes::load();
+    let (a, b) = (nodes.names()[0].clone(), nodes.names()[1].clone());
+    let ns = namespace(&client, "pods-failover").await;
+    let class = support::unique_name("fenced");
+    let sc: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": class},
+        "provisioner": tessera::api::CSI_DRIVER_NAME,
+        "parameters": {"backendRoot": "/mnt/shared/tessera", "scope": "Shared", "nodeFailover": "Fenced"},
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    }))
+    .unwrap();
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &sc)
+        .await
+        .unwrap();
+    // Preferably on A: once A is not Ready (its unreachable taint), the replacement
+    // can only go to B.
+    let sts = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "app", "namespace": ns},
+        "spec": {
+            "replicas": 1,
+            "serviceName": "app",
+            "selector": {"matchLabels": {"app": "failover"}},
+            "template": {
+                "metadata": {"labels": {"app": "failover"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 1,
+                    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                        "weight": 100,
+                        "preference": {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [a]}]},
+                    }]}},
+                    "containers": [{
+                        "name": "app", "image": BUSYBOX, "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", WRITER],
+                        "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    }],
+                },
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": class,
+                    "resources": {"requests": {"storage": "64Mi"}},
+                },
+            }],
+        },
+    });
+    kubectl_stdin(&["apply", "-f", "-"], &sts.to_string());
+    wait_phase(&client, &ns, "app-0", "Running").await;
+    assert_eq!(node_of(&client, &ns, "app-0").await, a, "app-0 starts on A");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let pv = claims
+        .get("data-app-0")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.volume_name)
+        .expect("bound");
+    let volume = tessera_volume(&client, &pv).await;
+    assert_eq!(
+        volume.spec.node_failover,
+        Some(tessera::api::NodeFailover::Fenced)
+    );
+    let file = backend_dir(&nodes, &volume).join("records");
+    eventually(WAIT, "A's first acknowledged records", || async {
+        (acked(&cluster_dir().join("nodes"), &a, &ns).len() >= 10).then_some(())
+    })
+    .await;
+
+    let status = std::process::Command::new("bash")
+        .arg(support::repo_root().join("tests/harness/nodes.sh"))
+        .args(["power-off", &a])
+        .status()
+        .expect("running nodes.sh power-off");
+    let killed = Instant::now();
+    assert!(status.success(), "powering off {a}: {status}");
+    let acked_a = acked(&cluster_dir().join("nodes"), &a, &ns);
+
+    let moved = eventually(FAILOVER_BOUND, "a record of B on the volume", || async {
+        records(&file)
+            .iter()
+            .any(|(n, _)| *n == b)
+            .then(|| killed.elapsed())
+    })
+    .await;
+    let on_volume = records(&file);
+    let first_b = on_volume.iter().position(|(n, _)| *n == b).unwrap();
+    let late_a: Vec<_> = on_volume[first_b..]
+        .iter()
+        .filter(|(n, _)| *n == a)
+        .collect();
+    assert!(
+        late_a.is_empty(),
+        "records of A after B's first: {late_a:?}"
+    );
+    let of_a: BTreeSet<u64> = on_volume
+        .iter()
+        .filter(|(n, _)| *n == a)
+        .map(|(_, s)| *s)
+        .collect();
+    let lost: Vec<&u64> = acked_a.iter().filter(|s| !of_a.contains(s)).collect();
+    assert!(
+        lost.is_empty(),
+        "records A acknowledged that are not on the volume: {lost:?}"
+    );
+    assert_eq!(node_of(&client, &ns, "app-0").await, b);
+    let events = kubectl(&[
+        "get",
+        "events",
+        "-n",
+        &ns,
+        "--field-selector",
+        "reason=DeletedOnFencedNode",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        events.contains(&a),
+        "the Event on the deleted Pod: {events:?}"
+    );
+    eprintln!(
+        "REAL NODES power-off of {a}: app-0 wrote on {b} {:.1} s after the kill; {} records of A acknowledged, all on the volume; none of A after B's first",
+        moved.as_secs_f64(),
+        acked_a.len()
+    );
+    eprintln!(
+        "BENCH failover_power_off kill_to_first_write_s={:.1} acked_records={} lost=0",
+        moved.as_secs_f64(),
+        acked_a.len()
+    );
+    kubectl(&["delete", "statefulset", "app", "-n", &ns, "--wait=false"]);
+    delete_class(&client, &class).await;
+}
