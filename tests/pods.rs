@@ -23,6 +23,8 @@ mod doctor;
 mod examples;
 #[path = "pods/failover.rs"]
 mod failover;
+#[path = "pods/fence.rs"]
+mod fence;
 #[path = "pods/locks.rs"]
 mod locks;
 #[path = "pods/many.rs"]

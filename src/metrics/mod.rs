@@ -11,6 +11,7 @@
 //! `/metrics`, `/healthz` and `/readyz` (`endpoint`).
 
 mod endpoint;
+pub mod failover;
 pub mod objects;
 pub mod process;
 pub mod queue;
@@ -127,6 +128,8 @@ pub struct Metrics {
     pub objects_omitted: Gauge,
     /// Handoffs of a mount's kernel connection to a new daemon (agent).
     pub handoffs: Family<objects::HandoffLabels, Counter>,
+    /// Fenced failover (controller).
+    pub failover: failover::Failover,
     /// The claims of the agent's volumes, by volume (its FUSE counters' labels).
     pub claims: objects::Claims,
     /// The objects queued for a reconcile, per controller (`queue_depth`).
@@ -201,6 +204,7 @@ impl Metrics {
         let mountpod_oom_kills = Family::<objects::MountLabels, Counter>::default();
         let objects_omitted = Gauge::default();
         let handoffs = Family::<objects::HandoffLabels, Counter>::default();
+        let failover = failover::Failover::default();
         let mut process = Registry::default();
         process.register_collector(Box::new(process::ProcessCollector));
         let build_info = Family::<BuildLabels, Gauge>::default();
@@ -250,6 +254,7 @@ impl Metrics {
                 &ticket_satisfied_seconds,
                 &tickets_reaped,
             );
+            failover.register(&mut registry);
             registry.register(
                 "reconcile_results",
                 "Deprecated (use tessera_reconcile_total): reconciles by controller and result",
@@ -295,6 +300,7 @@ impl Metrics {
             mountpod_oom_kills,
             objects_omitted,
             handoffs,
+            failover,
             claims: Default::default(),
             pending: Default::default(),
             leader,

@@ -45,6 +45,7 @@ use crate::api::{
 use crate::controller::Context;
 use crate::controller::context::merge_params;
 use crate::controller::events::{publish_objects, publish_tickets};
+use crate::metrics::failover::WhyLabels;
 
 /// Watch the Leases of `namespace` and release fenced nodes' tickets until dropped.
 pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interval: Duration) {
@@ -215,6 +216,11 @@ async fn act(
             (node.clone(), liveness(view, timing, now))
         })
         .collect();
+    let mut states: BTreeMap<&str, i64> = BTreeMap::new();
+    for l in nodes.values() {
+        *states.entry(state_name(l)).or_default() += 1;
+    }
+    ctx.metrics.failover.set_nodes(states);
     if !nodes.values().any(|l| matches!(l, Liveness::Fenced { .. })) {
         return;
     }
@@ -243,7 +249,19 @@ async fn act(
             }
         }
         for r in rs {
-            release(ctx, r).await;
+            if release(ctx, r).await {
+                let why = match r.why {
+                    super::Why::LeaseExpired => "lease_expired",
+                    super::Why::OutOfService => "out_of_service",
+                };
+                let labels = WhyLabels { why: why.into() };
+                ctx.metrics.failover.released.get_or_create(&labels).inc();
+                if let (super::Why::LeaseExpired, Some(last)) = (r.why, observer.last_change(node))
+                {
+                    let held = now.saturating_sub(last).as_secs_f64();
+                    ctx.metrics.failover.seconds.observe(held);
+                }
+            }
         }
     }
 }
@@ -310,13 +328,25 @@ async fn mark(api: &Api<Lease>, lease: &Lease) -> Result<Lease, kube::Error> {
     api.replace(&l.name_any(), &PostParams::default(), &l).await
 }
 
-/// Remove the released ticket (only if unchanged) and say so on the Volume.
-async fn release(ctx: &Context, r: &Release) {
+/// A liveness state's name in the metrics.
+fn state_name(l: &Liveness) -> &'static str {
+    match l {
+        Liveness::Alive => "alive",
+        Liveness::Suspect { .. } => "suspect",
+        Liveness::Fenced { .. } => "fenced",
+        Liveness::NoLease => "no_lease",
+        Liveness::AgentGone { .. } => "agent_gone",
+    }
+}
+
+/// Remove the released ticket (only if unchanged) and say so on the Volume; whether
+/// it was removed now.
+async fn release(ctx: &Context, r: &Release) -> bool {
     let Some(va) = ctx.caches.attachments.get(&ObjectRef::new(&r.volume)) else {
-        return;
+        return false;
     };
     let Some(ticket) = va.spec.attachment_tickets.get(&r.ticket) else {
-        return;
+        return false;
     };
     let pods = ctx
         .caches
@@ -344,7 +374,7 @@ async fn release(ctx: &Context, r: &Release) {
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => {
                         warn!(volume = %r.volume, attachment = %name, error = %e, "deleting a fenced node's storage.k8s.io VolumeAttachment failed");
-                        return;
+                        return false;
                     }
                 }
             }
@@ -360,10 +390,10 @@ async fn release(ctx: &Context, r: &Release) {
         .await;
     match res {
         Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 404 => return,
+        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 404 => return false,
         Err(e) => {
             warn!(volume = %r.volume, ticket = %r.ticket, error = %e, "releasing a fenced node's ticket failed");
-            return;
+            return false;
         }
     }
     let note = match r.why {
@@ -391,6 +421,7 @@ async fn release(ctx: &Context, r: &Release) {
             &note,
         );
     }
+    true
 }
 
 /// Delete at once a Pod bound to the released volume on the fenced node (only that
@@ -416,6 +447,7 @@ async fn delete_pod(ctx: &Context, r: &Release, namespace: &str, name: &str, uid
             return;
         }
     }
+    ctx.metrics.failover.pods_deleted.inc();
     warn!(pod = %name, namespace, node = %r.node, volume = %r.volume, "deleted a Pod of a fenced node: its volume moves");
     let pod = ObjectReference {
         api_version: Some("v1".into()),
