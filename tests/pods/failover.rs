@@ -71,18 +71,18 @@ fn acked(nodes_dir: &Path, node: &str, ns: &str) -> Vec<u64> {
     out
 }
 
-#[tokio::test]
-#[ignore = "needs real nodes with Tessera deployed; kills node A (tests/run.sh runs it last)"]
-async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
-    let client = support::client().await;
-    let nodes = Nodes::load();
-    let (a, b) = (nodes.names()[0].clone(), nodes.names()[1].clone());
-    let ns = namespace(&client, "pods-failover").await;
-    let class = support::unique_name("fenced");
+/// A StorageClass of the shared backend named after `prefix`, with `extra` parameters.
+async fn class(client: &Client, prefix: &str, extra: serde_json::Value) -> String {
+    let name = support::unique_name(prefix);
+    let mut params = json!({"backendRoot": "/mnt/shared/tessera", "scope": "Shared"});
+    params
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
     let sc: StorageClass = serde_json::from_value(json!({
-        "metadata": {"name": class},
+        "metadata": {"name": name},
         "provisioner": tessera::api::CSI_DRIVER_NAME,
-        "parameters": {"backendRoot": "/mnt/shared/tessera", "scope": "Shared", "nodeFailover": "Fenced"},
+        "parameters": params,
         "reclaimPolicy": "Delete",
         "volumeBindingMode": "Immediate",
     }))
@@ -91,23 +91,29 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
         .create(&PostParams::default(), &sc)
         .await
         .unwrap();
-    // Preferably on A: once A is not Ready (its unreachable taint), the replacement
-    // can only go to B.
-    let sts = json!({
+    name
+}
+
+/// A StatefulSet `name` of one Pod writing records ([`WRITER`]) to a claim of
+/// `class`, preferably on `node`: once that node is not Ready (its unreachable
+/// taint), a replacement can only go elsewhere.
+fn statefulset(ns: &str, name: &str, class: &str, node: &str) -> serde_json::Value {
+    let prefer = json!([{
+        "weight": 100,
+        "preference": {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]},
+    }]);
+    json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "app", "namespace": ns},
+        "metadata": {"name": name, "namespace": ns},
         "spec": {
             "replicas": 1,
-            "serviceName": "app",
-            "selector": {"matchLabels": {"app": "failover"}},
+            "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
             "template": {
-                "metadata": {"labels": {"app": "failover"}},
+                "metadata": {"labels": {"app": name}},
                 "spec": {
                     "terminationGracePeriodSeconds": 1,
-                    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
-                        "weight": 100,
-                        "preference": {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [a]}]},
-                    }]}},
+                    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": prefer}},
                     "containers": [{
                         "name": "app", "image": BUSYBOX, "imagePullPolicy": "Never",
                         "command": ["sh", "-c", WRITER],
@@ -125,26 +131,52 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
                 },
             }],
         },
-    });
-    kubectl_stdin(&["apply", "-f", "-"], &sts.to_string());
-    wait_phase(&client, &ns, "app-0", "Running").await;
-    assert_eq!(node_of(&client, &ns, "app-0").await, a, "app-0 starts on A");
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    let pv = claims
-        .get("data-app-0")
+    })
+}
+
+/// The PV bound to claim `claim` in `ns`.
+async fn bound(client: &Client, ns: &str, claim: &str) -> String {
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .get(claim)
         .await
         .unwrap()
         .spec
         .and_then(|s| s.volume_name)
-        .expect("bound");
+        .expect("bound")
+}
+
+#[tokio::test]
+#[ignore = "needs real nodes with Tessera deployed; kills node A (tests/run.sh runs it last)"]
+async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
+    let client = support::client().await;
+    let nodes = Nodes::load();
+    let (a, b) = (nodes.names()[0].clone(), nodes.names()[1].clone());
+    let ns = namespace(&client, "pods-failover").await;
+    let fenced = class(&client, "fenced", json!({"nodeFailover": "Fenced"})).await;
+    // The same without the opt-in: it must stay on A, and say why.
+    let off = class(&client, "not-fenced", json!({})).await;
+    for (name, class) in [("app", &fenced), ("stay", &off)] {
+        let sts = statefulset(&ns, name, class, &a).to_string();
+        kubectl_stdin(&["apply", "-f", "-"], &sts);
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for pod in ["app-0", "stay-0"] {
+        wait_phase(&client, &ns, pod, "Running").await;
+        assert_eq!(node_of(&client, &ns, pod).await, a, "{pod} starts on A");
+    }
+    let stay_uid = pods.get("stay-0").await.unwrap().uid();
+    let pv = bound(&client, &ns, "data-app-0").await;
+    let pv_off = bound(&client, &ns, "data-stay-0").await;
     let volume = tessera_volume(&client, &pv).await;
+    let volume_off = tessera_volume(&client, &pv_off).await;
     assert_eq!(
         volume.spec.node_failover,
         Some(tessera::api::NodeFailover::Fenced)
     );
     let file = backend_dir(&nodes, &volume).join("records");
+    let nodes_dir = cluster_dir().join("nodes");
     eventually(WAIT, "A's first acknowledged records", || async {
-        (acked(&cluster_dir().join("nodes"), &a, &ns).len() >= 10).then_some(())
+        (acked(&nodes_dir, &a, &ns).len() >= 10).then_some(())
     })
     .await;
 
@@ -155,7 +187,7 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
         .expect("running nodes.sh power-off");
     let killed = Instant::now();
     assert!(status.success(), "powering off {a}: {status}");
-    let acked_a = acked(&cluster_dir().join("nodes"), &a, &ns);
+    let acked_a = acked(&nodes_dir, &a, &ns);
 
     let moved = eventually(FAILOVER_BOUND, "a record of B on the volume", || async {
         records(&file)
@@ -199,8 +231,32 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
         events.contains(&a),
         "the Event on the deleted Pod: {events:?}"
     );
+
+    // No opt-in: the same Pod, still attached to A, and its Volume says why.
+    let stay = pods.get("stay-0").await.unwrap();
+    assert_eq!(stay.uid(), stay_uid, "stay-0 is not deleted");
+    assert_eq!(attachments(&client, &pv_off).await, vec![a.clone()]);
+    let selector = format!(
+        "reason=StaysOnDownNode,involvedObject.name={}",
+        volume_off.name_any()
+    );
+    let said = eventually(WAIT, "the StaysOnDownNode Event", || async {
+        let out = kubectl(&[
+            "get",
+            "events",
+            "-A",
+            "--field-selector",
+            &selector,
+            "-o",
+            "jsonpath={.items[*].message}",
+        ]);
+        (!out.trim().is_empty()).then_some(out)
+    })
+    .await;
+    assert!(said.contains(&a), "{said}");
+
     eprintln!(
-        "REAL NODES power-off of {a}: app-0 wrote on {b} {:.1} s after the kill; {} records of A acknowledged, all on the volume; none of A after B's first",
+        "REAL NODES power-off of {a}: app-0 wrote on {b} {:.1} s after the kill; {} records of A acknowledged, all on the volume; none of A after B's first; stay-0 (no opt-in) stays on A and its Volume says why",
         moved.as_secs_f64(),
         acked_a.len()
     );
@@ -209,6 +265,15 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
         moved.as_secs_f64(),
         acked_a.len()
     );
-    kubectl(&["delete", "statefulset", "app", "-n", &ns, "--wait=false"]);
-    delete_class(&client, &class).await;
+    kubectl(&[
+        "delete",
+        "statefulset",
+        "app",
+        "stay",
+        "-n",
+        &ns,
+        "--wait=false",
+    ]);
+    delete_class(&client, &fenced).await;
+    delete_class(&client, &off).await;
 }

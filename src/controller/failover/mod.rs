@@ -225,6 +225,28 @@ pub fn releases(nodes: &BTreeMap<String, Liveness>, holdings: &[Holding]) -> Vec
     out
 }
 
+/// The tickets that stay on a node fenced by its Lease because their volume did not
+/// opt in (single-writer, nodeFailover Off, or a daemon that does not fence itself):
+/// the volume waits for the node, and the controller says so once.
+pub fn stranded<'a>(
+    nodes: &BTreeMap<String, Liveness>,
+    holdings: &'a [Holding],
+) -> Vec<&'a Holding> {
+    holdings
+        .iter()
+        .filter(|h| {
+            matches!(
+                nodes.get(&h.node),
+                Some(Liveness::Fenced {
+                    why: Why::LeaseExpired,
+                    ..
+                })
+            ) && h.single_writer
+                && h.failover != NodeFailover::Fenced
+        })
+        .collect()
+}
+
 /// One step of handing a released ticket's volume on, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {

@@ -36,7 +36,7 @@ use tracing::{info, warn};
 
 use super::{
     Holding, Liveness, NodeView, OUT_OF_SERVICE_TAINT, Observer, Release, Step, Timing, liveness,
-    releases,
+    releases, stranded,
 };
 use crate::api::{
     ANNOTATION_FENCED, AttacherType, LIVENESS_LEASE_PREFIX, MOUNT_FINALIZER, MountPod,
@@ -51,8 +51,11 @@ use crate::metrics::failover::WhyLabels;
 pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interval: Duration) {
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), &namespace);
     let origin = tokio::time::Instant::now();
-    let mut observer = Observer::new(Duration::ZERO);
-    let mut leases: BTreeMap<String, Lease> = BTreeMap::new();
+    let mut seen = Seen {
+        observer: Observer::new(Duration::ZERO),
+        leases: BTreeMap::new(),
+        told: BTreeSet::new(),
+    };
     let mut events = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -74,14 +77,14 @@ pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interva
                 match ev {
                     Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l))) => {
                         if let Some(node) = node_of(&l) {
-                            observer.observe(&node, &l.resource_version().unwrap_or_default(), now);
-                            leases.insert(node, l);
+                            seen.observer.observe(&node, &l.resource_version().unwrap_or_default(), now);
+                            seen.leases.insert(node, l);
                         }
                     }
                     Some(Ok(watcher::Event::Delete(l))) => {
                         if let Some(node) = node_of(&l) {
-                            observer.forget(&node);
-                            leases.remove(&node);
+                            seen.observer.forget(&node);
+                            seen.leases.remove(&node);
                         }
                     }
                     Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => {}
@@ -110,7 +113,7 @@ pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interva
             _ = tick.tick() => {
                 let now = origin.elapsed();
                 let nodes = Nodes { tainted: &tainted, ready: &ready };
-                act(&ctx, &api, &observer, &mut leases, nodes, margin, now).await;
+                act(&ctx, &api, &mut seen, nodes, margin, now).await;
             }
         }
     }
@@ -188,15 +191,29 @@ fn holdings(ctx: &Context) -> Vec<Holding> {
     out
 }
 
+/// What the loop keeps between decisions.
+struct Seen {
+    observer: Observer,
+    /// The liveness Leases by node.
+    leases: BTreeMap<String, Lease>,
+    /// (volume, node) of the tickets left on a down node already told of, so that it
+    /// is said once, not every second.
+    told: BTreeSet<(String, String)>,
+}
+
 async fn act(
     ctx: &Context,
     api: &Api<Lease>,
-    observer: &Observer,
-    leases: &mut BTreeMap<String, Lease>,
+    seen: &mut Seen,
     k8s: Nodes<'_>,
     margin: Duration,
     now: Duration,
 ) {
+    let Seen {
+        observer,
+        leases,
+        told,
+    } = seen;
     let tainted = k8s.tainted;
     let names: BTreeSet<&String> = leases.keys().chain(tainted).collect();
     let nodes: BTreeMap<String, Liveness> = names
@@ -222,9 +239,12 @@ async fn act(
     }
     ctx.metrics.failover.set_nodes(states);
     if !nodes.values().any(|l| matches!(l, Liveness::Fenced { .. })) {
+        told.clear();
         return;
     }
-    let all = releases(&nodes, &holdings(ctx));
+    let held = holdings(ctx);
+    tell_stranded(ctx, &stranded(&nodes, &held), told);
+    let all = releases(&nodes, &held);
     let_go(ctx, &nodes).await;
     let mut by_node: BTreeMap<&str, Vec<&Release>> = BTreeMap::new();
     for r in &all {
@@ -326,6 +346,30 @@ async fn mark(api: &Api<Lease>, lease: &Lease) -> Result<Lease, kube::Error> {
         .get_or_insert_with(Default::default)
         .insert(ANNOTATION_FENCED.into(), "true".into());
     api.replace(&l.name_any(), &PostParams::default(), &l).await
+}
+
+/// Say once on each Volume left on a down node (nodeFailover Off) why it stays.
+fn tell_stranded(ctx: &Context, stays: &[&Holding], told: &mut BTreeSet<(String, String)>) {
+    let now: BTreeSet<(String, String)> = stays
+        .iter()
+        .map(|h| (h.volume.clone(), h.node.clone()))
+        .collect();
+    told.retain(|k| now.contains(k));
+    for h in stays {
+        if !told.insert((h.volume.clone(), h.node.clone())) {
+            continue;
+        }
+        let Some(volume) = ctx.caches.volumes.get(&ObjectRef::new(&h.volume)) else {
+            continue;
+        };
+        let note = format!(
+            "node {} is down (no renewal of its liveness Lease for fenceAfter + margin, and the Node is not Ready) and holds this volume; its nodeFailover is not {:?} (or its mount daemon there does not fence itself), so it stays there until the node is back, or until the node has the {OUT_OF_SERVICE_TAINT} taint (put it on a node that is shut down)",
+            h.node,
+            NodeFailover::Fenced
+        );
+        warn!(volume = %h.volume, node = %h.node, "a single-writer volume stays on a down node: no nodeFailover");
+        crate::controller::events::publish_node(ctx, &volume, "StaysOnDownNode", &h.node, &note);
+    }
 }
 
 /// A liveness state's name in the metrics.

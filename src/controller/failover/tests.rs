@@ -216,6 +216,13 @@ fn which_tickets_a_fenced_node_gives_up() {
             ("t-rwx-off".to_owned(), Why::OutOfService),
         ]
     );
+    // What stays on the dead node, and is said: its single-writer volume that did not
+    // opt in (an RWX volume's other nodes keep it; the taint releases everything).
+    let stays: Vec<&str> = stranded(&nodes, &holdings)
+        .into_iter()
+        .map(|h| h.volume.as_str())
+        .collect();
+    assert_eq!(stays, ["d-rwo-off"]);
 }
 
 // ---- the safety property -------------------------------------------------------
