@@ -59,15 +59,15 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
   # a Pod on a claim to Running, then `helm uninstall` leaves only the CRDs.
   HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/helm.sh test 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
-  # Last, since it kills node A for good: config/ deployed again, then the power-off
-  # failover test (tests/pods/failover.rs).
+  # Last, since they cut node A off and then kill it for good: config/ deployed
+  # again, then the partition and the power-off failover tests (tests/pods/failover.rs).
   HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/deploy.sh up 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
   HARNESS_CLUSTER_DIR="$nodes_cluster" KUBECONFIG="$nodes_cluster/kubeconfig" \
     cargo test --test pods -- --ignored --test-threads=1 --nocapture failover:: 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
   HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/cluster.sh down || true
-  nodes="; the real-Pod tests, the Helm install and the power-off failover ran on two real nodes"
+  nodes="; the real-Pod tests, the Helm install and the partition and power-off failovers ran on two real nodes"
   [[ -z "$KNOWN_BROKEN" ]] ||
     nodes+="; NOT RUN (a known bug, docs/troubleshooting.md \"Known issues\"): $KNOWN_BROKEN"
 fi

@@ -8,7 +8,8 @@
 #                    symlinks to k8s-harness (dispatch on argv[0])
 #   kubectl, csi-attacher, csi-provisioner, csi-resizer, csi-sanity, kwok,
 #   kubelet, csi-node-driver-registrar (tools of this module)
-#   oci-image, pause (cmd/: image builder and sandbox binary of the nodes)
+#   oci-image, pause, api-gate (cmd/: image builder and sandbox binary of the nodes;
+#                    the relay through which the nodes reach the API server)
 #   containerd, containerd-shim-runc-v2, ctr, runc, cni/{ptp,host-local,loopback}
 #                    (module nodes/: the node runtime)
 #   helm             (module helm/: the chart's tests, tests/manifests/chart.rs)
@@ -55,7 +56,7 @@ TOOLS=(
   github.com/kubernetes-csi/node-driver-registrar/cmd/csi-node-driver-registrar
 )
 # cmd/: small binaries of this module (stdlib only), built in seconds.
-SMALL=(oci-image pause)
+SMALL=(oci-image pause api-gate)
 # nodes/go.mod (a module of its own: containerd and runc do not resolve in this
 # module's graph). runc needs cgo and libseccomp-dev (.ci/install-deps.sh).
 CONTAINERD_VERSION=v2.4.2

@@ -47,6 +47,11 @@ ms_since() { echo $(( $(date +%s%3N) - $1 )); }
 [[ -f "$CL/cluster.env" ]] || die "no cluster: make cluster-up first"
 # shellcheck disable=SC1091
 . "$CL/cluster.env"
+# The Pods reach the API server through the nodes' relay (nodes.sh, api-gate) when
+# one runs.
+# shellcheck disable=SC1091
+if [[ -f "$CL/gate.env" ]]; then . "$CL/gate.env"; fi
+POD_API_PORT=${TESSERA_GATE_PODS_PORT:-$TESSERA_APISERVER_PORT}
 
 values() {
   [[ -n "${TESSERA_HOST_IP:-}" && "${TESSERA_APISERVER_BIND:-}" == 0.0.0.0 ]] ||
@@ -64,7 +69,7 @@ EOF
   registrar: {image: {repository: harness.tessera.io/csi-node-driver-registrar, pullPolicy: Never}}
 extraEnv:
   - {name: KUBERNETES_SERVICE_HOST, value: "$TESSERA_HOST_IP"}
-  - {name: KUBERNETES_SERVICE_PORT, value: "$TESSERA_APISERVER_PORT"}
+  - {name: KUBERNETES_SERVICE_PORT, value: "$POD_API_PORT"}
 storageClass: {enabled: true}
 EOF
 }

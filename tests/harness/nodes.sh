@@ -14,6 +14,14 @@
 #   nodes.sh power-off NODE   every process of NODE killed at once (SIGKILL, no TERM:
 #                    kubelet, containerd, shims, containers, FUSE daemons, its GlusterFS
 #                    client), as a power loss ends them; its files stay until `down`
+#   nodes.sh partition NODE / heal NODE   cut NODE off the API server / reconnect it:
+#                    its processes keep running, its connections stay open but carry
+#                    nothing meanwhile (cmd/api-gate)
+#
+# The API server through a relay: every node's kubelet and every Pod reach it through
+# api-gate ($CL/gate.env: a port per node's kubelet on loopback, one for the Pods on
+# the host address, told apart by their node's Pod CIDR), so that `partition` can cut
+# one node off without touching the host's network.
 #
 # Layout: $CL/nodes/<node>/{kubelet,tessera,containerd,run,log,cni,sysctl}/, config
 # files, logs/ and pids; $CL/nodes.env lists the nodes.
@@ -277,7 +285,14 @@ node_init() { # node_init NODE IP (as `nodes.sh _init`)
 start_kubelet() { # start_kubelet NODE IP, in the node's mount namespace and cgroup
   local n=$1 ip=$2 d="$NODES_DIR/$1"
   export PATH="$BIN:$PATH"
-  setsid "$BIN/kubelet" --config="$d/kubelet.yaml" --kubeconfig="$CL/pki/admin.kubeconfig" \
+  # Through api-gate's listener for this node, when it has one.
+  local kubeconfig="$CL/pki/admin.kubeconfig" gate
+  gate=$(sed -n "s/^TESSERA_GATE_PORT_${n//-/_}=//p" "$CL/gate.env" 2>/dev/null || true)
+  if [[ -n "$gate" ]]; then
+    kubeconfig="$d/kubelet.kubeconfig"
+    sed -E "s#(server: https://127\.0\.0\.1:)[0-9]+#\1$gate#" "$CL/pki/admin.kubeconfig" >"$kubeconfig"
+  fi
+  setsid "$BIN/kubelet" --config="$d/kubelet.yaml" --kubeconfig="$kubeconfig" \
     --hostname-override="$n" --node-ip="$ip" --root-dir=/var/lib/kubelet \
     --cert-dir=/var/lib/kubelet/pki --v="${HARNESS_KUBELET_V:-1}" \
     </dev/null >>"$d/logs/kubelet.log" 2>&1 &
@@ -344,6 +359,52 @@ stop_node() { # stop_node NODE: kubelet first (TERM), then every process of the 
   rm -f "$d/pids/"*.pid 2>/dev/null || true
 }
 
+gate_up() { # gate_up N: the API relay with a listener per node, unless one runs
+  local want=$1 ports i n args=() api
+  if [[ -f "$CL/pids/api-gate.pid" ]] && kill -0 "$(<"$CL/pids/api-gate.pid")" 2>/dev/null; then return 0; fi
+  api=$(sed -n 's/^TESSERA_APISERVER_PORT=//p' "$CL/cluster.env")
+  [[ -n "$api" ]] || die "no TESSERA_APISERVER_PORT in $CL/cluster.env"
+  ports=$("$BIN/k8s-harness" freeports $((want + 1)))
+  mkdir -p "$CL/pids"
+  : >"$CL/gate.cut"
+  {
+    echo "TESSERA_GATE_PODS_PORT=$(sed -n 1p <<<"$ports")"
+    args+=(-listen "pods=$(host_ip):$(sed -n 1p <<<"$ports")")
+    for ((i = 0; i < want; i++)); do
+      n=$(node_name "$i")
+      echo "TESSERA_GATE_PORT_${n//-/_}=$(sed -n "$((i + 2))p" <<<"$ports")"
+      args+=(-listen "$n=127.0.0.1:$(sed -n "$((i + 2))p" <<<"$ports")" -cidr "$n=10.244.$((i + 1)).0/24")
+    done
+  } >"$CL/gate.env"
+  setsid "$BIN/api-gate" -to "127.0.0.1:$api" -control "$CL/gate.cut" "${args[@]}" \
+    </dev/null >"$CL/logs/api-gate.log" 2>&1 &
+  echo $! >"$CL/pids/api-gate.pid"
+  log "api-gate: the nodes reach the API server through it ($CL/gate.env)"
+}
+
+gate_down() {
+  local pid
+  if [[ -f "$CL/pids/api-gate.pid" ]]; then
+    pid=$(<"$CL/pids/api-gate.pid")
+    kill "$pid" 2>/dev/null || true
+    rm -f "$CL/pids/api-gate.pid"
+  fi
+  rm -f "$CL/gate.env" "$CL/gate.cut"
+}
+
+partition() { # partition NODE cut|heal
+  local n=$1 f="$CL/gate.cut"
+  [[ -f "$f" ]] || die "no api-gate runs"
+  if [[ $2 == cut ]]; then
+    grep -qx "$n" "$f" || echo "$n" >>"$f"
+    log "$n cut off the API server (its connections hold their bytes)"
+  else
+    { grep -vx "$n" "$f" || true; } >"$f.new"; mv "$f.new" "$f"
+    log "$n reconnected to the API server"
+  fi
+  sleep 0.3   # api-gate reads the file every 100 ms
+}
+
 power_off() { # power_off NODE: what a power loss does to the node's processes
   local n=$1 pids i t=$(now_ms)
   [[ -n "$(cg_pids "$n")" ]] || die "$n: no process runs"
@@ -391,6 +452,7 @@ write_env() {
     done
     echo "TESSERA_SHARED_DIR=$SHARED"
     echo "TESSERA_SHARED_FS=$SHARED_FS"
+    cat "$CL/gate.env" 2>/dev/null || true
   } >"$CL/nodes.env"
 }
 
@@ -405,6 +467,7 @@ cmd_up() {
   [[ "$(findmnt -no PROPAGATION /)" == private ]] ||
     die "/ is a shared mount here: the nodes' private mount namespaces would leak mounts to the host"
   if [[ $SHARED_FS == gluster ]]; then gluster_up; fi
+  gate_up "$want"
   for ((i = 0; i < want; i++)); do
     n=$(node_name "$i")
     if node_alive "$n"; then continue; fi
@@ -425,6 +488,7 @@ cmd_down() {
     kc delete node "$n" --wait=false >/dev/null 2>&1 || true
   done
   gluster_down
+  gate_down
   [[ ! -d "$SHARED" ]] || unmount_under "$SHARED"
   rm -f "$CL/nodes.env"
   rmdir "$CG_ROOT"/*/"$CG_BASE" "$CG_ROOT"/*/"${CG_BASE%%/*}" 2>/dev/null || true
@@ -461,6 +525,8 @@ case "${1:-}" in
   _kubelet) start_kubelet "$2" "$3" ;;
   restart-kubelet) restart_kubelet "$2" ;;
   power-off) power_off "$2" ;;
+  partition) partition "$2" cut ;;
+  heal) partition "$2" heal ;;
   gluster-up) gluster_up ;;      # the shared backend alone (nodes.sh up starts it too)
   gluster-down) gluster_down ;;
   _gluster-mount) gluster_mount "$2" "$3" ;;
