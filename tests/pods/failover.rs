@@ -426,6 +426,22 @@ async fn a_partitioned_node_fences_itself_before_its_volume_moves() {
         },
     )
     .await;
+    // A schedulable again (the next test starts a Pod there).
+    let node_api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    eventually(WAIT, "node A Ready and untainted again", || async {
+        let n = node_api.get(&a).await.ok()?;
+        let ready = n
+            .status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
+        let tainted = taints
+            .iter()
+            .any(|t| t.key.starts_with("node.kubernetes.io/"));
+        (ready && !tainted).then_some(())
+    })
+    .await;
     eprintln!(
         "REAL NODES partition of {a}: app-0 wrote on {b} {:.1} s after the cut; {} acknowledged records of A on the volume, none of A after B's first, before or after the heal; A's old mount gone {:.1} s after the heal",
         moved.as_secs_f64(),
