@@ -2,8 +2,10 @@
 //! run on objects the test creates, with a `tessera controller` scoped to the test and
 //! a stand-in agent reporting MountPods Ready. Checks that `tickets` and `status` name
 //! the tickets, their reasons and their owners (field managers), that `status` follows
-//! a PVC through its PV and a Pod through its volumes, that `-n` defaults to the
-//! kubeconfig context's namespace, that `mounts` lists MountPods by node, and that `doctor` finds a node without an agent or a CSINode
+//! a PVC through its PV and a Pod through its volumes (and the MountPod and tickets on
+//! its node), that `-n` defaults to the kubeconfig context's namespace, that `pods`
+//! lists the Pods with Tessera volumes (`-A`: in every namespace), that `mounts`
+//! lists MountPods by node, and that `doctor` finds a node without an agent or a CSINode
 //! registration and a waiting ticket, and stops reporting what was fixed.
 
 use crate::support;
@@ -317,6 +319,23 @@ async fn tickets_and_status_name_reasons_and_owners() {
     line_with(&out, &["PVC", &format!("default/{}", e.id), &pv_name]);
     line_with(&out, &[&format!("Pod default/{pod_name}, volume scratch")]);
     assert!(!out.contains("volume cfg"), "{out}");
+    // What serves the claim on the Pod's node: the MountPod there (the stand-in agent
+    // binds nothing), and the tickets for that node only.
+    let mp0 = tessera::api::mountpod_name(&vol, &n0);
+    line_with(
+        &out,
+        &[
+            &format!("on node {n0}: MountPod {mp0}"),
+            "Ready",
+            "no reference for this Pod",
+        ],
+    );
+    let tickets_line = line_with(&out, &[&format!("tickets for {n0}:")]);
+    assert!(tickets_line.contains("gitops-a"), "{tickets_line}");
+    assert!(
+        !tickets_line.contains("person-b"),
+        "{n1}'s ticket: {tickets_line}"
+    );
     let found: Value = serde_json::from_slice(
         &plugin(&["status", &format!("pod/{pod_name}"), "-o", "json"]).stdout,
     )
@@ -324,6 +343,57 @@ async fn tickets_and_status_name_reasons_and_owners() {
     assert_eq!(found[0]["volume"], json!("data"));
     assert_eq!(found[0]["report"]["volumeName"], json!(vol));
     assert_eq!(found[1]["start"]["kind"], json!("volume"));
+    assert_eq!(found[0]["node"], json!(n0));
+
+    // pods: the context's namespace (default here), a line per Tessera volume.
+    let out = stdout(&plugin(&["pods"]));
+    println!("{out}");
+    assert!(
+        out.starts_with("POD "),
+        "no namespace column without -A: {out}"
+    );
+    line_with(
+        &out,
+        &[&pod_name, &n0, "data", &e.id, &vol, &mp0, "Ready", "no"],
+    );
+    line_with(&out, &[&pod_name, &n0, "scratch", "no MountPod on"]);
+    assert!(!out.contains(" cfg "), "{out}");
+    let out = stdout(&plugin(&["pods", "-A"]));
+    assert!(out.starts_with("NAMESPACE "), "{out}");
+    line_with(&out, &["default", &pod_name, "data", &vol]);
+    let out = stdout(&plugin(&["pods", "--node", &n1]));
+    assert!(!out.contains(&pod_name), "only node {n1}'s Pods: {out}");
+    let rows: Value = serde_json::from_slice(&plugin(&["pods", "-o", "json"]).stdout).unwrap();
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["pod"] == json!(pod_name)
+                && r["tesseraVolume"] == json!(vol)
+                && r["mountPod"] == json!(mp0)),
+        "{rows}"
+    );
+    // In kube-system (the other kubeconfig's context): not there; with -A it is.
+    let there = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
+            .arg("--kubeconfig")
+            .arg(&in_kube_system)
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert!(!there(&["pods"]).contains(&pod_name));
+    assert!(there(&["pods", "-A"]).contains(&pod_name));
+    // -A where one object is named: refused.
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
+        .arg("--kubeconfig")
+        .arg(support::kubeconfig_path())
+        .args(["-A", "status", &format!("pod/{pod_name}")])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
     let _ = pods.delete(&pod_name, &DeleteParams::default()).await;
 
     // mounts: a line per MountPod, by node.

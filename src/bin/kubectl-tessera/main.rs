@@ -4,6 +4,7 @@
 //! This file is the command line and the output; `read` does the API reads and fills
 //! the plain structures of `tessera::plugin`, whose pure functions render and judge.
 
+mod pods;
 mod preflight;
 mod read;
 
@@ -29,6 +30,10 @@ struct Cli {
     /// as kubectl; in a Pod, its own).
     #[arg(short = 'n', long, global = true)]
     namespace: Option<String>,
+    /// `pods`: every namespace (the other commands name one object, or list what is
+    /// cluster-wide: `mounts` lists every MountPod).
+    #[arg(short = 'A', long, global = true)]
+    all_namespaces: bool,
     /// Namespace Tessera is installed in (its controller Lease and Pods).
     #[arg(
         long,
@@ -115,6 +120,14 @@ enum Command {
     /// restarts, OOM kills, age and what is wrong.
     Mounts {
         /// Only the MountPods of this node.
+        #[arg(long)]
+        node: Option<String>,
+    },
+    /// The Pods with Tessera volumes in the namespace (-A: in every namespace), a line
+    /// per volume: its claim and Volume, the MountPod serving it on the Pod's node,
+    /// whether it is bound into the Pod, and what is wrong.
+    Pods {
+        /// Only the Pods on this node.
         #[arg(long)]
         node: Option<String>,
     },
@@ -209,11 +222,13 @@ fn exit_code(findings: &[doctor::Finding]) -> ExitCode {
     }
 }
 
-/// `status pod/NAME` as text: each Tessera volume's report under a line naming it.
+/// `status pod/NAME` as text: each Tessera volume's report under a line naming it,
+/// first what serves it on the Pod's node (the Pod's `uid`).
 fn pod_text(
     namespace: &str,
     name: &str,
-    found: &[read::PodVolumeReport],
+    uid: &str,
+    found: &[pods::PodVolumeReport],
     now: jiff::Timestamp,
     width: Option<usize>,
 ) -> String {
@@ -229,7 +244,13 @@ fn pod_text(
         }
         out.push_str(&format!("── Pod {namespace}/{name}, volume {}\n", v.volume));
         match &v.report {
-            Some(r) => out.push_str(&status::render(r, now, width)),
+            Some(r) => {
+                for l in tessera::plugin::pods::serving(r, &v.node, uid) {
+                    out.push_str(&l);
+                    out.push('\n');
+                }
+                out.push_str(&status::render(r, now, width));
+            }
             None => out.push_str("   not a Tessera volume (its PV is another driver's)\n"),
         }
     }
@@ -243,6 +264,11 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, read::Error> {
+    if cli.all_namespaces && !matches!(cli.command, Command::Pods { .. } | Command::Mounts { .. }) {
+        return Err(read::Error::Usage(
+            "-A/--all-namespaces lists Pods (`pods -A`); this command names one object".into(),
+        ));
+    }
     let (client, context_namespace) = client(&cli).await?;
     let namespace = cli.namespace.clone().unwrap_or(context_namespace);
     let now = jiff::Timestamp::now();
@@ -259,12 +285,14 @@ async fn run(cli: Cli) -> Result<ExitCode, read::Error> {
             };
             let target = read::Target::parse(target, &namespace)?;
             if let read::Target::Pod { namespace, name } = &target {
-                let found =
-                    read::pod_status(&client, namespace, name, &cli.tessera_namespace, &limits)
+                let (found, uid) =
+                    pods::pod_status(&client, namespace, name, &cli.tessera_namespace, &limits)
                         .await?;
                 match cli.output {
                     Output::Json => print!("{}", json(&found)),
-                    Output::Text => print!("{}", pod_text(namespace, name, &found, now, width)),
+                    Output::Text => {
+                        print!("{}", pod_text(namespace, name, &uid, &found, now, width))
+                    }
                 }
                 return Ok(ExitCode::SUCCESS);
             }
@@ -272,6 +300,18 @@ async fn run(cli: Cli) -> Result<ExitCode, read::Error> {
             match cli.output {
                 Output::Json => print!("{}", json(&report)),
                 Output::Text => print!("{}", status::render(&report, now, width)),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Pods { node } => {
+            let ns = (!cli.all_namespaces).then_some(namespace.as_str());
+            let rows = pods::pod_rows(&client, ns, node.as_deref()).await?;
+            match cli.output {
+                Output::Json => print!("{}", json(&rows)),
+                Output::Text => print!(
+                    "{}",
+                    tessera::plugin::pods::render(&rows, cli.all_namespaces, width)
+                ),
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -412,5 +452,10 @@ mod tests {
             .unwrap();
         assert_eq!(cli.namespace.as_deref(), Some("shop"));
         assert!(matches!(cli.command, Command::Mounts { node: Some(ref n) } if n == "a"));
+        let cli = Cli::try_parse_from(["kubectl-tessera", "pods", "-A"]).unwrap();
+        assert!(cli.all_namespaces);
+        assert!(matches!(cli.command, Command::Pods { node: None }));
+        let cli = Cli::try_parse_from(["kubectl-tessera", "pods"]).unwrap();
+        assert!(!cli.all_namespaces);
     }
 }

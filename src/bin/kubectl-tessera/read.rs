@@ -16,7 +16,7 @@ use tessera::api::{
     self, CSI_DRIVER_NAME, LABEL_VOLUME, MOUNT_POD_COMPONENT, MOUNT_POD_CONTAINER, MountPod,
     Volume, VolumeAttachment, VolumeState,
 };
-use tessera::plugin::{doctor, pods, status, tickets};
+use tessera::plugin::{doctor, status, tickets};
 
 /// Why the plugin could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -36,8 +36,11 @@ pub enum Error {
     /// The object asked for does not exist.
     #[error("{0} not found")]
     NotFound(String),
+    /// A flag that does not apply to the command.
+    #[error("{0}")]
+    Usage(String),
     /// The target is not `pvc/NAME`, `pv/NAME`, `volume/NAME` or a name.
-    #[error("{0:?}: expected pvc/NAME, pv/NAME, volume/NAME or a Volume's name")]
+    #[error("{0:?}: expected pvc/NAME, pod/NAME, pv/NAME, volume/NAME or a Volume's name")]
     BadTarget(String),
 }
 
@@ -281,60 +284,6 @@ pub async fn status(
         });
     }
     Ok(report)
-}
-
-/// One volume of a Pod and its status (`None`: its PV is another driver's).
-#[derive(Debug, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodVolumeReport {
-    pub volume: String,
-    pub start: pods::Start,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub report: Option<status::Report>,
-}
-
-/// The status of each volume of Pod `namespace/name` that may be Tessera's.
-pub async fn pod_status(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    tns: &str,
-    logs: &LogLimits,
-) -> Result<Vec<PodVolumeReport>, Error> {
-    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
-        .get_opt(name)
-        .await
-        .ctx(|| format!("reading Pod {namespace}/{name}"))?
-        .ok_or_else(|| Error::NotFound(format!("Pod {namespace}/{name}")))?;
-    let mut out = Vec::new();
-    for v in pods::volumes(&pod) {
-        let target = match &v.start {
-            pods::Start::Claim { namespace, name } => Target::Pvc {
-                namespace: namespace.clone(),
-                name: name.clone(),
-            },
-            pods::Start::Volume { name } => Target::Volume(name.clone()),
-        };
-        let report = match status(client, &target, tns, logs).await {
-            // A claim the Pod names may not exist (yet): the report says so.
-            Err(Error::NotFound(what)) => status::Report {
-                tessera_namespace: tns.into(),
-                volume_name: format!("<{what} not found>"),
-                ..Default::default()
-            },
-            other => other?,
-        };
-        let theirs = report
-            .pv
-            .as_ref()
-            .is_some_and(|pv| pv.driver != CSI_DRIVER_NAME);
-        out.push(PodVolumeReport {
-            volume: v.volume,
-            start: v.start,
-            report: (!theirs).then_some(report),
-        });
-    }
-    Ok(out)
 }
 
 /// Every MountPod.
