@@ -5,13 +5,20 @@ CARGO ?= cargo
 
 include tests/harness/harness.mk
 
-.PHONY: all build test lint crds diagrams charts dashboard-picture monitoring demo image-containerfile bench-fuse bench-controller bench-rwx bench-attach
+.PHONY: all build dist test lint crds diagrams charts dashboard-picture monitoring demo image-containerfile bench-fuse bench-controller bench-rwx bench-attach
 
 all: build
 
 ## build: the tessera and kubectl-tessera binaries (release)
 build:
 	$(CARGO) build --release
+
+## dist: release archives of kubectl-tessera (the binary and LICENSE, a tar.gz per
+## target of DIST_TARGETS, default this machine's) and their krew manifest with each
+## archive's sha256, in target/dist/ (plugins/dist.sh; DIST_URL: where the archives
+## will be downloadable; TESSERA_PLUGIN_BIN: package that binary, no build)
+dist:
+	CARGO="$(CARGO)" bash plugins/dist.sh
 
 ## crds: regenerate crds/ from the Rust types, and the Helm chart's copy
 crds:

@@ -16,5 +16,6 @@ mod chart;
 mod crds_in_sync;
 mod examples;
 mod inline_policy;
+mod krew;
 mod monitoring;
 mod rbac;
