@@ -3,7 +3,8 @@
 //! real external-provisioner and external-attacher ([`csi_chain`]), csi-sanity, and the
 //! cases the sidecars cannot produce at the sockets of a running `tessera controller`
 //! and `tessera node`; [`publish_race`] runs the Node service's bind against a symlink
-//! race (root, no cluster).
+//! race (root, no cluster); [`registrar`] runs the real node-driver-registrar's
+//! `/healthz` (its liveness probe in config/) on a `tessera node` socket.
 //!
 //! Only [`csi_chain`] makes PVCs, Pods or storage VolumeAttachments, which its
 //! cluster-wide sidecars act on; the other modules talk to the sockets directly, so
@@ -20,3 +21,4 @@ mod csi_rwx;
 mod csi_sanity;
 mod csi_snapshots;
 mod publish_race;
+mod registrar;

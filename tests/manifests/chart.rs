@@ -664,3 +664,85 @@ fn every_csi_sidecar_is_scraped() {
         );
     }
 }
+
+/// The node DaemonSet's registrar serves its /healthz (`--http-endpoint`) as its
+/// liveness probe, on a port of its own; no two containers of any Pod of config/ or of
+/// the chart (which renders config/) use one port, nor do two hostNetwork Pods. The
+/// registrar has no /metrics: the PodMonitor must not scrape it (a target always down).
+#[test]
+fn registrar_healthz_and_no_port_collides() {
+    let objects = objects(&kustomize(&["config", "config/monitoring"]));
+    let ds = objects
+        .iter()
+        .find(|((k, _, n), _)| k == "DaemonSet" && n == "tessera-node")
+        .map(|(_, v)| v.clone())
+        .expect("the node DaemonSet");
+    let reg = ds["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "node-driver-registrar")
+        .expect("the registrar")
+        .clone();
+    let endpoint = reg["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|a| a.as_str()?.strip_prefix("--http-endpoint=:"))
+        .expect("the registrar has --http-endpoint");
+    let port: i64 = endpoint.parse().unwrap();
+    let named = reg["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["containerPort"] == port)
+        .expect("a port for the endpoint");
+    assert_eq!(reg["livenessProbe"]["httpGet"]["port"], named["name"]);
+    assert_eq!(reg["livenessProbe"]["httpGet"]["path"], "/healthz");
+    let monitor = objects
+        .iter()
+        .find(|((k, _, _), _)| k == "PodMonitor")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    assert!(
+        !monitor["spec"]["podMetricsEndpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["port"] == named["name"]),
+        "the registrar serves no /metrics"
+    );
+
+    let chart = helm_template("tessera-system", &[]);
+    let config = objects;
+    for (source, yaml) in [("config/", config), ("the chart", self::objects(&chart))] {
+        let mut host_ports: BTreeMap<i64, String> = BTreeMap::new();
+        for ((kind, _, name), obj) in &yaml {
+            let Some(spec) = obj.pointer("/spec/template/spec") else {
+                continue;
+            };
+            let host = spec["hostNetwork"].as_bool().unwrap_or(false);
+            let mut seen: BTreeMap<i64, String> = BTreeMap::new();
+            let mut names: BTreeMap<String, String> = BTreeMap::new();
+            for c in spec["containers"].as_array().into_iter().flatten() {
+                let cname = c["name"].as_str().unwrap().to_string();
+                for p in c["ports"].as_array().into_iter().flatten() {
+                    let n = p["containerPort"].as_i64().unwrap();
+                    if let Some(other) = seen.insert(n, cname.clone()) {
+                        panic!("{source}: {kind} {name}: {cname} and {other} both use port {n}");
+                    }
+                    if let Some(pn) = p["name"].as_str()
+                        && let Some(other) = names.insert(pn.to_string(), cname.clone())
+                    {
+                        panic!(
+                            "{source}: {kind} {name}: {cname} and {other} both name a port {pn}"
+                        );
+                    }
+                    if host && let Some(other) = host_ports.insert(n, format!("{kind} {name}")) {
+                        panic!("{source}: hostNetwork {kind} {name} and {other} both use port {n}");
+                    }
+                }
+            }
+        }
+    }
+}
