@@ -52,7 +52,10 @@ for target in $DIST_TARGETS; do
     [[ "$target" == "$HOST" ]] || { echo "dist.sh: TESSERA_PLUGIN_BIN is for $HOST only, not $target" >&2; exit 1; }
     bin="$TESSERA_PLUGIN_BIN"
   else
-    "$CARGO" build --release --locked --bin kubectl-tessera --target "$target"
+    # Without symbols: a quarter of the binary (a panic's backtrace loses its
+    # function names; the plugin's errors are messages, not panics).
+    CARGO_PROFILE_RELEASE_STRIP=symbols \
+      "$CARGO" build --release --locked --bin kubectl-tessera --target "$target"
     bin="${CARGO_TARGET_DIR:-$ROOT/target}/$target/release/kubectl-tessera"
   fi
   name="kubectl-tessera_v${VERSION}_${os}_${arch}.tar.gz"
