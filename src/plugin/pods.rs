@@ -228,7 +228,11 @@ pub fn rows(pods: &[Pod], l: &Lookup) -> Vec<PodRow> {
                                 .as_ref()
                                 .and_then(|s| s.phase.clone())
                                 .unwrap_or_default();
-                            row.problem = format!("claim {phase}, not bound yet");
+                            row.problem = if bound_to.is_empty() {
+                                format!("claim {phase}, not bound yet")
+                            } else {
+                                format!("its PV {bound_to} not found")
+                            };
                         }
                     }
                 }
@@ -473,6 +477,7 @@ mod tests {
                 json!([
                     {"name": "w", "persistentVolumeClaim": {"claimName": "work"}},
                     {"name": "m", "persistentVolumeClaim": {"claimName": "missing"}},
+                    {"name": "l", "persistentVolumeClaim": {"claimName": "lost"}},
                 ]),
             ),
         ];
@@ -482,6 +487,7 @@ mod tests {
             claim("shop", "ebs", "gp3", Some("pv-ebs"), "Bound"),
             claim("shop", "pending-other", "gp3", None, "Pending"),
             claim("ops", "work", "tessera", None, "Pending"),
+            claim("ops", "lost", "tessera", Some("pv-gone"), "Lost"),
         ];
         let pvs = vec![
             pv("pv-data", "csi.tessera.io", "vol-data"),
@@ -543,6 +549,17 @@ mod tests {
             problem: problem.into(),
         };
         let want = vec![
+            row(
+                "ops",
+                "job",
+                "",
+                "l",
+                "lost",
+                "",
+                "",
+                false,
+                "its PV pv-gone not found",
+            ),
             row(
                 "ops",
                 "job",

@@ -394,7 +394,10 @@ async fn tickets_and_status_name_reasons_and_owners() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
-    let _ = pods.delete(&pod_name, &DeleteParams::default()).await;
+    // No kubelet runs the Pod: gone at once, not left Terminating for the next run.
+    let _ = pods
+        .delete(&pod_name, &DeleteParams::default().grace_period(0))
+        .await;
 
     // mounts: a line per MountPod, by node.
     let out = stdout(&plugin(&["mounts"]));
