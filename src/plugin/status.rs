@@ -124,6 +124,26 @@ pub struct Agent {
     pub csi_registered: bool,
     /// Whether a Node object of that name exists.
     pub node_exists: bool,
+    /// The node's liveness Lease (docs/failover.md).
+    pub lease: NodeLease,
+}
+
+/// What the node's liveness Lease (`tessera-node-<node>`) says.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum NodeLease {
+    /// No Lease: an agent that renews none (an older release, `--renew-interval=0s`).
+    #[default]
+    None,
+    /// Renewed `age_seconds` ago by the agent's clock (`renewTime`: informational);
+    /// its daemons fence themselves after `fence_after_seconds` without a renewal.
+    Renewed {
+        age_seconds: i64,
+        fence_after_seconds: i64,
+    },
+    /// Marked `tessera.io/fenced` by the controller: its single-writer tickets of
+    /// opted-in volumes were released.
+    Fenced,
 }
 
 /// The last lines an agent logged about the volume, and where they come from.
@@ -197,6 +217,22 @@ pub fn hints(r: &Report) -> Vec<String> {
                 "the agent Pod on {} is not Ready: its log (below) and `kubectl describe pod`",
                 a.node
             ));
+        }
+        match a.lease {
+            NodeLease::Fenced => out.push(format!(
+                "node {} is fenced (its liveness Lease is marked tessera.io/fenced): its opted-in single-writer volumes were given to other nodes; its agent takes the Lease back, revoking its old mounts, once it reaches the API server (docs/failover.md)",
+                a.node
+            )),
+            NodeLease::Renewed {
+                age_seconds,
+                fence_after_seconds,
+            } if age_seconds >= fence_after_seconds => out.push(format!(
+                "node {}'s agent has not renewed its liveness Lease for {}: past fenceAfter ({}), its self-fencing mounts hold their writes until it renews; the agent's log, and whether the node reaches the API server",
+                a.node,
+                text::age(age_seconds),
+                text::age(fence_after_seconds)
+            )),
+            _ => {}
         }
         if a.node_exists && !a.csi_registered {
             out.push(format!(
@@ -340,8 +376,20 @@ pub fn render(r: &Report, now: jiff::Timestamp, width: Option<usize>) -> String 
             None => "no tessera-node Pod".into(),
         };
         let node = if a.node_exists { "" } else { " (no such Node)" };
+        let lease = match &a.lease {
+            NodeLease::None => "no liveness Lease".to_string(),
+            NodeLease::Fenced => "FENCED".to_string(),
+            NodeLease::Renewed {
+                age_seconds,
+                fence_after_seconds,
+            } => format!(
+                "Lease renewed {} ago (fenceAfter {})",
+                text::age(*age_seconds),
+                text::age(*fence_after_seconds)
+            ),
+        };
         line(format!(
-            "  {}{node}   {pod}   version {}   CSINode {}",
+            "  {}{node}   {pod}   version {}   CSINode {}   {lease}",
             a.node,
             or_dash(&a.version),
             if a.csi_registered {
@@ -455,6 +503,10 @@ mod tests {
                 version: "0.1.0".into(),
                 csi_registered: true,
                 node_exists: true,
+                lease: NodeLease::Renewed {
+                    age_seconds: 1,
+                    fence_after_seconds: 20,
+                },
             }],
             logs: vec![LogTail {
                 node: "node-a".into(),
@@ -547,6 +599,21 @@ mod tests {
                     r.agents[0].csi_registered = false;
                 }),
                 "node node-a does not exist",
+            ),
+            (
+                "fenced node",
+                Box::new(|r| r.agents[0].lease = NodeLease::Fenced),
+                "node node-a is fenced",
+            ),
+            (
+                "agent silent past fenceAfter",
+                Box::new(|r| {
+                    r.agents[0].lease = NodeLease::Renewed {
+                        age_seconds: 45,
+                        fence_after_seconds: 20,
+                    }
+                }),
+                "has not renewed its liveness Lease for 45s",
             ),
             (
                 "unpublished",

@@ -274,6 +274,10 @@ pub async fn status(
                 .logs
                 .push(agent_log(client, tns, p, &name, logs).await);
         }
+        let lease = Api::<Lease>::namespaced(client.clone(), tns)
+            .get_opt(&tessera::api::liveness_lease(&node))
+            .await
+            .ctx(|| format!("reading the liveness Lease of {node}"))?;
         report.agents.push(status::Agent {
             node: node.clone(),
             pod: pod.map(|p| format!("{tns}/{}", p.name_any())),
@@ -281,9 +285,30 @@ pub async fn status(
             version: pod.map(pod_version).unwrap_or_default(),
             csi_registered: csinode.as_ref().is_some_and(registered),
             node_exists,
+            lease: lease.map(|l| node_lease(&l)).unwrap_or_default(),
         });
     }
     Ok(report)
+}
+
+/// What a liveness Lease says (its renewTime against this machine's clock: shown,
+/// never decided on).
+fn node_lease(l: &Lease) -> status::NodeLease {
+    if l.annotations()
+        .contains_key(tessera::api::ANNOTATION_FENCED)
+    {
+        return status::NodeLease::Fenced;
+    }
+    let spec = l.spec.clone().unwrap_or_default();
+    let renewed = spec.renew_time.map(|t| t.0);
+    let age_seconds = renewed
+        .map(|t| jiff::Timestamp::now().duration_since(t).as_secs().max(0))
+        .unwrap_or(i64::MAX);
+    let fence_after_seconds = spec.lease_duration_seconds.map(i64::from).unwrap_or(0);
+    status::NodeLease::Renewed {
+        age_seconds,
+        fence_after_seconds,
+    }
 }
 
 /// Every MountPod.
