@@ -18,7 +18,8 @@
 #                            TESSERA_IMAGE_BIN's, at target/image/tessera); BASE from
 #                            IMAGE_BASE (default: the Containerfile's, distroless;
 #                            `offline`: tessera-base.tar, build-runtime-base); named
-#                            IMAGE_NAME (default tessera:VERSION) in buildah's store
+#                            IMAGE_NAME (default localhost/tessera:VERSION) in buildah's
+#                            store (dangling images pruned after each build and push)
 #   images.sh push REGISTRY  push that image and the CSI sidecars config/ runs to
 #                            REGISTRY (buildah push; REGISTRY_AUTHFILE, REGISTRY_CERT_DIR:
 #                            buildah's --authfile and --cert-dir); the sidecars from
@@ -140,8 +141,15 @@ build_sidecars() {
 . "$HARNESS_DIR/buildah.sh"
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -n1)
 
+# Drop buildah's untagged images (build stages, replaced builds, pulled copies).
+prune() {
+  local ids
+  ids=$(bah images -a -q --filter dangling=true 2>/dev/null | sort -u)
+  [[ -z "$ids" ]] || bah rmi -f $ids >/dev/null 2>&1 || true
+}
+
 build_containerfile() {
-  local target="${CARGO_TARGET_DIR:-$ROOT/target}" src base=() t0 name="${IMAGE_NAME:-tessera:$VERSION}"
+  local target="${CARGO_TARGET_DIR:-$ROOT/target}" src base=() t0 name="${IMAGE_NAME:-localhost/tessera:$VERSION}"
   if [[ -n "${TESSERA_IMAGE_BIN:-}" ]]; then
     src=$TESSERA_IMAGE_BIN
   else
@@ -165,13 +173,14 @@ build_containerfile() {
   bah build --isolation chroot -q --build-arg BINARY=prebuilt --build-arg "VERSION=$VERSION" \
     ${IMAGE_SOURCE:+--build-arg "SOURCE=$IMAGE_SOURCE"} "${base[@]}" \
     -t "$name" -f "$ROOT/Containerfile" "$ROOT" >/dev/null
+  prune # the stages, and the builds this one replaced
   log "built $name from the Containerfile with buildah in $(( $(date +%s%3N) - t0 ))ms:" \
     "$(bah images --format '{{.Size}}' "$name" | head -n1) uncompressed (binary $(( $(stat -c %s "$ROOT/target/image/tessera") / 1048576 )) MiB)"
 }
 
 # push REGISTRY: Tessera's image and the CSI sidecars, as config/ and the chart name them.
 push() {
-  local reg=${1:?usage: images.sh push REGISTRY} name="${IMAGE_NAME:-tessera:$VERSION}" s id t0 opts=()
+  local reg=${1:?usage: images.sh push REGISTRY} name="${IMAGE_NAME:-localhost/tessera:$VERSION}" s id t0 opts=()
   [[ -n "${REGISTRY_AUTHFILE:-}" ]] && opts+=(--authfile "$REGISTRY_AUTHFILE")
   [[ -n "${REGISTRY_CERT_DIR:-}" ]] && opts+=(--cert-dir "$REGISTRY_CERT_DIR")
   t0=$(date +%s%3N)
@@ -189,6 +198,7 @@ push() {
     bah push -q "${opts[@]}" "$id" "docker://$reg/sig-storage/$s" >&2
   done
   log "pushed the CSI sidecars to $reg/sig-storage/ in $(( $(date +%s%3N) - t0 ))ms"
+  prune # the sidecars' copies
 }
 
 running_nodes() {
