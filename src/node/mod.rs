@@ -359,6 +359,16 @@ fn default_mount_resources(args: &NodeArgs) -> crate::api::MountResources {
     }
 }
 
+/// The image mount Pods run and how the kubelet pulls it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountImage {
+    pub image: String,
+    /// `None`: the cluster's default.
+    pub pull_policy: Option<String>,
+    /// The names of the Secrets in the agent's namespace.
+    pub pull_secrets: Vec<String>,
+}
+
 /// What mount Pods take from the agent's own Pod: the image (`--mount-image`, else
 /// that of its container that runs `node`), that container's pull policy, and the Pod's
 /// `imagePullSecrets` (whatever pulls the agent's image pulls theirs). Pure: `own` is
@@ -367,8 +377,8 @@ pub fn mount_image_from(
     own: Option<&Pod>,
     own_name: &str,
     mount_image: Option<&str>,
-) -> Result<(String, Option<String>, Vec<String>), String> {
-    let secrets = own
+) -> Result<MountImage, String> {
+    let pull_secrets = own
         .and_then(|p| p.spec.as_ref())
         .and_then(|s| s.image_pull_secrets.as_ref())
         .map(|refs| {
@@ -379,7 +389,11 @@ pub fn mount_image_from(
         })
         .unwrap_or_default();
     if let Some(image) = mount_image {
-        return Ok((image.to_string(), None, secrets));
+        return Ok(MountImage {
+            image: image.to_string(),
+            pull_policy: None,
+            pull_secrets,
+        });
     }
     let pod = own.ok_or_else(|| format!("the agent's Pod {own_name} could not be read"))?;
     let c = pod
@@ -392,7 +406,11 @@ pub fn mount_image_from(
         .image
         .clone()
         .ok_or_else(|| format!("the agent's container in {own_name} names no image"))?;
-    Ok((image, c.image_pull_policy.clone(), secrets))
+    Ok(MountImage {
+        image,
+        pull_policy: c.image_pull_policy.clone(),
+        pull_secrets,
+    })
 }
 
 /// In pod mode, replace `host`'s daemons by mount Pods: the image is `--mount-image`
@@ -432,8 +450,11 @@ pub async fn use_mount_pods(
             }
         },
     };
-    let (image, pull_policy, image_pull_secrets) =
-        mount_image_from(own.as_ref(), &own_name, args.mount_image.as_deref()).map_err(invalid)?;
+    let MountImage {
+        image,
+        pull_policy,
+        pull_secrets: image_pull_secrets,
+    } = mount_image_from(own.as_ref(), &own_name, args.mount_image.as_deref()).map_err(invalid)?;
     info!(%image, namespace = %args.mount_namespace, pull_secrets = ?image_pull_secrets, "pod mode: each mount in a mount Pod");
     let template = pods::Template {
         namespace: args.mount_namespace.clone(),
@@ -589,13 +610,19 @@ mod tests {
         let with = agent_pod(&["pull", "other"]);
         let without = agent_pod(&[]);
         let ok = |image: &str, policy: Option<&str>, secrets: &[&str]| {
-            Ok((
-                image.to_string(),
-                policy.map(String::from),
-                secrets.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-            ))
+            Ok(MountImage {
+                image: image.to_string(),
+                pull_policy: policy.map(String::from),
+                pull_secrets: secrets.iter().map(|s| s.to_string()).collect(),
+            })
         };
-        let cases: [(&str, Option<&Pod>, Option<&str>, Result<_, String>); 5] = [
+        type Case<'a> = (
+            &'a str,
+            Option<&'a Pod>,
+            Option<&'a str>,
+            Result<MountImage, String>,
+        );
+        let cases: [Case; 5] = [
             (
                 "own image, policy and secrets",
                 Some(&with),
