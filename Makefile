@@ -5,7 +5,7 @@ CARGO ?= cargo
 
 include tests/harness/harness.mk
 
-.PHONY: all build dist test lint crds diagrams charts dashboard-picture monitoring demo image-containerfile bench-fuse bench-controller bench-rwx bench-attach
+.PHONY: all build dist test lint crds diagrams charts dashboard-picture monitoring demo image-containerfile push bench-fuse bench-controller bench-rwx bench-attach
 
 all: build
 
@@ -66,14 +66,20 @@ test: lint harness
 demo: harness
 	ONCE=$(ONCE) bash tests/demo.sh
 
-## image-containerfile: the container image config/ runs (tessera:0.1.0) for a real
-## registry; needs docker or podman (`make image`, in tests/harness/harness.mk, builds
-## the harness nodes' images offline)
-CONTAINER ?= $(shell command -v podman || command -v docker)
-IMAGE ?= tessera:0.1.0
+## image-containerfile: the Tessera image built from the Containerfile with buildah
+## (daemonless; its store in target/buildah/): the release binary built here and copied
+## in (BINARY=prebuilt; TESSERA_IMAGE_BIN=PATH takes another), on the Containerfile's
+## base (distroless; IMAGE_BASE=offline: one made from this machine's libraries).
+## `make image push REGISTRY=...` does this, then pushes.
 image-containerfile:
-	@test -n "$(CONTAINER)" || { echo "make image-containerfile: needs docker or podman (CONTAINER=...)"; exit 1; }
-	$(CONTAINER) build -t $(IMAGE) -f Containerfile .
+	bash tests/harness/images.sh containerfile
+
+## push: every image Tessera deploys, to REGISTRY (host[:port][/path]): tessera:VERSION
+## and the CSI sidecars under REGISTRY/sig-storage/ (copied from registry.k8s.io);
+## credentials: `buildah login` or REGISTRY_AUTHFILE. docs/operations.md.
+push: image-containerfile
+	@test -n "$(REGISTRY)" || { echo "make push: REGISTRY=host[:port][/path] is needed"; exit 1; }
+	bash tests/harness/images.sh push $(REGISTRY)
 
 ## Every benchmark ends with one `BENCH <name> key=value ...` line; figures and
 ## their analysis: bench/README.md.

@@ -40,6 +40,13 @@ command -v sqlite3 >/dev/null || need_apt+=(sqlite3)
 command -v dot >/dev/null || need_apt+=(graphviz)
 dpkg -s fonts-dejavu-core >/dev/null 2>&1 || need_apt+=(fonts-dejavu-core)
 command -v python3 >/dev/null || need_apt+=(python3)
+# The harness registry (tests/harness/registry.sh: Debian's docker-registry, run by the
+# harness, not as the package's service; htpasswd from apache2-utils; curl checks it)
+# and the Containerfile image built with buildah (daemonless, --isolation chroot).
+command -v docker-registry >/dev/null || need_apt+=(docker-registry)
+command -v htpasswd >/dev/null || need_apt+=(apache2-utils)
+command -v buildah >/dev/null || need_apt+=(buildah)
+command -v curl >/dev/null || need_apt+=(curl)
 if ((${#need_apt[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

@@ -4,7 +4,8 @@
 # with a control plane of their own (target/nodes-cluster) run the demo (`make demo
 # ONCE=1`: Tessera deployed from config/, a Pod moved between nodes), the real-Pod
 # tests (tests/pods.rs, #[ignore]d elsewhere) and the Helm install
-# (tests/harness/helm.sh test), and are stopped. With KUBECONFIG the
+# (tests/harness/helm.sh test: Tessera's image built from the Containerfile, pushed
+# to the harness registry and pulled with a pull Secret), and are stopped. With KUBECONFIG the
 # cargo tests run against that cluster and nothing is started or stopped.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -55,8 +56,10 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
   HARNESS_CLUSTER_DIR="$nodes_cluster" KUBECONFIG="$nodes_cluster/kubeconfig" \
     cargo test --test pods -- --ignored --test-threads=1 --nocapture --skip failover:: $KNOWN_BROKEN_SKIP 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
-  # The Helm chart on the same nodes: the kustomize install replaced by `helm install`,
-  # a Pod on a claim to Running, then `helm uninstall` leaves only the CRDs.
+  # The Helm chart on the same nodes: the kustomize install replaced by `helm install`
+  # of images built from the Containerfile and pulled from the harness registry with a
+  # pull Secret (mount Pods included), a Pod on a claim to Running, then `helm
+  # uninstall` leaves only the CRDs.
   HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/helm.sh test 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
   # Last, since they cut node A off and then kill it for good: config/ deployed
@@ -67,7 +70,7 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
     cargo test --test pods -- --ignored --test-threads=1 --nocapture failover:: 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
   HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/cluster.sh down || true
-  nodes="; the real-Pod tests, the Helm install and the partition and power-off failovers ran on two real nodes"
+  nodes="; the real-Pod tests, the Helm install (images pulled from the harness registry) and the partition and power-off failovers ran on two real nodes"
   [[ -z "$KNOWN_BROKEN" ]] ||
     nodes+="; NOT RUN (a known bug, docs/troubleshooting.md \"Known issues\"): $KNOWN_BROKEN"
 fi

@@ -379,8 +379,63 @@ fn default_mount_resources(args: &NodeArgs) -> crate::api::MountResources {
     }
 }
 
+/// The image mount Pods run and how the kubelet pulls it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountImage {
+    pub image: String,
+    /// `None`: the cluster's default.
+    pub pull_policy: Option<String>,
+    /// The names of the Secrets in the agent's namespace.
+    pub pull_secrets: Vec<String>,
+}
+
+/// What mount Pods take from the agent's own Pod: the image (`--mount-image`, else
+/// that of its container that runs `node`), that container's pull policy, and the Pod's
+/// `imagePullSecrets` (whatever pulls the agent's image pulls theirs). Pure: `own` is
+/// the agent's Pod as read, `None` where it could not be.
+pub fn mount_image_from(
+    own: Option<&Pod>,
+    own_name: &str,
+    mount_image: Option<&str>,
+) -> Result<MountImage, String> {
+    let pull_secrets = own
+        .and_then(|p| p.spec.as_ref())
+        .and_then(|s| s.image_pull_secrets.as_ref())
+        .map(|refs| {
+            refs.iter()
+                .map(|r| r.name.clone())
+                .filter(|n| !n.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(image) = mount_image {
+        return Ok(MountImage {
+            image: image.to_string(),
+            pull_policy: None,
+            pull_secrets,
+        });
+    }
+    let pod = own.ok_or_else(|| format!("the agent's Pod {own_name} could not be read"))?;
+    let c = pod
+        .spec
+        .iter()
+        .flat_map(|s| &s.containers)
+        .find(|c| c.args.iter().flatten().next().map(String::as_str) == Some("node"))
+        .ok_or_else(|| format!("no container of Pod {own_name} runs `node`"))?;
+    let image = c
+        .image
+        .clone()
+        .ok_or_else(|| format!("the agent's container in {own_name} names no image"))?;
+    Ok(MountImage {
+        image,
+        pull_policy: c.image_pull_policy.clone(),
+        pull_secrets,
+    })
+}
+
 /// In pod mode, replace `host`'s daemons by mount Pods: the image is `--mount-image`
-/// or the agent's own (its Pod's container that runs `node`, with its pull policy).
+/// or the agent's own (its Pod's container that runs `node`, with its pull policy),
+/// pulled with the agent's Pod's `imagePullSecrets` ([`mount_image_from`]).
 pub async fn use_mount_pods(
     args: &NodeArgs,
     client: &Client,
@@ -393,37 +448,40 @@ pub async fn use_mount_pods(
         arg: "mount-image",
         message,
     };
-    let (image, pull_policy) = match &args.mount_image {
-        Some(image) => (image.clone(), None),
-        None => {
-            let Some(own) = &args.pod_name else {
-                return Err(invalid(
-                    "not given, and POD_NAME does not name the agent's Pod to take it from".into(),
-                ));
-            };
-            let pod = Api::<Pod>::namespaced(client.clone(), &args.mount_namespace)
-                .get(own)
-                .await
-                .map_err(|e| invalid(format!("reading the agent's Pod {own}: {e}")))?;
-            let c = pod
-                .spec
-                .iter()
-                .flat_map(|s| &s.containers)
-                .find(|c| c.args.iter().flatten().next().map(String::as_str) == Some("node"))
-                .ok_or_else(|| invalid(format!("no container of Pod {own} runs `node`")))?;
-            let image = c
-                .image
-                .clone()
-                .ok_or_else(|| invalid(format!("the agent's container in {own} names no image")))?;
-            (image, c.image_pull_policy.clone())
+    let own_name = args.pod_name.clone().unwrap_or_default();
+    let own = match &args.pod_name {
+        None if args.mount_image.is_none() => {
+            return Err(invalid(
+                "not given, and POD_NAME does not name the agent's Pod to take it from".into(),
+            ));
         }
+        None => None,
+        Some(own) => match Api::<Pod>::namespaced(client.clone(), &args.mount_namespace)
+            .get(own)
+            .await
+        {
+            Ok(pod) => Some(pod),
+            Err(e) if args.mount_image.is_none() => {
+                return Err(invalid(format!("reading the agent's Pod {own}: {e}")));
+            }
+            Err(e) => {
+                warn!(pod = %own, error = %e, "cannot read the agent's Pod: mount Pods get no imagePullSecrets");
+                None
+            }
+        },
     };
-    info!(%image, namespace = %args.mount_namespace, "pod mode: each mount in a mount Pod");
+    let MountImage {
+        image,
+        pull_policy,
+        pull_secrets: image_pull_secrets,
+    } = mount_image_from(own.as_ref(), &own_name, args.mount_image.as_deref()).map_err(invalid)?;
+    info!(%image, namespace = %args.mount_namespace, pull_secrets = ?image_pull_secrets, "pod mode: each mount in a mount Pod");
     let template = pods::Template {
         namespace: args.mount_namespace.clone(),
         node: args.node_name.clone(),
         image,
         pull_policy,
+        image_pull_secrets,
         mount_root: host.config.mount_root.clone(),
         state_dir: host.state.root().to_path_buf(),
         termination_grace_seconds: 30,
@@ -547,5 +605,90 @@ mod tests {
         assert_eq!(cli.node.mount_mode, MountMode::Process);
         let cli = Cli::try_parse_from(["t", "--node-name", "n1", "--mount-mode=pod"]).unwrap();
         assert_eq!(cli.node.mount_mode, MountMode::Pod);
+    }
+
+    /// The agent's Pod as the DaemonSet makes it: a registrar, the agent, and the
+    /// pull secrets given.
+    fn agent_pod(secrets: &[&str]) -> Pod {
+        use k8s_openapi::api::core::v1::{Container, LocalObjectReference, PodSpec};
+        let container = |name: &str, image: &str, arg: &str| Container {
+            name: name.into(),
+            image: Some(image.into()),
+            image_pull_policy: Some("IfNotPresent".into()),
+            args: Some(vec![arg.into()]),
+            ..Container::default()
+        };
+        Pod {
+            spec: Some(PodSpec {
+                containers: vec![
+                    container("registrar", "reg/registrar:1", "--csi-address=x"),
+                    container("tessera", "reg/tessera:1", "node"),
+                ],
+                image_pull_secrets: (!secrets.is_empty()).then(|| {
+                    secrets
+                        .iter()
+                        .map(|n| LocalObjectReference {
+                            name: n.to_string(),
+                        })
+                        .collect()
+                }),
+                ..PodSpec::default()
+            }),
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn mount_pods_take_the_agents_image_and_pull_secrets() {
+        let with = agent_pod(&["pull", "other"]);
+        let without = agent_pod(&[]);
+        let ok = |image: &str, policy: Option<&str>, secrets: &[&str]| {
+            Ok(MountImage {
+                image: image.to_string(),
+                pull_policy: policy.map(String::from),
+                pull_secrets: secrets.iter().map(|s| s.to_string()).collect(),
+            })
+        };
+        type Case<'a> = (
+            &'a str,
+            Option<&'a Pod>,
+            Option<&'a str>,
+            Result<MountImage, String>,
+        );
+        let cases: [Case; 5] = [
+            (
+                "own image, policy and secrets",
+                Some(&with),
+                None,
+                ok("reg/tessera:1", Some("IfNotPresent"), &["pull", "other"]),
+            ),
+            (
+                "no secrets on the agent: none on mount Pods",
+                Some(&without),
+                None,
+                ok("reg/tessera:1", Some("IfNotPresent"), &[]),
+            ),
+            (
+                "--mount-image: that image, the cluster's policy, the agent's secrets",
+                Some(&with),
+                Some("mine/tessera:2"),
+                ok("mine/tessera:2", None, &["pull", "other"]),
+            ),
+            (
+                "--mount-image, agent's Pod unreadable: no secrets",
+                None,
+                Some("mine/tessera:2"),
+                ok("mine/tessera:2", None, &[]),
+            ),
+            (
+                "no --mount-image and no Pod: an error",
+                None,
+                None,
+                Err("the agent's Pod a could not be read".to_string()),
+            ),
+        ];
+        for (what, own, flag, want) in cases {
+            assert_eq!(mount_image_from(own, "a", flag), want, "{what}");
+        }
     }
 }

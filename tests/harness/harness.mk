@@ -24,10 +24,14 @@ cluster-down:
 cluster-status:
 	bash $(HARNESS_DIR)/cluster.sh status
 
-## image: build the tessera, CSI sidecar, pause and busybox images offline (target/images/) and load them into every running node
+## image: build the tessera, CSI sidecar, pause and busybox images offline (target/images/) and load them into every running node; with REGISTRY=... instead the Tessera image from the Containerfile (make image push REGISTRY=...)
+ifeq ($(REGISTRY),)
 image: harness
 	bash $(HARNESS_DIR)/images.sh build
 	bash $(HARNESS_DIR)/images.sh load
+else
+image: image-containerfile
+endif
 
 ## deploy: apply config/ through the harness overlay and wait until Tessera runs on every node
 deploy: image

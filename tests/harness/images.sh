@@ -4,12 +4,27 @@
 # binaries on this machine, imported into each node's containerd with `ctr`.
 #
 #   images.sh build-base     pause + busybox archives (node start-up loads them)
+#   images.sh build-runtime-base   base/tessera-base.tar: the Containerfile's BASE offline
+#                            (distroless cc's content: glibc, libgcc, /etc/passwd with
+#                            root and nonroot 65532, /tmp), from this machine's Debian
 #   images.sh build          + tessera (release binary and the libraries ldd names;
 #                            TESSERA_IMAGE_BIN=PATH takes that binary instead)
 #                            + tools: busybox, sqlite3 and util-linux's flock (busybox
 #                            has none) from this machine, for tests/pods.rs's locks
 #                            + the CSI sidecars config/ runs, built by build.sh
 #   images.sh load [NODE...] import every archive into the nodes (default: all running)
+#   images.sh containerfile  the Tessera image as a user builds it: `buildah build` of
+#                            the Containerfile (BINARY=prebuilt: the release binary, or
+#                            TESSERA_IMAGE_BIN's, at target/image/tessera); BASE from
+#                            IMAGE_BASE (default: the Containerfile's, distroless;
+#                            `offline`: tessera-base.tar, build-runtime-base); named
+#                            IMAGE_NAME (default localhost/tessera:VERSION) in buildah's
+#                            store (dangling images pruned after each build and push)
+#   images.sh push REGISTRY  push that image and the CSI sidecars config/ runs to
+#                            REGISTRY (buildah push; REGISTRY_AUTHFILE, REGISTRY_CERT_DIR:
+#                            buildah's --authfile and --cert-dir); the sidecars from
+#                            registry.k8s.io, or with SIDECARS_FROM=harness the archives
+#                            `build` made (offline)
 #
 # Archives: target/images/<name>.tar. Image names: harness.tessera.io/<name>:<tag>
 # (the deploy overlay maps config/'s names onto them).
@@ -38,6 +53,24 @@ build_base() {
   img --name "$REG/pause:3.10" --out "$IMAGES/pause.tar" --file "$BIN/pause:/pause" --entrypoint /pause --user 65535:65535
   img --name "$REG/busybox:1.35" --out "$IMAGES/busybox.tar" --file /bin/busybox:/bin/busybox \
     --busybox-applets /bin/busybox:/bin --dir /tmp:1777 --dir /root:700 --dir /etc --cmd sh
+}
+
+# What gcr.io/distroless/cc-debian12 gives the Containerfile, from this machine's
+# libraries (the binary is built here against them): the runtime of a Rust binary
+# (loader, libc, libm, libgcc_s), root and nonroot (65532) users, /tmp.
+build_runtime_base() {
+  local etc="$IMAGES/base/etc" f libs=()
+  mkdir -p "$etc"
+  printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$etc/passwd"
+  printf 'root:x:0:\nnonroot:x:65532:\n' >"$etc/group"
+  for f in /lib/x86_64-linux-gnu/libc.so.6 /lib/x86_64-linux-gnu/libm.so.6 /lib/x86_64-linux-gnu/libgcc_s.so.1 \
+    /lib64/ld-linux-x86-64.so.2; do
+    [[ -e "$f" ]] || die "$f missing"
+    libs+=(--file "$(readlink -f "$f"):$f")
+  done
+  img --name "$REG/tessera-base:1" --out "$IMAGES/base/tessera-base.tar" "${libs[@]}" \
+    --file "$etc/passwd:/etc/passwd:644" --file "$etc/group:/etc/group:644" \
+    --dir /tmp:1777 --dir /root:700 --dir /home/nonroot
 }
 
 # --file arguments for BINARY's shared libraries and loader (none for a static binary).
@@ -104,6 +137,70 @@ build_sidecars() {
   done
 }
 
+# shellcheck source=tests/harness/buildah.sh
+. "$HARNESS_DIR/buildah.sh"
+VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -n1)
+
+# Drop buildah's untagged images (build stages, replaced builds, pulled copies).
+prune() {
+  local ids
+  ids=$(bah images -a -q --filter dangling=true 2>/dev/null | sort -u)
+  [[ -z "$ids" ]] || bah rmi -f $ids >/dev/null 2>&1 || true
+}
+
+build_containerfile() {
+  local target="${CARGO_TARGET_DIR:-$ROOT/target}" src base=() t0 name="${IMAGE_NAME:-localhost/tessera:$VERSION}"
+  if [[ -n "${TESSERA_IMAGE_BIN:-}" ]]; then
+    src=$TESSERA_IMAGE_BIN
+  else
+    log "cargo build --release --bin tessera"
+    (cd "$ROOT" && ${CARGO:-cargo} build --release --locked --bin tessera)
+    src="$target/release/tessera"
+  fi
+  [[ -x "$src" ]] || die "$src is not an executable"
+  # The build context's one file from target/ (.containerignore), debug info stripped.
+  mkdir -p "$ROOT/target/image"
+  objcopy --strip-debug "$src" "$ROOT/target/image/tessera.new"
+  mv -f "$ROOT/target/image/tessera.new" "$ROOT/target/image/tessera"
+  case "${IMAGE_BASE:-}" in
+    "") ;;
+    offline) build_runtime_base; base=(--build-arg "BASE=oci-archive:$IMAGES/base/tessera-base.tar") ;;
+    *) base=(--build-arg "BASE=$IMAGE_BASE") ;;
+  esac
+  t0=$(date +%s%3N)
+  # --isolation chroot: no container runtime, nothing host-wide (the prebuilt path has
+  # no RUN step anyway); -q: only the image ID on stdout.
+  bah build --isolation chroot -q --build-arg BINARY=prebuilt --build-arg "VERSION=$VERSION" \
+    ${IMAGE_SOURCE:+--build-arg "SOURCE=$IMAGE_SOURCE"} "${base[@]}" \
+    -t "$name" -f "$ROOT/Containerfile" "$ROOT" >/dev/null
+  prune # the stages, and the builds this one replaced
+  log "built $name from the Containerfile with buildah in $(( $(date +%s%3N) - t0 ))ms:" \
+    "$(bah images --format '{{.Size}}' "$name" | head -n1) uncompressed (binary $(( $(stat -c %s "$ROOT/target/image/tessera") / 1048576 )) MiB)"
+}
+
+# push REGISTRY: Tessera's image and the CSI sidecars, as config/ and the chart name them.
+push() {
+  local reg=${1:?usage: images.sh push REGISTRY} name="${IMAGE_NAME:-localhost/tessera:$VERSION}" s id t0 opts=()
+  [[ -n "${REGISTRY_AUTHFILE:-}" ]] && opts+=(--authfile "$REGISTRY_AUTHFILE")
+  [[ -n "${REGISTRY_CERT_DIR:-}" ]] && opts+=(--cert-dir "$REGISTRY_CERT_DIR")
+  t0=$(date +%s%3N)
+  bah push -q "${opts[@]}" "$name" "docker://$reg/tessera:$VERSION" >&2
+  log "pushed $reg/tessera:$VERSION in $(( $(date +%s%3N) - t0 ))ms"
+  t0=$(date +%s%3N)
+  for s in "${SIDECARS[@]}"; do
+    [[ ${s%%:*} != snapshot-controller ]] || continue # a cluster add-on, not Tessera's
+    if [[ "${SIDECARS_FROM:-upstream}" == harness ]]; then
+      [[ -f "$IMAGES/${s%%:*}.tar" ]] || die "$IMAGES/${s%%:*}.tar missing: images.sh build first"
+      id=$(bah pull -q "oci-archive:$IMAGES/${s%%:*}.tar")
+    else
+      id=$(bah pull -q "docker://registry.k8s.io/sig-storage/$s")
+    fi
+    bah push -q "${opts[@]}" "$id" "docker://$reg/sig-storage/$s" >&2
+  done
+  log "pushed the CSI sidecars to $reg/sig-storage/ in $(( $(date +%s%3N) - t0 ))ms"
+  prune # the sidecars' copies
+}
+
 running_nodes() {
   local n
   for n in $(ls "$CL/nodes" 2>/dev/null); do
@@ -138,7 +235,10 @@ load() {
 
 case "${1:-}" in
   build-base) build_base ;;
+  build-runtime-base) build_runtime_base ;;
   build) build_base; build_tessera; build_tools; build_sidecars ;;
   load) shift; load "$@" ;;
-  *) echo "usage: $0 build-base|build|load [NODE...]" >&2; exit 2 ;;
+  containerfile) build_containerfile ;;
+  push) shift; push "$@" ;;
+  *) echo "usage: $0 build-base|build-runtime-base|build|load [NODE...]|containerfile|push REGISTRY" >&2; exit 2 ;;
 esac

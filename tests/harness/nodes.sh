@@ -5,8 +5,9 @@
 # standard paths (/var/lib/kubelet, /var/lib/tessera, /run, /var/log, /mnt/shared), so
 # config/ runs unchanged. Called by cluster.sh under its lock:
 #
-#   nodes.sh up N     start nodes tessera-node-a, -b, ... until N run (0: nothing)
-#   nodes.sh down     stop every node, unmount, remove its cgroups
+#   nodes.sh up N     start nodes tessera-node-a, -b, ... until N run (0: nothing),
+#                     after the harness registry (registry.sh) they may pull from
+#   nodes.sh down     stop every node, unmount, remove its cgroups; stop the registry
 #   nodes.sh status   one line per node; exit 0 iff every started node is Ready
 #   nodes.sh enter NODE CMD...   run CMD in NODE's mount namespace
 #   nodes.sh restart-kubelet NODE   stop NODE's kubelet and start it again (its Pods,
@@ -172,6 +173,10 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "$SANDBOX_IMAGE"
+  # The harness registry (registry.sh): its host directory names its CA; the
+  # credentials come with each pull, from the Pod's imagePullSecrets.
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$d/certs.d"
 
 [plugins.'io.containerd.cri.v1.runtime']
   # this VM lacks CAP_SYS_RESOURCE: the sandbox's oom_score_adj write fails otherwise
@@ -188,6 +193,19 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
     bin_dirs = ["$BIN/cni"]
     conf_dir = "$d/cni/net.d"
 EOF
+  mkdir -p "$d/certs.d"
+  if [[ -f "$CL/registry.env" ]]; then
+    local reg ca
+    reg=$(sed -n 's/^TESSERA_REGISTRY=//p' "$CL/registry.env")
+    ca=$(sed -n 's/^TESSERA_REGISTRY_CA=//p' "$CL/registry.env")
+    mkdir -p "$d/certs.d/$reg"
+    cat >"$d/certs.d/$reg/hosts.toml" <<EOF
+server = "https://$reg"
+[host."https://$reg"]
+  capabilities = ["pull", "resolve"]
+  ca = "$ca"
+EOF
+  fi
   # ptp: one veth pair per Pod, the Pod's address routed on the host side; the node's
   # Pods reach the host's addresses (the API server) and the host reaches them (probes).
   mkdir -p "$d/cni/net.d"
@@ -229,6 +247,12 @@ nodeStatusReportFrequency: 10s
 evictionHard: {memory.available: 1Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%, imagefs.inodesFree: 1%}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+# The side-loaded images (images.sh) need no pull credentials, even once the same image
+# (same config digest: the sidecars pushed to the harness registry) was pulled from the
+# registry with a Secret, which makes the kubelet verify credentials for that image ID
+# (KubeletEnsureSecretPulledImages); every other image is verified.
+imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages
+preloadedImagesVerificationAllowlist: ["harness.tessera.io/*"]
 shutdownGracePeriod: 0s
 EOF
 }
@@ -468,6 +492,9 @@ cmd_up() {
     die "/ is a shared mount here: the nodes' private mount namespaces would leak mounts to the host"
   if [[ $SHARED_FS == gluster ]]; then gluster_up; fi
   gate_up "$want"
+  # The registry the nodes pull Tessera's images from (registry.sh), before the nodes:
+  # their containerd configuration names it.
+  bash "$HARNESS_DIR/registry.sh" up
   for ((i = 0; i < want; i++)); do
     n=$(node_name "$i")
     if node_alive "$n"; then continue; fi
@@ -489,6 +516,7 @@ cmd_down() {
   done
   gluster_down
   gate_down
+  bash "$HARNESS_DIR/registry.sh" down
   [[ ! -d "$SHARED" ]] || unmount_under "$SHARED"
   rm -f "$CL/nodes.env"
   rmdir "$CG_ROOT"/*/"$CG_BASE" "$CG_ROOT"/*/"${CG_BASE%%/*}" 2>/dev/null || true
@@ -500,6 +528,7 @@ cmd_down() {
 cmd_status() {
   local n rc=0 st
   if [[ -d "$G" ]]; then gluster_status || rc=1; fi
+  if [[ -f "$CL/registry.env" ]]; then bash "$HARNESS_DIR/registry.sh" status || rc=1; fi
   for n in $(ls "$NODES_DIR" 2>/dev/null); do
     if node_alive "$n"; then
       st=$(kc get node "$n" \

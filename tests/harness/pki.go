@@ -27,6 +27,8 @@ import (
 //	serving.crt serving.key       apiserver serving cert, SANs 127.0.0.1 localhost
 //	                              kubernetes[.default[.svc[.cluster.local]]] 10.0.0.1
 //	                              and every --ip (the nodes' Pods reach the apiserver there)
+//	registry.crt registry.key     the harness OCI registry's serving cert (registry.sh),
+//	                              SANs 127.0.0.1 localhost and every --ip
 //	admin.crt admin.key           client cert CN=admin O=system:masters
 //	sa.key sa.pub                 service-account signing key pair
 //	admin.kubeconfig              https://127.0.0.1:PORT, CA only in certificate-authority-data
@@ -128,6 +130,30 @@ func generatePKI(dir string, port int, extraIPs []net.IP) error {
 		return err
 	}
 	if err := writeCertKey(dir, "serving", servDER, servKey); err != nil {
+		return err
+	}
+
+	// the harness registry's serving certificate (tests/harness/registry.sh): the
+	// nodes' containerd trust it through this CA (hosts.toml)
+	regKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	regTmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: "tessera-harness-registry"},
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  append([]net.IP{net.ParseIP("127.0.0.1")}, extraIPs...),
+	}
+	regDER, err := x509.CreateCertificate(rand.Reader, regTmpl, caCert, regKey.Public(), caKey)
+	if err != nil {
+		return err
+	}
+	if err := writeCertKey(dir, "registry", regDER, regKey); err != nil {
 		return err
 	}
 

@@ -746,3 +746,46 @@ fn registrar_healthz_and_no_port_collides() {
         }
     }
 }
+
+/// A pull Secret named once reaches every workload: the chart's `imagePullSecrets` and
+/// config/'s component `image-pull-secret` put it on the controller, the node agent and
+/// the fd holder (the mount Pods take the agent's: src/node/mod.rs), nothing else, and
+/// render the same objects.
+#[test]
+fn pull_secrets_reach_every_workload() {
+    let chart = objects(&helm_template(
+        "tessera-system",
+        &["imagePullSecrets[0].name=tessera-registry"],
+    ));
+    let kustomized = objects(&kustomize(&["tests/manifests/pull-secret-overlay"]));
+    let secret = serde_json::json!([{"name": "tessera-registry"}]);
+    let want = [
+        ("DaemonSet", "tessera-fd-holder"),
+        ("DaemonSet", "tessera-node"),
+        ("Deployment", "tessera-controller"),
+    ];
+    for (what, objs) in [("chart", &chart), ("config/ + component", &kustomized)] {
+        let with: Vec<(&str, &str)> = objs
+            .iter()
+            .filter_map(|((kind, _, name), obj)| {
+                let secrets = obj.pointer("/spec/template/spec/imagePullSecrets")?;
+                assert_eq!(secrets, &secret, "{what}: {kind} {name}");
+                Some((kind.as_str(), name.as_str()))
+            })
+            .collect();
+        assert_eq!(with, want, "{what}");
+    }
+    for (kind, name) in want {
+        let key = |objs: &BTreeMap<_, Value>| {
+            objs.iter()
+                .find(|((k, _, n), _)| k == kind && n == name)
+                .map(|(_, o)| normalized(o.clone()))
+        };
+        let (a, b) = (key(&chart).unwrap(), key(&kustomized).unwrap());
+        assert!(
+            a == b,
+            "{kind} {name}: {}",
+            first_difference("", &a, &b).unwrap_or_default()
+        );
+    }
+}

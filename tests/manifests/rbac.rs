@@ -339,6 +339,7 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
         node: format!("{id}-a"),
         image: "tessera:0.1.0".into(),
         pull_policy: Some("Never".into()),
+        image_pull_secrets: vec![],
         mount_root: "/var/lib/tessera/mounts".into(),
         state_dir: "/var/lib/tessera/node".into(),
         termination_grace_seconds: 30,

@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, HostPathVolumeSource, Pod, PodSpec, ResourceRequirements, SecurityContext,
-    Toleration, Volume, VolumeMount,
+    Container, EnvVar, HostPathVolumeSource, LocalObjectReference, Pod, PodSpec,
+    ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -35,6 +35,10 @@ pub struct Template {
     pub image: String,
     /// Its pull policy (the agent's own; `None`: the cluster's default).
     pub pull_policy: Option<String>,
+    /// The Secrets the kubelet pulls the image with (the agent's own Pod's
+    /// `imagePullSecrets`: a registry that wants credentials for the agent's image
+    /// wants them for its mount Pods too).
+    pub image_pull_secrets: Vec<String>,
     /// `<mount root>/<volume>` is where daemons mount.
     pub mount_root: PathBuf,
     /// The agent's state directory (capacity and counters files, and the takeover
@@ -233,6 +237,12 @@ pub fn mount_pod(t: &Template, spec: &DaemonSpec) -> Pod {
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             termination_grace_period_seconds: Some(t.termination_grace_seconds),
+            image_pull_secrets: (!t.image_pull_secrets.is_empty()).then(|| {
+                t.image_pull_secrets
+                    .iter()
+                    .map(|name| LocalObjectReference { name: name.clone() })
+                    .collect()
+            }),
             containers: vec![Container {
                 name: MOUNT_POD_CONTAINER.into(),
                 image: Some(t.image.clone()),
@@ -288,6 +298,7 @@ mod tests {
             node: "n1".into(),
             image: "reg/tessera:1".into(),
             pull_policy: Some("Never".into()),
+            image_pull_secrets: vec![],
             mount_root: "/var/lib/tessera/mounts".into(),
             state_dir: "/var/lib/tessera/node".into(),
             termination_grace_seconds: 30,
@@ -347,6 +358,27 @@ mod tests {
             assert!(!is_mount_pod_of(&s, Some("tessera:2"), "w", node));
         }
         assert_eq!(volume_of(Path::new("/m/pvc-1")), "pvc-1");
+    }
+
+    #[test]
+    fn the_pod_is_pulled_with_the_agents_pull_secrets() {
+        let mut t = template();
+        let pod = mount_pod(&t, &spec());
+        assert_eq!(
+            pod.spec.unwrap().image_pull_secrets,
+            None,
+            "none given: none"
+        );
+        t.image_pull_secrets = vec!["registry".into(), "mirror".into()];
+        let names: Vec<String> = mount_pod(&t, &spec())
+            .spec
+            .unwrap()
+            .image_pull_secrets
+            .unwrap()
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, ["registry", "mirror"]);
     }
 
     #[test]
