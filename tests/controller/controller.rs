@@ -488,10 +488,16 @@ async fn a_node_update_that_changes_nothing_read_reconciles_nothing() {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let touched = ctrl.metric_sum("tessera_reconcile_total") - before;
+    // The background varies (requeues, other tests' objects on a loaded machine: CI
+    // once saw 2 idle, then 5 with the updates): idle once more, after, and take the
+    // larger. A reconcile per update would be 10 more.
+    let idle_start = ctrl.metric_sum("tessera_reconcile_total");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = idle.max(ctrl.metric_sum("tessera_reconcile_total") - idle_start);
     assert!(
-        touched <= idle + 1.0,
+        touched <= idle + 3.0,
         "10 Node updates that change nothing the controller reads: {touched} reconciles \
-         (idle over the same time: {idle})"
+         (idle over the same time: at most {idle})"
     );
     e.cleanup(&[vol]).await;
 }
