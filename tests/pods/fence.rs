@@ -151,5 +151,12 @@ async fn late_renewals_and_a_stopped_agent_move_nothing_and_lose_no_write() {
         after.as_secs_f64()
     );
     delete_pod(&client, &ns, "app").await;
+    // Nothing left behind: the Helm stage after these tests replaces the install only
+    // when no Tessera volume is left (CI once failed there on this claim).
+    let data = backend_dir(&nodes, &volume);
+    delete_claim(&client, &ns, "data", &pv, &volume.name_any(), &data).await;
     delete_class(&client, &class).await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
 }
