@@ -7,16 +7,29 @@
 # installs, Tessera's image is built from the Containerfile (buildah) and pushed with
 # the CSI sidecars to the harness registry (registry.sh push), and every Pod, mount
 # Pods included, pulls them from there with the pull Secret tessera-registry
-# (imagePullSecrets). HARNESS_IMAGES=offline: the images `make image` loaded instead
-# (harness.tessera.io/..., pullPolicy Never), as deploy.sh does.
+# (imagePullSecrets). The chart too comes from the registry, as users get it: `helm
+# package`, `helm registry login` and `helm push` to oci://REGISTRY/charts, then `helm
+# install oci://REGISTRY/charts/tessera --version CHART_VERSION --ca-file CA` (the
+# harness CA; the login's credentials, kept in $CL/helm/config). HARNESS_IMAGES=offline:
+# the images `make image` loaded instead (harness.tessera.io/..., pullPolicy Never), as
+# deploy.sh does, and the chart from the directory.
+#
+# The release namespace (HELM_NAMESPACE, default tessera-system) is created and
+# labelled pod-security.kubernetes.io/enforce=privileged before the install, as
+# docs/operations.md says: the chart refuses to install into a namespace without it.
 #
 #   helm.sh up      helm install --wait; wait until every node's kubelet lists the driver
 #   helm.sh down    helm uninstall --wait; check that nothing but the CRDs is left
 #                   (crds.keep: the chart keeps them, and so every Volume)
 #   helm.sh values  print the harness values
 #   helm.sh test    on a cluster deployed by deploy.sh (the demo's): undeploy the
-#                   kustomize install, `up`, a Pod on a new claim to Running, the Pod
-#                   and claim deleted to the Volume gone, `down` (tests/run.sh)
+#                   kustomize install; into the namespace tessera-alt (not the
+#                   default): the chart's Pod Security refusals (no namespace yet, then
+#                   one enforcing baseline) and the fix each prints, run as printed;
+#                   `up` from the OCI chart; the admission policies name and hold the
+#                   agent of tessera-alt; a Pod on a new claim to Running, the Pod and
+#                   claim deleted to the Volume gone; `down`; the namespace deleted
+#                   (tests/run.sh)
 set -euo pipefail
 
 HARNESS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,12 +37,15 @@ ROOT="$(cd "$HARNESS_DIR/../.." && pwd)"
 BIN="${HARNESS_BIN:-$ROOT/target/harness/bin}"
 CL="${HARNESS_CLUSTER_DIR:-$ROOT/target/cluster}"
 TIMEOUT="${HARNESS_DEPLOY_TIMEOUT:-180}"
-NS=tessera-system
+NS="${HELM_NAMESPACE:-tessera-system}"
+ALT_NS=tessera-alt
 RELEASE=tessera
 DRIVER=csi.tessera.io
 TEST_NS=tessera-helm
 PULL_SECRET=tessera-registry
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -n1)
+CHART_VERSION=$(sed -n 's/^version: *//p' "$ROOT/charts/tessera/Chart.yaml")
+PSA_LABEL=pod-security.kubernetes.io/enforce
 
 log() { printf '[helm] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -112,29 +128,74 @@ registered() { # every node's CSINode lists the driver (written by its kubelet)
   done
 }
 
-cmd_up() {
-  local t0
-  t0=$(date +%s%3N)
-  mkdir -p "$CL/helm"
-  values >"$CL/helm/values.yaml"
+# Tessera's image built from the Containerfile and pushed, with the sidecars.
+push_images() {
+  local tp reg=$1
+  tp=$(date +%s%3N)
+  # (the debug binary the demo and the tests built: a release build takes minutes)
+  local bin="${TESSERA_IMAGE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/tessera}"
+  [[ -x "$bin" ]] || (cd "$ROOT" && ${CARGO:-cargo} build --bin tessera)
+  TESSERA_IMAGE_BIN="$bin" \
+    bash "$HARNESS_DIR/registry.sh" push
+  log "built from the Containerfile and pushed to $reg in $(ms_since "$tp") ms"
+}
+
+# The chart as a package in the registry: helm package, helm registry login (the
+# credentials go to $CL/helm/config/registry, the password through stdin), helm push.
+# Without the login the registry refuses to serve it.
+push_chart() {
+  local reg=$1 tp out
+  tp=$(date +%s%3N)
+  # shellcheck disable=SC1091
+  . "$CL/registry.env"
+  rm -rf "$CL/helm/package"
+  mkdir -p "$CL/helm/package"
+  h package "$ROOT/charts/tessera" --destination "$CL/helm/package" >&2
+  h registry login "$reg" --username "$TESSERA_REGISTRY_USER" --password-stdin \
+    --ca-file "$TESSERA_REGISTRY_CA" <"$TESSERA_REGISTRY_PASSWORD_FILE" >&2
+  h push "$CL/helm/package/tessera-$CHART_VERSION.tgz" "oci://$reg/charts" --ca-file "$TESSERA_REGISTRY_CA" >&2
+  echo '{}' >"$CL/helm/anonymous.json"
+  if out=$(h show chart "oci://$reg/charts/tessera" --version "$CHART_VERSION" \
+    --ca-file "$TESSERA_REGISTRY_CA" --registry-config "$CL/helm/anonymous.json" 2>&1); then
+    die "the registry serves the chart without credentials"
+  fi
+  grep -qi 'credential\|401\|unauthorized' <<<"$out" || die "the anonymous pull failed, but not for its credentials: $out"
+  log "chart packaged and pushed to oci://$reg/charts/tessera:$CHART_VERSION in $(ms_since "$tp") ms (refused without the login)"
+}
+
+# The chart to install: the OCI reference (registry) or the directory (offline).
+chart_args() {
   local reg
   reg=$(registry)
   if [[ -n "$reg" ]]; then
-    # As a user does: build from the Containerfile, push, and give the namespace the
-    # pull Secret before the chart's Pods need it.
-    local tp
-    tp=$(date +%s%3N)
-    # (the debug binary the demo and the tests built: a release build takes minutes)
-    local bin="${TESSERA_IMAGE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/tessera}"
-    [[ -x "$bin" ]] || (cd "$ROOT" && ${CARGO:-cargo} build --bin tessera)
-    TESSERA_IMAGE_BIN="$bin" \
-      bash "$HARNESS_DIR/registry.sh" push
-    log "built from the Containerfile and pushed to $reg in $(ms_since "$tp") ms"
-    k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null
-    bash "$HARNESS_DIR/registry.sh" secret "$NS" "$PULL_SECRET"
+    # shellcheck disable=SC1091
+    . "$CL/registry.env"
+    printf '%s\n' "oci://$reg/charts/tessera" --version "$CHART_VERSION" --ca-file "$TESSERA_REGISTRY_CA"
+  else
+    printf '%s\n' "$ROOT/charts/tessera"
   fi
-  if ! h install "$RELEASE" "$ROOT/charts/tessera" --namespace "$NS" --create-namespace \
-    --values "$CL/helm/values.yaml" --wait --timeout "${TIMEOUT}s" >&2; then
+}
+
+# helm install ARGS...: the chart into $NS with the harness values.
+helm_install() {
+  local chart
+  mapfile -t chart < <(chart_args)
+  h install "$RELEASE" "${chart[@]}" --namespace "$NS" --create-namespace \
+    --values "$CL/helm/values.yaml" "$@"
+}
+
+# The namespace as docs/operations.md makes it: labelled for the privileged node Pods.
+privileged_namespace() {
+  k create namespace "$NS" --dry-run=client -o yaml | k apply -f - >/dev/null
+  k label namespace "$NS" "$PSA_LABEL=privileged" --overwrite >/dev/null
+}
+
+# The install itself, on a prepared namespace ($NS labelled, the pull Secret there).
+install_release() {
+  local t0 reg
+  t0=$(date +%s%3N)
+  reg=$(registry)
+  if ! helm_install --wait --timeout "${TIMEOUT}s" >&2; then
     k -n "$NS" get pods -o wide >&2 || true
     die "helm install did not become Ready"
   fi
@@ -145,7 +206,31 @@ cmd_up() {
     k -n "$NS" get events --field-selector reason=Pulled -o jsonpath='{range .items[*]}{.message}{"\n"}{end}' |
       grep -F "$reg" | sed 's/^/[helm]   /' >&2 || true
   fi
-  log "installed with Helm in $(ms_since "$t0") ms: controller and node DaemonSet Ready, $DRIVER registered on every node"
+  log "installed with Helm ($(chart_args | head -n1)) into $NS in $(ms_since "$t0") ms: controller and node DaemonSet Ready, $DRIVER registered on every node"
+}
+
+prepare() {
+  mkdir -p "$CL/helm"
+  values >"$CL/helm/values.yaml"
+  local reg
+  reg=$(registry)
+  if [[ -n "$reg" ]]; then
+    push_images "$reg"
+    push_chart "$reg"
+  fi
+}
+
+pull_secret() {
+  [[ -z "$(registry)" ]] || bash "$HARNESS_DIR/registry.sh" secret "$NS" "$PULL_SECRET"
+}
+
+cmd_up() {
+  prepare
+  # As a user does: the namespace labelled for Pod Security, and given the pull Secret
+  # before the chart's Pods need it.
+  privileged_namespace
+  pull_secret
+  install_release
 }
 
 # What the release leaves behind: every object of the chart's kinds labelled with the
@@ -204,15 +289,87 @@ YAML
   log "without the pull Secret the same image is refused: ${why:0:200}"
 }
 
+# Pod Security: `helm install` into $NS is refused while rendering, before Helm makes
+# anything (no namespace, no release), with a message saying WANT and a fix; the fix is
+# run as printed (with the harness's kubectl) and must leave $NS enforcing privileged.
+refused_then_fixed() { # refused_then_fixed WANT
+  local out fix ns_before
+  ns_before=$(k get namespace "$NS" -o name --ignore-not-found)
+  if out=$(helm_install 2>&1); then die "helm install into $NS was not refused ($1)"; fi
+  grep -qF "$1" <<<"$out" || die "helm install into $NS failed, but not with \"$1\": $out"
+  [[ "$(k get namespace "$NS" -o name --ignore-not-found)" == "$ns_before" ]] ||
+    die "the refused install changed namespace $NS (before: '${ns_before:-none}')"
+  ! h status "$RELEASE" --namespace "$NS" >/dev/null 2>&1 || die "the refused install recorded a release"
+  fix=$(sed -n 's/.*Fix: `\([^`]*\)`.*/\1/p' <<<"$out")
+  [[ "$fix" =~ ^kubectl\ (create\ namespace\ $NS\ \&\&\ kubectl\ )?label\ namespace\ $NS\ $PSA_LABEL=privileged(\ --overwrite)?$ ]] ||
+    die "no fix of the expected form in: $out"
+  log "refused: ${out##*execution error at }"
+  log "running the fix as printed: $fix"
+  (kubectl() { k "$@"; }; eval "$fix") >&2
+  [[ "$(k get namespace "$NS" -o jsonpath="{.metadata.labels.${PSA_LABEL//./\\.}}")" == privileged ]] ||
+    die "after the fix, namespace $NS does not enforce privileged"
+}
+
+# The chart's admission policies follow the release namespace: each names the agent of
+# $NS (and no other), is bound, and holds: a request RBAC lets that identity make but no
+# agent may (it names no node: the impersonated user has no bound Pod token) is denied
+# by the policy, not by RBAC.
+policy_denies() { # policy_denies POLICY VERB RESOURCE KUBECTL-ARGS...
+  local policy=$1 verb=$2 res=$3 agent="system:serviceaccount:$NS:tessera-node" out
+  shift 3
+  # (can-i warns that --namespace means nothing for the cluster-scoped kinds)
+  [[ "$(k auth can-i "$verb" "$res" --namespace "$NS" --as "$agent" 2>/dev/null)" == yes ]] ||
+    die "RBAC does not let $agent $verb $res: the policy check would prove nothing"
+  if out=$(k --as "$agent" "$@" --dry-run=server 2>&1); then
+    die "$agent may $verb $res unchecked (${*}): policy $policy is not in force for namespace $NS"
+  fi
+  grep -qF "ValidatingAdmissionPolicy '$policy'" <<<"$out" || die "$verb $res as $agent failed, but not by $policy: $out"
+  log "  $policy denies $agent: ${out##*denied request: }"
+}
+policies_in_force() { # policies_in_force VOLUME
+  local vol=$1 agent="system:serviceaccount:$NS:tessera-node" p exprs n=0 mp
+  for p in tessera-node-own-mountpods tessera-node-inline-volumes tessera-node-inline-tickets tessera-node-own-lease; do
+    exprs=$(k get validatingadmissionpolicy "$p" -o jsonpath='{.spec.matchConditions[*].expression}')
+    grep -qF "'$agent'" <<<"$exprs" || die "policy $p does not name $agent: $exprs"
+    [[ $(grep -o 'system:serviceaccount:[a-z0-9.-]*:' <<<"$exprs" | sort -u) == "system:serviceaccount:$NS:" ]] ||
+      die "policy $p names another namespace: $exprs"
+    [[ "$(k get validatingadmissionpolicybinding "$p" -o jsonpath='{.spec.policyName}')" == "$p" ]] || die "policy $p is not bound"
+    n=$((n + 1))
+  done
+  log "$n admission policies bound, naming $agent; in force:"
+  mp=$(k get mountpods.tessera.io -o jsonpath='{.items[0].metadata.name}')
+  [[ -n "$mp" ]] || die "no MountPod to check the policy with"
+  policy_denies tessera-node-own-lease create leases.coordination.k8s.io -n "$NS" create -f - <<YAML
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: tessera-node-not-a-node}
+spec: {holderIdentity: probe}
+YAML
+  policy_denies tessera-node-inline-volumes delete volumes.tessera.io delete volumes.tessera.io "$vol"
+  policy_denies tessera-node-own-mountpods patch mountpods.tessera.io \
+    patch mountpods.tessera.io "$mp" --type merge -p '{"metadata":{"labels":{"probe":"x"}}}'
+  policy_denies tessera-node-inline-tickets patch volumeattachments.tessera.io \
+    patch volumeattachments.tessera.io "$vol" --type merge -p '{"metadata":{"labels":{"probe":"x"}}}'
+}
+
 pod_running() { [[ "$(k -n "$TEST_NS" get pod app -o jsonpath='{.status.phase}')" == Running ]]; }
 volume_gone() { ! k get volumes.tessera.io "$1" -o name; }
 
 cmd_test() {
   local t0 node pv vol
   t0=$(date +%s%3N)
-  log "replacing the kustomize install (deploy.sh) with the chart"
+  log "replacing the kustomize install (deploy.sh) with the chart, in namespace $ALT_NS"
   FORCE= bash "$HARNESS_DIR/deploy.sh" down
-  cmd_up
+  NS=$ALT_NS
+  prepare
+  k delete namespace "$NS" --ignore-not-found --wait=true >/dev/null
+  # As a user who installs with --create-namespace, then one whose namespace enforces
+  # baseline: each refused with the fix, each fix run.
+  refused_then_fixed "namespace $NS does not exist"
+  k label namespace "$NS" "$PSA_LABEL=baseline" --overwrite >/dev/null
+  refused_then_fixed "namespace $NS enforces Pod Security level \"baseline\""
+  pull_secret
+  install_release
   node=$(k get nodes -o jsonpath='{.items[0].metadata.name}')
   k create namespace "$TEST_NS" >/dev/null
   wait_for 60 "the default ServiceAccount of $TEST_NS" k -n "$TEST_NS" get serviceaccount default
@@ -243,6 +400,7 @@ YAML
   pv=$(k -n "$TEST_NS" get pvc data -o jsonpath='{.spec.volumeName}')
   vol=$(k get pv "$pv" -o jsonpath='{.spec.csi.volumeHandle}')
   log "Pod app Running on $node with Volume $vol (installed with Helm)"
+  policies_in_force "$vol"
   if [[ -n "$(registry)" ]]; then
     # The mount Pod (created by the node agent) inherits the agent's pull Secret.
     pulled_from_registry "$(registry)" app.kubernetes.io/component=mount "the mount Pods"
@@ -253,7 +411,9 @@ YAML
   wait_for 60 "Volume $vol gone" volume_gone "$vol"
   k delete namespace "$TEST_NS" --wait=false >/dev/null
   cmd_down
-  log "PASSED: kustomize install replaced by Helm, a Pod ran on a claim, helm uninstall left only the CRDs ($(ms_since "$t0") ms)"
+  # (the namespace is the user's, made by the fix: the chart does not delete it)
+  k delete namespace "$NS" --wait=true --timeout=120s >/dev/null
+  log "PASSED: kustomize install replaced by Helm from $(chart_args | head -n1) into $NS (Pod Security refusals and fixes), the policies in force for $NS, a Pod ran on a claim, helm uninstall left only the CRDs ($(ms_since "$t0") ms)"
 }
 
 case "${1:-}" in

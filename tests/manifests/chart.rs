@@ -30,7 +30,7 @@ const LABELS: [&str; 6] = [
 ];
 
 /// Chart values that turn on what `config/` keeps in optional kustomizations.
-const OPTIONAL_ON: &[&str] = &[
+pub(crate) const OPTIONAL_ON: &[&str] = &[
     "storageClass.enabled=true",
     "monitoring.service.enabled=true",
     "monitoring.podMonitor.enabled=true",
@@ -39,7 +39,7 @@ const OPTIONAL_ON: &[&str] = &[
 ];
 
 /// A binary of the harness build; the tests need it (`make harness` builds it).
-fn harness_bin(name: &str) -> PathBuf {
+pub(crate) fn harness_bin(name: &str) -> PathBuf {
     let path = support::repo_root().join("target/harness/bin").join(name);
     assert!(
         path.exists(),
@@ -50,7 +50,7 @@ fn harness_bin(name: &str) -> PathBuf {
 }
 
 /// Run `cmd`, check that it succeeds, return its stdout.
-fn output(mut cmd: Command) -> String {
+pub(crate) fn output(mut cmd: Command) -> String {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
@@ -63,7 +63,7 @@ fn output(mut cmd: Command) -> String {
     String::from_utf8(out.stdout).expect("UTF-8 output")
 }
 
-fn chart_dir() -> String {
+pub(crate) fn chart_dir() -> String {
     support::repo_root()
         .join("charts/tessera")
         .to_string_lossy()
@@ -71,7 +71,7 @@ fn chart_dir() -> String {
 }
 
 /// `helm template tessera charts/tessera -n NAMESPACE --set ...`.
-fn helm_template(namespace: &str, set: &[&str]) -> String {
+pub(crate) fn helm_template(namespace: &str, set: &[&str]) -> String {
     let mut cmd = Command::new(harness_bin("helm"));
     cmd.args([
         "template",
@@ -99,7 +99,7 @@ fn kustomize(dirs: &[&str]) -> String {
 }
 
 /// The objects of a YAML stream, by (kind, namespace, name).
-fn objects(yaml: &str) -> BTreeMap<(String, String, String), Value> {
+pub(crate) fn objects(yaml: &str) -> BTreeMap<(String, String, String), Value> {
     let mut out = BTreeMap::new();
     for obj in support::parse_documents::<Value>(yaml) {
         let field = |p: &str| {

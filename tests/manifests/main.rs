@@ -13,6 +13,7 @@ mod support;
 mod api_server;
 mod argocd;
 mod chart;
+mod chart_namespace;
 mod crds_in_sync;
 mod examples;
 mod inline_policy;
