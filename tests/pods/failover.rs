@@ -47,6 +47,36 @@ fn records(path: &Path) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// What both failovers must leave on the volume (`when` names the moment checked):
+/// no record of `a` after `b`'s first, and every record `a` acknowledged. The number
+/// of records.
+fn check_records(file: &Path, a: &str, b: &str, acked_a: &[u64], when: &str) -> usize {
+    let on_volume = records(file);
+    let first_b = on_volume
+        .iter()
+        .position(|(n, _)| n == b)
+        .unwrap_or_else(|| panic!("{when}: no record of {b}"));
+    let late_a: Vec<_> = on_volume[first_b..]
+        .iter()
+        .filter(|(n, _)| n == a)
+        .collect();
+    assert!(
+        late_a.is_empty(),
+        "{when}: records of A after B's first: {late_a:?}"
+    );
+    let of_a: BTreeSet<u64> = on_volume
+        .iter()
+        .filter(|(n, _)| n == a)
+        .map(|(_, s)| *s)
+        .collect();
+    let lost: Vec<&u64> = acked_a.iter().filter(|s| !of_a.contains(s)).collect();
+    assert!(
+        lost.is_empty(),
+        "{when}: records A acknowledged that are not on the volume: {lost:?}"
+    );
+    on_volume.len()
+}
+
 /// The records node `node`'s container log says were acknowledged (CRI log lines
 /// `<time> stdout F acked <node> <n>`), read from the node's files on the host.
 fn acked(nodes_dir: &Path, node: &str, ns: &str) -> Vec<u64> {
@@ -198,26 +228,7 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
             .then(|| killed.elapsed())
     })
     .await;
-    let on_volume = records(&file);
-    let first_b = on_volume.iter().position(|(n, _)| *n == b).unwrap();
-    let late_a: Vec<_> = on_volume[first_b..]
-        .iter()
-        .filter(|(n, _)| *n == a)
-        .collect();
-    assert!(
-        late_a.is_empty(),
-        "records of A after B's first: {late_a:?}"
-    );
-    let of_a: BTreeSet<u64> = on_volume
-        .iter()
-        .filter(|(n, _)| *n == a)
-        .map(|(_, s)| *s)
-        .collect();
-    let lost: Vec<&u64> = acked_a.iter().filter(|s| !of_a.contains(s)).collect();
-    assert!(
-        lost.is_empty(),
-        "records A acknowledged that are not on the volume: {lost:?}"
-    );
+    check_records(&file, &a, &b, &acked_a, "after the power-off");
     assert_eq!(node_of(&client, &ns, "app-0").await, b);
     let events = kubectl(&[
         "get",
@@ -374,29 +385,7 @@ async fn a_partitioned_node_fences_itself_before_its_volume_moves() {
     // A's app still runs, its writes waiting in the fenced daemon: the acknowledged
     // records are those before the fence, and each is on the volume.
     let acked_a = acked(&nodes_dir, &a, &ns);
-    let check = |when: &str| {
-        let on_volume = records(&file);
-        let first_b = on_volume.iter().position(|(n, _)| *n == b).unwrap();
-        let late_a: Vec<_> = on_volume[first_b..]
-            .iter()
-            .filter(|(n, _)| *n == a)
-            .collect();
-        assert!(
-            late_a.is_empty(),
-            "{when}: records of A after B's first: {late_a:?}"
-        );
-        let of_a: BTreeSet<u64> = on_volume
-            .iter()
-            .filter(|(n, _)| *n == a)
-            .map(|(_, s)| *s)
-            .collect();
-        let lost: Vec<&u64> = acked_a.iter().filter(|s| !of_a.contains(s)).collect();
-        assert!(
-            lost.is_empty(),
-            "{when}: acknowledged records of A missing: {lost:?}"
-        );
-        on_volume.len()
-    };
+    let check = |when: &str| check_records(&file, &a, &b, &acked_a, when);
     check("while A is cut off");
 
     // Reconnected: A's agent finds its Lease marked, revokes its daemons (EIO), its
