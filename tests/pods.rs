@@ -419,26 +419,7 @@ async fn class_claim(
     claim: &str,
     vac: Option<&str>,
 ) -> ClassClaim {
-    let class = support::unique_name(prefix);
-    let mut params = json!({"backendRoot": "/mnt/shared/tessera", "scope": "Shared"});
-    params.as_object_mut().unwrap().extend(
-        parameters
-            .as_object()
-            .expect("parameters: an object")
-            .clone(),
-    );
-    let sc: StorageClass = serde_json::from_value(json!({
-        "metadata": {"name": class},
-        "provisioner": tessera::api::CSI_DRIVER_NAME,
-        "parameters": params,
-        "reclaimPolicy": "Delete",
-        "volumeBindingMode": "Immediate",
-    }))
-    .unwrap();
-    Api::<StorageClass>::all(client.clone())
-        .create(&PostParams::default(), &sc)
-        .await
-        .unwrap();
+    let class = shared_class(client, prefix, parameters).await;
     let mut pvc = json!({
         "metadata": {"name": claim},
         "spec": {
@@ -463,6 +444,32 @@ async fn class_claim(
     .await;
     let volume = tessera_volume(client, &pv).await;
     ClassClaim { class, pv, volume }
+}
+
+/// Create a StorageClass named after `prefix`: Tessera on the shared backend, Shared
+/// scope, with `parameters` added. Its name.
+async fn shared_class(client: &Client, prefix: &str, parameters: serde_json::Value) -> String {
+    let name = support::unique_name(prefix);
+    let mut params = json!({"backendRoot": "/mnt/shared/tessera", "scope": "Shared"});
+    params.as_object_mut().unwrap().extend(
+        parameters
+            .as_object()
+            .expect("parameters: an object")
+            .clone(),
+    );
+    let sc: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "provisioner": tessera::api::CSI_DRIVER_NAME,
+        "parameters": params,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    }))
+    .unwrap();
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &sc)
+        .await
+        .unwrap();
+    name
 }
 
 /// Delete a StorageClass of [`class_claim`] (not waited for).

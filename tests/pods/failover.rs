@@ -103,29 +103,6 @@ fn acked(nodes_dir: &Path, node: &str, ns: &str) -> Vec<u64> {
     out
 }
 
-/// A StorageClass of the shared backend named after `prefix`, with `extra` parameters.
-async fn class(client: &Client, prefix: &str, extra: serde_json::Value) -> String {
-    let name = support::unique_name(prefix);
-    let mut params = json!({"backendRoot": "/mnt/shared/tessera", "scope": "Shared"});
-    params
-        .as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().unwrap().clone());
-    let sc: StorageClass = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "provisioner": tessera::api::CSI_DRIVER_NAME,
-        "parameters": params,
-        "reclaimPolicy": "Delete",
-        "volumeBindingMode": "Immediate",
-    }))
-    .unwrap();
-    Api::<StorageClass>::all(client.clone())
-        .create(&PostParams::default(), &sc)
-        .await
-        .unwrap();
-    name
-}
-
 /// A StatefulSet `name` of one Pod writing records ([`WRITER`]) to a claim of
 /// `class`, preferably on `node`: once that node is not Ready (its unreachable
 /// taint), a replacement can only go elsewhere.
@@ -184,9 +161,9 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
     let nodes = Nodes::load();
     let (a, b) = (nodes.names()[0].clone(), nodes.names()[1].clone());
     let ns = namespace(&client, "pods-failover").await;
-    let fenced = class(&client, "fenced", json!({"nodeFailover": "Fenced"})).await;
+    let fenced = shared_class(&client, "fenced", json!({"nodeFailover": "Fenced"})).await;
     // The same without the opt-in: it must stay on A, and say why.
-    let off = class(&client, "not-fenced", json!({})).await;
+    let off = shared_class(&client, "not-fenced", json!({})).await;
     for (name, class) in [("app", &fenced), ("stay", &off)] {
         let sts = statefulset(&ns, name, class, &a).to_string();
         kubectl_stdin(&["apply", "-f", "-"], &sts);
@@ -357,7 +334,7 @@ async fn a_partitioned_node_fences_itself_before_its_volume_moves() {
     let (a, b) = (nodes.names()[0].clone(), nodes.names()[1].clone());
     controller_off(&client, &a).await;
     let ns = namespace(&client, "pods-partition").await;
-    let fenced = class(&client, "partition", json!({"nodeFailover": "Fenced"})).await;
+    let fenced = shared_class(&client, "partition", json!({"nodeFailover": "Fenced"})).await;
     kubectl_stdin(
         &["apply", "-f", "-"],
         &statefulset(&ns, "app", &fenced, &a).to_string(),
