@@ -23,6 +23,10 @@
 # (registry.sh push), pulled with the Secret tessera-registry named on every workload
 # by config/components/image-pull-secret (as docs/operations.md tells a user).
 #
+# TESSERA_CONFIG_DIR: deploy that config/ instead of this checkout's (another
+# release's; its image tag is its own, so with HARNESS_IMAGES=registry that tag must
+# be in the registry).
+#
 #   deploy.sh up     apply; wait for the controller Deployment and the node DaemonSet
 #                    to be Ready and for every node's kubelet to list csi.tessera.io
 #   deploy.sh down   delete what `up` applied (refuses while Tessera volumes exist,
@@ -38,6 +42,10 @@ OVERLAY="$CL/deploy"
 TIMEOUT="${HARNESS_DEPLOY_TIMEOUT:-180}"
 NS=tessera-system
 DRIVER=csi.tessera.io
+VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -n1)
+# The config/ to deploy: this checkout's, or another release's (tests/pods/release.rs
+# deploys release 0.1.0's, unpacked from tests/upgrade/, then upgrades to this one).
+CONFIG="${TESSERA_CONFIG_DIR:-$ROOT/config}"
 
 log() { printf '[deploy] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -58,7 +66,7 @@ write_overlay() {
     die "the control plane serves on loopback only: start it with nodes (make cluster-up)"
   mkdir -p "$OVERLAY"
   local config api
-  config=$(realpath --relative-to="$OVERLAY" "$ROOT/config")
+  config=$(realpath --relative-to="$OVERLAY" "$CONFIG")
   api="env: [{name: KUBERNETES_SERVICE_HOST, value: \"$TESSERA_HOST_IP\"}, {name: KUBERNETES_SERVICE_PORT, value: \"$POD_API_PORT\"}]"
   if [[ "${HARNESS_IMAGES:-offline}" == registry ]]; then
     local reg
@@ -114,7 +122,7 @@ apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources: [$config, $config/storageclass]
 images:
-  - {name: tessera, newName: harness.tessera.io/tessera, newTag: 0.1.0}
+  - {name: tessera, newName: harness.tessera.io/tessera, newTag: $VERSION}
   - {name: registry.k8s.io/sig-storage/csi-provisioner, newName: harness.tessera.io/csi-provisioner}
   - {name: registry.k8s.io/sig-storage/csi-attacher, newName: harness.tessera.io/csi-attacher}
   - {name: registry.k8s.io/sig-storage/csi-resizer, newName: harness.tessera.io/csi-resizer}
@@ -199,7 +207,7 @@ cmd_up() {
     local bin="${TESSERA_IMAGE_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/debug/tessera}"
     [[ -x "$bin" ]] || (cd "$ROOT" && ${CARGO:-cargo} build --bin tessera)
     TESSERA_IMAGE_BIN="$bin" bash "$HARNESS_DIR/registry.sh" push
-    k apply -f "$ROOT/config/namespace.yaml" >&2
+    k apply -f "$CONFIG/namespace.yaml" >&2
     bash "$HARNESS_DIR/registry.sh" secret "$NS" tessera-registry
   fi
   k apply -k "$OVERLAY" >&2

@@ -107,7 +107,7 @@ build_tessera() {
   # container's args, the entrypoint being /usr/bin/tessera); in process mode
   # /proc/self/exe re-executes the binary for `tessera mount`; /tmp for the
   # readOnlyRootFilesystem controller is not needed (it writes nothing).
-  img --name "$REG/tessera:0.1.0" --out "$IMAGES/tessera.tar" --file "$bin:/usr/bin/tessera:755" \
+  img --name "$REG/tessera:$VERSION" --out "$IMAGES/tessera.tar" --file "$bin:/usr/bin/tessera:755" \
     "${libs[@]}" --entrypoint /usr/bin/tessera --dir /tmp:1777
   log "tessera image: $(( $(stat -c %s "$IMAGES/tessera.tar") / 1048576 )) MiB, libraries: $((${#libs[@]} / 2))"
 }
@@ -186,6 +186,12 @@ push() {
   t0=$(date +%s%3N)
   bah push -q "${opts[@]}" "$name" "docker://$reg/tessera:$VERSION" >&2
   log "pushed $reg/tessera:$VERSION in $(( $(date +%s%3N) - t0 ))ms"
+  # IMAGE_ALSO_TAGS: the same image under other tags too (the harness's stand-in for
+  # a previous release's image: tests/upgrade/README.md).
+  for s in ${IMAGE_ALSO_TAGS:-}; do
+    bah push -q "${opts[@]}" "$name" "docker://$reg/tessera:$s" >&2
+    log "pushed $reg/tessera:$s (the same image)"
+  done
   t0=$(date +%s%3N)
   for s in "${SIDECARS[@]}"; do
     [[ ${s%%:*} != snapshot-controller ]] || continue # a cluster add-on, not Tessera's
@@ -197,6 +203,13 @@ push() {
     fi
     bah push -q "${opts[@]}" "$id" "docker://$reg/sig-storage/$s" >&2
   done
+  # The harness's busybox as Docker Hub's library/busybox:$MIRROR_BUSYBOX_TAG: the
+  # nodes' containerd use the registry as their docker.io mirror (nodes.sh), so the
+  # examples' `image: busybox:1.36` resolves with no Internet, as behind a mirror.
+  if [[ "${SIDECARS_FROM:-upstream}" == harness ]]; then
+    id=$(bah pull -q "oci-archive:$IMAGES/busybox.tar")
+    bah push -q "${opts[@]}" "$id" "docker://$reg/library/busybox:${MIRROR_BUSYBOX_TAG:-1.36}" >&2
+  fi
   log "pushed the CSI sidecars to $reg/sig-storage/ in $(( $(date +%s%3N) - t0 ))ms"
   prune # the sidecars' copies
 }

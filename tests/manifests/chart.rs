@@ -251,7 +251,11 @@ fn every_object_carries_the_six_labels() {
                     labels["app.kubernetes.io/managed-by"], manager,
                     "{key:?} {pointer}"
                 );
-                assert_eq!(labels["app.kubernetes.io/version"], "0.1.0", "{key:?}");
+                assert_eq!(
+                    labels["app.kubernetes.io/version"],
+                    env!("CARGO_PKG_VERSION"),
+                    "{key:?}"
+                );
             }
         }
     }
