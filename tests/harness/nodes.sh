@@ -205,6 +205,28 @@ server = "https://$reg"
   capabilities = ["pull", "resolve"]
   ca = "$ca"
 EOF
+    # The registry is also the node's docker.io and registry.k8s.io mirror (as behind
+    # an air gap): an image named without a registry (busybox:1.36) or a CSI sidecar
+    # as the chart names it is pulled from it, with the node's own credentials (a
+    # header: no Pod carries a pull Secret for those); it serves only what
+    # registry.sh push put there (library/busybox, sig-storage/csi-*).
+    local user pass upstream server
+    user=$(sed -n 's/^TESSERA_REGISTRY_USER=//p' "$CL/registry.env")
+    pass=$(cat "$(sed -n 's/^TESSERA_REGISTRY_PASSWORD_FILE=//p' "$CL/registry.env")")
+    for upstream in docker.io registry.k8s.io; do
+      server=https://$upstream
+      [[ $upstream != docker.io ]] || server=https://registry-1.docker.io
+      mkdir -p "$d/certs.d/$upstream"
+      (umask 077 && cat >"$d/certs.d/$upstream/hosts.toml" <<EOF
+server = "$server"
+[host."https://$reg"]
+  capabilities = ["pull", "resolve"]
+  ca = "$ca"
+  [host."https://$reg".header]
+    Authorization = "Basic $(printf '%s:%s' "$user" "$pass" | base64 -w0)"
+EOF
+      )
+    done
   fi
   # ptp: one veth pair per Pod, the Pod's address routed on the host side; the node's
   # Pods reach the host's addresses (the API server) and the host reaches them (probes).
