@@ -46,8 +46,9 @@ pub enum Command {
     Crds,
     /// Run the controllers and the CSI Identity and Controller services.
     Controller(crate::controller::ControllerArgs),
-    /// Run the node agent and the CSI Identity and Node services.
-    Node(crate::node::NodeArgs),
+    /// Run the node agent and the CSI Identity and Node services (boxed: the largest
+    /// of the roles' arguments).
+    Node(Box<crate::node::NodeArgs>),
     /// Serve one volume through FUSE.
     #[command(name = crate::fuse::contract::args::MOUNT)]
     Mount(crate::fuse::contract::args::MountArgs),
@@ -83,7 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Command::Node(node_args) => {
             runtime::init_tracing(&args.log);
             let rt = tokio::runtime::Runtime::new()?;
-            Ok(rt.block_on(node(node_args))?)
+            Ok(rt.block_on(node(*node_args))?)
         }
     }
 }

@@ -148,6 +148,10 @@ pub struct NodeArgs {
     /// the daemon, which the agent reports on the application Pods.
     #[arg(long, value_parser = memory_amount)]
     pub mount_memory_limit: Option<String>,
+    /// Pod mode: the mount Pods' extra labels and annotations, tolerations and
+    /// priority class (`--mount-pod-*`).
+    #[command(flatten)]
+    pub mount_pod_extras: pods::extras::ExtrasArgs,
     /// The agent's own Pod (its image is the mount Pods' by default).
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
@@ -476,6 +480,16 @@ pub async fn use_mount_pods(
         pull_secrets: image_pull_secrets,
     } = mount_image_from(own.as_ref(), &own_name, args.mount_image.as_deref()).map_err(invalid)?;
     info!(%image, namespace = %args.mount_namespace, pull_secrets = ?image_pull_secrets, "pod mode: each mount in a mount Pod");
+    let extras = args
+        .mount_pod_extras
+        .extras()
+        .map_err(|e| Error::InvalidArg {
+            arg: "mount-pod-*",
+            message: e.to_string(),
+        })?;
+    for key in pods::spec::overridden(&extras) {
+        warn!(%key, "--mount-pod-*: Tessera sets this on every mount Pod itself; its own value wins");
+    }
     let template = pods::Template {
         namespace: args.mount_namespace.clone(),
         node: args.node_name.clone(),
@@ -486,6 +500,7 @@ pub async fn use_mount_pods(
         state_dir: host.state.root().to_path_buf(),
         termination_grace_seconds: 30,
         resources: default_mount_resources(args),
+        extras,
     };
     host.daemons = Arc::new(pods::PodDaemons::new(
         client.clone(),

@@ -87,7 +87,7 @@ pub(crate) fn helm_template(namespace: &str, set: &[&str]) -> String {
 }
 
 /// `kubectl kustomize DIR` for each directory below the repository root.
-fn kustomize(dirs: &[&str]) -> String {
+pub(crate) fn kustomize(dirs: &[&str]) -> String {
     dirs.iter()
         .map(|dir| {
             let mut cmd = Command::new(harness_bin("kubectl"));
@@ -124,7 +124,7 @@ pub(crate) fn objects(yaml: &str) -> BTreeMap<(String, String, String), Value> {
 /// What is left of an object once what says who rendered it is taken away, in a form
 /// where equal means equal: numbers as f64 (`0.0` and `0`), lists of named items
 /// (containers, volumes, env, mounts, ports) sorted by name.
-fn normalized(mut value: Value) -> Value {
+pub(crate) fn normalized(mut value: Value) -> Value {
     fn strip(value: &mut Value) {
         match value {
             Value::Object(map) => {
@@ -158,7 +158,7 @@ fn normalized(mut value: Value) -> Value {
 }
 
 /// The first place two values differ, as a JSON pointer with both sides.
-fn first_difference(path: &str, a: &Value, b: &Value) -> Option<String> {
+pub(crate) fn first_difference(path: &str, a: &Value, b: &Value) -> Option<String> {
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
             let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();

@@ -14,6 +14,7 @@ mod api_server;
 mod argocd;
 mod chart;
 mod chart_namespace;
+mod chart_pods;
 mod crds_in_sync;
 mod examples;
 mod inline_policy;

@@ -344,6 +344,7 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
         state_dir: "/var/lib/tessera/node".into(),
         termination_grace_seconds: 30,
         resources: Default::default(),
+        extras: Default::default(),
     };
     let spec = DaemonSpec {
         volume: format!("{id}-v"),

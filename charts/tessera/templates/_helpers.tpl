@@ -49,3 +49,58 @@ allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 capabilities: {drop: [ALL]}
 {{- end }}
+
+{{/*
+A Pod template's metadata: the chart's labels (tessera.podLabels), then the
+workload's podLabels, which may not name one of them (app.kubernetes.io/name and
+component are the workload's selector, immutable: a user label of that key would
+change the Pods' and break or orphan them), and its podAnnotations. Call with
+(dict "ctx" $ "component" "node" "values" .Values.node "path" "node").
+*/}}
+{{- define "tessera.podMetadata" -}}
+{{- $own := include "tessera.podLabels" . | fromYaml }}
+{{- range $key, $_ := .values.podLabels }}
+{{- if hasKey $own $key }}
+{{- fail (printf "%s.podLabels: %q is a label the chart sets on the %s Pods itself (app.kubernetes.io/name and app.kubernetes.io/component select them, and a workload's selector cannot change): use another key" $.path $key $.component) }}
+{{- end }}
+{{- end }}
+{{- "" -}}
+labels:
+  {{- include "tessera.podLabels" . | nindent 2 }}
+  {{- with .values.podLabels }}{{ toYaml . | nindent 2 }}{{ end }}
+{{- with .values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The node agent's flags for what mountPods adds to every mount Pod (none with the
+defaults: the agent's own, every taint and system-node-critical). Keys Tessera sets
+on mount Pods (the agent's would win) and keys under tessera.io/ are refused here.
+*/}}
+{{- define "tessera.mountPodArgs" -}}
+{{- $m := .Values.mountPods }}
+{{- $args := list }}
+{{- range $key, $value := $m.labels }}
+{{- if or (has $key (list "app.kubernetes.io/name" "app.kubernetes.io/component")) (hasPrefix "tessera.io/" $key) }}
+{{- fail (printf "mountPods.labels: %q is Tessera's own label of mount Pods (the node agent finds its mount Pods by app.kubernetes.io/name and component; tessera.io/ is Tessera's): its own value would win; use another key" $key) }}
+{{- end }}
+{{- $args = append $args (printf "--mount-pod-label=%s=%s" $key $value) }}
+{{- end }}
+{{- range $key, $value := $m.annotations }}
+{{- if hasPrefix "tessera.io/" $key }}
+{{- fail (printf "mountPods.annotations: %q: annotations under tessera.io/ are Tessera's own: use another key" $key) }}
+{{- end }}
+{{- $args = append $args (printf "--mount-pod-annotation=%s=%s" $key $value) }}
+{{- end }}
+{{- if not (kindIs "invalid" $m.tolerations) }}
+{{- $args = append $args (printf "--mount-pod-tolerations=%s" (toJson $m.tolerations)) }}
+{{- end }}
+{{- if not (kindIs "invalid" $m.priorityClassName) }}
+{{- $args = append $args (printf "--mount-pod-priority-class-name=%s" $m.priorityClassName) }}
+{{- end }}
+{{- range $args }}
+- {{ toJson . }}
+{{- end }}
+{{- end }}

@@ -33,6 +33,7 @@
 //! needs `hostPID` to see the daemons; the Pods are owned by their MountPod, so the
 //! garbage collector removes one whose MountPod is gone.
 
+pub mod extras;
 pub mod spec;
 pub mod state;
 

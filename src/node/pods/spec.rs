@@ -8,6 +8,8 @@
 //!     owner       the MountPod (controller), so deleting it deletes the Pod
 //!     container   `tessera mount …` = daemon_args::mount_args, privileged, /dev/fuse
 //!     hostPaths   mount root (Bidirectional), state dir, backend root (HostToContainer)
+//!     metadata    the user's extras (labels, annotations, tolerations, priority
+//!                 class: extras::Extras), Tessera's own labels and annotation over them
 //! ```
 
 use crate::api::{ANNOTATION_MOUNTPOD, MOUNT_POD_COMPONENT, MOUNT_POD_CONTAINER};
@@ -16,16 +18,17 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, HostPathVolumeSource, LocalObjectReference, Pod, PodSpec,
-    ResourceRequirements, SecurityContext, Toleration, Volume, VolumeMount,
+    ResourceRequirements, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::api::{MountResources, ResourceAmounts, cpu_millis, quantity_bytes};
 use crate::node::daemon_spec::{self, DaemonSpec};
+use crate::node::pods::extras::Extras;
 
 /// What every mount Pod of this agent shares.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Template {
     /// The agent's namespace.
     pub namespace: String,
@@ -50,6 +53,10 @@ pub struct Template {
     /// The mount container's requests and limits where the Volume sets none (the
     /// agent's `--mount-cpu-request`, …).
     pub resources: MountResources,
+    /// The user's labels, annotations, tolerations and priority class (the agent's
+    /// `--mount-pod-*`); [`Extras::default`]: every taint tolerated,
+    /// system-node-critical.
+    pub extras: Extras,
 }
 
 /// The mount container's requests and limits: each amount the Volume's, else the
@@ -97,6 +104,36 @@ pub fn container_resources(
         limits: (!limits.is_empty()).then_some(limits),
         ..ResourceRequirements::default()
     }
+}
+
+/// The labels Tessera sets on every mount Pod: the agent finds its mount Pods by
+/// them ([`selector`]), so they win over an extra label of the same key.
+pub fn own_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "tessera".to_string()),
+        (
+            "app.kubernetes.io/component".into(),
+            MOUNT_POD_COMPONENT.into(),
+        ),
+    ])
+}
+
+/// The annotation keys Tessera sets on every mount Pod (they win too).
+pub const OWN_ANNOTATIONS: [&str; 1] = [ANNOTATION_MOUNTPOD];
+
+/// The keys of `extras` that a mount Pod does not carry because Tessera sets its
+/// own there (`label <key>` or `annotation <key>`), for the agent to warn about.
+pub fn overridden(extras: &Extras) -> Vec<String> {
+    let own = own_labels();
+    let labels = extras.labels.keys().filter(|k| own.contains_key(*k));
+    let annotations = extras
+        .annotations
+        .keys()
+        .filter(|k| OWN_ANNOTATIONS.contains(&k.as_str()));
+    labels
+        .map(|k| format!("label {k}"))
+        .chain(annotations.map(|k| format!("annotation {k}")))
+        .collect()
 }
 
 /// The label selector of this agent's mount Pods (with `spec.nodeName` as field selector).
@@ -195,13 +232,11 @@ fn mount(name: &str, path: &Path, propagation: Option<&str>) -> VolumeMount {
 /// The mount Pod serving `spec` on `t.node`.
 pub fn mount_pod(t: &Template, spec: &DaemonSpec) -> Pod {
     let backend_root = spec.source.parent().unwrap_or(Path::new("/"));
-    let labels = BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), "tessera".to_string()),
-        (
-            "app.kubernetes.io/component".into(),
-            MOUNT_POD_COMPONENT.into(),
-        ),
-    ]);
+    // The user's extras first, Tessera's own over them: they win.
+    let mut labels = t.extras.labels.clone();
+    labels.extend(own_labels());
+    let mut annotations = t.extras.annotations.clone();
+    annotations.insert(ANNOTATION_MOUNTPOD.to_string(), spec.mountpod.clone());
     let owner = (!spec.mountpod_uid.is_empty()).then(|| {
         vec![OwnerReference {
             api_version: "tessera.io/v1alpha1".into(),
@@ -217,22 +252,18 @@ pub fn mount_pod(t: &Template, spec: &DaemonSpec) -> Pod {
             name: Some(pod_name(&spec.volume, &t.node)),
             namespace: Some(t.namespace.clone()),
             labels: Some(labels),
-            annotations: Some(BTreeMap::from([(
-                ANNOTATION_MOUNTPOD.to_string(),
-                spec.mountpod.clone(),
-            )])),
+            annotations: Some(annotations),
             owner_references: owner,
             ..ObjectMeta::default()
         },
         spec: Some(PodSpec {
             node_name: Some(t.node.clone()),
             restart_policy: Some("Always".into()),
-            priority_class_name: Some("system-node-critical".into()),
-            // Like the agent's: a volume is served wherever a Pod needs it.
-            tolerations: Some(vec![Toleration {
-                operator: Some("Exists".into()),
-                ..Toleration::default()
-            }]),
+            // By default system-node-critical and every taint, like the agent's: a
+            // volume is served wherever a Pod needs it. No nodeSelector nor
+            // affinity: nodeName binds the Pod to this node.
+            priority_class_name: t.extras.priority_class_name.clone(),
+            tolerations: (!t.extras.tolerations.is_empty()).then(|| t.extras.tolerations.clone()),
             // The daemon talks to no API server.
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
@@ -309,6 +340,7 @@ mod tests {
                 },
                 limits: ResourceAmounts::default(),
             },
+            extras: Extras::default(),
         }
     }
 
@@ -531,6 +563,81 @@ mod tests {
         let c = &pod.spec.as_ref().unwrap().containers[0];
         let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
         assert_eq!(limits["memory"].0, "24Mi");
+    }
+
+    #[test]
+    fn the_users_extras_are_on_the_pod_and_tesseras_own_keys_win() {
+        use k8s_openapi::api::core::v1::Toleration;
+        let mut t = template();
+        let strings = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let toleration = Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Equal".into()),
+            value: Some("storage".into()),
+            effect: Some("NoSchedule".into()),
+            toleration_seconds: None,
+        };
+        t.extras = Extras {
+            labels: strings(&[
+                ("team", "storage"),
+                ("app.kubernetes.io/name", "other"),
+                ("app.kubernetes.io/component", "other"),
+            ]),
+            annotations: strings(&[
+                ("example.com/owner", "storage"),
+                (ANNOTATION_MOUNTPOD, "someone-else"),
+            ]),
+            tolerations: vec![toleration.clone()],
+            priority_class_name: Some("tessera-mounts".into()),
+        };
+        let s = spec();
+        for pod in [mount_pod(&t, &s), standby_pod(&t, &s, "standby")] {
+            let meta = &pod.metadata;
+            assert_eq!(
+                meta.labels.as_ref().unwrap(),
+                &strings(&[
+                    ("team", "storage"),
+                    ("app.kubernetes.io/name", "tessera"),
+                    ("app.kubernetes.io/component", MOUNT_POD_COMPONENT),
+                ]),
+                "Tessera's labels win: the agent finds its Pods by them"
+            );
+            assert_eq!(
+                meta.annotations.as_ref().unwrap(),
+                &strings(&[
+                    ("example.com/owner", "storage"),
+                    (ANNOTATION_MOUNTPOD, "v-1")
+                ]),
+            );
+            let ps = pod.spec.as_ref().unwrap();
+            assert_eq!(ps.tolerations.as_deref(), Some(&[toleration.clone()][..]));
+            assert_eq!(ps.priority_class_name.as_deref(), Some("tessera-mounts"));
+            assert_eq!(ps.node_name.as_deref(), Some("n1"), "bound to its node");
+            assert!(ps.node_selector.is_none() && ps.affinity.is_none());
+        }
+        assert_eq!(
+            overridden(&t.extras),
+            [
+                "label app.kubernetes.io/component",
+                "label app.kubernetes.io/name",
+                "annotation tessera.io/mountpod",
+            ]
+        );
+        // No toleration and no priority class asked for: the Pod has none.
+        t.extras = Extras {
+            tolerations: vec![],
+            priority_class_name: None,
+            ..Extras::default()
+        };
+        let ps = mount_pod(&t, &s).spec.unwrap();
+        assert_eq!((ps.tolerations, ps.priority_class_name), (None, None));
+        assert!(overridden(&t.extras).is_empty());
+        assert!(overridden(&Extras::default()).is_empty());
     }
 
     #[test]
