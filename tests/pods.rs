@@ -35,6 +35,8 @@ mod modify;
 mod oom;
 #[path = "pods/preflight.rs"]
 mod preflight;
+#[path = "pods/release.rs"]
+mod release;
 #[path = "pods/rollout.rs"]
 mod rollout;
 #[path = "pods/snapshots.rs"]

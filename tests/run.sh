@@ -53,24 +53,34 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
   nodes_cluster="$ROOT/target/nodes-cluster"
   ONCE=1 KEEP_CLUSTER=1 HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/demo.sh 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
-  HARNESS_CLUSTER_DIR="$nodes_cluster" KUBECONFIG="$nodes_cluster/kubeconfig" \
-    cargo test --test pods -- --ignored --test-threads=1 --nocapture --skip failover:: $KNOWN_BROKEN_SKIP 2>&1 | tee -a "$log"
+  pods() { HARNESS_CLUSTER_DIR="$nodes_cluster" KUBECONFIG="$nodes_cluster/kubeconfig" \
+    cargo test --test pods -- --ignored --test-threads=1 --nocapture "$@" 2>&1 | tee -a "$log"; }
+  pods --skip failover:: --skip release:: $KNOWN_BROKEN_SKIP
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
   # The Helm chart on the same nodes: the kustomize install replaced by `helm install`
   # of images built from the Containerfile and pulled from the harness registry with a
   # pull Secret (mount Pods included), a Pod on a claim to Running, then `helm
-  # uninstall` leaves only the CRDs.
+  # uninstall` leaves only the CRDs, which `kubectl delete -k crds/` removes.
   HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/helm.sh test 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
-  # Last, since they cut node A off and then kill it for good: config/ deployed
-  # again, then the partition and the power-off failover tests (tests/pods/failover.rs).
-  HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/deploy.sh up 2>&1 | tee -a "$log"
+  # README.md's "Install on your cluster", command by command, as written.
+  HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/readme.sh 2>&1 | tee -a "$log"
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
-  HARNESS_CLUSTER_DIR="$nodes_cluster" KUBECONFIG="$nodes_cluster/kubeconfig" \
-    cargo test --test pods -- --ignored --test-threads=1 --nocapture failover:: 2>&1 | tee -a "$log"
+  # Upgrades from the previous release (tests/upgrade/) under a writing Pod: Helm,
+  # then kustomize, which leaves this checkout's config/ deployed.
+  pods release::helm_upgrade
+  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+  pods release::kustomize_upgrade
+  if [[ ${PIPESTATUS[0]} != 0 ]]; then
+    rc=1
+    HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/deploy.sh up 2>&1 | tee -a "$log"
+  fi
+  # Last, since they cut node A off and then kill it for good: the partition and the
+  # power-off failover tests (tests/pods/failover.rs).
+  pods failover::
   [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
   HARNESS_CLUSTER_DIR="$nodes_cluster" bash tests/harness/cluster.sh down || true
-  nodes="; the real-Pod tests, the Helm install (images pulled from the harness registry) and the partition and power-off failovers ran on two real nodes"
+  nodes="; the real-Pod tests, the Helm install (images pulled from the harness registry), the README's install section, the upgrades from the previous release and the partition and power-off failovers ran on two real nodes"
   [[ -z "$KNOWN_BROKEN" ]] ||
     nodes+="; NOT RUN (a known bug, docs/troubleshooting.md \"Known issues\"): $KNOWN_BROKEN"
 fi
