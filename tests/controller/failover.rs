@@ -17,13 +17,13 @@ use support::env::Env;
 use support::fixtures::{self, ControllerProcess, FakeAgent, eventually};
 use tessera::api::{MountPod, VolumeAttachment};
 
-const WAIT: Duration = Duration::from_secs(30);
+pub(super) const WAIT: Duration = Duration::from_secs(30);
 /// The agents' fenceAfter (the Leases' duration) and the controller's margin.
 const FENCE_AFTER_S: i32 = 2;
-const MARGIN: &str = "1s";
+pub(super) const MARGIN: &str = "1s";
 
 /// Renew (or create) `node`'s liveness Lease as its agent does.
-async fn renew(leases: &Api<Lease>, node: &str) {
+pub(super) async fn renew(leases: &Api<Lease>, node: &str) {
     let name = tessera::api::liveness_lease(node);
     let now = jiff::Timestamp::now().to_string();
     match leases.get_opt(&name).await.unwrap() {
@@ -50,7 +50,7 @@ async fn renew(leases: &Api<Lease>, node: &str) {
 
 /// Two nodes, the test's controller (margin [`MARGIN`]), a stand-in agent, and the
 /// Leases' API in the controller's namespace.
-async fn setup(prefix: &str) -> (Env, ControllerProcess, FakeAgent, Api<Lease>) {
+pub(super) async fn setup(prefix: &str) -> (Env, ControllerProcess, FakeAgent, Api<Lease>) {
     let e = Env::new(prefix, 2, WAIT).await;
     let ctrl = ControllerProcess::start(
         &e.id,
@@ -65,7 +65,7 @@ async fn setup(prefix: &str) -> (Env, ControllerProcess, FakeAgent, Api<Lease>) 
 }
 
 /// Renew `node`'s Lease every 500 ms until aborted.
-fn renewing(leases: &Api<Lease>, node: &str) -> tokio::task::JoinHandle<()> {
+pub(super) fn renewing(leases: &Api<Lease>, node: &str) -> tokio::task::JoinHandle<()> {
     let (leases, node) = (leases.clone(), node.to_owned());
     tokio::spawn(async move {
         loop {
@@ -75,7 +75,7 @@ fn renewing(leases: &Api<Lease>, node: &str) -> tokio::task::JoinHandle<()> {
     })
 }
 
-async fn tickets(client: &kube::Client, volume: &str) -> Vec<String> {
+pub(super) async fn tickets(client: &kube::Client, volume: &str) -> Vec<String> {
     let va = Api::<VolumeAttachment>::all(client.clone())
         .get(volume)
         .await
