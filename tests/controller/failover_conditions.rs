@@ -200,6 +200,18 @@ async fn a_fenced_node_shows_on_its_volumes_and_mountpods_until_it_is_over() {
     let (stalled, _) = volume_condition(&e.client, &off, "Stalled").await;
     assert_eq!(stalled, None);
     same_health_without_the_failover_conditions(&e.id, &off);
+    // `kubectl tessera status` shows it under the Volume.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
+        .arg("--kubeconfig")
+        .arg(support::kubeconfig_path())
+        .args(["--width=0", "status", &format!("volume/{off}")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("NodeFailover=True StaysOnDownNode: node {a} ")),
+        "{text}"
+    );
 
     // Nothing changes: nothing is written (the other writers carry the conditions
     // over, the failover loop writes only a difference).

@@ -52,7 +52,10 @@ pub(super) async fn volumes(
     for h in stranded {
         stays.entry(h.volume.as_str()).or_insert(h.node.as_str());
     }
-    for cached in ctx.caches.volumes.state() {
+    let cached_volumes = ctx.caches.volumes.state();
+    // A deleted Volume's failover is nobody's business any more.
+    released.retain(|v, _| cached_volumes.iter().any(|c| c.name_any() == *v));
+    for cached in cached_volumes {
         let name = cached.name_any();
         let said = cached.status.as_ref().is_some_and(|s| {
             s.conditions
@@ -132,16 +135,12 @@ pub(super) async fn mountpods(
             Some(Liveness::Fenced { why, .. }) => Some(*why),
             _ => None,
         };
-        let old = mp
-            .status
-            .as_ref()
-            .map(|s| s.conditions.clone())
-            .unwrap_or_default();
+        let old: &[Condition] = mp.status.as_ref().map_or(&[], |s| &s.conditions);
         if fenced.is_none() && !old.iter().any(|c| c.type_ == CONDITION_FENCED) {
             continue;
         }
         let conditions = mountpod_conditions(
-            &old,
+            old,
             &mp.spec.node_name,
             fenced,
             mp.spec.self_fence,
