@@ -209,7 +209,7 @@ pub fn mountpod_conditions(
         "its mount daemon does not fence itself"
     };
     let message = format!(
-        "node {node} is fenced since this condition's lastTransitionTime ({}); {daemon}. Written by the controller: the node's agent does not report",
+        "node {node} is fenced since this condition's lastTransitionTime ({}); {daemon}. Written by the controller, not the node's agent (which may be unable to)",
         fenced_because(why)
     );
     let cond = |type_: &str, ok: bool, reason: &str, message: String| {

@@ -11,12 +11,16 @@
 //!
 //! `status.conditions` is one list: the attachment controller applies the Volume's
 //! (server-side apply, its field manager) and carries `NodeFailover` over as it finds
-//! it; the node agent applies the MountPod's (its own manager) and leaves `Fenced` out,
-//! which is right once it reports again. Writing the whole list under a resourceVersion
-//! precondition never overwrites what the other writer wrote meanwhile; a version this
-//! loop wrote goes to the controller's own writes (the attachment controller reads
-//! it before its cache shows it) and to the echoes (its watch event reconciles
-//! nothing: the conditions written here are no input of the attachment decision).
+//! it; the node agent applies the MountPod's (its own manager) and carries `Fenced`
+//! over the same way (`node::agent::status`): each condition is set and cleared here
+//! only. Writing the whole list under a resourceVersion precondition never overwrites
+//! what the other writer wrote meanwhile; a version this loop wrote goes to the
+//! controller's own writes (the attachment controller reads it before its cache shows
+//! it) and to the echoes (its watch event reconciles nothing: the conditions written
+//! here are no input of the attachment decision).
+//!
+//! With no node fenced and no object found carrying a condition at the last look,
+//! the caches are not scanned at all (the first look after a start always is).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -34,20 +38,45 @@ use crate::controller::Context;
 use crate::controller::context::merge_params;
 use crate::controller::echoes::Echoes;
 
+/// What a report goes by.
+pub(super) struct View<'a> {
+    /// Each node's liveness.
+    pub nodes: &'a BTreeMap<String, Liveness>,
+    /// Nodes not fenced, but not seen renewing either since the controller started:
+    /// what is said of them stays.
+    pub unsure: &'a BTreeSet<String>,
+    /// The wall clock, for new transitions.
+    pub now: Time,
+}
+
+/// [`volumes`] and [`mountpods`]: whether any object still carries a failover
+/// condition (or one was due and not written).
+pub(super) async fn all(
+    ctx: &Context,
+    echoes: &Echoes,
+    view: &View<'_>,
+    released: &mut BTreeMap<String, String>,
+    stranded: &[&Holding],
+) -> bool {
+    let v = volumes(ctx, echoes, view, released, stranded).await;
+    let m = mountpods(ctx, echoes, view).await;
+    v || m
+}
+
 /// Write each Volume's `NodeFailover` condition where it changes. `released` holds
 /// the node whose ticket of a volume was released and whose failover may still be
 /// under way (this loop's memory: entries whose failover is over are dropped);
-/// `stranded` the tickets left on down nodes; what is said of a node in `unsure` (not
-/// fenced, but not seen renewing either since the controller started) stays.
-pub(super) async fn volumes(
+/// `stranded` the tickets left on down nodes. Whether any Volume carries the
+/// condition now.
+async fn volumes(
     ctx: &Context,
     echoes: &Echoes,
-    nodes: &BTreeMap<String, Liveness>,
-    unsure: &BTreeSet<String>,
+    view: &View<'_>,
     released: &mut BTreeMap<String, String>,
     stranded: &[&Holding],
-    now: &Time,
-) {
+) -> bool {
+    let View { nodes, unsure, now } = view;
+    let mut carrying = false;
     let mut stays: BTreeMap<&str, &str> = BTreeMap::new();
     for h in stranded {
         stays.entry(h.volume.as_str()).or_insert(h.node.as_str());
@@ -71,6 +100,7 @@ pub(super) async fn volumes(
             .unwrap_or(cached);
         let status = volume.status.clone().unwrap_or_default();
         if named_node(&status.conditions).is_some_and(|n| unsure.contains(n)) {
+            carrying = true;
             continue;
         }
         let note = volume_note(
@@ -94,6 +124,8 @@ pub(super) async fn volumes(
             volume.metadata.generation,
             now,
         );
+        // Carrying it now, or still until a failed write is done again.
+        carrying |= note.is_some() || said;
         if conditions == status.conditions {
             continue;
         }
@@ -115,20 +147,23 @@ pub(super) async fn volumes(
             }
         }
     }
+    carrying
 }
 
 /// Write each MountPod's `Fenced` condition where it changes: True on a fenced node,
-/// gone elsewhere (but on a node in `unsure`).
-pub(super) async fn mountpods(
-    ctx: &Context,
-    echoes: &Echoes,
-    nodes: &BTreeMap<String, Liveness>,
-    unsure: &BTreeSet<String>,
-    now: &Time,
-) {
+/// gone elsewhere (but on a node in `unsure`). Whether any MountPod carries it now.
+async fn mountpods(ctx: &Context, echoes: &Echoes, view: &View<'_>) -> bool {
+    let View { nodes, unsure, now } = view;
+    let mut carrying = false;
     let api = Api::<MountPod>::all(ctx.client.clone());
     for mp in ctx.caches.mountpods.state() {
+        let has = |mp: &MountPod| {
+            mp.status
+                .as_ref()
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == CONDITION_FENCED))
+        };
         if unsure.contains(&mp.spec.node_name) {
+            carrying |= has(&mp);
             continue;
         }
         let fenced = match nodes.get(&mp.spec.node_name) {
@@ -136,9 +171,10 @@ pub(super) async fn mountpods(
             _ => None,
         };
         let old: &[Condition] = mp.status.as_ref().map_or(&[], |s| &s.conditions);
-        if fenced.is_none() && !old.iter().any(|c| c.type_ == CONDITION_FENCED) {
+        if fenced.is_none() && !has(&mp) {
             continue;
         }
+        carrying = true;
         let conditions = mountpod_conditions(
             old,
             &mp.spec.node_name,
@@ -161,6 +197,7 @@ pub(super) async fn mountpods(
             }
         }
     }
+    carrying
 }
 
 /// Replace `o`'s status conditions with `conditions`, only if `o` is still at the

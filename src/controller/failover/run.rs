@@ -68,6 +68,7 @@ pub async fn run(
         told: BTreeSet::new(),
         released: BTreeMap::new(),
         listed: Listed::default(),
+        carrying: true,
     };
     let mut events = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
@@ -218,6 +219,9 @@ struct Seen {
     /// under way (`report`: its NodeFailover condition).
     released: BTreeMap<String, String>,
     listed: Listed,
+    /// Whether the last report found an object with a failover condition (true until
+    /// the first one): with no node fenced and none, there is nothing to look at.
+    carrying: bool,
 }
 
 /// Which watches have listed everything once: until both have, a node not seen yet
@@ -243,6 +247,7 @@ async fn act(
         told,
         released,
         listed,
+        carrying,
     } = seen;
     let tainted = k8s.tainted;
     let names: BTreeSet<&String> = leases.keys().chain(tainted).collect();
@@ -268,12 +273,9 @@ async fn act(
         *states.entry(state_name(l)).or_default() += 1;
     }
     ctx.metrics.failover.set_nodes(states);
-    let report = listed.leases && listed.nodes && ctx.caches_ready().await;
-    let wall = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        jiff::Timestamp::now()
-            .round(jiff::Unit::Second)
-            .unwrap_or(jiff::Timestamp::now()),
-    );
+    let any_fenced = nodes.values().any(|l| matches!(l, Liveness::Fenced { .. }));
+    let report = listed.leases && listed.nodes && (*carrying || any_fenced);
+    let report = report && ctx.caches_ready().await;
     // Nodes not fenced now, but not seen renewing either since this controller
     // started: what was said of them stays until they do, or are fenced again.
     let unsure: BTreeSet<String> = nodes
@@ -283,11 +285,19 @@ async fn act(
         })
         .map(|(n, _)| n.clone())
         .collect();
-    if !nodes.values().any(|l| matches!(l, Liveness::Fenced { .. })) {
+    let view = super::report::View {
+        nodes: &nodes,
+        unsure: &unsure,
+        now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::now()
+                .round(jiff::Unit::Second)
+                .unwrap_or(jiff::Timestamp::now()),
+        ),
+    };
+    if !any_fenced {
         told.clear();
         if report {
-            super::report::volumes(ctx, echoes, &nodes, &unsure, released, &[], &wall).await;
-            super::report::mountpods(ctx, echoes, &nodes, &unsure, &wall).await;
+            *carrying = super::report::all(ctx, echoes, &view, released, &[]).await;
         }
         return;
     }
@@ -336,8 +346,7 @@ async fn act(
         }
     }
     if report {
-        super::report::volumes(ctx, echoes, &nodes, &unsure, released, &stays, &wall).await;
-        super::report::mountpods(ctx, echoes, &nodes, &unsure, &wall).await;
+        *carrying = super::report::all(ctx, echoes, &view, released, &stays).await;
     }
 }
 
