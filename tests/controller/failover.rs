@@ -187,7 +187,8 @@ async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_mar
 
 /// The `node.kubernetes.io/out-of-service` taint: the administrator says the node is
 /// shut down, so its tickets go at once, whatever the volume's nodeFailover and
-/// however fresh its Lease.
+/// however fresh its Lease; the Volume says `NodeFailover` `FailedOver` until it is
+/// attached on another node.
 #[tokio::test]
 async fn the_out_of_service_taint_releases_at_once_in_any_mode() {
     let (e, _ctrl, _agent, leases) = setup("failover-oos").await;
@@ -224,7 +225,33 @@ async fn the_out_of_service_taint_releases_at_once_in_any_mode() {
         released < Duration::from_secs(3),
         "the taint is honoured at once, not after fenceAfter + margin: {released:?}"
     );
+    // The Volume says so (docs/failover.md, "What it says in status") until it is
+    // attached elsewhere.
+    let failover = || async {
+        let v = Api::<tessera::api::Volume>::all(e.client.clone())
+            .get(&off)
+            .await
+            .unwrap();
+        v.status.and_then(|s| {
+            s.conditions
+                .into_iter()
+                .find(|c| c.type_ == tessera::api::CONDITION_NODE_FAILOVER)
+        })
+    };
+    let c = eventually(WAIT, "NodeFailover on the Volume", || async {
+        failover().await
+    })
+    .await;
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "FailedOver")
+    );
+    assert!(c.message.contains("out-of-service"), "{}", c.message);
     e.attach(&off, "manual-b", "manual", &b).await;
+    eventually(WAIT, "NodeFailover cleared once attached on B", || async {
+        failover().await.is_none().then_some(())
+    })
+    .await;
 
     a_renews.abort();
     let _ = leases
