@@ -232,7 +232,7 @@ pub(super) async fn run_controllers(
         labels,
         allowed_roots,
     ));
-    let attachment_ctx = Arc::new(attachment::Ctx::new(ctx.clone(), echoes));
+    let attachment_ctx = Arc::new(attachment::Ctx::new(ctx.clone(), echoes.clone()));
     metrics.set_ready(true);
     // The controllers run only once this replica leads (or runs without an election).
     metrics.leader.set(1);
@@ -259,6 +259,7 @@ pub(super) async fn run_controllers(
     let states_run = state_metrics::run(ctx.clone(), Duration::from_secs(5));
     let failover_run = super::failover::run(
         ctx.clone(),
+        echoes.clone(),
         args.namespace.clone(),
         args.fence_margin,
         Duration::from_secs(1),

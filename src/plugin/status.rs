@@ -73,7 +73,8 @@ pub struct VolumeSummary {
     /// Set when the Volume is being deleted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deleting_since: Option<jiff::Timestamp>,
-    /// Conditions that are not True, as `Type=Status Reason: message`.
+    /// Conditions that are not True, and fenced failover's `NodeFailover` (True while
+    /// it holds), as `Type=Status Reason: message`.
     pub conditions: Vec<String>,
 }
 

@@ -17,13 +17,13 @@ use support::env::Env;
 use support::fixtures::{self, ControllerProcess, FakeAgent, eventually};
 use tessera::api::{MountPod, VolumeAttachment};
 
-const WAIT: Duration = Duration::from_secs(30);
+pub(super) const WAIT: Duration = Duration::from_secs(30);
 /// The agents' fenceAfter (the Leases' duration) and the controller's margin.
 const FENCE_AFTER_S: i32 = 2;
-const MARGIN: &str = "1s";
+pub(super) const MARGIN: &str = "1s";
 
 /// Renew (or create) `node`'s liveness Lease as its agent does.
-async fn renew(leases: &Api<Lease>, node: &str) {
+pub(super) async fn renew(leases: &Api<Lease>, node: &str) {
     let name = tessera::api::liveness_lease(node);
     let now = jiff::Timestamp::now().to_string();
     match leases.get_opt(&name).await.unwrap() {
@@ -50,7 +50,7 @@ async fn renew(leases: &Api<Lease>, node: &str) {
 
 /// Two nodes, the test's controller (margin [`MARGIN`]), a stand-in agent, and the
 /// Leases' API in the controller's namespace.
-async fn setup(prefix: &str) -> (Env, ControllerProcess, FakeAgent, Api<Lease>) {
+pub(super) async fn setup(prefix: &str) -> (Env, ControllerProcess, FakeAgent, Api<Lease>) {
     let e = Env::new(prefix, 2, WAIT).await;
     let ctrl = ControllerProcess::start(
         &e.id,
@@ -65,7 +65,7 @@ async fn setup(prefix: &str) -> (Env, ControllerProcess, FakeAgent, Api<Lease>) 
 }
 
 /// Renew `node`'s Lease every 500 ms until aborted.
-fn renewing(leases: &Api<Lease>, node: &str) -> tokio::task::JoinHandle<()> {
+pub(super) fn renewing(leases: &Api<Lease>, node: &str) -> tokio::task::JoinHandle<()> {
     let (leases, node) = (leases.clone(), node.to_owned());
     tokio::spawn(async move {
         loop {
@@ -75,7 +75,7 @@ fn renewing(leases: &Api<Lease>, node: &str) -> tokio::task::JoinHandle<()> {
     })
 }
 
-async fn tickets(client: &kube::Client, volume: &str) -> Vec<String> {
+pub(super) async fn tickets(client: &kube::Client, volume: &str) -> Vec<String> {
     let va = Api::<VolumeAttachment>::all(client.clone())
         .get(volume)
         .await
@@ -187,7 +187,8 @@ async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_mar
 
 /// The `node.kubernetes.io/out-of-service` taint: the administrator says the node is
 /// shut down, so its tickets go at once, whatever the volume's nodeFailover and
-/// however fresh its Lease.
+/// however fresh its Lease; the Volume says `NodeFailover` `FailedOver` until it is
+/// attached on another node.
 #[tokio::test]
 async fn the_out_of_service_taint_releases_at_once_in_any_mode() {
     let (e, _ctrl, _agent, leases) = setup("failover-oos").await;
@@ -224,7 +225,33 @@ async fn the_out_of_service_taint_releases_at_once_in_any_mode() {
         released < Duration::from_secs(3),
         "the taint is honoured at once, not after fenceAfter + margin: {released:?}"
     );
+    // The Volume says so (docs/failover.md, "What it says in status") until it is
+    // attached elsewhere.
+    let failover = || async {
+        let v = Api::<tessera::api::Volume>::all(e.client.clone())
+            .get(&off)
+            .await
+            .unwrap();
+        v.status.and_then(|s| {
+            s.conditions
+                .into_iter()
+                .find(|c| c.type_ == tessera::api::CONDITION_NODE_FAILOVER)
+        })
+    };
+    let c = eventually(WAIT, "NodeFailover on the Volume", || async {
+        failover().await
+    })
+    .await;
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "FailedOver")
+    );
+    assert!(c.message.contains("out-of-service"), "{}", c.message);
     e.attach(&off, "manual-b", "manual", &b).await;
+    eventually(WAIT, "NodeFailover cleared once attached on B", || async {
+        failover().await.is_none().then_some(())
+    })
+    .await;
 
     a_renews.abort();
     let _ = leases

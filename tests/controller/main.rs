@@ -11,6 +11,7 @@ mod support;
 mod controller;
 mod controller_owners;
 mod failover;
+mod failover_conditions;
 mod gitops_health;
 mod inline_orphans;
 mod kubectl_plugin;

@@ -95,9 +95,16 @@ async fn attempt(client: &Client, t: Try) -> u16 {
     }
 }
 
+/// Whether `user` may `verb` `resource` (`kind.group`, or `kind.group/subresource`:
+/// given to kubectl as `--subresource`, which would read `kind/x` as the object `x`).
 pub(super) fn can_i(user: &str, verb: &str, resource: &str) -> bool {
+    let (resource, sub) = match resource.split_once('/') {
+        Some((r, s)) => (r, Some(format!("--subresource={s}"))),
+        None => (resource, None),
+    };
     let out = support::kubectl()
         .args(["auth", "can-i", verb, resource, "--as", user])
+        .args(sub)
         .args(["--as-group", "system:serviceaccounts"])
         .output()
         .unwrap();
@@ -251,6 +258,9 @@ async fn the_node_agent_acts_only_on_its_own_nodes_mountpods() {
     for (verb, resource, allowed) in [
         ("get", "volumes.tessera.io", true),
         ("patch", "volumes.tessera.io/status", true),
+        // Fenced failover: the Fenced condition of a fenced node's MountPods.
+        ("patch", "mountpods.tessera.io/status", true),
+        ("update", "mountpods.tessera.io/status", false),
         ("create", "mountpods.tessera.io", true),
         ("delete", "mountpods.tessera.io", true),
         // The CSI Controller service's one MountPod list-watch (unpublish waits).

@@ -120,6 +120,15 @@ pub const CONDITION_STALLED: &str = "Stalled";
 /// Condition type of a Volume whose mount (reason `MountFailed`) or backend root
 /// (`BackendRootNotAllowed`) failed.
 pub const CONDITION_FAULTED: &str = "Faulted";
+/// Condition type of a Volume that fenced failover (docs/failover.md) moves off a
+/// fenced node (reason `FailedOver`) or leaves on a down one (`StaysOnDownNode`):
+/// True while that lasts, absent otherwise. Not one of kstatus's: it never makes a
+/// Volume look unhealthy by itself.
+pub const CONDITION_NODE_FAILOVER: &str = "NodeFailover";
+/// Condition type of a MountPod on a node the controller fenced (docs/failover.md),
+/// written by the controller (the node's agent is dead or cut off): True while the
+/// node is fenced, since its lastTransitionTime; absent otherwise.
+pub const CONDITION_FENCED: &str = "Fenced";
 
 // Reserved ticket ids.
 

@@ -566,7 +566,9 @@ fn volume_summary(v: &Volume) -> status::VolumeSummary {
         conditions: st
             .conditions
             .iter()
-            .filter(|c| c.status != api::condition_status::TRUE)
+            .filter(|c| {
+                c.status != api::condition_status::TRUE || c.type_ == api::CONDITION_NODE_FAILOVER
+            })
             .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
             .collect(),
     }

@@ -33,7 +33,8 @@
 //! the object is settled, never present as False, so an attached volume's status has
 //! no more conditions than before. Every condition carries `observedGeneration`, and
 //! keeps its lastTransitionTime while its status and reason stay, so an unchanged
-//! world yields an equal status and nothing is written.
+//! world yields an equal status and nothing is written. The Volume's `NodeFailover`
+//! (fenced failover's, `controller::failover::report`) is carried over unchanged.
 
 use crate::api::CLEANUP_TICKET;
 use std::collections::{BTreeMap, BTreeSet};
@@ -43,9 +44,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::{
-    AttachmentTicketStatus, CONDITION_FAULTED, CONDITION_READY, CONDITION_RECONCILING,
-    CONDITION_SATISFIED, CONDITION_STALLED, MountPod, MountTask, TicketReason, Volume,
-    VolumeAttachment, VolumeAttachmentStatus, VolumeState, VolumeStatus, condition_status,
+    AttachmentTicketStatus, CONDITION_FAULTED, CONDITION_NODE_FAILOVER, CONDITION_READY,
+    CONDITION_RECONCILING, CONDITION_SATISFIED, CONDITION_STALLED, MountPod, MountTask,
+    TicketReason, Volume, VolumeAttachment, VolumeAttachmentStatus, VolumeState, VolumeStatus,
+    condition_status,
 };
 
 /// Ready reason of a VolumeAttachment whose tickets are all satisfied.
@@ -658,6 +660,14 @@ pub fn volume_status(
             o.message.clone(),
         ));
     }
+    // Fenced failover's condition is the failover loop's (`failover::report`): carried
+    // over as it is, so this write does not undo that one.
+    conditions.extend(
+        old.conditions
+            .iter()
+            .filter(|c| c.type_ == CONDITION_NODE_FAILOVER)
+            .cloned(),
+    );
     // A node that filled the volume from its data source (task Populate) wrote its
     // data: it counts as where the volume was last attached (a restore from a
     // snapshot copies on that node; the data is removed there).

@@ -21,6 +21,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+pub mod conditions;
+mod report;
 mod run;
 #[cfg(test)]
 mod tests;
@@ -51,6 +53,8 @@ impl Timing {
 struct Seen {
     version: String,
     at: Duration,
+    /// A version other than the first one seen came: the node renewed while watched.
+    renewed: bool,
 }
 
 /// The last change of each node's Lease, on the controller's own clock.
@@ -77,6 +81,7 @@ impl Observer {
             Some(s) => {
                 s.version = version.to_owned();
                 s.at = now.max(s.at);
+                s.renewed = true;
             }
             None => {
                 self.seen.insert(
@@ -84,6 +89,7 @@ impl Observer {
                     Seen {
                         version: version.to_owned(),
                         at: now.max(self.started),
+                        renewed: false,
                     },
                 );
             }
@@ -93,6 +99,13 @@ impl Observer {
     /// The node's Lease is gone: it runs no self-fencing agent any more.
     pub fn forget(&mut self, node: &str) {
         self.seen.remove(node);
+    }
+
+    /// Whether the controller saw the node's Lease change since it first saw it: the
+    /// node is known to be alive by what it did, not only by the controller's not
+    /// having waited long enough (a controller that just started).
+    pub fn renewed(&self, node: &str) -> bool {
+        self.seen.get(node).is_some_and(|s| s.renewed)
     }
 
     /// When the controller saw the node's Lease change last, if it has one.

@@ -16,6 +16,8 @@
 //!              ticket: JSON patch test-and-remove, Event FailedOver on the Volume
 //!  a fenced node's MountPods of those volumes, once deleted: the dead agent's
 //!      finalizer dropped (the agent, back, tears the orphaned mount down)
+//!  then, once both watches have listed: the conditions NodeFailover (Volumes) and
+//!      Fenced (MountPods) written where they change (`report`)
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,17 +46,29 @@ use crate::api::{
 };
 use crate::controller::Context;
 use crate::controller::context::merge_params;
+use crate::controller::echoes::Echoes;
 use crate::controller::events::{publish_objects, publish_tickets};
 use crate::metrics::failover::WhyLabels;
 
-/// Watch the Leases of `namespace` and release fenced nodes' tickets until dropped.
-pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interval: Duration) {
+/// Watch the Leases of `namespace` and release fenced nodes' tickets until dropped;
+/// `echoes` are the attachment controller's (the conditions written here trigger no
+/// reconcile of it).
+pub async fn run(
+    ctx: Arc<Context>,
+    echoes: Arc<Echoes>,
+    namespace: String,
+    margin: Duration,
+    interval: Duration,
+) {
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), &namespace);
     let origin = tokio::time::Instant::now();
     let mut seen = Seen {
         observer: Observer::new(Duration::ZERO),
         leases: BTreeMap::new(),
         told: BTreeSet::new(),
+        released: BTreeMap::new(),
+        listed: Listed::default(),
+        carrying: true,
     };
     let mut events = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
@@ -87,7 +101,8 @@ pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interva
                             seen.leases.remove(&node);
                         }
                     }
-                    Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => {}
+                    Some(Ok(watcher::Event::InitDone)) => seen.listed.leases = true,
+                    Some(Ok(watcher::Event::Init)) => {}
                     Some(Err(e)) => warn!(error = %e, "watching the liveness Leases"),
                     None => return,
                 }
@@ -106,14 +121,15 @@ pub async fn run(ctx: Arc<Context>, namespace: String, margin: Duration, interva
                     tainted.remove(&n.name_any());
                     ready.remove(&n.name_any());
                 }
-                Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => {}
+                Some(Ok(watcher::Event::InitDone)) => seen.listed.nodes = true,
+                Some(Ok(watcher::Event::Init)) => {}
                 Some(Err(e)) => warn!(error = %e, "watching the Nodes' taints"),
                 None => return,
             },
             _ = tick.tick() => {
                 let now = origin.elapsed();
                 let nodes = Nodes { tainted: &tainted, ready: &ready };
-                act(&ctx, &api, &mut seen, nodes, margin, now).await;
+                act(&ctx, &echoes, &api, &mut seen, nodes, margin, now).await;
             }
         }
     }
@@ -199,10 +215,26 @@ struct Seen {
     /// (volume, node) of the tickets left on a down node already told of, so that it
     /// is said once, not every second.
     told: BTreeSet<(String, String)>,
+    /// The node each volume's ticket was released from, while its failover may be
+    /// under way (`report`: its NodeFailover condition).
+    released: BTreeMap<String, String>,
+    listed: Listed,
+    /// Whether the last report found an object with a failover condition (true until
+    /// the first one): with no node fenced and none, there is nothing to look at.
+    carrying: bool,
+}
+
+/// Which watches have listed everything once: until both have, a node not seen yet
+/// is not known to be alive, and no condition is cleared on that.
+#[derive(Default)]
+struct Listed {
+    leases: bool,
+    nodes: bool,
 }
 
 async fn act(
     ctx: &Context,
+    echoes: &Echoes,
     api: &Api<Lease>,
     seen: &mut Seen,
     k8s: Nodes<'_>,
@@ -213,6 +245,9 @@ async fn act(
         observer,
         leases,
         told,
+        released,
+        listed,
+        carrying,
     } = seen;
     let tainted = k8s.tainted;
     let names: BTreeSet<&String> = leases.keys().chain(tainted).collect();
@@ -238,12 +273,37 @@ async fn act(
         *states.entry(state_name(l)).or_default() += 1;
     }
     ctx.metrics.failover.set_nodes(states);
-    if !nodes.values().any(|l| matches!(l, Liveness::Fenced { .. })) {
+    let any_fenced = nodes.values().any(|l| matches!(l, Liveness::Fenced { .. }));
+    let report = listed.leases && listed.nodes && (*carrying || any_fenced);
+    let report = report && ctx.caches_ready().await;
+    // Nodes not fenced now, but not seen renewing either since this controller
+    // started: what was said of them stays until they do, or are fenced again.
+    let unsure: BTreeSet<String> = nodes
+        .iter()
+        .filter(|(n, l)| {
+            !matches!(l, Liveness::Fenced { .. }) && leases.contains_key(*n) && !observer.renewed(n)
+        })
+        .map(|(n, _)| n.clone())
+        .collect();
+    let view = super::report::View {
+        nodes: &nodes,
+        unsure: &unsure,
+        now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::now()
+                .round(jiff::Unit::Second)
+                .unwrap_or(jiff::Timestamp::now()),
+        ),
+    };
+    if !any_fenced {
         told.clear();
+        if report {
+            *carrying = super::report::all(ctx, echoes, &view, released, &[]).await;
+        }
         return;
     }
     let held = holdings(ctx);
-    tell_stranded(ctx, &stranded(&nodes, &held), told);
+    let stays = stranded(&nodes, &held);
+    tell_stranded(ctx, &stays, told);
     let all = releases(&nodes, &held);
     let_go(ctx, &nodes).await;
     let mut by_node: BTreeMap<&str, Vec<&Release>> = BTreeMap::new();
@@ -270,6 +330,7 @@ async fn act(
         }
         for r in rs {
             if release(ctx, r).await {
+                released.insert(r.volume.clone(), r.node.clone());
                 let why = match r.why {
                     super::Why::LeaseExpired => "lease_expired",
                     super::Why::OutOfService => "out_of_service",
@@ -283,6 +344,9 @@ async fn act(
                 }
             }
         }
+    }
+    if report {
+        *carrying = super::report::all(ctx, echoes, &view, released, &stays).await;
     }
 }
 

@@ -148,8 +148,11 @@ fn the_observer_counts_from_changes_it_saw() {
     // The same version seen again (a resync) restarts nothing.
     o.observe("a", "1", 70 * S);
     assert_eq!(o.last_change("a"), Some(60 * S));
+    assert!(!o.renewed("a"), "only seen, never seen renewed");
     o.observe("a", "2", 80 * S);
     assert_eq!(o.last_change("a"), Some(80 * S));
+    assert!(o.renewed("a"));
+    assert!(!o.renewed("b"));
     // A restarted controller starts from its own start.
     let mut fresh = Observer::new(500 * S);
     fresh.observe("a", "2", 400 * S);

@@ -10,6 +10,11 @@
 //! remount with new settings or is torn down; `Stalled` when it failed (the agent
 //! retries with backoff, but what failed needs a person: `lastError` says what);
 //! neither once Ready.
+//!
+//! The controller's `Fenced` condition (fenced failover: it writes it while the node
+//! is fenced, when this agent may be unable to) is carried over as the agent finds it:
+//! it is the controller's to set and to clear, and dropping it would only make the
+//! controller write it again.
 
 use std::time::Duration;
 
@@ -18,8 +23,8 @@ use kube::runtime::controller::Action;
 
 use super::mount_service::{self, Served};
 use crate::api::{
-    AppliedSettings, CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED, MountPhase,
-    MountPod, MountPodStatus, condition_status,
+    AppliedSettings, CONDITION_FENCED, CONDITION_READY, CONDITION_RECONCILING, CONDITION_STALLED,
+    MountPhase, MountPod, MountPodStatus, condition_status,
 };
 
 /// What a reconcile has to say in the status.
@@ -163,6 +168,12 @@ pub(super) fn next_status(
         };
         conditions.push(c);
     }
+    conditions.extend(
+        prev.conditions
+            .iter()
+            .filter(|c| c.type_ == CONDITION_FENCED)
+            .cloned(),
+    );
     let (last_error, last_error_time) = match report.error {
         Some(e) if report.restarted || prev.last_error.as_ref() != Some(&e) => {
             (Some(e), Some(now.clone()))
@@ -383,6 +394,31 @@ pub(super) mod tests {
         // The same report later changes nothing (no write).
         let again = next_status(&s, &mp, ready(42), t0 + jiff::SignedDuration::from_secs(60));
         assert_eq!(again, s);
+    }
+
+    #[test]
+    fn the_controllers_fenced_condition_is_carried_over() {
+        let mp = mountpod(1, 0);
+        let t0 = jiff::Timestamp::from_second(1_000).unwrap();
+        let mut prev = next_status(&MountPodStatus::default(), &mp, ready(42), t0);
+        let fenced = Condition {
+            type_: CONDITION_FENCED.into(),
+            status: "True".into(),
+            reason: "OutOfService".into(),
+            message: "node n is fenced".into(),
+            last_transition_time: Time(t0),
+            observed_generation: Some(1),
+        };
+        prev.conditions.push(fenced.clone());
+        let later = t0 + jiff::SignedDuration::from_secs(60);
+        // The same report: the same status, the controller's condition in it.
+        assert_eq!(next_status(&prev, &mp, ready(42), later), prev);
+        // A new report keeps it as it was.
+        let mut failed = ready(42);
+        failed.phase = MountPhase::Failed;
+        failed.ready = cond(CONDITION_READY, false, "DaemonFailed", "gone".into());
+        let s = next_status(&prev, &mp, failed, later);
+        assert_eq!(s.conditions.iter().filter(|c| **c == fenced).count(), 1);
     }
 
     #[test]

@@ -104,6 +104,44 @@ fn the_reconciling_condition_goes_when_the_volume_settles_and_keeps_its_time_whi
 }
 
 #[test]
+fn fenced_failovers_condition_is_carried_over_and_changes_no_health() {
+    use crate::controller::failover::Why;
+    use crate::controller::failover::conditions::{VolumeNote, volume_conditions};
+    let mut v = volume(AccessMode::ReadWriteOnce);
+    let attached = decision(&["n1"], &[]);
+    let mps = vec![ready_on("n1")];
+    let settled = volume_status(&v, &mps, &attached, &t(10));
+    // The failover loop adds NodeFailover to what the attachment controller wrote.
+    let note = VolumeNote::StaysOnDownNode { node: "n1".into() };
+    let mut with = settled.clone();
+    with.conditions = volume_conditions(&settled.conditions, Some(&note), Some(4), &t(20));
+    v.status = Some(with.clone());
+    // The attachment controller's next status carries it over: equal, nothing written.
+    assert_eq!(volume_status(&v, &mps, &attached, &t(30)), with);
+    assert!(abnormal(&with.conditions, 4).is_empty(), "still settled");
+    // A change of its own keeps the failover's condition as it is.
+    let gone = VolumeNote::FailedOver {
+        node: "n1".into(),
+        why: Why::LeaseExpired,
+    };
+    with.conditions = volume_conditions(&settled.conditions, Some(&gone), Some(4), &t(40));
+    v.status = Some(with.clone());
+    let detaching = volume_status(&v, &mps, &decision(&[], &[]), &t(50));
+    let failover = |s: &VolumeStatus| {
+        s.conditions
+            .iter()
+            .filter(|c| c.type_ == api::CONDITION_NODE_FAILOVER)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(failover(&detaching), failover(&with));
+    assert_eq!(
+        abnormal(&detaching.conditions, 4),
+        one("Reconciling", "Detaching")
+    );
+}
+
+#[test]
 fn the_attachment_reconciles_with_the_first_waiting_reason_and_stalls_on_what_needs_a_person() {
     let a = ticket("a", AttacherType::CsiAttacher, "n1");
     let b = ticket("b", AttacherType::CsiAttacher, "n2");
