@@ -131,6 +131,10 @@ enum End {
     /// SIGUSR2, then SIGTERM: a mount Pod deleted for an upgrade (the kubelet's
     /// SIGTERM must leave the mount to the new Pod, not unmount it).
     ArmedStop,
+    /// The holder goes away, and before it is back the daemon is told to leave
+    /// (SIGUSR2, SIGTERM): an upgrade that rolls the fd holder's DaemonSet and the
+    /// mounts at once. The daemon must wait until a holder holds the connection.
+    HolderGoneThenArmedStop,
 }
 
 /// The daemon goes mid-stream and a successor takes the held connection over.
@@ -178,7 +182,26 @@ fn crash_and_take_over(end: End) {
         }
         std::thread::sleep(Duration::from_millis(300));
     }
-    if end == End::Planned || end == End::ArmedStop {
+    if end == End::HolderGoneThenArmedStop {
+        drop(holder.take());
+        m.signal(nix::sys::signal::Signal::SIGUSR2);
+        wait_log(&m, "the next stop signal leaves the mount");
+        m.signal(nix::sys::signal::Signal::SIGTERM);
+        // Nobody holds the connection: leaving now would end it (ENOTCONN for the
+        // application). The daemon waits for a holder, serving meanwhile.
+        std::thread::sleep(Duration::from_millis(700));
+        assert!(
+            m.wait_exit(Duration::ZERO).is_none(),
+            "the daemon left while no holder held the connection:\n{}",
+            m.log()
+        );
+        holder = Some(Holder::serve(&held.socket()).unwrap());
+        let status = m
+            .wait_exit(Duration::from_secs(10))
+            .expect("exits once the new holder holds the connection");
+        assert!(status.success(), "{status}\n{}", m.log());
+        assert!(m.log().contains("exiting for a successor"));
+    } else if end == End::Planned || end == End::ArmedStop {
         if end == End::ArmedStop {
             m.signal(nix::sys::signal::Signal::SIGUSR2);
             wait_log(&m, "the next stop signal leaves the mount");
@@ -257,6 +280,11 @@ fn a_planned_replacement_exits_without_unmounting_and_is_taken_over() {
 #[test]
 fn a_stop_signal_after_sigusr2_leaves_the_mount_to_a_successor() {
     crash_and_take_over(End::ArmedStop);
+}
+
+#[test]
+fn a_daemon_told_to_leave_while_the_holder_restarts_waits_for_it() {
+    crash_and_take_over(End::HolderGoneThenArmedStop);
 }
 
 /// An upgrade's order: the successor starts beside the serving daemon as a standby

@@ -122,7 +122,15 @@ done
 leftover=$(k get clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings,storageclasses,csidrivers,crds \
   -o name | grep -i 'tessera' || true)
 [[ -z "$leftover" ]] || die "left after the README's uninstall: $(echo $leftover)"
-[[ -z "$(k -n "$NS" get all,secrets,configmaps,serviceaccounts -o name | grep -v '^secret/tessera-registry$\|^configmap/kube-root-ca.crt$\|^serviceaccount/default$' || true)" ]] ||
-  die "objects left in $NS: $(k -n "$NS" get all,configmaps,serviceaccounts -o name)"
+# (the release's Pods go after their owners, within their grace period)
+in_ns() {
+  k -n "$NS" get all,secrets,configmaps,serviceaccounts -o name |
+    grep -v '^secret/tessera-registry$\|^configmap/kube-root-ca.crt$\|^serviceaccount/default$' || true
+}
+end=$(( $(date +%s) + 60 ))
+while [[ -n "$(in_ns)" ]]; do
+  (( $(date +%s) < end )) || die "objects left in $NS: $(in_ns | tr '\n' ' ')"
+  sleep 1
+done
 k delete namespace "$NS" --wait=true --timeout=120s >/dev/null
 log "PASSED: README.md's install section ran as written ($n commands, $((took / 1000)) s): image and chart pushed, installed from oci://$TESSERA_REGISTRY/charts, the example Pod wrote through Tessera, uninstalled to nothing but the namespace and its pull Secret"

@@ -18,6 +18,10 @@ use super::fs::VolumeFs;
 use super::quota::Enforcement;
 use super::{handoff, log_counters, read_capacity};
 
+/// How long a daemon told to leave its connection to a successor waits for a holder
+/// to hold it (below the kubelet's 30 s grace for a mount Pod).
+const HELD_WAIT: Duration = Duration::from_secs(20);
+
 /// What the signal thread needs.
 pub(super) struct SignalContext {
     pub(super) signals: SigSet,
@@ -104,8 +108,19 @@ impl SignalContext {
     }
 
     /// Exit without unmounting and without telling the holder: it keeps the
-    /// connection for the successor.
+    /// connection for the successor. Not while no holder holds it (one restarting
+    /// beside an upgrade): the daemon keeps serving until the hand-over thread has
+    /// given the descriptor to the new holder, at most [`HELD_WAIT`] (the kubelet's
+    /// grace for a mount Pod is 30 s); past that it goes anyway, and says so.
     fn hand_over(&self) -> ! {
+        let begun = Instant::now();
+        if super::contract::holder_socket::wait_held(Duration::ZERO) {
+            // Held: go at once (the common case).
+        } else if super::contract::holder_socket::wait_held(HELD_WAIT) {
+            tracing::info!(waited = ?begun.elapsed(), "the holder holds the connection again: leaving it to the successor");
+        } else {
+            tracing::error!(waited = ?HELD_WAIT, "no fd holder holds the connection: leaving anyway, the mount ends with this daemon");
+        }
         log_counters(&self.fs, &self.mountpoint, "handed over");
         std::process::exit(0)
     }

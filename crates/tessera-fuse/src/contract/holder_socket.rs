@@ -26,8 +26,8 @@ use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, UnixAddr, recvmsg, sendmsg};
 
@@ -277,9 +277,37 @@ pub fn forget(socket: &Path, key: &Path) -> io::Result<()> {
     }
 }
 
+/// Whether a holder holds this daemon's descriptor now: set when the holder took it,
+/// cleared when that holder's connection ends (it restarted), until the hand-over
+/// thread has given it to the next one.
+static HELD: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+fn set_held(held: bool) {
+    *lock(&HELD.0) = held;
+    HELD.1.notify_all();
+}
+
+/// Wait up to `timeout` until a holder holds this daemon's descriptor; whether one
+/// does. A daemon leaving its connection to a successor must not go while none does
+/// (a holder restarting beside an upgrade): nothing would keep the connection, and
+/// the application's next request would fail with ENOTCONN.
+pub fn wait_held(timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut held = lock(&HELD.0);
+    while !*held {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        held = HELD.1.wait_timeout(held, left).unwrap_or_else(|e| e.into_inner()).0;
+    }
+    true
+}
+
 /// Hand `fd` to the holder at `socket` under `key`, and keep doing so: a thread keeps
 /// the connection open and, whenever it ends (the holder restarted), connects again
 /// with backoff (50 ms doubling to 2 s) and hands the descriptor over again.
+/// [`wait_held`] says whether it is held at a given moment.
 pub fn hand_over(socket: PathBuf, key: PathBuf, fd: OwnedFd) -> io::Result<()> {
     let msg = encode(OP_PUT, key.as_os_str().as_encoded_bytes())?;
     std::thread::Builder::new()
@@ -296,9 +324,11 @@ pub fn hand_over(socket: PathBuf, key: PathBuf, fd: OwnedFd) -> io::Result<()> {
                     tracing::info!(socket = %socket.display(), "FUSE descriptor handed to the holder");
                     // Handed over: a claim made for it has served its purpose.
                     lock(&CLAIM).take();
+                    set_held(true);
                     // Held: wait for the holder to go away.
                     let mut b = [0u8; 1];
                     let _ = (&stream).read(&mut b);
+                    set_held(false);
                     Ok(())
                 });
                 match r {
