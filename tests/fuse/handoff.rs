@@ -572,3 +572,46 @@ fn write_applied_then_takeover(successor_dies: bool) {
     );
     m.stop();
 }
+
+/// An upgrade that rolls the fd holder's DaemonSet at the same time: the standby
+/// waits on the old holder, which goes away; the serving daemon is told to leave
+/// meanwhile (and waits for a holder); a new holder starts. The standby asks the new
+/// holder again instead of giving up, and takes the connection over once the serving
+/// daemon has handed it to the new holder and left: no write fails.
+#[test]
+fn a_standby_whose_holder_restarts_asks_the_new_one_and_takes_over() {
+    let held = Held::new();
+    let holder = Holder::serve(&held.socket()).unwrap();
+    let mut m = held.mount();
+    wait_log(&m, "FUSE descriptor handed to the holder");
+    let writer = Writer::start(&m.path("log"));
+    let mut standby = m.spawn_beside(&["--standby"]);
+    wait_log(&m, "standby, waiting for the serving daemon to leave");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(holder);
+    m.signal(nix::sys::signal::Signal::SIGUSR2);
+    wait_log(&m, "the next stop signal leaves the mount");
+    let left = Instant::now();
+    m.signal(nix::sys::signal::Signal::SIGTERM);
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        standby.try_wait().unwrap().is_none(),
+        "the standby gave up when its holder went away:\n{}",
+        m.log()
+    );
+    let holder = Holder::serve(&held.socket()).unwrap();
+    let status = m.wait_exit(Duration::from_secs(15)).expect("leaves");
+    assert!(status.success(), "{status}\n{}", m.log());
+    m.adopt(standby);
+    wait_log(&m, "serving the held connection");
+    let took = left.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    let (n, longest, err) = writer.finish();
+    println!(
+        "standby takeover across a holder restart: {n} records, taken over {took:?} after SIGTERM, longest write {longest:?}"
+    );
+    assert!(err.is_none(), "a write failed: {err:?}\n{}", m.log());
+    check_records(&m.backing("log"), n);
+    m.stop();
+    assert!(!holder.holds(&m.mnt));
+}

@@ -83,6 +83,36 @@ pub enum Refused {
 /// How long a standby waits for its predecessor to leave.
 pub const STANDBY_WAIT: Duration = Duration::from_secs(300);
 
+/// How long a standby keeps asking when the holder went away or holds nothing (yet):
+/// a holder restarting beside the same upgrade, the serving daemon not having handed
+/// its descriptor to the new one yet (it waits for that before it leaves, at most
+/// 20 s: `signals`).
+pub const STANDBY_HOLDER_WAIT: Duration = Duration::from_secs(25);
+
+/// A standby's claim: answered once the serving daemon has left. A holder that goes
+/// away while the standby waits, or that holds nothing for the mount point, is asked
+/// again for up to [`STANDBY_HOLDER_WAIT`] before the standby gives up.
+fn standby_claim(socket: &Path, mountpoint: &Path) -> std::io::Result<holder_socket::Claimed> {
+    let deadline = Instant::now() + STANDBY_WAIT;
+    let mut unheld_since: Option<Instant> = None;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let r = holder_socket::claim_when_free(socket, mountpoint, left);
+        if let Ok(holder_socket::Claimed::Fd(_) | holder_socket::Claimed::Busy) = r {
+            return r;
+        }
+        let since = *unheld_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= STANDBY_HOLDER_WAIT || Instant::now() >= deadline {
+            return r;
+        }
+        match &r {
+            Err(e) => tracing::info!(error = %e, "handoff: standby: the holder went away; asking again"),
+            Ok(_) => tracing::info!("handoff: standby: the holder holds nothing yet; asking again"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// What the holder at `socket` and the state at `state` offer for `mountpoint`: a
 /// takeover; `Ok(None)` (the reason logged) when nothing live is held, and the
 /// daemon mounts anew; `Err` when a live connection is held but cannot be served.
@@ -97,7 +127,7 @@ pub fn find(
 ) -> Result<Option<Takeover>, Refused> {
     let claimed = if standby {
         tracing::info!("handoff: standby, waiting for the serving daemon to leave");
-        holder_socket::claim_when_free(socket, mountpoint, STANDBY_WAIT)
+        standby_claim(socket, mountpoint)
     } else {
         // The predecessor's holder connection may end a moment after its process
         // (the holder has not read the EOF yet): busy that long is not a refusal.
