@@ -299,7 +299,11 @@ pub fn wait_held(timeout: Duration) -> bool {
         if left.is_zero() {
             return false;
         }
-        held = HELD.1.wait_timeout(held, left).unwrap_or_else(|e| e.into_inner()).0;
+        held = HELD
+            .1
+            .wait_timeout(held, left)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
     true
 }

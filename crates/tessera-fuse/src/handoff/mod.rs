@@ -106,7 +106,9 @@ fn standby_claim(socket: &Path, mountpoint: &Path) -> std::io::Result<holder_soc
             return r;
         }
         match &r {
-            Err(e) => tracing::info!(error = %e, "handoff: standby: the holder went away; asking again"),
+            Err(e) => {
+                tracing::info!(error = %e, "handoff: standby: the holder went away; asking again")
+            }
             Ok(_) => tracing::info!("handoff: standby: the holder holds nothing yet; asking again"),
         }
         std::thread::sleep(Duration::from_millis(200));
