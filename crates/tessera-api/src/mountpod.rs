@@ -233,7 +233,8 @@ pub struct MountPodStatus {
     #[serde(default)]
     pub reference_count: i32,
     /// Conditions (`Ready`, …; kstatus's `Reconciling` while the mount starts or waits,
-    /// `Stalled` when it failed).
+    /// `Stalled` when it failed; `Fenced`, True while its node is fenced, written by
+    /// the controller: docs/failover.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The `metadata.generation` this status describes.

@@ -220,8 +220,11 @@ pub struct VolumeStatus {
     /// Conditions with reasons and messages: `Ready` (True when the volume is Attached
     /// or Detached as its tickets decided, False while it attaches, detaches, is
     /// deleted or a mount failed; `kubectl wait --for=condition=Ready volume/NAME`),
-    /// `Attached`, `Faulted` when a mount failed, and kstatus's `Reconciling` (True
-    /// while it attaches, detaches or is deleted) or `Stalled` (True when Faulted).
+    /// `Attached`, `Faulted` when a mount failed, kstatus's `Reconciling` (True
+    /// while it attaches, detaches or is deleted) or `Stalled` (True when Faulted),
+    /// and `NodeFailover` (True or absent: `FailedOver` when its ticket was released
+    /// from a fenced node, `StaysOnDownNode` when it waits on a down node without
+    /// `nodeFailover: Fenced`; docs/failover.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The `metadata.generation` this status describes.
