@@ -31,9 +31,9 @@
 //! until it is answered (it leaves only if killed, and the pid must then be reused
 //! within the request's lifetime). A pidfd would not close this: it is opened from
 //! the same number, after the fact.
-//! The pid is 0 when the caller is in a pid namespace the mounter cannot see (a
-//! mount Pod without `hostPID`; daemons of `--mount-mode=process` run in the agent's
-//! host pid namespace and see every caller).
+//! The pid is 0 when the caller is in a pid namespace the mounter cannot see: mount
+//! Pods therefore run with `hostPID` (`src/node/pods/spec.rs`), as daemons of
+//! `--mount-mode=process` run in the agent's host pid namespace.
 //!
 //! **Fail safe.** When the groups cannot be known (pid 0, the process gone, ids that
 //! do not match, an unreadable or malformed status), the caller counts as in the
