@@ -125,39 +125,50 @@ fn create_of_a_name_made_elsewhere_counts_the_callers_groups() {
     }
 }
 
-/// A write by a caller without `CAP_FSETID` to a set-group-ID file that is not
-/// group-executable keeps the bit when the caller is in the file's group (through a
-/// supplementary group) and drops it otherwise, as the backend's kernel does; the
-/// daemon makes that call when the kernel leaves it the write
+/// A write or truncation by a caller without `CAP_FSETID` of a set-group-ID file that
+/// is not group-executable keeps the bit when the caller is in the file's group
+/// (through a supplementary group) and drops it otherwise, as the backend's kernel
+/// does; the daemon makes that call when the kernel leaves it to it
 /// (`FUSE_HANDLE_KILLPRIV_V2`).
 #[test]
-fn a_write_keeps_set_group_id_for_a_member_of_the_files_group() {
+fn writes_keep_set_group_id_for_a_member_of_the_files_group() {
     let m = Mount::new();
     let dir = m.backing("d");
     fs::create_dir(&dir).unwrap();
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
     let bind = Bind::new(&dir, m.dir().join("bind"));
+    let ops = [
+        ("append", r#"printf x >> "$1""#),
+        ("ftruncate", r#"truncate -s 1 "$1""#),
+        ("O_TRUNC", r#": > "$1""#),
+    ];
     let mut got = Vec::new();
-    for (what, base) in [("bind mount", bind.0.clone()), ("tessera", m.path("d"))] {
-        for (member, groups) in [("member", [GROUP]), ("other", [GROUP + 1])] {
-            let name = format!("{}-{member}", what.replace(' ', "-"));
-            let file = dir.join(&name);
-            fs::write(&file, "theirs").unwrap();
-            std::os::unix::fs::chown(&file, Some(OWNER), Some(GROUP)).unwrap();
-            fs::set_permissions(&file, fs::Permissions::from_mode(0o2666)).unwrap();
-            sh_as(&groups, r#"printf x >> "$1""#, &base.join(&name))
-                .unwrap_or_else(|e| panic!("{what}, {member}: {e}"));
-            let mode = fs::metadata(&file).unwrap().permissions().mode() & 0o7777;
-            got.push((what, member, format!("{mode:o}")));
+    for (what, base) in [("bind", bind.0.clone()), ("tessera", m.path("d"))] {
+        for (op, script) in ops {
+            for (member, groups) in [("member", [GROUP]), ("other", [GROUP + 1])] {
+                let name = format!("{what}-{op}-{member}");
+                let file = dir.join(&name);
+                fs::write(&file, "theirs").unwrap();
+                std::os::unix::fs::chown(&file, Some(OWNER), Some(GROUP)).unwrap();
+                fs::set_permissions(&file, fs::Permissions::from_mode(0o2666)).unwrap();
+                sh_as(&groups, script, &base.join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+                let mode = fs::metadata(&file).unwrap().permissions().mode() & 0o7777;
+                got.push(format!("{op} {member}: {mode:o}"));
+            }
         }
     }
+    let (bind, tessera) = got.split_at(got.len() / 2);
     assert_eq!(
-        got,
+        bind,
         [
-            ("bind mount", "member", "2666".to_owned()),
-            ("bind mount", "other", "666".to_owned()),
-            ("tessera", "member", "2666".to_owned()),
-            ("tessera", "other", "666".to_owned()),
-        ]
+            "append member: 2666",
+            "append other: 666",
+            "ftruncate member: 2666",
+            "ftruncate other: 666",
+            "O_TRUNC member: 2666",
+            "O_TRUNC other: 666",
+        ],
+        "the backend"
     );
+    assert_eq!(tessera, bind, "through tessera as on the backend");
 }
