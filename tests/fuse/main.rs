@@ -10,6 +10,7 @@ mod support;
 
 mod backend_quota;
 mod coherence;
+mod groups;
 mod handoff;
 mod inodes;
 mod lifecycle;

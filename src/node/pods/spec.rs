@@ -6,7 +6,8 @@
 //!  DaemonSpec (mount_service::start) ─────────────────────────┴─ mount_pod() ─▶ Pod
 //!     name        pod_name(volume, node): the MountPod's name, DNS-valid, ≤ 253
 //!     owner       the MountPod (controller), so deleting it deletes the Pod
-//!     container   `tessera mount …` = daemon_args::mount_args, privileged, /dev/fuse
+//!     container   `tessera mount …` = daemon_args::mount_args, privileged, /dev/fuse,
+//!                 hostPID (the daemon sees its callers' pids)
 //!     hostPaths   mount root (Bidirectional), state dir, backend root (HostToContainer)
 //!     metadata    the user's extras (labels, annotations, tolerations, priority
 //!                 class: extras::Extras), Tessera's own labels and annotation over them
@@ -259,6 +260,12 @@ pub fn mount_pod(t: &Template, spec: &DaemonSpec) -> Pod {
         spec: Some(PodSpec {
             node_name: Some(t.node.clone()),
             restart_policy: Some("Always".into()),
+            // The host's pid namespace, as process mode's daemons (children of the
+            // agent, which has hostPID) have: the kernel then gives the daemon its
+            // callers' pids, from which it learns their supplementary groups where it
+            // checks permissions itself (a Pod's fsGroup; tessera_fuse::fs::perms).
+            // In a namespace of its own every caller's pid would be 0.
+            host_pid: Some(true),
             // By default system-node-critical and every taint, like the agent's: a
             // volume is served wherever a Pod needs it. No nodeSelector nor
             // affinity: nodeName binds the Pod to this node.
@@ -453,6 +460,7 @@ mod tests {
             Some("FallbackToLogsOnError")
         );
         assert_eq!(c.security_context.as_ref().unwrap().privileged, Some(true));
+        assert_eq!(ps.host_pid, Some(true), "the daemon sees its callers' pids");
         let r = c.resources.as_ref().unwrap();
         assert!(r.limits.is_none(), "the template sets no limit");
         assert_eq!(r.requests.as_ref().unwrap()["memory"].0, "32Mi");

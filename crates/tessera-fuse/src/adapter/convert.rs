@@ -9,6 +9,7 @@ pub(super) fn caller(req: &Request) -> Caller {
     Caller {
         uid: req.uid(),
         gid: req.gid(),
+        pid: req.pid(),
     }
 }
 

@@ -272,7 +272,7 @@ impl Filesystem for Adapter {
             // The kernel asks for this (FATTR_KILL_SUIDGID) when the caller lacks
             // CAP_FSETID, but fuser does not pass the flag on; a non-root caller is
             // the closest reading of it.
-            kill_suidgid: size.is_some() && req.uid() != 0,
+            kill_suidgid: (size.is_some() && req.uid() != 0).then(|| caller(req)),
         };
         match self.fs.setattr(ino.0, set) {
             Ok(a) => reply.attr(&self.options.ttl.get(), &file_attr(&a)),
@@ -491,7 +491,9 @@ impl Filesystem for Adapter {
     ) {
         let _timed = counters::op(Op::Write);
         fenced!(self, reply);
-        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let kill = write_flags
+            .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
+            .then(|| caller(req));
         let unique = req.unique().0;
         let w = WriteReq {
             unique: unique & !FUSE_UNIQUE_RESEND,

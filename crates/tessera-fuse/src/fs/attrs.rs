@@ -2,6 +2,7 @@
 
 use std::os::fd::AsFd;
 
+use super::perms;
 use super::types::timespec;
 use super::{Attr, Caller, FileKind, FsError, NodeId, Result, SetAttr, VolumeFs};
 use crate::sys::{self, Op};
@@ -31,8 +32,8 @@ impl VolumeFs {
         }
         if let Some(size) = set.size {
             self.truncate(&inode, handle.as_deref(), size)?;
-            if set.kill_suidgid && set.mode.is_none() {
-                self.kill_suidgid(&inode, None)?;
+            if let Some(caller) = set.kill_suidgid.filter(|_| set.mode.is_none()) {
+                self.kill_suidgid(&inode, caller, None)?;
             }
         }
         if set.atime.is_some() || set.mtime.is_some() {
@@ -46,7 +47,8 @@ impl VolumeFs {
     }
 
     /// `access(2)`. With `default_permissions` the kernel answers it itself; this is
-    /// the answer for mounts without it, from the mode bits and the caller's ids.
+    /// the answer for mounts without it, and for `create` of a name that exists after
+    /// all: from the mode bits and the caller's ids and groups (see `perms`).
     pub fn access(&self, caller: Caller, id: NodeId, mask: i32) -> Result<()> {
         let inode = self.inode(id)?;
         let st = sys::fstat(self.fd(&inode)?.as_fd()).op("access")?;
@@ -65,14 +67,8 @@ impl VolumeFs {
             }
             return Ok(());
         }
-        let bits = if st.st_uid == caller.uid {
-            (mode >> 6) & 7
-        } else if st.st_gid == caller.gid {
-            (mode >> 3) & 7
-        } else {
-            mode & 7
-        };
-        if bits & mask == mask {
+        let file = (st.st_uid, st.st_gid, mode);
+        if perms::permits(caller, file, mask, || perms::of_process(caller)) {
             Ok(())
         } else {
             Err(FsError::AccessDenied)

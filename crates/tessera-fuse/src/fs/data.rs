@@ -20,8 +20,9 @@ use std::sync::atomic::AtomicU8;
 use super::handles::Handle;
 use super::inodes::Inode;
 use super::journal::{Journaled, Replay, replay};
+use super::perms;
 use super::record::JournalSlot;
-use super::{FileKind, FsError, NodeId, Opened, Result, VolumeFs, WriteReq, lock};
+use super::{Caller, FileKind, FsError, NodeId, Opened, Result, VolumeFs, WriteReq, lock};
 use crate::quota::Mode;
 use crate::sys::{self, Errno, Op, SysError};
 
@@ -100,9 +101,15 @@ impl VolumeFs {
     /// past its capacity is cut off (a short write), and a write of which nothing fits
     /// fails with ENOSPC. Nothing already written is touched.
     ///
-    /// `kill_suidgid`: the writer lacks `CAP_FSETID`, so set-user/group-ID bits go
-    /// (the kernel leaves that to the daemon, see `FUSE_HANDLE_KILLPRIV_V2`).
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8], kill_suidgid: bool) -> Result<usize> {
+    /// `kill_suidgid`: the writer, when it lacks `CAP_FSETID`, so set-user/group-ID
+    /// bits go (the kernel leaves that to the daemon, see `FUSE_HANDLE_KILLPRIV_V2`).
+    pub fn write(
+        &self,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        kill_suidgid: Option<Caller>,
+    ) -> Result<usize> {
         let req = WriteReq {
             unique: 0,
             resent: false,
@@ -120,7 +127,7 @@ impl VolumeFs {
         fh: u64,
         offset: u64,
         data: &[u8],
-        kill_suidgid: bool,
+        kill_suidgid: Option<Caller>,
     ) -> Result<(usize, Option<Journaled>)> {
         self.writable()?;
         let h = self.handle(fh)?;
@@ -154,8 +161,10 @@ impl VolumeFs {
             carried = guard;
         }
         let st = sys::fstat(h.file.as_fd()).op("fstat")?;
-        if kill_suidgid && st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
-            self.kill_suidgid(&h.inode, Some(st.st_mode))?;
+        if let Some(caller) = kill_suidgid
+            && st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0
+        {
+            self.kill_suidgid(&h.inode, caller, Some(&st))?;
         }
         let size = st.st_size as u64;
         let offset = if h.append { size } else { offset };
@@ -378,18 +387,23 @@ impl VolumeFs {
         Ok(())
     }
 
-    /// Drop set-user-ID, and set-group-ID if group-executable (otherwise it marks
-    /// mandatory locking, not privilege), as a write or truncation by an unprivileged
-    /// caller must. `mode` is the current mode when the caller has it at hand.
-    pub(super) fn kill_suidgid(&self, inode: &Arc<Inode>, mode: Option<u32>) -> Result<()> {
-        let mode = match mode {
-            Some(m) => m,
-            None => sys::fstat(self.fd(inode)?.as_fd()).op("stat")?.st_mode,
+    /// Drop set-user-ID, and set-group-ID as the kernel would (see
+    /// `perms::kept_after_write`), as a write or truncation by `caller`, who lacks
+    /// `CAP_FSETID`, must. `st` is the current stat when the caller has it at hand.
+    pub(super) fn kill_suidgid(
+        &self,
+        inode: &Arc<Inode>,
+        caller: Caller,
+        st: Option<&libc::stat>,
+    ) -> Result<()> {
+        let (group, mode) = match st {
+            Some(st) => (st.st_gid, st.st_mode),
+            None => {
+                let st = sys::fstat(self.fd(inode)?.as_fd()).op("stat")?;
+                (st.st_gid, st.st_mode)
+            }
         };
-        let mut keep = mode & 0o7777 & !libc::S_ISUID;
-        if mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
-            keep &= !libc::S_ISGID;
-        }
+        let keep = perms::kept_after_write(caller, (group, mode), || perms::of_process(caller));
         if keep != mode & 0o7777 {
             let fd = self.fd(inode)?;
             sys::chmod_fd(self.proc_fd.as_fd(), fd.as_fd(), keep).op("chmod")?;

@@ -245,7 +245,8 @@ impl VolumeFs {
     /// `open(2)` does on the backend — never EEXIST, which applications do not expect
     /// without `O_EXCL` (SQLite then opens its database read-only). The kernel checked
     /// only the directory's permissions, so the file's are checked here with the
-    /// caller's ids, as `default_permissions` would have. Anything but a regular file
+    /// caller's ids and supplementary groups, as `default_permissions` would have
+    /// (see `perms`). Anything but a regular file
     /// stays EEXIST (a symlink would have to be followed by the kernel).
     fn open_existing(
         &self,
@@ -284,7 +285,7 @@ impl VolumeFs {
             let set = SetAttr {
                 size: Some(0),
                 fh: Some(opened.fh),
-                kill_suidgid: caller.uid != 0,
+                kill_suidgid: (caller.uid != 0).then_some(caller),
                 ..SetAttr::default()
             };
             match self.setattr(id, set) {

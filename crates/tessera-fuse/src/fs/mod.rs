@@ -32,6 +32,7 @@
 //! | `locks` | POSIX and flock locks taken on the backing files, waits for them |
 //! | `entries` | lookup, create, mknod, mkdir, symlink, link, unlink, rmdir, rename; confinement, ownership |
 //! | `attrs` | getattr, setattr, access |
+//! | `perms` | the permission decisions the daemon makes itself; the caller's supplementary groups |
 //! | `data` | open, read, write, copy_file_range, fallocate, truncation, fsync, release; the quota per write |
 //! | `dirs` | opendir, readdir, readdirplus |
 //! | `xattrs` | extended attributes |
@@ -51,6 +52,7 @@ mod inodes;
 mod iomode;
 mod journal;
 mod locks;
+mod perms;
 mod record;
 mod restore;
 mod types;

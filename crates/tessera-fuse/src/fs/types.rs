@@ -116,11 +116,13 @@ impl Attr {
     }
 }
 
-/// Who sends a request (the caller's fsuid/fsgid, from the request header).
+/// Who sends a request (the caller's fsuid/fsgid and pid, from the request header;
+/// the pid is 0 when the caller is in a pid namespace the mounter cannot see).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Caller {
     pub uid: u32,
     pub gid: u32,
+    pub pid: u32,
 }
 
 /// A timestamp to set.
@@ -172,10 +174,10 @@ pub struct SetAttr {
     pub mtime: Option<SetTime>,
     /// The open file the change came through (`ftruncate`), if any.
     pub fh: Option<u64>,
-    /// Clear set-user-ID and set-group-ID along with a size change: the daemon does
-    /// this for the kernel (`FUSE_HANDLE_KILLPRIV_V2`), as a truncation by a caller
-    /// without `CAP_FSETID` must.
-    pub kill_suidgid: bool,
+    /// The caller, when it lacks `CAP_FSETID`: clear set-user-ID and set-group-ID
+    /// along with a size change, as its truncation must (the daemon does this for the
+    /// kernel, `FUSE_HANDLE_KILLPRIV_V2`; set-group-ID depends on its groups).
+    pub kill_suidgid: Option<Caller>,
 }
 
 /// An opened file as the adapter sees it.

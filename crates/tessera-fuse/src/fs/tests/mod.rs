@@ -16,7 +16,11 @@ fn daemon_quota(capacity: u64, used: u64) -> Arc<Enforcement> {
     Arc::new(Accounting::new(capacity, used).into())
 }
 
-const ROOT: Caller = Caller { uid: 0, gid: 0 };
+const ROOT: Caller = Caller {
+    uid: 0,
+    gid: 0,
+    pid: 0,
+};
 
 fn volume(capacity: u64) -> (tempfile::TempDir, VolumeFs) {
     let dir = tempfile::tempdir().unwrap();
@@ -87,13 +91,13 @@ fn writes_stop_at_the_quota_and_keep_what_was_written() {
     let (_, f) = fs
         .create(ROOT, ROOT_ID, os("f"), 0o644, libc::O_WRONLY)
         .unwrap();
-    assert_eq!(fs.write(f.fh, 0, &[1u8; 6000], false).unwrap(), 6000);
+    assert_eq!(fs.write(f.fh, 0, &[1u8; 6000], None).unwrap(), 6000);
     // Partly fits: cut at the boundary.
-    assert_eq!(fs.write(f.fh, 6000, &[2u8; 6000], false).unwrap(), 4000);
-    let err = fs.write(f.fh, 10_000, &[3u8; 1], false).unwrap_err();
+    assert_eq!(fs.write(f.fh, 6000, &[2u8; 6000], None).unwrap(), 4000);
+    let err = fs.write(f.fh, 10_000, &[3u8; 1], None).unwrap_err();
     assert_eq!(err.errno(), libc::ENOSPC);
     // Overwriting inside the file needs no space.
-    assert_eq!(fs.write(f.fh, 0, &[4u8; 100], false).unwrap(), 100);
+    assert_eq!(fs.write(f.fh, 0, &[4u8; 100], None).unwrap(), 100);
     fs.release(f.fh).unwrap();
     let data = std::fs::read(dir.path().join("f")).unwrap();
     assert_eq!(data.len(), 10_000);
@@ -155,10 +159,10 @@ fn unlinked_open_files_leave_the_quota_at_last_close() {
     let (_, f) = fs
         .create(ROOT, ROOT_ID, os("f"), 0o644, libc::O_RDWR)
         .unwrap();
-    fs.write(f.fh, 0, &[0u8; 1000], false).unwrap();
+    fs.write(f.fh, 0, &[0u8; 1000], None).unwrap();
     fs.unlink(ROOT_ID, os("f")).unwrap();
     assert_eq!(fs.usage().unwrap().used, 1000);
-    fs.write(f.fh, 1000, &[0u8; 500], false).unwrap();
+    fs.write(f.fh, 1000, &[0u8; 500], None).unwrap();
     assert_eq!(fs.usage().unwrap().used, 1500);
     fs.release(f.fh).unwrap();
     assert_eq!(fs.usage().unwrap().used, 0);
@@ -190,6 +194,7 @@ fn new_inodes_belong_to_the_caller() {
     let user = Caller {
         uid: 1234,
         gid: 5678,
+        pid: 0,
     };
     let (_, f) = fs
         .create(user, ROOT_ID, os("f"), 0o4755, libc::O_WRONLY)
@@ -388,7 +393,7 @@ fn hard_links_share_one_inode_and_do_not_double_count() {
     let (attr, f) = fs
         .create(ROOT, ROOT_ID, os("f"), 0o644, libc::O_WRONLY)
         .unwrap();
-    fs.write(f.fh, 0, &[0u8; 100], false).unwrap();
+    fs.write(f.fh, 0, &[0u8; 100], None).unwrap();
     fs.release(f.fh).unwrap();
     let l = fs.link(attr.ino, ROOT_ID, os("g")).unwrap();
     assert_eq!(l.ino, attr.ino);
@@ -445,7 +450,7 @@ fn statfs_reports_the_quota() {
     let (_, f) = fs
         .create(ROOT, ROOT_ID, os("f"), 0o644, libc::O_WRONLY)
         .unwrap();
-    fs.write(f.fh, 0, &vec![0u8; 1 << 20], false).unwrap();
+    fs.write(f.fh, 0, &vec![0u8; 1 << 20], None).unwrap();
     let s = fs.statfs().unwrap();
     assert_eq!(s.blocks * s.frsize as u64, 64 << 20);
     assert_eq!(s.bfree * s.frsize as u64, 63 << 20);
