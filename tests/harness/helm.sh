@@ -429,6 +429,9 @@ YAML
   k -n "$TEST_NS" delete pod app --wait=true >/dev/null
   k -n "$TEST_NS" delete pvc data --wait=true >/dev/null
   wait_for 60 "Volume $vol gone" volume_gone "$vol"
+  # As README.md's uninstall: every Tessera object gone (its MountPod and ticket list
+  # go after the Volume) before Tessera is; else their finalizers stay for ever.
+  k wait --for=delete tessera --all --timeout=120s >&2 || die "Tessera objects left: $(k get tessera -o name)"
   k delete namespace "$TEST_NS" --wait=false >/dev/null
   cmd_down
   # (the namespace is the user's, made by the fix: the chart does not delete it)
