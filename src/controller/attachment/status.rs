@@ -56,8 +56,9 @@ pub const REASON_TICKETS_SATISFIED: &str = "TicketsSatisfied";
 pub const REASON_NO_AGENT: &str = "NoAgent";
 
 /// A condition of `type_` built on `old` (the object's conditions before): it keeps its
-/// lastTransitionTime while status and reason stay.
-fn condition(
+/// lastTransitionTime while status and reason stay. (The failover conditions are
+/// built with it too.)
+pub(crate) fn condition(
     old: &[Condition],
     type_: &str,
     ok: bool,

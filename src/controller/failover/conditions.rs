@@ -33,7 +33,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use super::{Liveness, NodeFailover, OUT_OF_SERVICE_TAINT, Why};
-use crate::api::{CONDITION_FENCED, CONDITION_NODE_FAILOVER, condition_status};
+use crate::api::{CONDITION_FENCED, CONDITION_NODE_FAILOVER};
+use crate::controller::attachment::status::condition;
 
 /// Reason of `NodeFailover`: the volume's ticket on a fenced node was released.
 pub const REASON_FAILED_OVER: &str = "FailedOver";
@@ -101,36 +102,6 @@ pub fn volume_note(
             node: node.to_owned(),
         })
     })
-}
-
-/// A condition of `type_` built on `old`: it keeps its lastTransitionTime while its
-/// status and reason stay.
-fn condition(
-    old: &[Condition],
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-    now: &Time,
-) -> Condition {
-    let status = if ok {
-        condition_status::TRUE
-    } else {
-        condition_status::FALSE
-    };
-    let transition = old
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status && c.reason == reason)
-        .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        last_transition_time: transition,
-        observed_generation: generation,
-    }
 }
 
 /// Why a node is fenced, in words.
