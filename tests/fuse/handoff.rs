@@ -331,18 +331,7 @@ fn a_standby_waits_beside_the_serving_daemon_and_takes_over_as_it_leaves() {
     m.signal(nix::sys::signal::Signal::SIGTERM);
     let status = m.wait_exit(Duration::from_secs(10)).expect("leaves");
     assert!(status.success(), "{status}\n{}", m.log());
-    m.adopt(standby);
-    wait_log(&m, "serving the held connection");
-    let took = left.elapsed();
-    std::thread::sleep(Duration::from_millis(500));
-    let (n, longest, err) = writer.finish();
-    println!(
-        "standby takeover: {n} records, taken over {took:?} after SIGTERM, longest write {longest:?}"
-    );
-    assert!(err.is_none(), "a write failed: {err:?}\n{}", m.log());
-    check_records(&m.backing("log"), n);
-    m.stop();
-    assert!(!holder.holds(&m.mnt));
+    standby_took_over(m, standby, writer, &holder, left, "standby takeover");
 }
 
 #[test]
@@ -602,14 +591,33 @@ fn a_standby_whose_holder_restarts_asks_the_new_one_and_takes_over() {
     let holder = Holder::serve(&held.socket()).unwrap();
     let status = m.wait_exit(Duration::from_secs(15)).expect("leaves");
     assert!(status.success(), "{status}\n{}", m.log());
+    standby_took_over(
+        m,
+        standby,
+        writer,
+        &holder,
+        left,
+        "standby takeover across a holder restart",
+    );
+}
+
+/// The end of a standby case, once the serving daemon left at `left`: the standby
+/// serves the held connection, no write failed, every record is in the backend, and
+/// an unmount on purpose makes the holder forget the connection.
+fn standby_took_over(
+    mut m: Mount,
+    standby: std::process::Child,
+    writer: Writer,
+    holder: &Holder,
+    left: Instant,
+    what: &str,
+) {
     m.adopt(standby);
     wait_log(&m, "serving the held connection");
     let took = left.elapsed();
     std::thread::sleep(Duration::from_millis(500));
     let (n, longest, err) = writer.finish();
-    println!(
-        "standby takeover across a holder restart: {n} records, taken over {took:?} after SIGTERM, longest write {longest:?}"
-    );
+    println!("{what}: {n} records, taken over {took:?} after SIGTERM, longest write {longest:?}");
     assert!(err.is_none(), "a write failed: {err:?}\n{}", m.log());
     check_records(&m.backing("log"), n);
     m.stop();
