@@ -109,6 +109,7 @@ pub async fn controller(
                 publish_timeout: args.publish_timeout,
                 unpublish_timeout: args.publish_timeout,
                 capacity_bytes: args.capacity_bytes,
+                lease_namespace: args.namespace.clone(),
                 labels: args.watch_selector.clone().unwrap_or_default(),
                 allowed_roots: allowed_roots.clone(),
             },

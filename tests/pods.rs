@@ -25,6 +25,8 @@ mod examples;
 mod failover;
 #[path = "pods/fence.rs"]
 mod fence;
+#[path = "pods/groups.rs"]
+mod groups;
 #[path = "pods/locks.rs"]
 mod locks;
 #[path = "pods/many.rs"]
@@ -33,6 +35,8 @@ mod many;
 mod modify;
 #[path = "pods/oom.rs"]
 mod oom;
+#[path = "pods/placement.rs"]
+mod placement;
 #[path = "pods/preflight.rs"]
 mod preflight;
 #[path = "pods/release.rs"]

@@ -13,7 +13,7 @@ pub struct ControllerArgs {
     /// Address of the metrics and health endpoint.
     #[arg(long, env = "TESSERA_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
-    /// Namespace of the leader-election Lease (and of nothing else).
+    /// Tessera's namespace: the leader-election Lease's and the nodes' liveness Leases'.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub namespace: String,
     /// Name of the leader-election Lease.
@@ -55,8 +55,9 @@ pub struct ControllerArgs {
     /// `--publish-timeout-seconds` still works).
     #[arg(long, default_value = "10s", value_parser = parse_duration, alias = "publish-timeout-seconds")]
     pub publish_timeout: Duration,
-    /// Capacity reported by GetCapacity: bytes or a Kubernetes quantity (`500Gi`, `1T`)
-    /// (default: free space of the default backend root as the controller sees it).
+    /// Capacity reported by GetCapacity for every node and root: bytes or a Kubernetes
+    /// quantity (`500Gi`, `1T`) (default: the free space each node reports on its
+    /// liveness Lease).
     #[arg(long, value_parser = crate::api::quantity_bytes)]
     pub capacity_bytes: Option<u64>,
     /// How many Volumes each controller (the Volume one, the VolumeAttachment one)

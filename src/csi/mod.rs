@@ -23,6 +23,7 @@
 //! | [`watch`] | waiting for a condition on one object by watch |
 //! | [`shared_watch`] | one watch per VolumeAttachment for every call waiting on it |
 //! | [`mountpods`] | one MountPod list-watch for every unpublish waiting on a MountPod |
+//! | [`topology`] | where a volume may be used (nodes, Shared roots) and how much fits where: pure |
 //! | this one | what both services share: ticket ids, the in-flight guard and volume turns, required fields, how an error becomes a status |
 //!
 //! Errors: each service has one `Error` enum and one `From<Error> for Status`; a
@@ -35,6 +36,7 @@ pub mod mountpods;
 pub mod node;
 pub use tessera_csi_proto as proto;
 pub mod shared_watch;
+pub mod topology;
 pub mod watch;
 
 use std::collections::{HashMap, HashSet};

@@ -10,11 +10,18 @@
 //!     err ─▶ no news; the daemons fence themselves fenceAfter after the last one
 //! ```
 //!
+//! Each renewal also carries the free bytes of the backend roots the node has
+//! (`tessera.io/free-bytes`, coarsened; sampled every [`SAMPLE_EVERY`] by a task of
+//! its own, so a hung backend never delays a renewal): the CSI controller's
+//! GetCapacity reads them (`api::free_bytes`).
+//!
 //! A Lease the controller marked fenced (`tessera.io/fenced`) is taken again under a
 //! new epoch (`leaseTransitions` + 1): the fence file's new epoch revokes every daemon
 //! that served under the old one, for good. [`next_lease`] is pure.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -24,7 +31,8 @@ use kube::api::{Api, PostParams};
 use tracing::{info, warn};
 
 use super::supervisor::StateDir;
-use crate::api::{ANNOTATION_FENCED, liveness_lease};
+use crate::api::free_bytes::{coarse, free_annotation};
+use crate::api::{ANNOTATION_FENCED, ANNOTATION_FREE_BYTES, liveness_lease};
 use crate::fuse::contract::fence::{News, boottime_ns};
 
 /// How the agent renews its node's Lease.
@@ -34,6 +42,25 @@ pub struct Renewal {
     pub node: String,
     pub interval: Duration,
     pub fence_after: Duration,
+    /// The backend roots whose free space each renewal reports.
+    pub roots: Vec<PathBuf>,
+}
+
+/// How often the free space of the roots is sampled.
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(15);
+
+/// The free bytes of each of `roots` this node has (a directory that answers statvfs),
+/// coarsened.
+pub fn sample(roots: &[PathBuf]) -> BTreeMap<String, u64> {
+    roots
+        .iter()
+        .filter(|r| r.is_dir())
+        .filter_map(|r| {
+            let s = nix::sys::statvfs::statvfs(r.as_path()).ok()?;
+            let free = s.blocks_available().saturating_mul(s.fragment_size());
+            Some((r.to_string_lossy().into_owned(), coarse(free)))
+        })
+        .collect()
 }
 
 /// What one attempt writes.
@@ -48,8 +75,24 @@ pub enum Step {
 }
 
 /// The Lease to write after reading `current` (none: it does not exist), at wall
-/// time `now` (informational: nobody compares it across machines).
+/// time `now` (informational: nobody compares it across machines), reporting `free`.
 pub fn next_lease(
+    current: Option<&Lease>,
+    node: &str,
+    fence_after: Duration,
+    now: jiff::Timestamp,
+    free: &BTreeMap<String, u64>,
+) -> (Step, Lease) {
+    let (step, mut lease) = next_lease_spec(current, node, fence_after, now);
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION_FREE_BYTES.to_owned(), free_annotation(free));
+    (step, lease)
+}
+
+fn next_lease_spec(
     current: Option<&Lease>,
     node: &str,
     fence_after: Duration,
@@ -110,6 +153,8 @@ pub async fn run(client: Client, state: StateDir, r: Renewal) {
     let api: Api<Lease> = Api::namespaced(client, &r.namespace);
     let name = liveness_lease(&r.node);
     let mut current: Option<Option<Lease>> = None;
+    let free = Arc::new(Mutex::new(BTreeMap::new()));
+    let _sampler = Sampler::start(r.roots.clone(), free.clone());
     info!(lease = %name, namespace = %r.namespace, interval = ?r.interval, fence_after = ?r.fence_after, "renewing the node's liveness Lease");
     loop {
         let read = match current.take() {
@@ -125,11 +170,13 @@ pub async fn run(client: Client, state: StateDir, r: Renewal) {
         };
         // Read before sending: never later than the moment the renewal is stored.
         let sent = boottime_ns();
+        let reported = free.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let (step, lease) = next_lease(
             read.as_ref(),
             &r.node,
             r.fence_after,
             jiff::Timestamp::now(),
+            &reported,
         );
         let written = match step {
             Step::Create => api.create(&PostParams::default(), &lease).await,
@@ -160,6 +207,31 @@ pub async fn run(client: Client, state: StateDir, r: Renewal) {
     }
 }
 
+/// The task sampling the roots' free space into the shared map, aborted on drop.
+struct Sampler(tokio::task::JoinHandle<()>);
+
+impl Sampler {
+    fn start(roots: Vec<PathBuf>, into: Arc<Mutex<BTreeMap<String, u64>>>) -> Sampler {
+        Sampler(tokio::spawn(async move {
+            loop {
+                let roots = roots.clone();
+                // A hung backend hangs this task only: the renewals go on with the
+                // last sample.
+                if let Ok(m) = tokio::task::spawn_blocking(move || sample(&roots)).await {
+                    *into.lock().unwrap_or_else(|p| p.into_inner()) = m;
+                }
+                tokio::time::sleep(SAMPLE_EVERY).await;
+            }
+        }))
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The annotations of a Lease marked fenced (the controller's write; tests).
 pub fn fenced_mark() -> BTreeMap<String, String> {
     [(ANNOTATION_FENCED.to_owned(), "true".to_owned())].into()
@@ -173,6 +245,10 @@ mod tests {
         jiff::Timestamp::from_second(1_800_000_000).unwrap()
     }
 
+    fn free() -> BTreeMap<String, u64> {
+        [("/var/lib/tessera/volumes".to_owned(), 1 << 30)].into()
+    }
+
     fn transitions(l: &Lease) -> Option<i32> {
         l.spec.as_ref().unwrap().lease_transitions
     }
@@ -180,7 +256,7 @@ mod tests {
     #[test]
     fn create_renew_retake() {
         let f = Duration::from_millis(20_500);
-        let (step, created) = next_lease(None, "n1", f, now());
+        let (step, created) = next_lease(None, "n1", f, now(), &free());
         assert_eq!(step, Step::Create);
         let spec = created.spec.as_ref().unwrap();
         assert_eq!(created.metadata.name.as_deref(), Some("tessera-node-n1"));
@@ -192,13 +268,16 @@ mod tests {
         );
         assert_eq!(transitions(&created), Some(0));
 
-        let (step, renewed) = next_lease(Some(&created), "n1", f, now());
+        let reported =
+            created.metadata.annotations.as_ref().unwrap()[ANNOTATION_FREE_BYTES].clone();
+        assert_eq!(crate::api::free_bytes::parse_free(&reported), free());
+        let (step, renewed) = next_lease(Some(&created), "n1", f, now(), &free());
         assert_eq!(step, Step::Renew);
         assert_eq!(transitions(&renewed), Some(0));
 
         let mut marked = renewed.clone();
         marked.metadata.annotations = Some(fenced_mark());
-        let (step, retaken) = next_lease(Some(&marked), "n1", f, now());
+        let (step, retaken) = next_lease(Some(&marked), "n1", f, now(), &free());
         assert_eq!(step, Step::Retake);
         assert_eq!(transitions(&retaken), Some(1));
         assert!(
@@ -211,8 +290,18 @@ mod tests {
 
         let mut other = renewed;
         other.spec.as_mut().unwrap().holder_identity = Some("n2".into());
-        let (step, retaken) = next_lease(Some(&other), "n1", f, now());
+        let (step, retaken) = next_lease(Some(&other), "n1", f, now(), &free());
         assert_eq!(step, Step::Retake);
         assert_eq!(epoch(&retaken), 1);
+    }
+
+    #[test]
+    fn a_sample_reports_the_roots_present_and_skips_the_others() {
+        let dir = std::env::temp_dir();
+        let missing = dir.join("tessera-no-such-root-for-sample");
+        let m = sample(&[dir.clone(), missing]);
+        assert_eq!(m.len(), 1, "{m:?}");
+        let free = m[&dir.to_string_lossy().into_owned()];
+        assert!(free > 0 && coarse(free) == free, "{free}");
     }
 }

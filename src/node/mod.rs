@@ -525,6 +525,7 @@ pub async fn run_agent(
         node: args.node_name.clone(),
         interval: args.renew_interval,
         fence_after: args.fence_after,
+        roots: host.config.allowed_roots.roots().to_vec(),
     };
     let state = host.state.clone();
     let lease = async {

@@ -13,6 +13,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod csi_capacity;
 mod csi_chain;
 mod csi_default_scope;
 mod csi_errors;

@@ -9,6 +9,10 @@
 #     Pods reach the API server at the host's address instead;
 #   * the example StorageClass (config/storageclass/, optional in an install) is
 #     included: the demo and tests/pods.rs claim from it;
+#   * one more backend root, `$PARTIAL_ROOT Shared`, after config/'s own: a Shared
+#     root that only the first node has (nodes.sh creates it there), as a filesystem
+#     mounted on some nodes only; tests/pods/placement.rs checks that the scheduler
+#     keeps its volumes off the other nodes;
 #   * first, the cluster add-on that snapshots need, as a cluster administrator
 #     installs it: the VolumeSnapshot CRDs and the snapshot controller
 #     (external-snapshotter, built by build.sh; snapshot/snapshot-controller.yaml).
@@ -46,6 +50,8 @@ VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$ROOT/Cargo.toml" | head -n1)
 # The config/ to deploy: this checkout's, or another release's (tests/pods/release.rs
 # deploys release 0.1.0's, unpacked from tests/upgrade/, then upgrades to this one).
 CONFIG="${TESSERA_CONFIG_DIR:-$ROOT/config}"
+# The Shared root only the first node has (nodes.sh makes it; tests/pods/placement.rs).
+PARTIAL_ROOT=/var/lib/tessera/first-node-only
 
 log() { printf '[deploy] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -60,6 +66,22 @@ k() { "$BIN/kubectl" --kubeconfig "$CL/kubeconfig" --cache-dir "$CL/kubectl-cach
 # shellcheck disable=SC1091
 if [[ -f "$CL/gate.env" ]]; then . "$CL/gate.env"; fi
 POD_API_PORT=${TESSERA_GATE_PODS_PORT:-$TESSERA_APISERVER_PORT}
+
+# The ConfigMap of backend roots: config/'s, and PARTIAL_ROOT.
+write_roots_patch() {
+  local roots
+  roots=$(sed -n '/^  backend-roots: |/,$p' "$CONFIG/backend-roots.yaml" | tail -n +2)
+  [[ -n "$roots" ]] || die "$CONFIG/backend-roots.yaml: no backend-roots"
+  cat >"$OVERLAY/backend-roots.yaml" <<EOF
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: tessera-backend-roots, namespace: $NS}
+data:
+  backend-roots: |
+$roots
+    $PARTIAL_ROOT Shared
+EOF
+}
 
 write_overlay() {
   [[ -n "${TESSERA_HOST_IP:-}" && "${TESSERA_APISERVER_BIND:-}" == 0.0.0.0 ]] ||
@@ -88,7 +110,9 @@ images:
 patches:
   - path: controller.yaml
   - path: node.yaml
+  - path: backend-roots.yaml
 EOF
+    write_roots_patch
     cat >"$OVERLAY/controller.yaml" <<EOF
 apiVersion: apps/v1
 kind: Deployment
@@ -132,7 +156,9 @@ patches:
   - path: controller.yaml
   - path: node.yaml
   - path: fd-holder.yaml
+  - path: backend-roots.yaml
 EOF
+  write_roots_patch
   cat >"$OVERLAY/controller.yaml" <<EOF
 apiVersion: apps/v1
 kind: Deployment

@@ -370,6 +370,8 @@ start_node() { # start_node INDEX
   rm -rf "$d"
   mkdir -p "$d"/{kubelet,tessera,containerd,run,log,cni/state,sysctl/vm,sysctl/kernel,sysctl/net/ipv4,logs,pids}
   mkdir -p "$SHARED/tessera"   # (with gluster: through the host's client)
+  # A Shared backend root only the first node has (deploy.sh declares it; see there).
+  if [[ $i == 0 ]]; then mkdir -p "$d/tessera/first-node-only"; fi
   shared_bind "$d/kubelet"; shared_bind "$d/tessera"
   if [[ $SHARED_FS == dir ]]; then shared_bind "$SHARED"; fi
   bash "$HARNESS_DIR/images.sh" build-base

@@ -24,6 +24,7 @@
 mod attachment;
 mod common;
 pub mod finalizers;
+pub mod free_bytes;
 mod mountpod;
 pub mod names;
 mod resources;

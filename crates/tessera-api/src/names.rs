@@ -12,6 +12,41 @@ pub const VERSION: &str = "v1alpha1";
 pub const CSI_DRIVER_NAME: &str = "csi.tessera.io";
 /// Topology key of node-local volumes.
 pub const TOPOLOGY_NODE_KEY: &str = "topology.tessera.io/node";
+/// Value of a [`root_topology_key`] on a node that serves the root.
+pub const TOPOLOGY_ROOT_SERVED: &str = "served";
+
+/// The topology key of a Shared backend root: a node that serves `root` (has it when
+/// its CSI plugin registers) carries it as a label with [`TOPOLOGY_ROOT_SERVED`], and a
+/// volume on `root` requires it, so the scheduler keeps that volume's Pods off nodes
+/// that lack the root. `topology.tessera.io/root-<slug>-<hash>`: the slug keeps it
+/// readable (`kubectl get nodes -L`), the hash of the whole path keeps it unique;
+/// the name part stays within a label's 63 characters.
+pub fn root_topology_key(root: &str) -> String {
+    let mut slug = String::new();
+    for c in root.chars() {
+        if c.is_ascii_alphanumeric() {
+            slug.push(c.to_ascii_lowercase());
+        } else if !slug.is_empty() && !slug.ends_with('.') {
+            slug.push('.');
+        }
+        if slug.len() >= 40 {
+            break;
+        }
+    }
+    let slug = slug.trim_end_matches('.');
+    // FNV-1a, folded to 32 bits: stable across builds and machines.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in root.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let h = (h >> 32) ^ (h & 0xffff_ffff);
+    if slug.is_empty() {
+        format!("topology.tessera.io/root-{h:08x}")
+    } else {
+        format!("topology.tessera.io/root-{slug}-{h:08x}")
+    }
+}
 
 // Field managers: one per component, so server-side apply keeps each one's fields
 // apart and `kubectl tessera tickets` can say who wrote a ticket.
@@ -103,6 +138,11 @@ pub const LIVENESS_LEASE_PREFIX: &str = "tessera-node-";
 pub fn liveness_lease(node: &str) -> String {
     format!("{LIVENESS_LEASE_PREFIX}{node}")
 }
+/// On a node's liveness Lease, written with each renewal by its agent: the free bytes
+/// of each backend root the node has, as a JSON object `{"<root>": bytes}` (coarsened,
+/// so it changes only when the space does). The CSI controller answers GetCapacity
+/// from it (docs/operations.md "Capacity").
+pub const ANNOTATION_FREE_BYTES: &str = "tessera.io/free-bytes";
 
 // Conditions every kind carries for GitOps tools (docs/gitops.md). `Ready` is for
 // `kubectl wait --for=condition=Ready`; `Reconciling` and `Stalled` are kstatus's
@@ -143,5 +183,38 @@ mod tests {
     fn a_node_agent_field_manager_names_its_node() {
         assert_eq!(node_field_manager("node-a"), "tessera-node-node-a");
         assert!(node_field_manager("x").starts_with(NODE_FIELD_MANAGER_PREFIX));
+    }
+
+    /// A label key: an optional DNS-subdomain prefix, `/`, and a name of at most 63
+    /// characters, alphanumeric at both ends, `-`, `_`, `.` inside.
+    fn is_label_key(k: &str) -> bool {
+        let Some((prefix, name)) = k.split_once('/') else {
+            return false;
+        };
+        let inner = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
+        prefix.len() <= 253
+            && !name.is_empty()
+            && name.len() <= 63
+            && name.chars().all(inner)
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+    }
+
+    #[test]
+    fn a_root_topology_key_is_a_readable_label_key_unique_per_path() {
+        let k = root_topology_key("/mnt/shared/tessera");
+        assert!(
+            k.starts_with("topology.tessera.io/root-mnt.shared.tessera-"),
+            "{k}"
+        );
+        assert_eq!(k, root_topology_key("/mnt/shared/tessera"), "stable");
+        let long = format!("/{}", "Very Long_Directory/".repeat(20));
+        for root in ["/mnt/shared/tessera", "/", "/ü/€", &long, "/a//b/", "/a.b"] {
+            let k = root_topology_key(root);
+            assert!(is_label_key(&k), "{root:?} gives {k:?}");
+        }
+        // Paths whose slugs agree still differ by the hash.
+        assert_ne!(root_topology_key("/a/b"), root_topology_key("/a.b"));
+        assert_ne!(root_topology_key("/a/b"), root_topology_key("/A/b"));
     }
 }

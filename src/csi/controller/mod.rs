@@ -46,8 +46,9 @@ mod publish_cache;
 pub mod request;
 pub mod resources;
 pub mod snapshot;
+pub mod space;
 
-use crate::api::{ANNOTATION_CSI_NAME, CSI_CONTROLLER_FIELD_MANAGER};
+use crate::api::{ANNOTATION_CSI_NAME, CSI_CONTROLLER_FIELD_MANAGER, TOPOLOGY_NODE_KEY};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -96,9 +97,11 @@ pub struct Settings {
     pub publish_timeout: Duration,
     /// How long ControllerUnpublish waits for the detach.
     pub unpublish_timeout: Duration,
-    /// Capacity reported by GetCapacity; `None`: the free space of the default backend
-    /// root as seen from the controller, if it can see it.
+    /// Capacity reported by GetCapacity for every request; `None`: the free space the
+    /// nodes report on their liveness Leases (`space`).
     pub capacity_bytes: Option<u64>,
+    /// The namespace of the nodes' liveness Leases (Tessera's own).
+    pub lease_namespace: String,
     /// Labels put on every Volume created, and required of every Volume listed (the
     /// controller's `--watch-selector`, so one instance sees only its own volumes).
     pub labels: crate::labels::Labels,
@@ -116,6 +119,7 @@ pub struct ControllerService {
     watches: SharedWatches,
     caches: PublishCaches,
     mountpods: MountPodWatch,
+    spaces: space::NodeSpaces,
 }
 
 /// The in-flight slot of a publish or unpublish of `volume` on `node` (all nodes:
@@ -162,12 +166,43 @@ impl ControllerService {
         ControllerService {
             caches: PublishCaches::start(&client, &settings.labels),
             mountpods: MountPodWatch::start(&client, &settings.labels),
+            spaces: space::NodeSpaces::new(client.clone(), settings.lease_namespace.clone()),
             tickets: group_commit::TicketWriter::new(Api::all(client.clone())),
             watches: SharedWatches::new(Api::all(client.clone())),
             client,
             settings,
             inflight: InFlight::default(),
         }
+    }
+
+    /// GetCapacity: the free space of the StorageClass's root on the segment's node as
+    /// that node last reported it, or the most any live node has (no segment).
+    async fn capacity(&self, req: GetCapacityRequest) -> Result<GetCapacityResponse, Error> {
+        let available = match self.settings.capacity_bytes {
+            Some(c) => c,
+            None => {
+                let params =
+                    Parameters::parse(&req.parameters, &self.settings.default_backend_root)?;
+                request::scope_for(&params, &self.settings.allowed_roots)?;
+                let root = self
+                    .settings
+                    .allowed_roots
+                    .check_root(&params.backend_root)
+                    .map_err(Error::BackendRoot)?;
+                let node = req
+                    .accessible_topology
+                    .as_ref()
+                    .and_then(|t| t.segments.get(TOPOLOGY_NODE_KEY))
+                    .map(String::as_str);
+                let spaces = self.spaces.now().await;
+                crate::csi::topology::capacity(&root.to_string_lossy(), node, &spaces)
+            }
+        };
+        Ok(GetCapacityResponse {
+            available_capacity: i64::try_from(available).unwrap_or(i64::MAX),
+            maximum_volume_size: None,
+            minimum_volume_size: None,
+        })
     }
 
     fn volumes(&self) -> Api<Volume> {
@@ -613,19 +648,9 @@ impl Controller for ControllerService {
 
     async fn get_capacity(
         &self,
-        _req: Request<GetCapacityRequest>,
+        req: Request<GetCapacityRequest>,
     ) -> Result<Response<GetCapacityResponse>, Status> {
-        let available = match self.settings.capacity_bytes {
-            Some(c) => c,
-            None => nix::sys::statvfs::statvfs(self.settings.default_backend_root.as_str())
-                .map(|s| s.blocks_available() * s.fragment_size())
-                .unwrap_or(0),
-        };
-        Ok(Response::new(GetCapacityResponse {
-            available_capacity: i64::try_from(available).unwrap_or(i64::MAX),
-            maximum_volume_size: None,
-            minimum_volume_size: None,
-        }))
+        reply(self.capacity(req.into_inner()).await)
     }
 
     async fn controller_get_capabilities(

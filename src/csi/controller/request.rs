@@ -15,7 +15,7 @@ use crate::api::{
     self, AccessMode, AttacherType, AttachmentTicket, BackendScope, Volume, VolumeAttachment,
 };
 use crate::csi::proto::volume_capability::{AccessType, access_mode};
-use crate::csi::proto::{self, CapacityRange, CreateVolumeRequest, Topology, VolumeCapability};
+use crate::csi::proto::{self, CapacityRange, CreateVolumeRequest, VolumeCapability};
 use crate::csi::{is_object_name, shown};
 
 /// Default size when a request names none.
@@ -317,14 +317,11 @@ pub fn csi_volume(v: &Volume) -> Result<proto::Volume, Error> {
     let bytes = volume_bytes(v)?;
     let mut ctx = HashMap::new();
     ctx.insert("backendRoot".to_string(), v.spec.backend.root.clone());
-    let topology = match (&v.spec.backend.scope, &v.spec.backend.node) {
-        (BackendScope::NodeLocal, Some(node)) => {
-            vec![Topology {
-                segments: [(TOPOLOGY_NODE_KEY.to_string(), node.clone())].into(),
-            }]
-        }
-        _ => vec![],
-    };
+    let topology = crate::csi::topology::volume_topology(
+        &v.spec.backend.scope,
+        &v.spec.backend.root,
+        v.spec.backend.node.as_deref(),
+    );
     Ok(proto::Volume {
         capacity_bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
         volume_id: v.name_any(),

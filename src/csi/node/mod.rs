@@ -561,8 +561,21 @@ impl Node for NodeService {
         &self,
         _: Request<NodeGetInfoRequest>,
     ) -> Result<Response<NodeGetInfoResponse>, Status> {
-        let segments: HashMap<String, String> =
-            [(TOPOLOGY_NODE_KEY.to_string(), self.node_name.clone())].into();
+        // Which Shared roots this node has: a stat each, off the runtime and bounded
+        // (a hung backend must not keep the plugin from registering; it then
+        // registers without that root).
+        let (node, roots) = (self.node_name.clone(), self.inline.allowed_roots.clone());
+        let probe = tokio::task::spawn_blocking(move || {
+            crate::csi::topology::node_segments(&node, &roots, |p| p.is_dir())
+        });
+        let segments = match tokio::time::timeout(ROOT_PROBE_TIMEOUT, probe).await {
+            Ok(Ok(segments)) => segments,
+            _ => {
+                warn!(timeout = ?ROOT_PROBE_TIMEOUT, "the backend roots did not answer: registering with the node's name only");
+                [(TOPOLOGY_NODE_KEY.to_string(), self.node_name.clone())].into()
+            }
+        };
+        info!(?segments, "topology reported to the kubelet");
         Ok(Response::new(NodeGetInfoResponse {
             node_id: self.node_name.clone(),
             max_volumes_per_node: 0,
@@ -570,6 +583,9 @@ impl Node for NodeService {
         }))
     }
 }
+
+/// How long NodeGetInfo waits for the backend roots to answer a stat.
+const ROOT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The [`InFlight`] key of a publish or unpublish: the volume and the target.
 fn inflight_key(volume_id: &str, target: &Path) -> String {
