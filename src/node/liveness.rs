@@ -48,6 +48,8 @@ pub struct Renewal {
 
 /// How often the free space of the roots is sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(15);
+/// How long the first renewal waits for the first sample.
+const FIRST_SAMPLE_WAIT: Duration = Duration::from_secs(2);
 
 /// The free bytes of each of `roots` this node has (a directory that answers statvfs),
 /// coarsened.
@@ -154,7 +156,11 @@ pub async fn run(client: Client, state: StateDir, r: Renewal) {
     let name = liveness_lease(&r.node);
     let mut current: Option<Option<Lease>> = None;
     let free = Arc::new(Mutex::new(BTreeMap::new()));
-    let _sampler = Sampler::start(r.roots.clone(), free.clone());
+    let (_sampler, first) = Sampler::start(r.roots.clone(), free.clone());
+    // The first renewal carries the first sample if it comes soon (the external-
+    // provisioner may ask GetCapacity as soon as Tessera is installed); a hung
+    // backend delays it by FIRST_SAMPLE_WAIT at most.
+    let _ = tokio::time::timeout(FIRST_SAMPLE_WAIT, first).await;
     info!(lease = %name, namespace = %r.namespace, interval = ?r.interval, fence_after = ?r.fence_after, "renewing the node's liveness Lease");
     loop {
         let read = match current.take() {
@@ -211,8 +217,14 @@ pub async fn run(client: Client, state: StateDir, r: Renewal) {
 struct Sampler(tokio::task::JoinHandle<()>);
 
 impl Sampler {
-    fn start(roots: Vec<PathBuf>, into: Arc<Mutex<BTreeMap<String, u64>>>) -> Sampler {
-        Sampler(tokio::spawn(async move {
+    /// The sampling task, and a future that ends with its first sample.
+    fn start(
+        roots: Vec<PathBuf>,
+        into: Arc<Mutex<BTreeMap<String, u64>>>,
+    ) -> (Sampler, tokio::sync::oneshot::Receiver<()>) {
+        let (done, first) = tokio::sync::oneshot::channel();
+        let mut done = Some(done);
+        let task = tokio::spawn(async move {
             loop {
                 let roots = roots.clone();
                 // A hung backend hangs this task only: the renewals go on with the
@@ -220,9 +232,13 @@ impl Sampler {
                 if let Ok(m) = tokio::task::spawn_blocking(move || sample(&roots)).await {
                     *into.lock().unwrap_or_else(|p| p.into_inner()) = m;
                 }
+                if let Some(done) = done.take() {
+                    let _ = done.send(());
+                }
                 tokio::time::sleep(SAMPLE_EVERY).await;
             }
-        }))
+        });
+        (Sampler(task), first)
     }
 }
 

@@ -623,3 +623,95 @@ fn standby_took_over(
     m.stop();
     assert!(!holder.holds(&m.mnt));
 }
+
+/// A daemon revoked (its node's Lease taken again under a new epoch: the controller
+/// gave its volume away) and then replaced by a successor on the held connection:
+/// the successor serves under its predecessor's epoch, so it is revoked as well and
+/// nothing more is applied. A successor that took the node's current epoch as its own
+/// would let the application on the old Pod write again (issue 33).
+#[test]
+fn a_successor_of_a_revoked_daemon_is_revoked_too() {
+    use tessera::fuse::contract::fence::{News, boottime_ns, news_text};
+    let held = Held::new();
+    let _holder = Holder::serve(&held.socket()).unwrap();
+    let fence = held.dir.path().join("node.fence");
+    let renewal = |epoch| {
+        news_text(&News {
+            epoch,
+            renewed_ns: boottime_ns(),
+            fence_after: Duration::from_secs(3600),
+        })
+    };
+    fs::write(&fence, renewal(1)).unwrap();
+    let mut m = held.mount_with(|b| b.arg("--fence-file").arg(fence.to_str().unwrap()));
+    wait_log(&m, "FUSE descriptor handed to the holder");
+    fs::write(m.path("before"), "x").unwrap();
+
+    fs::write(&fence, renewal(2)).unwrap();
+    let eio = |name: &str, m: &Mount| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match fs::write(m.path(name), "x") {
+                Err(e) if e.raw_os_error() == Some(libc::EIO) => return,
+                r => assert!(
+                    Instant::now() < deadline,
+                    "{name}: {r:?}, not EIO\n{}",
+                    m.log()
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    eio("revoked", &m);
+
+    m.kill_daemon();
+    m.respawn();
+    wait_log(&m, "serving the held connection");
+    fs::write(&fence, renewal(2)).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let r = fs::write(m.path("after"), "x");
+    assert_eq!(
+        r.as_ref().map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO)),
+        "the successor of a revoked daemon wrote: {r:?}\n{}",
+        m.log()
+    );
+    assert!(!m.backing("after").exists(), "nothing applied");
+    assert_eq!(fs::read_to_string(m.backing("before")).unwrap(), "x");
+    m.stop();
+}
+
+/// A self-fencing daemon takes its signals as any other: SIGUSR1 leaves the mount to
+/// a successor, SIGTERM unmounts, each with a clean exit. (Its fence thread, started
+/// before the daemon blocks its signals, once took them and died of them.)
+#[test]
+fn a_self_fencing_daemon_leaves_and_stops_on_its_signals() {
+    use tessera::fuse::contract::fence::{News, boottime_ns, news_text};
+    let held = Held::new();
+    let holder = Holder::serve(&held.socket()).unwrap();
+    let fence = held.dir.path().join("node.fence");
+    let news = News {
+        epoch: 1,
+        renewed_ns: boottime_ns(),
+        fence_after: Duration::from_secs(3600),
+    };
+    fs::write(&fence, news_text(&news)).unwrap();
+    let mut m = held.mount_with(|b| b.arg("--fence-file").arg(fence.to_str().unwrap()));
+    wait_log(&m, "FUSE descriptor handed to the holder");
+    let writer = Writer::start(&m.path("log"));
+    std::thread::sleep(Duration::from_millis(300));
+    m.signal(nix::sys::signal::Signal::SIGUSR1);
+    let status = m
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits on SIGUSR1");
+    assert!(status.success(), "{status}\n{}", m.log());
+    assert!(m.log().contains("exiting for a successor"), "{}", m.log());
+    assert!(holder.holds(&m.mnt), "the holder kept the connection");
+    m.respawn();
+    wait_log(&m, "serving the held connection");
+    std::thread::sleep(Duration::from_millis(300));
+    let (n, _, err) = writer.finish();
+    assert!(err.is_none(), "a write failed: {err:?}\n{}", m.log());
+    check_records(&m.backing("log"), n);
+    m.stop();
+}

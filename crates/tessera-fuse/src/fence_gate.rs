@@ -10,9 +10,13 @@
 //!
 //! The verdict is taken on `CLOCK_BOOTTIME` at each admission, so a daemon fences at
 //! its deadline even when the thread is late; the thread only brings news.
+//!
+//! The epoch a daemon serves under outlives it: a handoff successor's gate starts
+//! bound to its predecessor's (kept in the handoff state, [`Gate::on_bound`]), so a
+//! successor of a revoked daemon is revoked too, not bound to the node's new epoch.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use crate::contract::fence::{Fence, MAX_FILE, News, Verdict, boottime_ns};
@@ -23,11 +27,21 @@ const POLL: Duration = Duration::from_millis(100);
 const RECHECK: Duration = Duration::from_millis(100);
 
 /// The fence a mount's mutations pass.
-#[derive(Debug)]
 pub struct Gate {
     fence: Mutex<Fence>,
     news: Condvar,
     path: PathBuf,
+    /// Told the epoch whenever the fence file is read once it is bound.
+    bound_hook: OnceLock<Box<dyn Fn(u64) + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gate")
+            .field("fence", &*self.lock())
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A mutation refused for good: the node's tenure this daemon served under ended.
@@ -35,19 +49,42 @@ pub struct Gate {
 pub struct Revoked;
 
 impl Gate {
-    /// A gate over `path`, read once now and then by a thread of its own.
-    pub fn start(path: &Path) -> std::io::Result<Arc<Gate>> {
+    /// A gate over `path`, read once now and then by a thread of its own; bound to
+    /// `epoch` from the start if given (a handoff successor: its predecessor's).
+    pub fn start(path: &Path, epoch: Option<u64>) -> std::io::Result<Arc<Gate>> {
         let gate = Arc::new(Gate {
-            fence: Mutex::new(Fence::new()),
+            fence: Mutex::new(epoch.map_or_else(Fence::new, Fence::bound)),
             news: Condvar::new(),
             path: path.to_owned(),
+            bound_hook: OnceLock::new(),
         });
         gate.read();
         let g = gate.clone();
         std::thread::Builder::new()
             .name("fence".into())
-            .spawn(move || g.watch())?;
+            .spawn(move || {
+                // The daemon's signals are the signal thread's: one taken here would
+                // run its default action (SIGTERM, SIGUSR1/2, SIGHUP end the process
+                // instead of unmounting or leaving for a successor). This thread starts
+                // before the daemon blocks them, so it blocks them itself.
+                let _ = nix::sys::signal::SigSet::all().thread_block();
+                g.watch()
+            })?;
         Ok(gate)
+    }
+
+    /// Tell `hook` the epoch this gate serves under, now if it is bound and after each
+    /// reading of the fence file (the daemon keeps it in its handoff state).
+    pub fn on_bound(&self, hook: impl Fn(u64) + Send + Sync + 'static) {
+        let _ = self.bound_hook.set(Box::new(hook));
+        self.tell_bound();
+    }
+
+    fn tell_bound(&self) {
+        let epoch = self.lock().epoch();
+        if let (Some(e), Some(hook)) = (epoch, self.bound_hook.get()) {
+            hook(e);
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Fence> {
@@ -81,6 +118,7 @@ impl Gate {
         let v = f.verdict(boottime_ns());
         drop(f);
         self.news.notify_all();
+        self.tell_bound();
         Some(v)
     }
 
@@ -143,7 +181,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("node.fence");
         write(&path, 1, boottime_ns(), Duration::from_secs(60));
-        let gate = Gate::start(&path).unwrap();
+        let gate = Gate::start(&path, None).unwrap();
         assert_eq!(gate.admit(), Ok(()));
 
         // Old news: fenced; a waiting admission goes on once fresh news comes.
@@ -172,7 +210,7 @@ mod tests {
     fn a_gate_without_news_waits() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("node.fence");
-        let gate = Gate::start(&path).unwrap();
+        let gate = Gate::start(&path, None).unwrap();
         let g = gate.clone();
         let waiter = std::thread::spawn(move || g.admit());
         std::thread::sleep(Duration::from_millis(400));

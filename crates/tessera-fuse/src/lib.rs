@@ -426,8 +426,26 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         None => cache.ttl,
     });
     tracing::info!(attr_timeout = ?ttl.get(), "attribute cache lifetime in effect");
+    // Handoff: a held connection to take over (its state restored), or none; and
+    // the state file this daemon keeps for its own successor.
+    let prepared = handoff::prepare(
+        args.holder.as_deref(),
+        args.handoff_state.as_deref(),
+        &args.mountpoint,
+        &fs,
+        args.standby,
+    )?;
+    // Self-fencing: a successor serves under its predecessor's epoch (a revoked
+    // daemon's successor is revoked too), and each daemon records its own for the next.
     let fence = match &args.fence_file {
-        Some(path) => Some(fence_gate::Gate::start(path).map_err(Error::Fence)?),
+        Some(path) => {
+            let gate =
+                fence_gate::Gate::start(path, prepared.fence_epoch()).map_err(Error::Fence)?;
+            if let Some(state) = prepared.state() {
+                gate.on_bound(move |epoch| state.set_fence_epoch(epoch));
+            }
+            Some(gate)
+        }
         None => None,
     };
     let adapter = Adapter::new(
@@ -450,16 +468,6 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
     // With a holder, every worker reads the one descriptor the holder duplicates:
     // the kernel fails what a closed clone had read instead of resending it.
     config.clone_fd = args.holder.is_none();
-
-    // Handoff: a held connection to take over (its state restored), or none; and
-    // the state file this daemon keeps for its own successor.
-    let prepared = handoff::prepare(
-        args.holder.as_deref(),
-        args.handoff_state.as_deref(),
-        &args.mountpoint,
-        &fs,
-        args.standby,
-    )?;
 
     // Only the signal thread takes these signals: block them before fuser starts its
     // workers, which inherit the mask.

@@ -95,6 +95,20 @@ impl Fence {
         Fence::default()
     }
 
+    /// A fence that serves under `epoch` already (a handoff successor, under its
+    /// predecessor's): news of any other epoch revokes it, fenced until news.
+    pub fn bound(epoch: u64) -> Fence {
+        Fence {
+            epoch: Some(epoch),
+            ..Fence::default()
+        }
+    }
+
+    /// The epoch it serves under, once bound.
+    pub fn epoch(&self) -> Option<u64> {
+        self.epoch
+    }
+
     /// Take in the news of a fence file. The first news binds the epoch; news of
     /// another epoch revokes for good. A deadline never moves back (a stale file
     /// read late changes nothing).
@@ -243,5 +257,20 @@ mod tests {
         let a = boottime_ns();
         let b = boottime_ns();
         assert!(a > 0 && b >= a);
+    }
+
+    #[test]
+    fn a_bound_fence_is_revoked_by_news_of_another_epoch() {
+        let mut f = Fence::bound(3);
+        assert_eq!(f.verdict(0), Verdict::Fenced, "no news yet");
+        f.hear(&news(3, 10));
+        assert_eq!(f.verdict(10 * 1_000_000_000), Verdict::Writable);
+        let mut g = Fence::bound(3);
+        g.hear(&news(4, 10));
+        assert_eq!(g.verdict(10 * 1_000_000_000), Verdict::Revoked);
+        assert_eq!(
+            (f.epoch(), g.epoch(), Fence::new().epoch()),
+            (Some(3), Some(3), None)
+        );
     }
 }

@@ -213,6 +213,18 @@ pub struct Prepared {
     state: Option<Arc<StateFile>>,
 }
 
+impl Prepared {
+    /// The fence epoch of the predecessor taken over, if it recorded one.
+    pub fn fence_epoch(&self) -> Option<u64> {
+        self.takeover.as_ref().and_then(|t| t.snapshot.fence_epoch)
+    }
+
+    /// The state file this daemon keeps, if any.
+    pub fn state(&self) -> Option<Arc<StateFile>> {
+        self.state.clone()
+    }
+}
+
 /// With `--holder` and `--handoff-state`: look for a held connection of
 /// `mountpoint` and restore its predecessor's state into `fs`; then start this
 /// daemon's own state file and record `fs`'s tables in it. A live connection that

@@ -64,6 +64,9 @@ const H_FLAGS: usize = 3;
 const H_READAHEAD: usize = 4;
 const H_INIT: usize = 5;
 const H_OVERFLOW: usize = 6;
+/// The fence epoch the daemon serves under, plus one (0: none; files written before
+/// it have 0 there).
+const H_FENCE_EPOCH: usize = 7;
 
 /// The init a connection settled, as recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +82,9 @@ pub struct InitRecord {
 pub struct Snapshot {
     pub init: Option<InitRecord>,
     pub overflow: bool,
+    /// The fence epoch the predecessor served under, if it self-fenced and had heard
+    /// its node's news: its successor serves under the same (`fence_gate`).
+    pub fence_epoch: Option<u64>,
     /// The core's tables and journal, for [`VolumeFs::restore`](crate::fs::VolumeFs::restore).
     pub records: Records,
 }
@@ -151,6 +157,11 @@ impl StateFile {
     /// Give the file its name: from now on it is what a successor reads.
     pub fn publish(&self) -> io::Result<()> {
         std::fs::rename(&self.tmp, &self.path)
+    }
+
+    /// The fence epoch this daemon serves under (see [`Snapshot::fence_epoch`]).
+    pub fn set_fence_epoch(&self, epoch: u64) {
+        self.words[H_FENCE_EPOCH].store(epoch.saturating_add(1), Ordering::Release);
     }
 
     pub fn set_init(&self, init: InitRecord) {
@@ -345,6 +356,7 @@ fn parse(w: &[AtomicU64]) -> Option<Snapshot> {
     let mut snap = Snapshot {
         init,
         overflow: get(H_OVERFLOW) != 0,
+        fence_epoch: get(H_FENCE_EPOCH).checked_sub(1),
         ..Snapshot::default()
     };
     let records = &mut snap.records;
@@ -556,6 +568,19 @@ mod tests {
         // A layout-2 header on a layout-1 length is not a state file.
         w[H_LAYOUT].store(LAYOUT, Ordering::Release);
         assert!(read(&old).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_fence_epoch_is_kept_and_absent_until_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.handoff");
+        let s = StateFile::create(&path).unwrap();
+        s.publish().unwrap();
+        assert_eq!(read(&path).unwrap().unwrap().fence_epoch, None);
+        s.set_fence_epoch(0);
+        assert_eq!(read(&path).unwrap().unwrap().fence_epoch, Some(0));
+        s.set_fence_epoch(7);
+        assert_eq!(read(&path).unwrap().unwrap().fence_epoch, Some(7));
     }
 
     #[test]
