@@ -9,6 +9,7 @@
 mod support;
 
 mod controller;
+mod controller_lifecycle;
 mod controller_owners;
 mod failover;
 mod failover_conditions;

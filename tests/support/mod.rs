@@ -9,7 +9,7 @@
 //! own object names with [`unique_name`], so tests run in parallel and leave nothing
 //! behind that another test could trip over. [`env::Env`] is that set-up for one test,
 //! with the steps the ticket-driven tests repeat; [`fixtures`] starts Tessera's
-//! processes and stand-ins for them.
+//! processes and stand-ins for them (the node agent's in [`agent_process`]).
 
 #![allow(dead_code)] // each test binary uses a different part of the fixture
 
@@ -236,6 +236,7 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     files.sort();
     files
 }
+pub mod agent_process;
 pub mod csi;
 pub mod env;
 pub mod fixtures;
