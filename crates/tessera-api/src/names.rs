@@ -138,6 +138,12 @@ pub const LIVENESS_LEASE_PREFIX: &str = "tessera-node-";
 pub fn liveness_lease(node: &str) -> String {
     format!("{LIVENESS_LEASE_PREFIX}{node}")
 }
+
+/// The node a Lease of that name is the liveness Lease of (the inverse of
+/// [`liveness_lease`]; `None`: not one).
+pub fn liveness_lease_node(lease: &str) -> Option<&str> {
+    lease.strip_prefix(LIVENESS_LEASE_PREFIX)
+}
 /// On a node's liveness Lease, written with each renewal by its agent: the free bytes
 /// of each backend root the node has, as a JSON object `{"<root>": bytes}` (coarsened,
 /// so it changes only when the space does). The CSI controller answers GetCapacity

@@ -41,8 +41,7 @@ use super::{
     releases, stranded,
 };
 use crate::api::{
-    ANNOTATION_FENCED, AttacherType, LIVENESS_LEASE_PREFIX, MOUNT_FINALIZER, MountPod,
-    NodeFailover, VolumeAttachment,
+    ANNOTATION_FENCED, AttacherType, MOUNT_FINALIZER, MountPod, NodeFailover, VolumeAttachment,
 };
 use crate::controller::Context;
 use crate::controller::context::merge_params;
@@ -163,9 +162,7 @@ struct Nodes<'a> {
 
 /// The node a liveness Lease stands for.
 fn node_of(l: &Lease) -> Option<String> {
-    l.name_any()
-        .strip_prefix(LIVENESS_LEASE_PREFIX)
-        .map(str::to_owned)
+    crate::api::liveness_lease_node(&l.name_any()).map(str::to_owned)
 }
 
 fn marked(l: &Lease) -> bool {

@@ -24,8 +24,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::warn;
 
+use crate::api::ANNOTATION_FREE_BYTES;
 use crate::api::free_bytes::parse_free;
-use crate::api::{ANNOTATION_FREE_BYTES, LIVENESS_LEASE_PREFIX};
 use crate::csi::topology::NodeSpace;
 
 /// A node whose Lease has not changed for this many lease durations has no space.
@@ -120,8 +120,7 @@ impl NodeSpaces {
 
 /// The node a liveness Lease is of.
 fn node_of(l: &Lease) -> Option<String> {
-    l.name_any()
-        .strip_prefix(LIVENESS_LEASE_PREFIX)
+    crate::api::liveness_lease_node(&l.name_any())
         .filter(|n| !n.is_empty())
         .map(str::to_owned)
 }
