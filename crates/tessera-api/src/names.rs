@@ -107,6 +107,10 @@ pub const ANNOTATION_RECLAIM: &str = "tessera.io/reclaim-policy";
 /// by the CSI controller when the `volume-restore` ticket was satisfied). A populated
 /// volume is never filled again.
 pub const ANNOTATION_POPULATED: &str = "tessera.io/populated";
+/// Annotation beside [`ANNOTATION_POPULATED`]: the node that copied the data, written
+/// in the same change (absent when there was nothing to copy). Where a restore from a
+/// snapshot copies when the Volume's status does not say yet.
+pub const ANNOTATION_FILLED_ON: &str = "tessera.io/filled-on";
 /// Annotation on a Volume with the CSI name it was created for.
 pub const ANNOTATION_CSI_NAME: &str = "tessera.io/csi-name";
 /// Annotation on a snapshot's Volume: the volume it is a snapshot of.

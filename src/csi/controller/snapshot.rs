@@ -26,8 +26,8 @@ use super::copy_plan::{self, Step, next_step};
 use super::request::{csi_volume, volume_bytes};
 use super::{ControllerService, Error, merge_params};
 use crate::api::{
-    ANNOTATION_POPULATED, AttacherType, AttachmentTicket, BackendScope, DataSource, TicketReason,
-    Volume, VolumeAttachment, quantity_of, tickets_removal_patch,
+    ANNOTATION_FILLED_ON, ANNOTATION_POPULATED, AttacherType, AttachmentTicket, BackendScope,
+    DataSource, TicketReason, Volume, VolumeAttachment, quantity_of, tickets_removal_patch,
 };
 use crate::csi::proto::volume_content_source::Type as SourceType;
 use crate::csi::proto::*;
@@ -73,7 +73,7 @@ impl Source {
 
     /// The node a node-local new volume is pinned to: where the source's data is.
     pub fn node(&self) -> Option<String> {
-        copy_plan::copy_node(&self.volume)
+        copy_plan::copy_node(&self.volume, None)
     }
 }
 
@@ -204,7 +204,7 @@ impl ControllerService {
         source: &Volume,
     ) -> Result<Volume, Error> {
         let node = match source.spec.backend.scope {
-            BackendScope::NodeLocal => copy_plan::copy_node(source),
+            BackendScope::NodeLocal => copy_plan::copy_node(source, None),
             BackendScope::Shared => None,
         };
         let mut labels = self.settings.labels.0.clone();
@@ -284,22 +284,31 @@ impl ControllerService {
             .get_opt(&from.volume)
             .await
             .context(|| format!("reading Volume {}", from.volume))?;
+        let source_va = match &source {
+            Some(s) if !is_snapshot(s) => vas
+                .get_opt(&from.volume)
+                .await
+                .context(|| format!("reading VolumeAttachment {}", from.volume))?,
+            _ => None,
+        };
         let node = source
             .as_ref()
-            .and_then(copy_plan::copy_node)
+            .and_then(|s| copy_plan::copy_node(s, source_va.as_ref()))
             .or_else(|| dest.spec.backend.node.clone());
         let Some(node) = node else {
             // Never attached anywhere: the source has no data; nor has the copy.
             info!(volume = %name, source = %from.volume, "source never attached: nothing to copy");
-            return self.mark_populated(&name).await.map(|()| None);
+            return self.mark_populated(&name, None).await.map(|()| None);
         };
         let deadline = Instant::now() + self.settings.publish_timeout;
+        let mut source_va = Some(source_va);
         loop {
             let dest_va = self.attachment_of(&name).await?;
             // A snapshot is never written (never published), so nothing needs syncing:
             // a restore from it copies at once, without mounting it first.
-            let source_va = match &source {
-                Some(s) if !is_snapshot(s) => vas
+            let source_va = match (source_va.take(), &source) {
+                (Some(read), _) => read,
+                (None, Some(s)) if !is_snapshot(s) => vas
                     .get_opt(&from.volume)
                     .await
                     .context(|| format!("reading VolumeAttachment {}", from.volume))?,
@@ -315,7 +324,7 @@ impl ControllerService {
                 Step::Done => {
                     self.drop_tickets(&from.volume, &source_ticket, &name, &restore_ticket)
                         .await?;
-                    self.mark_populated(&name).await?;
+                    self.mark_populated(&name, Some(&node)).await?;
                     info!(volume = %name, source = %from.volume, "filled");
                     return Ok(None);
                 }
@@ -456,8 +465,13 @@ impl ControllerService {
         Ok(())
     }
 
-    async fn mark_populated(&self, name: &str) -> Result<(), Error> {
-        let patch = json!({"metadata": {"annotations": {ANNOTATION_POPULATED: "true"}}});
+    /// Annotate `name` populated, with the node that copied its data (`None`: nothing
+    /// was copied), in one change.
+    async fn mark_populated(&self, name: &str, filled_on: Option<&str>) -> Result<(), Error> {
+        let patch = json!({"metadata": {"annotations": {
+            ANNOTATION_POPULATED: "true",
+            ANNOTATION_FILLED_ON: filled_on,
+        }}});
         let api: Api<Volume> = self.volumes();
         api.patch(name, &merge_params(), &Patch::Merge(&patch))
             .await

@@ -14,13 +14,14 @@
 //! ```
 //!
 //! The copy node is where the source is attached (so a running workload is synced
-//! where it writes), else where its data lives or was last attached. A source never
-//! attached anywhere has no data: the destination is populated empty at once.
+//! where it writes), else where its data lives, was last attached or was filled. A
+//! source never attached anywhere has no data: the destination is populated empty at
+//! once.
 
 use sha2::{Digest, Sha256};
 
 use super::Error;
-use crate::api::{TicketReason, Volume, VolumeAttachment};
+use crate::api::{ANNOTATION_FILLED_ON, TicketReason, Volume, VolumeAttachment};
 use crate::csi::proto::CapacityRange;
 
 /// The next step of a fill.
@@ -70,14 +71,33 @@ pub fn next_step(
     }
 }
 
-/// The node where `source` is copied: where it is attached, else where its data is
-/// pinned, else where it was last attached. `None`: never attached, no data.
-pub fn copy_node(source: &Volume) -> Option<String> {
+/// The node where `source` is copied: where it is attached (its status, else a
+/// satisfied ticket of `source_va`, written before the status is), else where its
+/// data is pinned, else where it was last attached, else where it was filled (its
+/// `filled-on` annotation, written with `populated`). `None`: never attached, no data.
+pub fn copy_node(source: &Volume, source_va: Option<&VolumeAttachment>) -> Option<String> {
     let status = source.status.as_ref();
+    let satisfied = || {
+        let va = source_va?;
+        va.spec
+            .attachment_tickets
+            .values()
+            .find(|t| va.ticket_satisfied(&t.id))
+            .map(|t| t.node_id.clone())
+    };
     status
         .and_then(|s| s.attached_nodes.first().cloned())
+        .or_else(satisfied)
         .or_else(|| source.spec.backend.node.clone())
         .or_else(|| status.and_then(|s| s.last_attached_node.clone()))
+        .or_else(|| {
+            source
+                .metadata
+                .annotations
+                .as_ref()?
+                .get(ANNOTATION_FILLED_ON)
+                .cloned()
+        })
 }
 
 /// The size of a volume filled from a source of `have` bytes: the source's size when
