@@ -21,6 +21,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::api::VolumeAttachment;
+
 pub mod conditions;
 mod report;
 mod run;
@@ -300,4 +302,19 @@ pub fn steps(r: &Release, csi_attacher: bool, pods: &[(String, String, String)])
     }
     out.push(Step::RemoveTicket);
     out
+}
+
+/// Whether `r` was released although removing its ticket failed (the ticket was no
+/// longer as read): deleting the ticket's storage.k8s.io VolumeAttachment
+/// (`deleted_csi_attachment`) makes the external-attacher call ControllerUnpublish,
+/// which removes the ticket itself and may do so first. `now`: the volume's
+/// VolumeAttachment read after the failure. Anything else (the ticket still there, the
+/// volume gone, no storage attachment deleted) is not this release.
+pub fn released_by_unpublish(
+    r: &Release,
+    deleted_csi_attachment: bool,
+    now: Option<&VolumeAttachment>,
+) -> bool {
+    deleted_csi_attachment
+        && now.is_some_and(|va| !va.spec.attachment_tickets.contains_key(&r.ticket))
 }

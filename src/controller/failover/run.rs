@@ -461,6 +461,7 @@ async fn release(ctx: &Context, r: &Release) -> bool {
         .flat_map(|mp| mp.app_pods())
         .collect::<Vec<_>>();
     let csi_attacher = ticket.type_ == AttacherType::CsiAttacher;
+    let mut deleted_csi_attachment = false;
     for step in super::steps(r, csi_attacher, &pods) {
         match step {
             Step::DeletePod {
@@ -474,9 +475,10 @@ async fn release(ctx: &Context, r: &Release) -> bool {
                     .await;
                 match res {
                     Ok(_) => {
+                        deleted_csi_attachment = true;
                         info!(volume = %r.volume, node = %r.node, attachment = %name, "deleted a fenced node's storage.k8s.io VolumeAttachment")
                     }
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => deleted_csi_attachment = true,
                     Err(e) => {
                         warn!(volume = %r.volume, attachment = %name, error = %e, "deleting a fenced node's storage.k8s.io VolumeAttachment failed");
                         return false;
@@ -495,6 +497,17 @@ async fn release(ctx: &Context, r: &Release) -> bool {
         .await;
     match res {
         Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 422 && deleted_csi_attachment => {
+            let now = Api::<VolumeAttachment>::all(ctx.client.clone())
+                .get_opt(&r.volume)
+                .await
+                .ok()
+                .flatten();
+            if !super::released_by_unpublish(r, deleted_csi_attachment, now.as_ref()) {
+                return false;
+            }
+            info!(volume = %r.volume, ticket = %r.ticket, "the ticket was removed by ControllerUnpublish of the deleted storage.k8s.io VolumeAttachment");
+        }
         Err(kube::Error::Api(s)) if s.code == 422 || s.code == 404 => return false,
         Err(e) => {
             warn!(volume = %r.volume, ticket = %r.ticket, error = %e, "releasing a fenced node's ticket failed");

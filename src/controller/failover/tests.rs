@@ -499,3 +499,58 @@ fn a_released_ticket_takes_its_pods_and_its_csi_attachment_first() {
         assert_eq!(steps(&release, csi_attacher, pods), want, "{what}");
     }
 }
+
+/// The release races ControllerUnpublish for the ticket: the external-attacher calls
+/// it as soon as the storage attachment is deleted, and it removes the ticket. Found
+/// on real nodes: the race lost, the controller saw only its patch fail and reported
+/// nothing (no FailedOver Event, no condition, no metric) for a volume it had moved.
+#[test]
+fn a_ticket_removed_by_unpublish_after_the_storage_attachment_went_is_released() {
+    let r = Release {
+        volume: "v".into(),
+        ticket: "csi-1".into(),
+        node: "a".into(),
+        why: Why::LeaseExpired,
+        since: S,
+    };
+    let va = |tickets: &[&str]| -> VolumeAttachment {
+        let map: serde_json::Map<String, serde_json::Value> = tickets
+            .iter()
+            .map(|id| {
+                let t = serde_json::json!({"id": id, "type": "csi-attacher", "nodeID": "a", "generation": 1});
+                (id.to_string(), t)
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
+            "metadata": {"name": "v"},
+            "spec": {"volume": "v", "attachmentTickets": map},
+        }))
+        .unwrap()
+    };
+    let (gone, there) = (va(&["csi-2"]), va(&["csi-1", "csi-2"]));
+    let table = [
+        (
+            "storage attachment deleted, ticket gone",
+            true,
+            Some(&gone),
+            true,
+        ),
+        (
+            "storage attachment deleted, ticket still there",
+            true,
+            Some(&there),
+            false,
+        ),
+        ("storage attachment deleted, volume gone", true, None, false),
+        (
+            "no storage attachment deleted (a manual ticket)",
+            false,
+            Some(&gone),
+            false,
+        ),
+    ];
+    for (what, deleted, now, want) in table {
+        assert_eq!(released_by_unpublish(&r, deleted, now), want, "{what}");
+    }
+}
