@@ -265,6 +265,7 @@ rotateCertificates: false
 serverTLSBootstrap: false
 registerNode: true
 nodeStatusUpdateFrequency: 1s
+maxPods: 250
 nodeStatusReportFrequency: 10s
 evictionHard: {memory.available: 1Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%, imagefs.inodesFree: 1%}
 imageGCHighThresholdPercent: 100

@@ -15,11 +15,17 @@
 //! after B's first, and B writes within [`FAILOVER_BOUND`]. The same for a partition
 //! (node A cut off the API server by the harness's api-gate, its processes running),
 //! then reconnected: A's daemon is revoked and its old mount goes without a write.
+//! The power-off happens during a write storm: 48 more volumes of the class, each with
+//! a Pod writing a record a second, spread evenly over both nodes. Each of A's moves
+//! to B exactly once with its acknowledged records, each of B's stays, and the
+//! invariant watch replays every revision of their VolumeAttachments and MountPods:
+//! never two nodes at once, nothing left on A.
 //! The kill leaves node A dead: tests/run.sh runs these tests last (partition first).
 
 use std::collections::BTreeSet;
 
 use super::*;
+use support::invariants::SingleNodeWatch;
 
 /// Kill of node A → first record of B. Kubernetes' own parts dominate it: the Node
 /// turns not Ready only after the node-monitor grace period (50 s), and the
@@ -77,16 +83,16 @@ fn check_records(file: &Path, a: &str, b: &str, acked_a: &[u64], when: &str) -> 
     on_volume.len()
 }
 
-/// The records node `node`'s container log says were acknowledged (CRI log lines
+/// The records node `node`'s container log of Pod `pod` says were acknowledged (CRI log lines
 /// `<time> stdout F acked <node> <n>`), read from the node's files on the host.
-fn acked(nodes_dir: &Path, node: &str, ns: &str) -> Vec<u64> {
+fn acked(nodes_dir: &Path, node: &str, ns: &str, pod: &str) -> Vec<u64> {
     let pods = nodes_dir.join(node).join("log/pods");
     let mut out = vec![];
     let dirs = std::fs::read_dir(&pods).into_iter().flatten().flatten();
     for d in dirs.filter(|d| {
         d.file_name()
             .to_string_lossy()
-            .starts_with(&format!("{ns}_app-0_"))
+            .starts_with(&format!("{ns}_{pod}_"))
     }) {
         for f in std::fs::read_dir(d.path().join("app"))
             .into_iter()
@@ -185,9 +191,30 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
     let file = backend_dir(&nodes, &volume).join("records");
     let nodes_dir = cluster_dir().join("nodes");
     eventually(WAIT, "A's first acknowledged records", || async {
-        (acked(&nodes_dir, &a, &ns).len() >= 10).then_some(())
+        (acked(&nodes_dir, &a, &ns, "app-0").len() >= 10).then_some(())
     })
     .await;
+    // The write storm: 48 more volumes of the class, half of them on A.
+    let stormers = storm(&client, &nodes, &ns, &fenced).await;
+    let on_a = stormers.iter().filter(|s| s.node == a).count();
+    assert!(
+        (STORM / 2 - 1..=STORM / 2 + 1).contains(&on_a),
+        "the storm spread over both nodes: {on_a} of {STORM} on A"
+    );
+    for s in &stormers {
+        eventually(
+            WAIT,
+            &format!("{}'s first acknowledged record", s.pod),
+            || async { (!acked(&nodes_dir, &s.node, &ns, &s.pod).is_empty()).then_some(()) },
+        )
+        .await;
+    }
+    let watched: BTreeSet<String> = stormers
+        .iter()
+        .map(|s| s.volume.clone())
+        .chain([volume.name_any(), volume_off.name_any()])
+        .collect();
+    let watch = SingleNodeWatch::start_for(client.clone(), watched).await;
 
     let status = std::process::Command::new("bash")
         .arg(support::repo_root().join("tests/harness/nodes.sh"))
@@ -196,15 +223,28 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
         .expect("running nodes.sh power-off");
     let killed = Instant::now();
     assert!(status.success(), "powering off {a}: {status}");
-    let acked_a = acked(&nodes_dir, &a, &ns);
+    let acked_a = acked(&nodes_dir, &a, &ns, "app-0");
+    let storm_acked: BTreeMap<String, Vec<u64>> = stormers
+        .iter()
+        .filter(|s| s.node == a)
+        .map(|s| (s.pod.clone(), acked(&nodes_dir, &a, &ns, &s.pod)))
+        .collect();
 
-    let moved = eventually(FAILOVER_BOUND, "a record of B on the volume", || async {
-        records(&file)
+    // app-0's volume and the storm's on A, watched together: when each first holds
+    // a record of B.
+    let mut files: Vec<(String, PathBuf)> = vec![("app-0".into(), file.clone())];
+    files.extend(
+        stormers
             .iter()
-            .any(|(n, _)| *n == b)
-            .then(|| killed.elapsed())
-    })
-    .await;
+            .filter(|s| s.node == a)
+            .map(|s| (s.pod.clone(), s.file.clone())),
+    );
+    let mut first_b = first_records_of(&b, &files, killed).await;
+    let moved = first_b.remove("app-0").expect("app-0's");
+    assert!(
+        moved < FAILOVER_BOUND,
+        "app-0 wrote on B {moved:?} after the kill"
+    );
     check_records(&file, &a, &b, &acked_a, "after the power-off");
     assert_eq!(node_of(&client, &ns, "app-0").await, b);
     let events = kubectl(&[
@@ -245,6 +285,60 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
     .await;
     assert!(said.contains(&a), "{said}");
 
+    // The storm: each volume moved once or not at all, never on two nodes at once.
+    storm_moved(&client, &ns, (&a, &b), &stormers, &storm_acked, &watch).await;
+    let mut moves: Vec<Duration> = first_b.into_values().collect();
+    moves.sort();
+    // Each moved volume says so: an Event FailedOver naming A on its Volume.
+    let moved_volumes: BTreeSet<String> = stormers
+        .iter()
+        .filter(|s| s.node == a)
+        .map(|s| s.volume.clone())
+        .chain([volume.name_any()])
+        .collect();
+    let told = eventually(WAIT, "a FailedOver Event on each moved Volume", || async {
+        let told = failed_over_from(&a);
+        moved_volumes.is_subset(&told).then_some(told)
+    })
+    .await;
+    assert!(
+        !told.contains(&volume_off.name_any()),
+        "stay-0's volume did not fail over"
+    );
+    let seen = watch.seen();
+    assert!(seen.violations.is_empty(), "{:?}", seen.violations);
+    assert!(
+        seen.flips.is_empty(),
+        "satisfied tickets taken back: {:?}",
+        seen.flips
+    );
+    assert_eq!(
+        (
+            seen.history.get(&volume.name_any()),
+            seen.history.get(&volume_off.name_any())
+        ),
+        (Some(&vec![a.clone(), b.clone()]), Some(&vec![a.clone()])),
+        "app-0's and stay-0's volumes: nodes in order"
+    );
+    let (p50, last) = (moves[moves.len() / 2], moves[moves.len() - 1]);
+    eprintln!(
+        "REAL NODES write storm: {} of {STORM} volumes on {a} moved to {b} once each (kill → first record of B p50 {:.1} s, last {:.1} s), {} stayed on {b}; never two nodes at once over {} VolumeAttachment and {} MountPod events ({} re-lists)",
+        moves.len(),
+        p50.as_secs_f64(),
+        last.as_secs_f64(),
+        STORM - moves.len(),
+        seen.attachment_events,
+        seen.mountpod_events,
+        seen.relists
+    );
+    eprintln!(
+        "BENCH failover_storm volumes={} moved={} kill_to_first_write_p50_s={:.1} kill_to_first_write_max_s={:.1} two_nodes=0",
+        STORM + 2,
+        moves.len(),
+        p50.as_secs_f64(),
+        last.as_secs_f64()
+    );
+
     eprintln!(
         "REAL NODES power-off of {a}: app-0 wrote on {b} {:.1} s after the kill; {} records of A acknowledged, all on the volume; none of A after B's first; stay-0 (no opt-in) stays on A and its Volume says why",
         moved.as_secs_f64(),
@@ -260,12 +354,192 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
         "statefulset",
         "app",
         "stay",
+        "storm",
         "-n",
         &ns,
         "--wait=false",
     ]);
     delete_class(&client, &fenced).await;
     delete_class(&client, &off).await;
+}
+
+/// Volumes of the write storm beside app-0 and stay-0: 50 single-writer volumes in all.
+const STORM: usize = 48;
+/// Kill of node A → a record of B on every storm volume that was on A.
+const STORM_BOUND: Duration = Duration::from_secs(240);
+
+/// One Pod of the storm and its volume, as it was before the kill.
+struct Stormer {
+    pod: String,
+    node: String,
+    uid: String,
+    pv: String,
+    volume: String,
+    file: PathBuf,
+}
+
+/// The storm: a StatefulSet of [`STORM`] Pods, each writing a record a second with
+/// `fdatasync` to a claim of its own of `class`, spread evenly over both nodes while
+/// both take Pods (a node with the `unreachable` taint does not count), Pods started
+/// in parallel.
+async fn storm(client: &Client, nodes: &Nodes, ns: &str, class: &str) -> Vec<Stormer> {
+    let mut sts = statefulset(ns, "storm", class, "");
+    let spec = &mut sts["spec"];
+    spec["replicas"] = json!(STORM);
+    spec["podManagementPolicy"] = json!("Parallel");
+    let pod = &mut spec["template"]["spec"];
+    pod["affinity"] = json!({});
+    pod["topologySpreadConstraints"] = json!([{
+        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule", "nodeTaintsPolicy": "Honor",
+        "labelSelector": {"matchLabels": {"app": "storm"}},
+    }]);
+    pod["containers"][0]["command"][2] = json!(WRITER.replace("sleep 0.2", "sleep 1"));
+    kubectl_stdin(&["apply", "-f", "-"], &sts.to_string());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut out = vec![];
+    for i in 0..STORM {
+        let name = format!("storm-{i}");
+        wait_phase(client, ns, &name, "Running").await;
+        let p = pods.get(&name).await.unwrap();
+        let pv = bound(client, ns, &format!("data-{name}")).await;
+        let volume = tessera_volume(client, &pv).await;
+        out.push(Stormer {
+            pv,
+            node: p.spec.and_then(|s| s.node_name).expect("scheduled"),
+            uid: p.metadata.uid.expect("a uid"),
+            file: backend_dir(nodes, &volume).join("records"),
+            volume: volume.name_any(),
+            pod: name,
+        });
+    }
+    out
+}
+
+/// When each of `files` (a name, a volume's records) first holds a record of `b`,
+/// counted from `killed`: all polled together every 250 ms, until [`STORM_BOUND`].
+async fn first_records_of(
+    b: &str,
+    files: &[(String, PathBuf)],
+    killed: Instant,
+) -> BTreeMap<String, Duration> {
+    let mut first: BTreeMap<String, Duration> = BTreeMap::new();
+    while first.len() < files.len() {
+        let missing: Vec<&String> = files
+            .iter()
+            .map(|(name, _)| name)
+            .filter(|name| !first.contains_key(*name))
+            .collect();
+        assert!(
+            killed.elapsed() < STORM_BOUND,
+            "no record of B {STORM_BOUND:?} after the kill on the volumes of {missing:?}"
+        );
+        for (name, file) in files {
+            if !first.contains_key(name) && records(file).iter().any(|(n, _)| n == b) {
+                first.insert(name.clone(), killed.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    first
+}
+
+/// After the kill of `a`, once every storm volume that was on `a` holds a record of
+/// `b`: each moved exactly once (its Pod replaced on `b`, its history `[a, b]`), with
+/// every record its Pod acknowledged on A and none of A after B's first; every one on
+/// `b` stayed (same Pod, history `[b]`); nothing left behind (no storage
+/// VolumeAttachment, ticket or MountPod of a moved volume on `a`).
+async fn storm_moved(
+    client: &Client,
+    ns: &str,
+    (a, b): (&str, &str),
+    stormers: &[Stormer],
+    acked_a: &BTreeMap<String, Vec<u64>>,
+    watch: &SingleNodeWatch,
+) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for s in stormers.iter().filter(|s| s.node == a) {
+        check_records(&s.file, a, b, &acked_a[&s.pod], &s.pod);
+        let p = pods.get(&s.pod).await.unwrap();
+        assert_ne!(
+            p.metadata.uid.as_deref(),
+            Some(s.uid.as_str()),
+            "{} replaced",
+            s.pod
+        );
+        assert_eq!(
+            p.spec.and_then(|x| x.node_name).as_deref(),
+            Some(b),
+            "{}",
+            s.pod
+        );
+    }
+    let tickets: Api<tessera::api::VolumeAttachment> = Api::all(client.clone());
+    let mountpods: Api<tessera::api::MountPod> = Api::all(client.clone());
+    let all_mountpods = mountpods.list(&ListParams::default()).await.unwrap().items;
+    let seen = watch.seen();
+    for s in stormers {
+        let want: Vec<String> = if s.node == a {
+            vec![a.into(), b.into()]
+        } else {
+            vec![b.into()]
+        };
+        assert_eq!(
+            seen.history.get(&s.volume),
+            Some(&want),
+            "{}'s volume {}: nodes in order",
+            s.pod,
+            s.volume
+        );
+        if s.node == b {
+            let p = pods.get(&s.pod).await.unwrap();
+            assert_eq!(
+                p.metadata.uid.as_deref(),
+                Some(s.uid.as_str()),
+                "{} on B stays",
+                s.pod
+            );
+        }
+        assert_eq!(
+            attachments(client, &s.pv).await,
+            [b],
+            "{}'s attachments",
+            s.pv
+        );
+        let va = tickets.get(&s.volume).await.unwrap();
+        let on: BTreeSet<&str> = va
+            .spec
+            .attachment_tickets
+            .values()
+            .map(|t| t.node_id.as_str())
+            .collect();
+        assert_eq!(on, BTreeSet::from([b]), "{}'s tickets", s.volume);
+        let mps: Vec<&str> = all_mountpods
+            .iter()
+            .filter(|m| m.spec.volume == s.volume)
+            .map(|m| m.spec.node_name.as_str())
+            .collect();
+        assert_eq!(mps, [b], "{}'s MountPods", s.volume);
+    }
+}
+
+/// The Volumes with a `FailedOver` Event that names node `a` (the controller's word
+/// that it released the volume's ticket there).
+fn failed_over_from(a: &str) -> BTreeSet<String> {
+    let out = kubectl(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        "reason=FailedOver,involvedObject.kind=Volume",
+        "-o",
+        "jsonpath={range .items[*]}{.involvedObject.name} {.message}{\"\\n\"}{end}",
+    ]);
+    out.lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, message)| message.contains(&format!("of node {a}:")))
+        .map(|(volume, _)| volume.to_owned())
+        .collect()
 }
 
 /// `nodes.sh` on `args`, which must succeed.
@@ -346,7 +620,7 @@ async fn a_partitioned_node_fences_itself_before_its_volume_moves() {
     let file = backend_dir(&nodes, &volume).join("records");
     let nodes_dir = cluster_dir().join("nodes");
     eventually(WAIT, "A's first acknowledged records", || async {
-        (acked(&nodes_dir, &a, &ns).len() >= 10).then_some(())
+        (acked(&nodes_dir, &a, &ns, "app-0").len() >= 10).then_some(())
     })
     .await;
 
@@ -361,7 +635,7 @@ async fn a_partitioned_node_fences_itself_before_its_volume_moves() {
     .await;
     // A's app still runs, its writes waiting in the fenced daemon: the acknowledged
     // records are those before the fence, and each is on the volume.
-    let acked_a = acked(&nodes_dir, &a, &ns);
+    let acked_a = acked(&nodes_dir, &a, &ns, "app-0");
     let check = |when: &str| check_records(&file, &a, &b, &acked_a, when);
     check("while A is cut off");
 

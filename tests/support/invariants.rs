@@ -1,8 +1,8 @@
 //! Invariants of single-node (RWO) volumes, checked continuously for one test's
 //! objects while chaos happens, not sampled at the end.
 //!
-//! [`SingleNodeWatch`] runs two watches (label `tessera.io/test=<id>`): one over
-//! MountPods, one over VolumeAttachments. A watch of one resource delivers its events
+//! [`SingleNodeWatch`] runs two watches (label `tessera.io/test=<id>`, or every object
+//! of a set of volumes): one over MountPods, one over VolumeAttachments. A watch of one resource delivers its events
 //! in resourceVersion order, so replaying them rebuilds every intermediate state the
 //! API server held, and each state is checked:
 //!
@@ -14,6 +14,7 @@
 //!   satisfied at their generation in status) are all on one node; and a ticket, once
 //!   satisfied, never turns unsatisfied while it stays in spec at the same generation
 //!   (a "flip": a restarted controller or agent must not take back a proven attach).
+//!   The nodes they were on, in order, are each volume's history (how often it moved).
 //!
 //! A re-list (the watch restarted) would hide the revisions in between: it is counted,
 //! and the state is checked again once the list is complete. Every test volume must be
@@ -54,6 +55,9 @@ pub struct Seen {
     pub relists: u32,
     /// Watch errors (retried).
     pub errors: u32,
+    /// Per volume, the nodes its satisfied tickets were on, in order, each time they
+    /// were on one node other than the last one listed: `[a, b]` moved once, a to b.
+    pub history: BTreeMap<String, Vec<String>>,
 }
 
 /// The two watches; they stop when this is dropped.
@@ -67,19 +71,32 @@ impl SingleNodeWatch {
     /// Start watching the objects of test `test_id`; returns once both watches have
     /// listed.
     pub async fn start(client: Client, test_id: &str) -> Self {
+        let wc = watcher::Config::default().labels(&format!("{TEST_LABEL}={test_id}"));
+        Self::start_with(client, wc, None).await
+    }
+
+    /// Start watching the objects of the volumes named in `volumes` (objects of
+    /// Tessera deployed in a cluster carry no test label); returns once both watches
+    /// have listed.
+    pub async fn start_for(client: Client, volumes: BTreeSet<String>) -> Self {
+        Self::start_with(client, watcher::Config::default(), Some(Arc::new(volumes))).await
+    }
+
+    async fn start_with(client: Client, wc: watcher::Config, only: Only) -> Self {
         let seen: Arc<Mutex<Seen>> = Arc::default();
         let synced: Arc<AtomicU32> = Arc::default();
-        let wc = watcher::Config::default().labels(&format!("{TEST_LABEL}={test_id}"));
         let tasks = vec![
             tokio::spawn(watch_mountpods(
                 Api::all(client.clone()),
                 wc.clone(),
+                only.clone(),
                 seen.clone(),
                 synced.clone(),
             )),
             tokio::spawn(watch_attachments(
                 Api::all(client),
                 wc,
+                only,
                 seen.clone(),
                 synced.clone(),
             )),
@@ -110,6 +127,14 @@ impl Drop for SingleNodeWatch {
             t.abort();
         }
     }
+}
+
+/// The volumes checked (`None`: every one the watch sees).
+type Only = Option<Arc<BTreeSet<String>>>;
+
+/// Whether volume `name` is one of `only`.
+fn checked(only: &Only, name: &str) -> bool {
+    only.as_ref().is_none_or(|o| o.contains(name))
 }
 
 /// Replays watch events into a map of objects, calling `check` on the state after
@@ -165,6 +190,7 @@ impl<K: kube::Resource> Replay<K> {
 async fn watch_mountpods(
     api: Api<MountPod>,
     wc: watcher::Config,
+    only: Only,
     seen: Arc<Mutex<Seen>>,
     synced: Arc<AtomicU32>,
 ) {
@@ -194,7 +220,10 @@ async fn watch_mountpods(
         let mut s = seen.lock().unwrap();
         s.mountpod_events += 1;
         s.relists = replay.lists.saturating_sub(1);
-        for volume in volumes.iter().filter(|v| !v.is_empty()) {
+        for volume in volumes
+            .iter()
+            .filter(|v| !v.is_empty() && checked(&only, v))
+        {
             let on: Vec<(String, bool)> = replay
                 .objects
                 .values()
@@ -224,6 +253,7 @@ async fn watch_mountpods(
 async fn watch_attachments(
     api: Api<VolumeAttachment>,
     wc: watcher::Config,
+    only: Only,
     seen: Arc<Mutex<Seen>>,
     synced: Arc<AtomicU32>,
 ) {
@@ -245,7 +275,7 @@ async fn watch_attachments(
         let mut s = seen.lock().unwrap();
         s.attachment_events += 1;
         s.relists = replay.lists.saturating_sub(1);
-        for name in changed {
+        for name in changed.into_iter().filter(|n| checked(&only, n)) {
             let now: BTreeMap<String, (String, i64)> = replay
                 .objects
                 .get(&name)
@@ -265,6 +295,12 @@ async fn watch_attachments(
                     "{name}: tickets satisfied on {} nodes at once: {now:?}",
                     nodes.len()
                 ));
+            }
+            if let [node] = nodes.iter().collect::<Vec<_>>()[..] {
+                let history = s.history.entry(name.clone()).or_default();
+                if history.last() != Some(*node) {
+                    history.push((*node).clone());
+                }
             }
             let tickets = replay
                 .objects
