@@ -27,6 +27,9 @@
 #                          build by another caller may hold it that long)
 #   HARNESS_READY_TIMEOUT  seconds to wait for /readyz (default 180)
 #   HARNESS_KCM_CONTROLLERS  override kube-controller-manager --controllers
+#   HARNESS_KCM_FLAGS      more kube-controller-manager flags, space-separated (for
+#                          example a shorter --node-monitor-grace-period; the tests
+#                          run with Kubernetes' defaults)
 #   HARNESS_NO_SCHEDULER=1 do not start kube-scheduler
 #   HARNESS_PROFILING=true serve /debug/pprof on kube-apiserver (admin only)
 #   HARNESS_NODES=N        also start (or keep) N nodes tessera-node-a, -b, ... (default
@@ -280,7 +283,8 @@ cmd_up() {
     --service-account-private-key-file="$PKI/sa.key" \
     --root-ca-file="$PKI/ca.crt" \
     --cluster-name=tessera \
-    --profiling=false
+    --profiling=false \
+    ${HARNESS_KCM_FLAGS:-}
 
   if [[ -z "${HARNESS_NO_SCHEDULER:-}" ]]; then
     start_component kube-scheduler \
