@@ -87,6 +87,20 @@ pub async fn run(
         )
     });
 
+    // What this process sees of the nodes' liveness Leases, from its start: a standby
+    // watches them too, so that a new leader (the old one died, perhaps with a node)
+    // counts each node's fence wait from the last renewal it saw, not from its
+    // takeover. The set aborts the watch when `run` returns.
+    let witness = std::sync::Arc::new(failover::Witness::new());
+    let mut standby = tokio::task::JoinSet::new();
+    if elector.is_some() {
+        standby.spawn(failover::witness::watch(
+            client.clone(),
+            args.namespace.clone(),
+            witness.clone(),
+        ));
+    }
+
     // Lead until the lease is lost (it could not be renewed in time, say while the API
     // server was away): then stop acting at once — every controller and watch is
     // dropped, so nothing is decided on a view that may be stale — and stand for
@@ -108,6 +122,7 @@ pub async fn run(
             args,
             identity.clone(),
             allowed_roots.clone(),
+            witness.clone(),
         );
         tokio::select! {
             () = run => return Ok(()),

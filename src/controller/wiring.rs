@@ -43,6 +43,7 @@ pub(super) async fn run_controllers(
     args: &ControllerArgs,
     identity: String,
     allowed_roots: crate::host::roots::AllowedRoots,
+    witness: Arc<super::failover::Witness>,
 ) {
     let labels = args.watch_selector.clone().unwrap_or_default();
     let wc = labels.watcher_config();
@@ -260,6 +261,7 @@ pub(super) async fn run_controllers(
     let failover_run = super::failover::run(
         ctx.clone(),
         echoes.clone(),
+        witness,
         args.namespace.clone(),
         args.fence_margin,
         Duration::from_secs(1),

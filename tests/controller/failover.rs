@@ -185,6 +185,97 @@ async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_mar
     e.cleanup(&[fenced, off]).await;
 }
 
+/// The leader dies with a node (its replica ran there): the standby, which watched the
+/// liveness Leases all along, counts the node's wait from the last renewal it saw, not
+/// from its takeover. Found on real nodes: the leader on the powered-off node, the new
+/// leader released 41 s after the kill instead of 25 s (fenceAfter + margin).
+#[tokio::test]
+async fn a_new_leader_counts_the_fence_wait_from_what_it_saw_as_a_standby() {
+    let e = Env::new("standby", 2, WAIT).await;
+    let (a, b) = (e.nodes[0].clone(), e.nodes[1].clone());
+    let lease = format!("tessera-{}", e.id);
+    // fenceAfter 2 s + margin 6 s: a wait longer than the takeover (the leadership
+    // Lease lasts 4 s), so counting from the takeover shows.
+    let margin = Duration::from_secs(6);
+    let args = |id: &str| {
+        [
+            format!("--lease-name={lease}"),
+            format!("--identity={id}"),
+            "--lease-duration=4s".into(),
+            "--lease-renew-interval=1s".into(),
+            format!("--fence-margin={}s", margin.as_secs()),
+        ]
+    };
+    let start = |id: &str| {
+        let a = args(id);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        ControllerProcess::start(&e.id, &a)
+    };
+    let (mut one, mut two) = (start("one"), start("two"));
+    let agent = FakeAgent::start(e.client.clone(), &e.id);
+    fixtures::create_csinodes(&e.client, &e.id, &e.nodes).await;
+    let leases: Api<Lease> = Api::namespaced(e.client.clone(), "default");
+    let holder = || async {
+        leases
+            .get_opt(&lease)
+            .await
+            .unwrap()
+            .and_then(|l| l.spec?.holder_identity)
+    };
+    let leader = eventually(WAIT, "a leader", || async { holder().await }).await;
+    let renews = [renewing(&leases, &a), renewing(&leases, &b)];
+
+    let fenced = e.volume_name("fenced");
+    let mut v = fixtures::volume(&fenced, &e.id, "ReadWriteOnce");
+    v.spec.node_failover = Some(tessera::api::NodeFailover::Fenced);
+    e.create_volume(&v).await;
+    fixtures::put_ticket(&e.client, &fenced, "manual-a", "manual", &a, json!({})).await;
+    fixtures::wait_satisfied(&e.client, &fenced, "manual-a").await;
+    // The standby has watched A renew for longer than the whole wait.
+    tokio::time::sleep(Duration::from_secs(3) + margin).await;
+
+    // Node A and the leader die together.
+    renews[0].abort();
+    agent.dead.lock().unwrap().push(a.clone());
+    let died = Instant::now();
+    if leader == "one" {
+        one.kill()
+    } else {
+        two.kill()
+    };
+    let other = if leader == "one" { "two" } else { "one" };
+    eventually(WAIT, "the standby leads", || async {
+        holder().await.filter(|h| h == other)
+    })
+    .await;
+    let took_over = died.elapsed();
+    eventually(WAIT, "the dead node's ticket released", || async {
+        tickets(&e.client, &fenced).await.is_empty().then_some(())
+    })
+    .await;
+    let released = died.elapsed();
+    let wait = Duration::from_secs(FENCE_AFTER_S as u64) + margin;
+    eprintln!(
+        "leader and node died together: the standby led {took_over:?} later, released {released:?} after the last renewal (fenceAfter + margin {wait:?})"
+    );
+    assert!(released >= wait, "released before the wait: {released:?}");
+    // Counted from the takeover, the release would come a wait after it (less the
+    // time the test took to see the takeover: a second at most).
+    assert!(
+        released + Duration::from_secs(1) < took_over + wait,
+        "the new leader counted from its takeover ({took_over:?} after the death), not from the last renewal it saw: released {released:?} after the death"
+    );
+
+    renews[1].abort();
+    for n in [&a, &b] {
+        let _ = leases
+            .delete(&tessera::api::liveness_lease(n), &DeleteParams::default())
+            .await;
+    }
+    let _ = leases.delete(&lease, &DeleteParams::default()).await;
+    e.cleanup(&[fenced]).await;
+}
+
 /// The `node.kubernetes.io/out-of-service` taint: the administrator says the node is
 /// shut down, so its tickets go at once, whatever the volume's nodeFailover and
 /// however fresh its Lease; the Volume says `NodeFailover` `FailedOver` until it is

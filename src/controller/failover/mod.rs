@@ -12,7 +12,8 @@
 //!
 //! A node is `Fenced` when the controller has seen no change of its Lease for
 //! `fence_after + margin` of its own clock, counted from the moment *it* saw the last
-//! change (a controller that starts knows nothing older than its start), and its
+//! change (a controller process knows nothing older than its start; a standby replica
+//! watches too, [`witness`], so a new leader knows what it saw before it led), and its
 //! kubelet no longer reports the Node Ready (a node whose agent alone is gone keeps
 //! its Pods and its volumes: `AgentGone`), or at once
 //! when it has the `node.kubernetes.io/out-of-service` taint. A node that never had a
@@ -28,8 +29,10 @@ mod report;
 mod run;
 #[cfg(test)]
 mod tests;
+pub mod witness;
 
 pub use run::run;
+pub use witness::Witness;
 
 /// The taint by which an administrator says a node is shut down.
 pub const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";

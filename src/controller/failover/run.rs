@@ -1,13 +1,14 @@
 //! Fenced failover, the controller's I/O: watch the nodes' liveness Leases in
 //! Tessera's namespace, note on the controller's own monotonic clock when each one
-//! changes, and every `interval` apply the pure decision: for a fenced node, mark
+//! changes (into the process's [`Witness`], which a standby fed before this replica
+//! led), and every `interval` apply the pure decision: for a fenced node, mark
 //! its Lease (resourceVersion precondition) and only then release its tickets of
 //! opted-in single-writer volumes (Event `FailedOver`). A node with the
 //! `node.kubernetes.io/out-of-service` taint gives up every ticket at once.
 //!
 //! ```text
 //!  Node watch ─▶ the nodes with the out-of-service taint
-//!  Lease watch ─▶ Observer::observe(node, resourceVersion, elapsed)
+//!  Lease watch ─▶ Witness::observe(node, resourceVersion) ─▶ the Observer
 //!  every interval: liveness per node ─▶ releases(VolumeAttachments, Volumes)
 //!      └─ per fenced node: Lease + tessera.io/fenced (replace; 409: it changed, wait again)
 //!           └─ per ticket (a node fenced by its Lease, and not Ready): the Pods bound to
@@ -38,7 +39,7 @@ use tracing::{info, warn};
 
 use super::{
     Holding, Liveness, NodeView, OUT_OF_SERVICE_TAINT, Observer, Release, Step, Timing, liveness,
-    releases, stranded,
+    releases, stranded, witness::Witness,
 };
 use crate::api::{
     ANNOTATION_FENCED, AttacherType, MOUNT_FINALIZER, MountPod, NodeFailover, VolumeAttachment,
@@ -51,18 +52,18 @@ use crate::metrics::failover::WhyLabels;
 
 /// Watch the Leases of `namespace` and release fenced nodes' tickets until dropped;
 /// `echoes` are the attachment controller's (the conditions written here trigger no
-/// reconcile of it).
+/// reconcile of it); `witness`: what this process saw of the Leases so far.
 pub async fn run(
     ctx: Arc<Context>,
     echoes: Arc<Echoes>,
+    witness: Arc<Witness>,
     namespace: String,
     margin: Duration,
     interval: Duration,
 ) {
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), &namespace);
-    let origin = tokio::time::Instant::now();
     let mut seen = Seen {
-        observer: Observer::new(Duration::ZERO),
+        observer: witness.observer(),
         leases: BTreeMap::new(),
         told: BTreeSet::new(),
         released: BTreeMap::new(),
@@ -86,17 +87,16 @@ pub async fn run(
     loop {
         tokio::select! {
             ev = events.next() => {
-                let now = origin.elapsed();
                 match ev {
                     Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l))) => {
                         if let Some(node) = node_of(&l) {
-                            seen.observer.observe(&node, &l.resource_version().unwrap_or_default(), now);
+                            witness.observe(&node, &l.resource_version().unwrap_or_default());
                             seen.leases.insert(node, l);
                         }
                     }
                     Some(Ok(watcher::Event::Delete(l))) => {
                         if let Some(node) = node_of(&l) {
-                            seen.observer.forget(&node);
+                            witness.forget(&node);
                             seen.leases.remove(&node);
                         }
                     }
@@ -126,7 +126,8 @@ pub async fn run(
                 None => return,
             },
             _ = tick.tick() => {
-                let now = origin.elapsed();
+                seen.observer = witness.observer();
+                let now = witness.now();
                 let nodes = Nodes { tainted: &tainted, ready: &ready };
                 act(&ctx, &echoes, &api, &mut seen, nodes, margin, now).await;
             }
@@ -161,7 +162,7 @@ struct Nodes<'a> {
 }
 
 /// The node a liveness Lease stands for.
-fn node_of(l: &Lease) -> Option<String> {
+pub(super) fn node_of(l: &Lease) -> Option<String> {
     crate::api::liveness_lease_node(&l.name_any()).map(str::to_owned)
 }
 

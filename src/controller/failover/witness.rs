@@ -1,0 +1,102 @@
+//! What this process saw of the nodes' liveness Leases, on its own monotonic clock,
+//! from its start: a standby replica watches them too, so that when it becomes leader
+//! (say because the leader died with its node) it counts each node's wait from the
+//! last change it saw, not from its takeover.
+//!
+//! ```text
+//!  standby: Lease watch ─▶ Witness::observe ─┐
+//!  leader (failover::run): Lease watch ──────┴▶ Observer (one per process) ─▶ liveness
+//! ```
+//!
+//! Safe to carry across a takeover: a change is noted when this process sees it, never
+//! before the API server stored it, so a seen instant is never earlier than the
+//! renewal it stands for; a watch that lags only notes changes later (a longer wait);
+//! and the leader marks a Lease only at the resourceVersion its own fresh watch
+//! read, which fails if the node renewed meanwhile.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tracing::warn;
+
+use super::Observer;
+
+/// The process's [`Observer`] and the clock it counts on.
+pub struct Witness {
+    origin: tokio::time::Instant,
+    observer: Mutex<Observer>,
+}
+
+impl Default for Witness {
+    fn default() -> Self {
+        Witness::new()
+    }
+}
+
+impl Witness {
+    /// A witness whose clock starts now: every Lease it sees first counts as changed
+    /// when seen.
+    pub fn new() -> Witness {
+        Witness {
+            origin: tokio::time::Instant::now(),
+            observer: Mutex::new(Observer::new(Duration::ZERO)),
+        }
+    }
+
+    /// Now on the witness's clock.
+    pub fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
+    /// `node`'s Lease has `version` now.
+    pub fn observe(&self, node: &str, version: &str) {
+        let now = self.now();
+        self.lock().observe(node, version, now);
+    }
+
+    /// `node`'s Lease is gone.
+    pub fn forget(&self, node: &str) {
+        self.lock().forget(node);
+    }
+
+    /// What was seen so far.
+    pub fn observer(&self) -> Observer {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Observer> {
+        // A panic while holding it cannot leave an Observer half-changed in a way that
+        // matters: each change is one map entry.
+        self.observer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Watch the liveness Leases of `namespace` into `witness` until dropped (a standby's
+/// part; the leader's failover loop watches them itself).
+pub async fn watch(client: Client, namespace: String, witness: Arc<Witness>) {
+    let api: Api<Lease> = Api::namespaced(client, &namespace);
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(ev) = events.next().await {
+        match ev {
+            Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)) => {
+                if let Some(node) = super::run::node_of(&l) {
+                    witness.observe(&node, &l.resource_version().unwrap_or_default());
+                }
+            }
+            Ok(watcher::Event::Delete(l)) => {
+                if let Some(node) = super::run::node_of(&l) {
+                    witness.forget(&node);
+                }
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+            Err(e) => warn!(error = %e, "standing by: watching the liveness Leases"),
+        }
+    }
+}
