@@ -39,7 +39,8 @@ use tracing::{info, warn};
 
 use super::{
     Holding, Liveness, NodeView, OUT_OF_SERVICE_TAINT, Observer, Release, Step, Timing, liveness,
-    releases, stranded, witness::Witness,
+    releases, stranded,
+    witness::{Witness, node_of},
 };
 use crate::api::{
     ANNOTATION_FENCED, AttacherType, MOUNT_FINALIZER, MountPod, NodeFailover, VolumeAttachment,
@@ -159,11 +160,6 @@ fn kube_ready(n: &Node) -> bool {
 struct Nodes<'a> {
     tainted: &'a BTreeSet<String>,
     ready: &'a BTreeSet<String>,
-}
-
-/// The node a liveness Lease stands for.
-pub(super) fn node_of(l: &Lease) -> Option<String> {
-    crate::api::liveness_lease_node(&l.name_any()).map(str::to_owned)
 }
 
 fn marked(l: &Lease) -> bool {

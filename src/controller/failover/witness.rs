@@ -76,6 +76,11 @@ impl Witness {
     }
 }
 
+/// The node a liveness Lease stands for.
+pub(super) fn node_of(l: &Lease) -> Option<String> {
+    crate::api::liveness_lease_node(&l.name_any()).map(str::to_owned)
+}
+
 /// Watch the liveness Leases of `namespace` into `witness` until dropped (a standby's
 /// part; the leader's failover loop watches them itself).
 pub async fn watch(client: Client, namespace: String, witness: Arc<Witness>) {
@@ -86,12 +91,12 @@ pub async fn watch(client: Client, namespace: String, witness: Arc<Witness>) {
     while let Some(ev) = events.next().await {
         match ev {
             Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)) => {
-                if let Some(node) = super::run::node_of(&l) {
+                if let Some(node) = node_of(&l) {
                     witness.observe(&node, &l.resource_version().unwrap_or_default());
                 }
             }
             Ok(watcher::Event::Delete(l)) => {
-                if let Some(node) = super::run::node_of(&l) {
+                if let Some(node) = node_of(&l) {
                     witness.forget(&node);
                 }
             }
