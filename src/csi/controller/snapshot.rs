@@ -284,13 +284,9 @@ impl ControllerService {
             .get_opt(&from.volume)
             .await
             .context(|| format!("reading Volume {}", from.volume))?;
-        let source_va = match &source {
-            Some(s) if !is_snapshot(s) => vas
-                .get_opt(&from.volume)
-                .await
-                .context(|| format!("reading VolumeAttachment {}", from.volume))?,
-            _ => None,
-        };
+        let source_va = self
+            .source_attachment(source.as_ref(), &from.volume)
+            .await?;
         let node = source
             .as_ref()
             .and_then(|s| copy_plan::copy_node(s, source_va.as_ref()))
@@ -301,18 +297,16 @@ impl ControllerService {
             return self.mark_populated(&name, None).await.map(|()| None);
         };
         let deadline = Instant::now() + self.settings.publish_timeout;
-        let mut source_va = Some(source_va);
+        // The first pass uses the attachment read for the copy node; later ones read anew.
+        let mut first = Some(source_va);
         loop {
             let dest_va = self.attachment_of(&name).await?;
-            // A snapshot is never written (never published), so nothing needs syncing:
-            // a restore from it copies at once, without mounting it first.
-            let source_va = match (source_va.take(), &source) {
-                (Some(read), _) => read,
-                (None, Some(s)) if !is_snapshot(s) => vas
-                    .get_opt(&from.volume)
-                    .await
-                    .context(|| format!("reading VolumeAttachment {}", from.volume))?,
-                _ => None,
+            let source_va = match first.take() {
+                Some(read) => read,
+                None => {
+                    self.source_attachment(source.as_ref(), &from.volume)
+                        .await?
+                }
             };
             let step = next_step(
                 source_va.as_ref(),
@@ -417,6 +411,25 @@ impl ControllerService {
             info!(tickets = ?ours, source = %from.volume, "fill abandoned: source tickets removed");
         }
         Ok(())
+    }
+
+    /// The VolumeAttachment of a fill's `source` (named `name`), read now. None for a
+    /// snapshot: it is never written (never published), so nothing needs syncing and a
+    /// restore from it copies at once, without mounting it first.
+    async fn source_attachment(
+        &self,
+        source: Option<&Volume>,
+        name: &str,
+    ) -> Result<Option<VolumeAttachment>, Error> {
+        match source {
+            Some(s) if !is_snapshot(s) => self
+                .attachments()
+                .get_opt(name)
+                .await
+                .context(|| format!("reading VolumeAttachment {name}"))
+                .map_err(Error::from),
+            _ => Ok(None),
+        }
     }
 
     async fn attachment_of(&self, name: &str) -> Result<VolumeAttachment, Error> {
