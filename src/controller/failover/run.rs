@@ -39,8 +39,7 @@ use tracing::{info, warn};
 
 use super::{
     Holding, Liveness, NodeView, OUT_OF_SERVICE_TAINT, Observer, Release, Step, Timing, liveness,
-    releases, stranded,
-    witness::{Witness, node_of},
+    releases, stranded, witness::Witness,
 };
 use crate::api::{
     ANNOTATION_FENCED, AttacherType, MOUNT_FINALIZER, MountPod, NodeFailover, VolumeAttachment,
@@ -90,14 +89,12 @@ pub async fn run(
             ev = events.next() => {
                 match ev {
                     Some(Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l))) => {
-                        if let Some(node) = node_of(&l) {
-                            witness.observe(&node, &l.resource_version().unwrap_or_default());
+                        if let Some(node) = witness.saw(&l) {
                             seen.leases.insert(node, l);
                         }
                     }
                     Some(Ok(watcher::Event::Delete(l))) => {
-                        if let Some(node) = node_of(&l) {
-                            witness.forget(&node);
+                        if let Some(node) = witness.saw_deleted(&l) {
                             seen.leases.remove(&node);
                         }
                     }

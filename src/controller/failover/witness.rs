@@ -53,15 +53,20 @@ impl Witness {
         self.origin.elapsed()
     }
 
-    /// `node`'s Lease has `version` now.
-    pub fn observe(&self, node: &str, version: &str) {
+    /// A liveness Lease as it is now; its node, or `None` for another Lease.
+    pub fn saw(&self, l: &Lease) -> Option<String> {
+        let node = node_of(l)?;
         let now = self.now();
-        self.lock().observe(node, version, now);
+        let version = l.resource_version().unwrap_or_default();
+        self.lock().observe(&node, &version, now);
+        Some(node)
     }
 
-    /// `node`'s Lease is gone.
-    pub fn forget(&self, node: &str) {
-        self.lock().forget(node);
+    /// A liveness Lease deleted; its node, or `None` for another Lease.
+    pub fn saw_deleted(&self, l: &Lease) -> Option<String> {
+        let node = node_of(l)?;
+        self.lock().forget(&node);
+        Some(node)
     }
 
     /// What was seen so far.
@@ -77,7 +82,7 @@ impl Witness {
 }
 
 /// The node a liveness Lease stands for.
-pub(super) fn node_of(l: &Lease) -> Option<String> {
+fn node_of(l: &Lease) -> Option<String> {
     crate::api::liveness_lease_node(&l.name_any()).map(str::to_owned)
 }
 
@@ -91,14 +96,10 @@ pub async fn watch(client: Client, namespace: String, witness: Arc<Witness>) {
     while let Some(ev) = events.next().await {
         match ev {
             Ok(watcher::Event::Apply(l) | watcher::Event::InitApply(l)) => {
-                if let Some(node) = node_of(&l) {
-                    witness.observe(&node, &l.resource_version().unwrap_or_default());
-                }
+                witness.saw(&l);
             }
             Ok(watcher::Event::Delete(l)) => {
-                if let Some(node) = node_of(&l) {
-                    witness.forget(&node);
-                }
+                witness.saw_deleted(&l);
             }
             Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
             Err(e) => warn!(error = %e, "standing by: watching the liveness Leases"),
