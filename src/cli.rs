@@ -154,7 +154,8 @@ pub async fn node(args: crate::node::NodeArgs) -> Result<(), crate::node::Error>
                 labels: args.watch_selector.clone().unwrap_or_default(),
                 ..crate::csi::node::ephemeral::Settings::new(host.config.allowed_roots.clone())
             },
-        );
+        )
+        .with_mount_wait(args.publish_mount_timeout);
         runtime::csi::spawn(
             endpoint,
             "identity and node",

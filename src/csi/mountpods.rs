@@ -1,7 +1,8 @@
 //! One MountPod list-watch for the whole CSI Controller service, which each
 //! ControllerUnpublish consults and is woken by while it waits for its node's MountPod
 //! to go, instead of a GET and a watch of its own (the 500-node detach sent 500 GETs
-//! and about 495 watches).
+//! and about 495 watches), and each ControllerPublish while it waits for its node's
+//! mount to be decided ([`MountPodWatch::wait_for`], [`super::controller::grant`]).
 //!
 //! ```text
 //!  watch MountPods (--watch-selector) ─▶ reflector ─▶ Store (by name: volume + node)
@@ -176,6 +177,47 @@ impl MountPodWatch {
         }
     }
 
+    /// Wait until `cond` holds of the store, looked at now and after each change of
+    /// MountPod `name` and each relist's end: `None` at once when the store has not
+    /// had its first list (the caller waits otherwise), else `Some(())` once it holds.
+    /// Callers bound the wait with a timeout. (ControllerPublish waits here for its
+    /// node's new MountPod: [`super::controller::grant`].)
+    pub async fn wait_for(&self, name: &str, cond: impl Fn(&Self) -> bool) -> Option<()> {
+        let mut sub = self.waits.subscribe(name);
+        if !self.waits.ready() {
+            return None;
+        }
+        loop {
+            if cond(self) {
+                return Some(());
+            }
+            if sub.rx.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// The uid of MountPod `name` as the store holds it: `None` before its first list
+    /// (nothing known), `Some(None)` when it holds no such MountPod.
+    pub fn uid_held(&self, name: &str) -> Option<Option<String>> {
+        self.waits.ready().then(|| self.uid(name))
+    }
+
+    /// MountPod `name`, if the store holds it.
+    pub fn get(&self, name: &str) -> Option<std::sync::Arc<MountPod>> {
+        self.store.get(&ObjectRef::new(name))
+    }
+
+    /// How many MountPods of `volume` on nodes other than `node` the store holds (a
+    /// scan of the store: for single-node volumes, which have at most a few).
+    pub fn others(&self, volume: &str, node: &str) -> usize {
+        self.store
+            .state()
+            .iter()
+            .filter(|m| m.spec.volume == volume && m.spec.node_name != node)
+            .count()
+    }
+
     /// The uid of the MountPod `name` the store holds (an empty one if it has none).
     fn uid(&self, name: &str) -> Option<String> {
         let mp = self.store.get(&ObjectRef::new(name))?;
@@ -255,6 +297,31 @@ mod tests {
             None,
             "during the first list"
         );
+        assert_eq!(fed.watch.waits.names(), 0, "no waiter left behind");
+    }
+
+    #[tokio::test]
+    async fn a_wait_for_a_mountpod_ends_when_it_comes_and_not_before() {
+        let mut fed = Fed::new();
+        let is_there = |w: &MountPodWatch| w.get("a").is_some();
+        assert_eq!(fed.watch.wait_for("a", is_there).await, None, "not listed");
+        assert_eq!(
+            fed.watch.uid_held("a"),
+            None,
+            "nothing known before the list"
+        );
+        fed.feed(vec![Event::Init, Event::InitDone]);
+        assert_eq!(fed.watch.uid_held("a"), Some(None), "listed: none");
+        let w = fed.watch.clone();
+        let wait = tokio::spawn(async move { w.wait_for("a", is_there).await });
+        assert!(pending(&wait).await, "waits while there is none");
+        fed.feed(vec![Event::Apply(mp("b"))]);
+        assert!(pending(&wait).await, "another MountPod");
+        assert_eq!(fed.watch.others("v", "n2"), 1, "b is on n1, not n2");
+        assert_eq!(fed.watch.others("v", "n1"), 0);
+        fed.feed(vec![Event::Apply(mp("a"))]);
+        assert_eq!(done(wait).await, Some(()));
+        assert_eq!(fed.watch.uid_held("a"), Some(Some("a-1".into())));
         assert_eq!(fed.watch.waits.names(), 0, "no waiter left behind");
     }
 

@@ -115,6 +115,12 @@ pub struct NodeArgs {
     /// (kubelet finds it through node-driver-registrar).
     #[arg(long, env = "CSI_ENDPOINT")]
     pub csi_endpoint: Option<String>,
+    /// How long NodePublishVolume waits for the volume's mount on this node to be
+    /// Ready (ControllerPublish returns once the ticket is granted, before the FUSE
+    /// daemon has started): `60s`. Past it the call fails UNAVAILABLE, saying why, and
+    /// the kubelet retries.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub publish_mount_timeout: Duration,
     /// How long a new daemon may take before its mount answers (`30s`; the older
     /// `--start-timeout-seconds` still works).
     #[arg(long, default_value = "30s", value_parser = parse_duration, alias = "start-timeout-seconds")]

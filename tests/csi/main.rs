@@ -18,6 +18,7 @@ mod csi_chain;
 mod csi_default_scope;
 mod csi_errors;
 mod csi_publish_cache;
+mod csi_publish_wait;
 mod csi_rwx;
 mod csi_sanity;
 mod csi_snapshots;

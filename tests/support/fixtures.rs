@@ -584,6 +584,21 @@ pub async fn mountpod_on(client: &Client, volume: &str, node: &str) -> Option<Mo
         .unwrap()
 }
 
+/// Whether `volume`'s csi-attacher ticket for `node` is granted as ControllerPublish
+/// returns on it: in `va`'s spec, and satisfied or with its node's MountPod there and
+/// not being deleted (its mount may still be starting: NodePublish waits for it).
+pub async fn publish_granted(client: &Client, va: &VolumeAttachment, node: &str) -> bool {
+    let volume = va.spec.volume.as_str();
+    let ticket = tessera::csi::csi_ticket_id(volume, node);
+    if !va.spec.attachment_tickets.contains_key(&ticket) {
+        return false;
+    }
+    va.ticket_satisfied(&ticket)
+        || mountpod_on(client, volume, node)
+            .await
+            .is_some_and(|mp| mp.metadata.deletion_timestamp.is_none())
+}
+
 /// Deletes CSINodes and Nodes when dropped, even when the test panics: a leftover
 /// CSINode could be picked for another test's data cleanup.
 pub struct NodesGuard(pub Vec<String>);

@@ -5,7 +5,10 @@
 //! the service's caches ([`publish_cache`]; a miss, or a VolumeAttachment older than
 //! this process's last write of it, is a read), upserts the ticket (an identical
 //! ticket is not written again, so repeated calls change nothing), then waits — by watch, not by polling —
-//! until the ticket's status says satisfied for its generation, bounded by
+//! until the ticket is granted: the service's MountPod watch shows its node's mount
+//! decided and on its way ([`grant`]), or its status says satisfied. The FUSE
+//! daemon's start is NodePublish's wait, not this one's (docs/csi.md, "The attach
+//! flow"). Bounded by
 //! `publish_timeout` (below the external-attacher's 15 s call timeout). While the
 //! ticket is blocked the error carries its reason and message, so `kubectl describe` of
 //! the storage.k8s.io VolumeAttachment says why. ControllerUnpublishVolume removes the
@@ -19,6 +22,7 @@
 //! |---|---|
 //! | this one | the RPCs: Kubernetes reads and writes, waits |
 //! | [`request`] | what a request asks for (names, access modes, sizes, parameters), no I/O |
+//! | [`grant`] | when a publish may return before its ticket is satisfied, no I/O |
 //! | [`modify`] | a VolumeAttributesClass's parameters as Volume spec changes, no I/O |
 //! | [`resources`] | the mount daemon's CPU and memory parameters, no I/O |
 //! | [`snapshot`] | snapshots, restores and clones: volumes filled from another's data |
@@ -28,7 +32,7 @@
 //! | [`group_commit`] | ticket writes of one volume arriving together: one patch |
 //! | [`publish_cache`] | the Volumes, Node names and VolumeAttachments a publish or unpublish reads, cached |
 //! | [`super::shared_watch`] | one watch per VolumeAttachment for all its waiting calls |
-//! | [`super::mountpods`] | one MountPod list-watch for all the unpublishes waiting on one |
+//! | [`super::mountpods`] | one MountPod list-watch for the publishes and unpublishes waiting on one |
 //!
 //! Publish and unpublish of one volume on different nodes run concurrently (one
 //! in-flight slot per volume and node, as the external-attacher keys its work): a
@@ -40,6 +44,7 @@
 pub mod copy_plan;
 pub mod error;
 mod existing;
+pub mod grant;
 pub mod group_commit;
 pub mod modify;
 mod publish_cache;
@@ -52,7 +57,7 @@ use crate::api::{ANNOTATION_CSI_NAME, CSI_CONTROLLER_FIELD_MANAGER, TOPOLOGY_NOD
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -207,6 +212,21 @@ impl ControllerService {
 
     fn volumes(&self) -> Api<Volume> {
         Api::all(self.client.clone())
+    }
+
+    /// How many MountPods of `volume` on nodes other than `node` the API server holds
+    /// (one list by the volume's label: a consistent read).
+    async fn mountpods_elsewhere(&self, volume: &str, node: &str) -> Result<usize, Error> {
+        let lp = ListParams::default().labels(&format!("{}={volume}", api::LABEL_VOLUME));
+        let list = Api::<MountPod>::all(self.client.clone())
+            .list(&lp)
+            .await
+            .context(|| format!("listing the MountPods of {volume}"))?;
+        Ok(list
+            .items
+            .iter()
+            .filter(|m| m.spec.volume == volume && m.spec.node_name != node)
+            .count())
     }
 
     fn attachments(&self) -> Api<VolumeAttachment> {
@@ -450,18 +470,67 @@ impl ControllerService {
                 reads_ms = reads.as_secs_f64() * 1e3, "ticket in place"
             );
         }
+        // Granted, once the service's MountPod watch shows the node's mount decided
+        // and on its way (a new MountPod since the ticket was written: [`grant`]); or
+        // satisfied, as the VolumeAttachment says (a mount there before the ticket).
+        let mp_name = api::mountpod_name(volume_id, node_id);
+        let wanted_before = match grant::decided(&current, &id) {
+            true => Some(None),
+            false => self.mountpods.uid_held(&mp_name),
+        };
+        let read_only = req.readonly;
+        let mode = volume.spec.access_mode;
+        let mounted = async {
+            let Some(before) = wanted_before else {
+                // The watch has not listed yet: the status alone answers.
+                return std::future::pending().await;
+            };
+            let wanted = grant::Wanted {
+                mode,
+                read_only,
+                before: before.as_deref(),
+            };
+            let cond = |w: &MountPodWatch| {
+                grant::granted(&wanted, w.get(&mp_name).as_deref(), || {
+                    w.others(volume_id, node_id)
+                })
+            };
+            if self.mountpods.wait_for(&mp_name, cond).await.is_none() {
+                return std::future::pending().await;
+            }
+            // A single-node volume: asked once more of the API server, as a
+            // satisfaction is re-checked (a deposed leader's late write would show
+            // here). Not alone: the status alone answers.
+            if !mode.is_multi_node() {
+                match self.mountpods_elsewhere(volume_id, node_id).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        warn!(ticket = %id, others = n, "MountPods of the volume on other nodes; waiting for the ticket's status");
+                        return std::future::pending().await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok("granted")
+        };
         // Watch from the version just read or written: no list round trip before the
         // watch, and no change after it can be missed.
         // One watch of the VolumeAttachment for every publish waiting on it.
-        let wait = self.watches.wait(current, {
+        let satisfied = self.watches.wait(current, {
             let id = id.clone();
             move |va: Option<&VolumeAttachment>| va.is_some_and(|va| va.ticket_satisfied(&id))
         });
+        let wait = async {
+            tokio::select! {
+                r = mounted => r,
+                r = satisfied => r.map(|_| "satisfied").map_err(Error::from),
+            }
+        };
         match tokio::time::timeout(self.settings.publish_timeout, wait).await {
             Ok(res) => {
-                res?;
-                let mp = api::mountpod_name(volume_id, node_id);
-                let ctx = [("tessera.io/mountpod".to_string(), mp)].into();
+                let how = res?;
+                debug!(ticket = %id, how, "published");
+                let ctx = [("tessera.io/mountpod".to_string(), mp_name.clone())].into();
                 Ok(ControllerPublishVolumeResponse {
                     publish_context: ctx,
                 })

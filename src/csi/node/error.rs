@@ -78,6 +78,20 @@ pub enum Error {
         /// `: <its last error>`, or nothing.
         last_error: String,
     },
+    /// The mount did not become Ready within NodePublish's bound.
+    #[error(
+        "the mount of volume {volume} on node {node} was not ready within {seconds} s: {state}"
+    )]
+    MountTimeout {
+        /// The volume.
+        volume: String,
+        /// This node.
+        node: String,
+        /// The bound, in seconds.
+        seconds: u64,
+        /// Where it stood: no MountPod, or its phase and last error.
+        state: String,
+    },
     /// The MountPod is Ready without a mount point (the agent writes both at once).
     #[error("MountPod has no mount point yet")]
     NoMountPoint,
@@ -164,7 +178,7 @@ impl Error {
             Missing(_) | Block | Path { .. } | Inline(_) => Code::InvalidArgument,
             Pending(_) | KeptChanging(_) | InlineBeingDeleted(_) => Code::Aborted,
             Kube(_) | NoMountPoint | InlineNoAttachment(_) | Watch(_) => Code::Unavailable,
-            InlineNotSatisfied { .. } => Code::Unavailable,
+            InlineNotSatisfied { .. } | MountTimeout { .. } => Code::Unavailable,
             InlineOtherwise(_) => Code::AlreadyExists,
             Mount(_) | Dir { .. } | Statfs(_) | Size { .. } | Encode(_) => Code::Internal,
             UnknownPath { .. } | PathMissing(_) | VolumeNotFound(_) => Code::NotFound,
@@ -220,6 +234,16 @@ mod tests {
                 Code::FailedPrecondition,
             ),
             (Error::TargetTaken("/t".into()), Code::AlreadyExists),
+            (
+                // Not final: the mount may still come, and the kubelet retries.
+                Error::MountTimeout {
+                    volume: "v".into(),
+                    node: "n".into(),
+                    seconds: 60,
+                    state: "MountPod v-n phase Some(Starting)".into(),
+                },
+                Code::Unavailable,
+            ),
             (
                 Error::SingleWriter {
                     volume: "v".into(),

@@ -4,7 +4,7 @@
 //! a broken mount and refuses to unmount while it is in use.
 //!
 //! ```text
-//!  NodePublish:   MountPod Ready, mount answers? ──▶ bind <mount point> ─▶ <target path>
+//!  NodePublish:   MountPod Ready (waited for, bounded)? ──▶ bind <mount point> ─▶ <target path>
 //!                 (ro if asked) ──▶ reference added
 //!  NodeUnpublish: unmount + remove target ──▶ reference removed
 //! ```
@@ -43,6 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tonic::{Request, Response, Status};
@@ -52,6 +53,7 @@ use super::proto::node_server::Node;
 use super::proto::node_service_capability::{self, rpc};
 use super::proto::volume_capability::AccessType;
 use super::proto::*;
+use super::watch::WatchError;
 use super::{InFlight, VolumeTurns, existing_id, required, shown};
 use crate::api::{self, MountPod, MountReference, Volume};
 use crate::host::mounts::{Mounts, Probe};
@@ -69,7 +71,11 @@ pub struct NodeService {
     inflight: InFlight,
     turns: VolumeTurns,
     inline: ephemeral::Settings,
+    mount_wait: Duration,
 }
+
+/// How long NodePublish waits for the mount by default (`--publish-mount-timeout`).
+pub const DEFAULT_MOUNT_WAIT: Duration = Duration::from_secs(60);
 
 /// One RPC's outcome as tonic wants it.
 fn reply<T>(res: Result<T, Error>) -> Result<Response<T>, Status> {
@@ -97,7 +103,14 @@ impl NodeService {
             inflight: InFlight::default(),
             turns: VolumeTurns::default(),
             inline,
+            mount_wait: DEFAULT_MOUNT_WAIT,
         }
+    }
+
+    /// NodePublish waits at most `wait` for the volume's mount to be Ready.
+    pub fn with_mount_wait(mut self, wait: Duration) -> Self {
+        self.mount_wait = wait;
+        self
     }
 
     /// The request field `field` as a path the driver may mount on or remove.
@@ -231,6 +244,19 @@ impl NodeService {
         let target = required("target_path", &req.target_path)?;
         let single_cap = check_capability(req.volume_capability.as_ref())?;
         let target = self.path("target_path", target)?;
+        // ControllerPublish returned once the ticket was granted: the mount may still
+        // be starting. Waited for (the Volume known first: an unknown one is NOT_FOUND
+        // at once) before the in-flight slot and the volume's turn, so other targets of
+        // the volume are not held up meanwhile. (An inline volume waits for its ticket,
+        // satisfied.)
+        let read = match is_inline {
+            true => None,
+            false => {
+                let volume = self.volume(volume_id).await?;
+                self.mount_ready(volume_id).await?;
+                Some(volume)
+            }
+        };
         // The same call again while it runs: ABORTED. Another target of the volume (a
         // Pod beside it): waits its turn.
         let _guard = self.inflight.start(&inflight_key(volume_id, &target))?;
@@ -244,7 +270,10 @@ impl NodeService {
             false => None,
         };
         let volume_id = inline.as_deref().unwrap_or(volume_id);
-        let volume = self.volume(volume_id).await?;
+        let volume = match read {
+            Some(volume) => volume,
+            None => self.volume(volume_id).await?,
+        };
         let single = single_cap || volume.spec.access_mode == api::AccessMode::ReadWriteOncePod;
         let (mp, mount_point) = self.ready_mount_point(volume_id).await?;
         if single {
@@ -286,6 +315,62 @@ impl NodeService {
         }
         info!(target = %target.display(), read_only = req.readonly, "published");
         Ok(NodePublishVolumeResponse {})
+    }
+
+    /// Wait, at most `mount_wait`, until the volume's MountPod on this node is Ready
+    /// (serving) or Failed: watched by name, so a MountPod not created yet is waited
+    /// for too. A Failed one, or none Ready in time, is an error that says where the
+    /// mount stands (the kubelet puts it in the Pod's FailedMount Event).
+    async fn mount_ready(&self, volume_id: &str) -> Result<(), Error> {
+        let name = api::mountpod_name(volume_id, &self.node_name);
+        let api: Api<MountPod> = Api::all(self.client.clone());
+        let done = |mp: Option<&MountPod>| mp.is_some_and(|mp| mp.is_serving() || failed(mp));
+        let started = std::time::Instant::now();
+        match tokio::time::timeout(self.mount_wait, await_condition(api, &name, done)).await {
+            // Served, or Failed: what to answer is ready_mount_point's business.
+            Ok(Ok(_)) => {
+                let waited = started.elapsed();
+                if waited > Duration::from_millis(50) {
+                    info!(volume = %volume_id, waited_ms = waited.as_millis() as u64, "mount ready");
+                }
+                Ok(())
+            }
+            Ok(Err(source)) => Err(Error::Watch(WatchError::Wait {
+                kind: "MountPod".into(),
+                name,
+                source,
+            })),
+            Err(_) => {
+                let state = match self.mountpod(volume_id).await? {
+                    None => format!(
+                        "no MountPod {} (the controller has not attached the volume here: kubectl get volumeattachments.tessera.io {})",
+                        shown(&name),
+                        shown(volume_id)
+                    ),
+                    Some(mp) => {
+                        let status = mp.status.clone().unwrap_or_default();
+                        let last = status
+                            .last_error
+                            .map(|e| format!(": {e}"))
+                            .unwrap_or_default();
+                        let deleting = mp.metadata.deletion_timestamp.is_some();
+                        format!(
+                            "MountPod {} {}phase {:?}{last}",
+                            shown(&name),
+                            if deleting { "being deleted, " } else { "" },
+                            status.phase
+                        )
+                    }
+                };
+                warn!(volume = %volume_id, %state, "mount not ready in time");
+                Err(Error::MountTimeout {
+                    volume: shown(volume_id),
+                    node: self.node_name.clone(),
+                    seconds: self.mount_wait.as_secs(),
+                    state,
+                })
+            }
+        }
     }
 
     /// The volume's MountPod on this node and its mount point, once it is Ready. (A
@@ -441,6 +526,15 @@ impl NodeService {
 /// (SINGLE_NODE_SINGLE_WRITER: a ReadWriteOncePod claim).
 /// The Pod a publish is for, from the kubelet's pod info (`podInfoOnMount`), when
 /// its namespace and name are valid object names.
+/// Whether the agent reports `mp` Failed (a mount that will not come by waiting).
+fn failed(mp: &MountPod) -> bool {
+    mp.metadata.deletion_timestamp.is_none()
+        && mp
+            .status
+            .as_ref()
+            .is_some_and(|s| s.phase == Some(api::MountPhase::Failed))
+}
+
 fn pod_of(context: &HashMap<String, String>) -> Option<api::PodRef> {
     let namespace = context.get("csi.storage.k8s.io/pod.namespace")?;
     let name = context.get("csi.storage.k8s.io/pod.name")?;

@@ -422,7 +422,7 @@ fn node_read_only(mode: AccessMode, eligible: &[Candidate], node: &str) -> bool 
 
 /// Whether a Ready mount serves a ticket: a read-write ticket needs a read-write mount;
 /// a ReadOnlyMany volume is never mounted writable, so its mounts must be read-only.
-fn compatible(mode: AccessMode, ticket_read_only: bool, mount_read_only: bool) -> bool {
+pub fn compatible(mode: AccessMode, ticket_read_only: bool, mount_read_only: bool) -> bool {
     if mode == AccessMode::ReadOnlyMany {
         mount_read_only
     } else {
