@@ -122,7 +122,8 @@ pub struct NodeArgs {
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub publish_mount_timeout: Duration,
     /// How long a new daemon may take before its mount answers (`30s`; the older
-    /// `--start-timeout-seconds` still works).
+    /// `--start-timeout-seconds` still works). In pod mode a mount Pod the kubelet is
+    /// still creating (nothing failed: a busy node) gets four times as long.
     #[arg(long, default_value = "30s", value_parser = parse_duration, alias = "start-timeout-seconds")]
     pub start_timeout: Duration,
     /// Where the FUSE daemons run: `process`, as `setsid` children of the agent (bare

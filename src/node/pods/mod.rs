@@ -255,14 +255,15 @@ impl PodDaemons {
     }
 
     /// Wait until the daemon of the Pod `uid` (named `name`) for `mountpoint` is
-    /// visible in /proc, up to the start timeout.
+    /// visible in /proc, or [`state::start_gives_up`] says it will not be.
     fn await_daemon(
         &self,
         name: &str,
         uid: &str,
         mountpoint: &Path,
     ) -> Result<Daemon, supervisor::Error> {
-        let deadline = Instant::now() + self.start_timeout;
+        let started = Instant::now();
+        let mut running_since: Option<Instant> = None;
         let mut next_look = Instant::now();
         loop {
             if let Some(d) = find_daemon(uid, mountpoint) {
@@ -277,25 +278,19 @@ impl PodDaemons {
                     Some(p) if p.uid().as_deref() != Some(uid) => {
                         return Err(pod_err(name, "replaced while starting"));
                     }
-                    Some(p) => match state::pod_state(&p) {
-                        PodState::Failed(why) => return Err(pod_err(name, why)),
-                        PodState::Starting(why) if now >= deadline => {
-                            return Err(pod_err(
-                                name,
-                                format!("did not start within {:?}: {why}", self.start_timeout),
-                            ));
+                    Some(p) => {
+                        let state = state::pod_state(&p);
+                        if matches!(state, PodState::Running) {
+                            running_since.get_or_insert(now);
                         }
-                        _ if now >= deadline => {
-                            return Err(pod_err(
-                                name,
-                                format!(
-                                    "runs, but no `tessera mount` of {} is visible in /proc (does the agent run with hostPID?)",
-                                    mountpoint.display()
-                                ),
-                            ));
+                        let running_for = running_since.map_or(Duration::ZERO, |r| now - r);
+                        let waited = now - started;
+                        if let Some(why) =
+                            state::start_gives_up(&state, waited, running_for, self.start_timeout)
+                        {
+                            return Err(pod_err(name, why));
                         }
-                        _ => {}
-                    },
+                    }
                 }
             }
             std::thread::sleep(Duration::from_millis(20));

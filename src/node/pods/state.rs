@@ -119,6 +119,40 @@ pub fn restart_delay(restarts: i32) -> Duration {
     }
 }
 
+/// How long a new mount Pod may stay Starting (the kubelet still creating its sandbox
+/// and container: nothing has failed) before its start counts as failed: four start
+/// timeouts. A busy kubelet (100 Pods with a claim each created at once on a node,
+/// and their mount Pods) takes more than one; failing the MountPod then costs a new
+/// mount Pod, and the Pod waiting in NodePublish the kubelet's backoff.
+pub fn kubelet_start_bound(start_timeout: Duration) -> Duration {
+    start_timeout.saturating_mul(4)
+}
+
+/// Whether a start that has waited `waited` for its new mount Pod's daemon (not seen
+/// in /proc yet) gives up, and why: the Pod `Failed`, at once; still `Starting` after
+/// [`kubelet_start_bound`]; `Running` (since `running_for`, first seen so) for a
+/// whole start timeout without its daemon visible (counted from the container's
+/// start, not the Pod's creation: a busy kubelet starts it late).
+pub fn start_gives_up(
+    state: &PodState,
+    waited: Duration,
+    running_for: Duration,
+    start_timeout: Duration,
+) -> Option<String> {
+    match state {
+        PodState::Failed(why) => Some(why.clone()),
+        PodState::Starting(why) => {
+            let bound = kubelet_start_bound(start_timeout);
+            (waited >= bound).then(|| format!("did not start within {bound:?}: {why}"))
+        }
+        PodState::Running => (running_for >= start_timeout).then(|| {
+            format!(
+                "its container runs, but no `tessera mount` of it is visible in /proc after {start_timeout:?} (does the agent run with hostPID?)"
+            )
+        }),
+    }
+}
+
 /// How long to wait for the kubelet's restart of a dead daemon's container to take
 /// the held connection over: its crash-loop delay and a start, at least
 /// `start_timeout`, at most `grace` (the fd holder's orphan grace: after it the
@@ -329,5 +363,66 @@ mod tests {
         assert_eq!(restarts(&pod("Running", Some(running()), None)), 2);
         assert_eq!(restarts(&Pod::default()), 0);
         assert_eq!(last_error(&Pod::default()), None);
+    }
+
+    #[test]
+    fn a_start_gives_up_on_failure_at_once_and_on_a_slow_kubelet_late() {
+        let t = Duration::from_secs(30);
+        let s = |n: u64| Duration::from_secs(n);
+        let starting = PodState::Starting("tessera-mount waiting: ContainerCreating".into());
+        // (what, state, waited, running for, gives up)
+        let cases = [
+            (
+                "failed",
+                PodState::Failed("ErrImagePull".into()),
+                s(1),
+                s(0),
+                true,
+            ),
+            (
+                "creating, one start timeout",
+                starting.clone(),
+                s(30),
+                s(0),
+                false,
+            ),
+            (
+                "creating, almost four",
+                starting.clone(),
+                s(119),
+                s(0),
+                false,
+            ),
+            (
+                "creating, four start timeouts",
+                starting,
+                s(120),
+                s(0),
+                true,
+            ),
+            (
+                "running late, just started",
+                PodState::Running,
+                s(45),
+                s(1),
+                false,
+            ),
+            (
+                "running a start timeout, no daemon",
+                PodState::Running,
+                s(60),
+                s(30),
+                true,
+            ),
+        ];
+        for (what, state, waited, running_for, gives_up) in cases {
+            let got = start_gives_up(&state, waited, running_for, t);
+            assert_eq!(got.is_some(), gives_up, "{what}: {got:?}");
+        }
+        assert!(
+            start_gives_up(&PodState::Starting("x".into()), s(120), s(0), t)
+                .unwrap()
+                .contains("within 120s: x")
+        );
     }
 }
