@@ -13,7 +13,10 @@
 //!   without this ticket: the publish then waits for the ticket's status, satisfied,
 //!   which the controller writes at once for a Ready mount. Any MountPod will do once
 //!   the status says the controller chose the ticket at its generation (`Attaching`
-//!   or satisfied: [`decided`]), as for a publish repeated while its mount starts;
+//!   or satisfied: [`decided`]), as for a publish repeated while its mount starts.
+//!   (The watch may lag the API server by a moment: a MountPod made just before the
+//!   ticket and not seen yet counts as new. It was made for a ticket on the same
+//!   node, and NodePublish binds only a serving MountPod, never one being deleted.);
 //! - is not being deleted, serves (task `Serve`: not removing or filling the data),
 //!   has the mode the ticket needs ([`tickets::compatible`]) and is not `Fenced`;
 //! - and, for a single-node volume (RWO, RWOP), is the only MountPod of the volume
@@ -25,10 +28,46 @@
 //!
 //! [`tickets::compatible`]: crate::tickets::compatible
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use crate::api::{
     AccessMode, CONDITION_FENCED, MountPod, MountTask, TicketReason, VolumeAttachment,
 };
 use crate::tickets;
+
+/// What the watch held for each ticket's node when this process wrote the ticket, by
+/// ticket id and generation: a publish repeated after a timeout (the
+/// external-attacher retries the same call) finds a MountPod made since as new.
+/// Without an entry (another process wrote the ticket, or the map started over) a
+/// repeat waits for the status. Bounded: past [`WrittenBefore::CAP`] entries it
+/// starts over.
+#[derive(Clone, Default)]
+pub struct WrittenBefore(Arc<Mutex<Befores>>);
+
+/// By (ticket id, generation): the uid the watch held for the ticket's node, if any.
+type Befores = HashMap<(String, i64), Option<String>>;
+
+impl WrittenBefore {
+    /// The most entries kept.
+    pub const CAP: usize = 16_384;
+
+    /// Ticket `id` at `generation` was written while the watch held `before` (a uid,
+    /// or none) for its node.
+    pub fn record(&self, id: &str, generation: i64, before: Option<String>) {
+        let mut map = self.0.lock().expect("grant memo poisoned");
+        if map.len() >= Self::CAP {
+            map.clear();
+        }
+        map.insert((id.to_string(), generation), before);
+    }
+
+    /// What [`record`](Self::record) kept for ticket `id` at `generation`.
+    pub fn get(&self, id: &str, generation: i64) -> Option<Option<String>> {
+        let map = self.0.lock().expect("grant memo poisoned");
+        map.get(&(id.to_string(), generation)).cloned()
+    }
+}
 
 /// Whether `va`'s status says the controller chose ticket `id` for its current
 /// generation: satisfied, or `Attaching` (its node's mount on the way).
@@ -333,6 +372,22 @@ mod tests {
             assert_eq!(decided(&va, "t"), want, "{what}");
             assert!(!decided(&va, "other"), "{what}: an unknown ticket");
         }
+    }
+
+    #[test]
+    fn what_was_there_when_a_ticket_was_written_is_kept_by_generation_and_bounded() {
+        let memo = WrittenBefore::default();
+        assert_eq!(memo.get("t", 1), None, "nothing recorded");
+        memo.record("t", 1, None);
+        memo.record("u", 1, Some("uid-u".into()));
+        assert_eq!(memo.get("t", 1), Some(None), "no MountPod there then");
+        assert_eq!(memo.get("u", 1), Some(Some("uid-u".into())));
+        assert_eq!(memo.get("t", 2), None, "another generation");
+        for i in 0..WrittenBefore::CAP {
+            memo.record(&format!("x{i}"), 1, None);
+        }
+        assert!(memo.0.lock().unwrap().len() <= WrittenBefore::CAP);
+        assert_eq!(memo.get("t", 1), None, "started over");
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! | this one | the RPCs: Kubernetes reads and writes, waits |
 //! | [`request`] | what a request asks for (names, access modes, sizes, parameters), no I/O |
 //! | [`grant`] | when a publish may return before its ticket is satisfied, no I/O |
+//! | [`publish_wait`] | a publish's wait for that grant, or for its ticket satisfied |
 //! | [`modify`] | a VolumeAttributesClass's parameters as Volume spec changes, no I/O |
 //! | [`resources`] | the mount daemon's CPU and memory parameters, no I/O |
 //! | [`snapshot`] | snapshots, restores and clones: volumes filled from another's data |
@@ -48,6 +49,7 @@ pub mod grant;
 pub mod group_commit;
 pub mod modify;
 mod publish_cache;
+mod publish_wait;
 pub mod request;
 pub mod resources;
 pub mod snapshot;
@@ -57,12 +59,12 @@ use crate::api::{ANNOTATION_CSI_NAME, CSI_CONTROLLER_FIELD_MANAGER, TOPOLOGY_NOD
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams, ListParams, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tonic::{Request, Response, Status};
-use tracing::{debug, info, instrument, warn};
+use tracing::{debug, info, instrument};
 
 use super::mountpods::MountPodWatch;
 use super::proto::controller_server::Controller;
@@ -72,8 +74,8 @@ use super::shared_watch::SharedWatches;
 use super::watch::{WatchError, await_from};
 use super::{InFlight, csi_ticket_id, existing_id, idle_ticket_id, required, shown};
 use crate::api::{
-    self, AttacherType, AttachmentTicket, BackendScope, MountPod, TicketReason, Volume,
-    VolumeAttachment, quantity_of,
+    self, AttacherType, AttachmentTicket, BackendScope, MountPod, Volume, VolumeAttachment,
+    quantity_of,
 };
 use crate::runtime::KubeContext;
 pub use error::Error;
@@ -124,6 +126,7 @@ pub struct ControllerService {
     watches: SharedWatches,
     caches: PublishCaches,
     mountpods: MountPodWatch,
+    written_before: grant::WrittenBefore,
     spaces: space::NodeSpaces,
 }
 
@@ -171,6 +174,7 @@ impl ControllerService {
         ControllerService {
             caches: PublishCaches::start(&client, &settings.labels),
             mountpods: MountPodWatch::start(&client, &settings.labels),
+            written_before: Default::default(),
             spaces: space::NodeSpaces::new(client.clone(), settings.lease_namespace.clone()),
             tickets: group_commit::TicketWriter::new(Api::all(client.clone())),
             watches: SharedWatches::new(Api::all(client.clone())),
@@ -212,21 +216,6 @@ impl ControllerService {
 
     fn volumes(&self) -> Api<Volume> {
         Api::all(self.client.clone())
-    }
-
-    /// How many MountPods of `volume` on nodes other than `node` the API server holds
-    /// (one list by the volume's label: a consistent read).
-    async fn mountpods_elsewhere(&self, volume: &str, node: &str) -> Result<usize, Error> {
-        let lp = ListParams::default().labels(&format!("{}={volume}", api::LABEL_VOLUME));
-        let list = Api::<MountPod>::all(self.client.clone())
-            .list(&lp)
-            .await
-            .context(|| format!("listing the MountPods of {volume}"))?;
-        Ok(list
-            .items
-            .iter()
-            .filter(|m| m.spec.volume == volume && m.spec.node_name != node)
-            .count())
     }
 
     fn attachments(&self) -> Api<VolumeAttachment> {
@@ -440,7 +429,8 @@ impl ControllerService {
         // mount stays as it is).
         let idle_id = idle_ticket_id(volume_id, node_id);
         let idle = va.spec.attachment_tickets.contains_key(&idle_id);
-        if !same || idle {
+        let wrote = !same || idle;
+        if wrote {
             let mut ticket = AttachmentTicket::new(&id, AttacherType::CsiAttacher, node_id);
             ticket.parameters = params.clone();
             // Above any status left of a ticket of this id removed a moment ago (an
@@ -470,89 +460,15 @@ impl ControllerService {
                 reads_ms = reads.as_secs_f64() * 1e3, "ticket in place"
             );
         }
-        // Granted, once the service's MountPod watch shows the node's mount decided
-        // and on its way (a new MountPod since the ticket was written: [`grant`]); or
-        // satisfied, as the VolumeAttachment says (a mount there before the ticket).
-        let mp_name = api::mountpod_name(volume_id, node_id);
-        let wanted_before = match grant::decided(&current, &id) {
-            true => Some(None),
-            false => self.mountpods.uid_held(&mp_name),
+        let wait = publish_wait::Publish {
+            volume: volume_id,
+            node: node_id,
+            id: &id,
+            mode: volume.spec.access_mode,
+            read_only: req.readonly,
+            wrote,
         };
-        let read_only = req.readonly;
-        let mode = volume.spec.access_mode;
-        let mounted = async {
-            let Some(before) = wanted_before else {
-                // The watch has not listed yet: the status alone answers.
-                return std::future::pending().await;
-            };
-            let wanted = grant::Wanted {
-                mode,
-                read_only,
-                before: before.as_deref(),
-            };
-            let cond = |w: &MountPodWatch| {
-                grant::granted(&wanted, w.get(&mp_name).as_deref(), || {
-                    w.others(volume_id, node_id)
-                })
-            };
-            if self.mountpods.wait_for(&mp_name, cond).await.is_none() {
-                return std::future::pending().await;
-            }
-            // A single-node volume: asked once more of the API server, as a
-            // satisfaction is re-checked (a deposed leader's late write would show
-            // here). Not alone: the status alone answers.
-            if !mode.is_multi_node() {
-                match self.mountpods_elsewhere(volume_id, node_id).await {
-                    Ok(0) => {}
-                    Ok(n) => {
-                        warn!(ticket = %id, others = n, "MountPods of the volume on other nodes; waiting for the ticket's status");
-                        return std::future::pending().await;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok("granted")
-        };
-        // Watch from the version just read or written: no list round trip before the
-        // watch, and no change after it can be missed.
-        // One watch of the VolumeAttachment for every publish waiting on it.
-        let satisfied = self.watches.wait(current, {
-            let id = id.clone();
-            move |va: Option<&VolumeAttachment>| va.is_some_and(|va| va.ticket_satisfied(&id))
-        });
-        let wait = async {
-            tokio::select! {
-                r = mounted => r,
-                r = satisfied => r.map(|_| "satisfied").map_err(Error::from),
-            }
-        };
-        match tokio::time::timeout(self.settings.publish_timeout, wait).await {
-            Ok(res) => {
-                let how = res?;
-                debug!(ticket = %id, how, "published");
-                let ctx = [("tessera.io/mountpod".to_string(), mp_name.clone())].into();
-                Ok(ControllerPublishVolumeResponse {
-                    publish_context: ctx,
-                })
-            }
-            Err(_) => {
-                let va = api
-                    .get(volume_id)
-                    .await
-                    .context(|| format!("reading VolumeAttachment {volume_id}"))?;
-                let (reason, message) = va
-                    .ticket_status(&id)
-                    .and_then(|s| s.blocked_by())
-                    .map(|(reason, message)| (reason, message.to_owned()))
-                    .unwrap_or((TicketReason::Attaching, "waiting for the controller".into()));
-                warn!(ticket = %id, %reason, "publish not done in time");
-                Err(Error::NotSatisfied {
-                    ticket: id,
-                    reason,
-                    message,
-                })
-            }
-        }
+        self.wait_granted(wait, current).await
     }
 
     async fn unpublish(
