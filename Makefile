@@ -96,9 +96,10 @@ bench-fuse:
 bench-controller: harness
 	bash bench/controller/run.sh
 
-## bench-rwx: one RWX volume, 50 then 500 nodes, through the real csi-attacher and the CSI controller
+## bench-rwx: one RWX volume, 50 then NODES (default 500) nodes, through the real
+## csi-attacher and the CSI controller, against a no-op driver: make bench-rwx NODES=1000
 bench-rwx: harness
-	bash bench/rwx/run.sh
+	NODES=$(NODES) bash bench/rwx/run.sh
 
 ## bench-startup: Pods with a Tessera claim each vs with an emptyDir, on two real nodes
 bench-startup: harness

@@ -1,7 +1,8 @@
 //! What the benchmarks that go through the real external-attacher share
-//! (bench/attach, bench/rwx): the `csi-attacher` sidecar and its settings, the
-//! CSINode a registrar would create, the name Kubernetes gives a storage.k8s.io
-//! VolumeAttachment, and one watch recording when each was attached and deleted.
+//! (bench/attach, bench/rwx): the `csi-attacher` sidecar and its settings, the no-op
+//! baseline driver, the CSINode a registrar would create, the name Kubernetes gives a
+//! storage.k8s.io VolumeAttachment, and one watch recording when each was attached and
+//! deleted.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -108,6 +109,28 @@ pub fn watch_attachments(
         }
     });
     (seen, ready_rx)
+}
+
+/// The no-op baseline driver's name (bench/attach/refdriver).
+pub const NOOP_DRIVER: &str = "bench.noop.csi.k8s.io";
+
+/// Start the no-op baseline driver (`target/harness/bin/csi-noop-driver`, built by
+/// bench/attach/build-refdriver.sh) serving at `socket`, logging to `log`.
+pub fn start_noop_driver(socket: &Path, log: &Path) -> Proc {
+    let bin = support::repo_root().join("target/harness/bin/csi-noop-driver");
+    let child = Command::new(&bin)
+        .arg(format!("--endpoint=unix://{}", socket.display()))
+        .arg(format!("--drivername={NOOP_DRIVER}"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "starting {} (build it with bench/attach/build-refdriver.sh): {e}",
+                bin.display()
+            )
+        });
+    Proc(child)
 }
 
 /// A child process killed (and reaped) on drop.

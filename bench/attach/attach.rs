@@ -43,13 +43,14 @@ mod settle;
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bench_line::{BenchLine, loadavg};
 use csi_attach::{
-    Proc, Seen, Sidecar, create_csinode, env_or, va_name, wait_socket, watch_attachments,
+    NOOP_DRIVER, Seen, Sidecar, create_csinode, env_or, start_noop_driver, va_name, wait_socket,
+    watch_attachments,
 };
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::PersistentVolume;
@@ -59,8 +60,6 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use support::fixtures::{self, AgentProcess, ControllerProcess, FakeAgent, TEST_LABEL};
 use tessera::api::{CSI_DRIVER_NAME, Volume};
-
-const NOOP_DRIVER: &str = "bench.noop.csi.k8s.io";
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
@@ -441,21 +440,7 @@ async fn main() {
             &format!("--csi-endpoint=unix://{}", tessera_sock.display()),
         ],
     );
-    let noop_bin = support::repo_root().join("target/harness/bin/csi-noop-driver");
-    let _noop = Proc(
-        Command::new(&noop_bin)
-            .arg(format!("--endpoint=unix://{}", noop_sock.display()))
-            .arg(format!("--drivername={NOOP_DRIVER}"))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(logs.join("noop-driver.log")).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "starting {} (build it with bench/attach/build-refdriver.sh): {e}",
-                    noop_bin.display()
-                )
-            }),
-    );
+    let _noop = start_noop_driver(&noop_sock, &logs.join("noop-driver.log"));
     wait_socket(&tessera_sock, "tessera controller's CSI socket").await;
     wait_socket(&noop_sock, "csi-noop-driver's socket").await;
     let _attacher_t = sidecar.start(&tessera_sock, &logs.join("csi-attacher-tessera.log"));

@@ -10,6 +10,10 @@
 //! satisfied. MountPod status is driven by the test fixtures' stand-in agent. Timed
 //! from the first create to the last VolumeAttachment seen `attached`; then all are
 //! deleted (ControllerUnpublish) and the time until all are gone is reported too.
+//! Just before, at each scale, the same N attaches and detaches go through the no-op
+//! baseline driver (bench/attach/refdriver: ControllerPublish returns at once) behind
+//! a csi-attacher of the same settings, on the same nodes: the floor of the attach
+//! path (attacher, API server, etcd), and Tessera's time and CPU as ratios to it.
 //!
 //! Prints per scale: wall time, the CPU seconds of kube-apiserver and etcd (the
 //! control plane is the bottleneck here), of the controller and the attacher, the
@@ -25,6 +29,7 @@
 //!
 //! Run: `make bench-rwx` (or `cargo bench --bench rwx`). Figures: bench/README.md.
 
+mod attachments;
 #[path = "../bench_line.rs"]
 mod bench_line;
 #[path = "../csi_attach.rs"]
@@ -38,11 +43,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use attachments::Attachments;
 use bench_line::{BenchLine, loadavg};
-use csi_attach::{Seen, Sidecar, create_csinode, va_name, wait_socket, watch_attachments};
+use csi_attach::{
+    NOOP_DRIVER, Seen, Sidecar, create_csinode, start_noop_driver, wait_socket, watch_attachments,
+};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment as StorageVa};
+use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL};
@@ -77,6 +85,69 @@ struct Run {
     /// CPU seconds by process and API server requests, while detaching.
     detach_cpu: BTreeMap<String, f64>,
     detach_requests: BTreeMap<String, f64>,
+    /// The same attach and detach through the no-op driver, just before.
+    noop: Baseline,
+}
+
+/// N VolumeAttachments of one PersistentVolume of the no-op driver on the same nodes,
+/// through its own csi-attacher of the same settings: the floor of the attach path
+/// (attacher, API server, etcd) at this scale.
+struct Baseline {
+    wall: Duration,
+    failed: usize,
+    detach: Duration,
+    /// API server + etcd CPU seconds, attaching and detaching.
+    cpu: f64,
+    detach_cpu: f64,
+}
+
+/// Attach and detach the no-op driver's PersistentVolume on `nodes` (their CSINodes
+/// name it), through a csi-attacher of the same settings.
+async fn baseline(
+    client: &kube::Client,
+    id: &str,
+    nodes: &[String],
+    seen: &Seen,
+    sidecar: &Sidecar,
+    logs: &Path,
+) -> Baseline {
+    let sock = logs.join(format!("{id}-noop.sock"));
+    let _driver = start_noop_driver(&sock, &logs.join(format!("{id}-noop-driver.log")));
+    wait_socket(&sock, "csi-noop-driver's socket").await;
+    let n = nodes.len();
+    let _attacher = sidecar.start(&sock, &logs.join(format!("csi-attacher-noop-{n}.log")));
+    let name = format!("{id}-noop");
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    pvs.create(&PostParams::default(), &pv(&name, NOOP_DRIVER, id))
+        .await
+        .expect("creating the no-op driver's PersistentVolume");
+    let attachments = Attachments {
+        client,
+        id,
+        driver: NOOP_DRIVER,
+        pv: &name,
+        nodes,
+        seen,
+    };
+    let plane = || {
+        procs::cluster_pids(&support::repo_root(), &["kube-apiserver", "etcd"])
+            .into_values()
+            .map(procs::proc_cpu_seconds)
+            .sum::<f64>()
+    };
+    let cpu0 = plane();
+    let (wall, failed) = attachments.attach(Duration::from_secs(900)).await;
+    let cpu1 = plane();
+    let detach = attachments.detach(Duration::from_secs(600)).await;
+    let detach_cpu = plane() - cpu1;
+    let _ = pvs.delete(&name, &DeleteParams::default()).await;
+    Baseline {
+        wall,
+        failed,
+        detach,
+        cpu: cpu1 - cpu0,
+        detach_cpu,
+    }
 }
 
 /// The API server's count and bytes of watch events of Tessera VolumeAttachments
@@ -177,8 +248,8 @@ impl Drop for ReleaseMounts {
     }
 }
 
-/// A ReadWriteMany PersistentVolume of Tessera's driver for Volume `name`.
-fn pv(name: &str, id: &str) -> PersistentVolume {
+/// A ReadWriteMany PersistentVolume of `driver` for volume handle `name`.
+fn pv(name: &str, driver: &str, id: &str) -> PersistentVolume {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
         "metadata": {"name": name, "labels": {TEST_LABEL: id}},
@@ -187,7 +258,7 @@ fn pv(name: &str, id: &str) -> PersistentVolume {
             "accessModes": ["ReadWriteMany"],
             "persistentVolumeReclaimPolicy": "Retain",
             "volumeMode": "Filesystem",
-            "csi": {"driver": CSI_DRIVER_NAME, "volumeHandle": name},
+            "csi": {"driver": driver, "volumeHandle": name},
         }
     }))
     .unwrap()
@@ -200,7 +271,7 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
     stream::iter(
         nodes
             .iter()
-            .map(|node| create_csinode(client, node, &[CSI_DRIVER_NAME])),
+            .map(|node| create_csinode(client, node, &[CSI_DRIVER_NAME, NOOP_DRIVER])),
     )
     .buffer_unordered(32)
     .collect::<Vec<()>>()
@@ -226,7 +297,7 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
     )
     .await;
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    pvs.create(&PostParams::default(), &pv(&name, &id))
+    pvs.create(&PostParams::default(), &pv(&name, CSI_DRIVER_NAME, &id))
         .await
         .expect("creating the PersistentVolume");
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
@@ -237,52 +308,21 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
     .await;
     let (seen, ready) = watch_attachments(client.clone(), &id);
     ready.await.expect("VolumeAttachment watch started");
-    let storage: Api<StorageVa> = Api::all(client.clone());
-    let names: Vec<String> = nodes
-        .iter()
-        .map(|node| va_name(&name, CSI_DRIVER_NAME, node))
-        .collect();
+    let noop = baseline(client, &id, &nodes, &seen, sidecar, logs).await;
+    let tessera = Attachments {
+        client,
+        id: &id,
+        driver: CSI_DRIVER_NAME,
+        pv: &name,
+        nodes: &nodes,
+        seen: &seen,
+    };
 
     let writes0 = va_writes(&ctrl);
     let events0 = watch_events();
     let req0 = procs::apiserver_requests();
     let cpu0 = cpu_now(ctrl.child.id(), attacher.0.id());
-    let t0 = Instant::now();
-    stream::iter(nodes.iter().zip(&names).map(|(node, va)| {
-        let storage = storage.clone();
-        let body: StorageVa = serde_json::from_value(json!({
-            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
-            "metadata": {"name": va, "labels": {TEST_LABEL: id}},
-            "spec": {"attacher": CSI_DRIVER_NAME, "nodeName": node, "source": {"persistentVolumeName": name}},
-        }))
-        .unwrap();
-        async move {
-            storage
-                .create(&PostParams::default(), &body)
-                .await
-                .unwrap_or_else(|e| panic!("creating VolumeAttachment {va}: {e}"));
-        }
-    }))
-    .buffer_unordered(64)
-    .collect::<Vec<()>>()
-    .await;
-    let all_attached = |s: &Seen| {
-        let a = s.attached.lock().unwrap();
-        names.iter().all(|n| a.contains_key(n))
-    };
-    let all = seen.wait(Duration::from_secs(900), all_attached).await;
-    let last = {
-        let a = seen.attached.lock().unwrap();
-        names.iter().filter_map(|n| a.get(n)).max().copied()
-    };
-    let failed = {
-        let a = seen.attached.lock().unwrap();
-        names.iter().filter(|n| !a.contains_key(*n)).count()
-    };
-    if !all {
-        eprintln!("  warning: {failed} of {n} VolumeAttachments not attached within 900 s");
-    }
-    let wall = last.map_or(t0.elapsed(), |l| l.saturating_duration_since(t0));
+    let (wall, failed) = tessera.attach(Duration::from_secs(900)).await;
     let cpu = delta(&cpu_now(ctrl.child.id(), attacher.0.id()), &cpu0);
     let requests = delta(&procs::apiserver_requests(), &req0);
     let writes1 = va_writes(&ctrl);
@@ -303,37 +343,7 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
     let sockets = procs::SocketPeak::start(ctrl.child.id());
     let req1 = procs::apiserver_requests();
     let cpu1 = cpu_now(ctrl.child.id(), attacher.0.id());
-    let t1 = Instant::now();
-    stream::iter(names.iter().map(|va| {
-        let storage = storage.clone();
-        async move {
-            let _ = storage.delete(va, &DeleteParams::default()).await;
-        }
-    }))
-    .buffer_unordered(64)
-    .collect::<Vec<()>>()
-    .await;
-    let all_gone = |s: &Seen| {
-        let g = s.gone.lock().unwrap();
-        names.iter().all(|n| g.contains_key(n))
-    };
-    if !seen.wait(Duration::from_secs(600), all_gone).await {
-        eprintln!("  warning: VolumeAttachments still present after 600 s; removing finalizers");
-        for va in &names {
-            let patch = json!({"metadata": {"finalizers": null}});
-            let _ = storage
-                .patch(va, &PatchParams::default(), &Patch::Merge(&patch))
-                .await;
-        }
-    }
-    let detach = {
-        let g = seen.gone.lock().unwrap();
-        names
-            .iter()
-            .filter_map(|n| g.get(n))
-            .max()
-            .map_or(t1.elapsed(), |l| l.saturating_duration_since(t1))
-    };
+    let detach = tessera.detach(Duration::from_secs(600)).await;
     let detach_cpu = delta(&cpu_now(ctrl.child.id(), attacher.0.id()), &cpu1);
     let detach_requests = delta(&procs::apiserver_requests(), &req1);
     let detach_sockets = sockets.peak();
@@ -388,6 +398,7 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
         peak_sockets: (attach_sockets, detach_sockets),
         detach_cpu,
         detach_requests,
+        noop,
     }
 }
 
@@ -407,6 +418,22 @@ fn print_run(r: &Run) {
     println!(
         "  all detached after                         {:>8.2} s",
         r.detach.as_secs_f64()
+    );
+    let b = &r.noop;
+    println!(
+        "  no-op driver, same attacher settings: attached after {:.2} s{} ({:.2}× for Tessera), detached after {:.2} s ({:.2}×); API server + etcd CPU {:.2} s attaching ({:.2}×), {:.2} s detaching",
+        b.wall.as_secs_f64(),
+        if b.failed > 0 {
+            format!(" ({} NOT attached)", b.failed)
+        } else {
+            String::new()
+        },
+        r.wall.as_secs_f64() / b.wall.as_secs_f64().max(0.001),
+        b.detach.as_secs_f64(),
+        r.detach.as_secs_f64() / b.detach.as_secs_f64().max(0.001),
+        b.cpu,
+        plane_cpu(&r.cpu) / b.cpu.max(0.01),
+        b.detach_cpu
     );
     println!(
         "  controller peak open sockets               {:>8} attaching, {} detaching",
@@ -546,6 +573,23 @@ async fn main() {
         line = line
             .num(&format!("{p}_wall_s"), r.wall.as_secs_f64(), 2)
             .num(&format!("{p}_failed"), r.failed as f64, 0)
+            .num(&format!("{p}_noop_wall_s"), r.noop.wall.as_secs_f64(), 2)
+            .num(&format!("{p}_noop_failed"), r.noop.failed as f64, 0)
+            .num(
+                &format!("{p}_wall_over_noop"),
+                r.wall.as_secs_f64() / r.noop.wall.as_secs_f64().max(0.001),
+                2,
+            )
+            .num(
+                &format!("{p}_cpu_over_noop"),
+                plane_cpu(&r.cpu) / r.noop.cpu.max(0.01),
+                2,
+            )
+            .num(
+                &format!("{p}_detach_over_noop"),
+                r.detach.as_secs_f64() / r.noop.detach.as_secs_f64().max(0.001),
+                2,
+            )
             .num(
                 &format!("{p}_watch_kb_per_ticket"),
                 r.watch_events.1 / 1e3 / r.n as f64,
