@@ -105,7 +105,9 @@ pub struct NodeArgs {
     /// `--health-interval` in milliseconds: the flag's older spelling, still taken.
     #[arg(long, hide = true, conflicts_with = "health_interval")]
     pub health_interval_ms: Option<u64>,
-    /// How long a mount point may take to answer a probe before it counts as hung.
+    /// How long a mount point may take to answer a probe before it counts as silent.
+    /// A mount that answered before is repaired only once silent for two start
+    /// timeouts (a repair unmounts the connection its Pods hold).
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub probe_timeout: Duration,
     /// `--probe-timeout` in milliseconds: the flag's older spelling, still taken.
@@ -308,6 +310,7 @@ pub fn mount_service_for(args: &NodeArgs) -> Result<MountService, Error> {
         state,
         holder,
         shared: Default::default(),
+        hung: Default::default(),
     })
 }
 

@@ -11,6 +11,7 @@
 //!                   │            readOnly/options changed? ─┬─ no references ─▶ stop ▶ start
 //!                   │                                        └─ references ─▶ remount blocked
 //!                   ├─ Starting ─▶ wait for it to answer             │
+//!                   ├─ Slow (answered before; silent < hang grace) ─▶ as Healthy
 //!                   └─ Broken(cause) ─▶ stop, lazy-unmount ─▶ start ─┤ (a repair: cause reported)
 //!                                                                    ▼
 //!                     answers? ─▶ re-bind every reference (stale bind detached, ro remount)
@@ -42,8 +43,10 @@ use crate::host::paths;
 use crate::host::roots::{self, RootError};
 use crate::runtime::error_chain;
 
+mod hung;
 mod want;
 
+pub use hung::{HungSince, hang_grace};
 pub use want::{Config, Target, Want, want};
 
 /// Errors of the node-side work. Each names the action that failed.
@@ -124,6 +127,10 @@ pub enum Health {
     Healthy,
     /// The daemon runs and was started recently; its mount does not answer yet.
     Starting,
+    /// The daemon runs and its mount answered before, but has not answered for less
+    /// than [`hang_grace`]: a loaded node or a slow backend. Left alone (a repair
+    /// would unmount the connection its Pods hold); why, in words.
+    Slow(String),
     /// The mount must be repaired; why, in words.
     Broken(String),
 }
@@ -204,6 +211,8 @@ pub struct MountService {
     pub holder: Option<Arc<HolderProcess>>,
     /// The Shared roots verified on this node (per anchor).
     pub shared: crate::host::shared::Verified,
+    /// Since when mounts that answered before have been silent.
+    pub hung: HungSince,
 }
 
 impl MountService {
@@ -217,8 +226,28 @@ impl MountService {
                     .mounts
                     .probe(&record.mountpoint, self.config.probe_timeout)
                 {
-                    Probe::Answers { .. } => Health::Healthy,
+                    Probe::Answers { .. } => {
+                        self.hung.answered(record);
+                        Health::Healthy
+                    }
                     Probe::NotMounted | Probe::TimedOut if young => Health::Starting,
+                    Probe::TimedOut if record.answered => {
+                        let (silent, first) = self.hung.silent(record);
+                        let grace = hang_grace(self.config.start_timeout);
+                        let why = format!(
+                            "mount point {} did not answer within {:?} (silent for {:.1?})",
+                            record.mountpoint.display(),
+                            self.config.probe_timeout,
+                            silent
+                        );
+                        if first {
+                            warn!(volume = %record.volume, cause = %why, grace = ?grace, "mount slow to answer; repaired only if silent for the grace");
+                        }
+                        match silent < grace {
+                            true => Health::Slow(why),
+                            false => Health::Broken(why),
+                        }
+                    }
                     Probe::NotMounted => Health::Broken(format!(
                         "fuse daemon runs but nothing is mounted at {}",
                         record.mountpoint.display()
@@ -252,7 +281,7 @@ impl MountService {
         if let Some(mut record) = self.state.load(&want.volume)? {
             let same_place = record.mountpoint == want.mountpoint && record.source == want.source;
             match self.health(&record) {
-                Health::Healthy if same_place => {
+                Health::Healthy | Health::Slow(_) if same_place => {
                     if let Some(served) = self.apply_changes(&mut record, want)? {
                         return Ok(served);
                     }

@@ -204,6 +204,7 @@ fn setup() -> Setup {
         state: StateDir::open(&dir.path().join("state")).unwrap(),
         holder: None,
         shared: Default::default(),
+        hung: Default::default(),
     };
     Setup { dir, fake, host }
 }
@@ -561,7 +562,7 @@ fn a_daemon_that_exits_while_starting_is_a_failure() {
 }
 
 #[test]
-fn a_hung_mount_is_starting_while_young_then_broken() {
+fn a_hung_mount_is_starting_while_young_then_broken_unless_it_answered_before() {
     let s = setup();
     let want = s.want(&s.spec(&[]));
     s.serve(&want);
@@ -569,10 +570,57 @@ fn a_hung_mount_is_starting_while_young_then_broken() {
     let mut rec = s.host.state.load("vol1").unwrap().unwrap();
     assert_eq!(s.host.health(&rec), Health::Starting);
     rec.started_at = (jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60)).to_string();
+    // Never answered: a start that failed.
+    rec.answered = false;
     match s.host.health(&rec) {
         Health::Broken(why) => assert!(why.contains("did not answer"), "{why}"),
         other => panic!("{other:?}"),
     }
+    // Answered before: slow, for the hang grace (the next test).
+    rec.answered = true;
+    assert!(matches!(s.host.health(&rec), Health::Slow(_)));
+}
+
+#[test]
+fn a_mount_that_answered_and_stops_answering_is_slow_and_kept_until_the_hang_grace() {
+    // A loaded node (the power-off test's write storm: load 35 on two cores) or a
+    // slow backend: a probe of a mount that served Pods times out. Repairing it then
+    // unmounts the connection the Pods' containers hold: they see ENOTCONN until
+    // they restart. Within the grace the mount is Slow and left alone.
+    let s = setup();
+    let want = s.want(&s.spec(&[("kubelet/pods/p1/vol", false)]));
+    assert!(s.serve(&want).answers);
+    let mut rec = s.host.state.load("vol1").unwrap().unwrap();
+    rec.started_at = (jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60)).to_string();
+    s.host.state.save(&rec).unwrap();
+    s.fake.w().hang = true;
+    match s.host.health(&rec) {
+        Health::Slow(why) => assert!(why.contains("did not answer"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let served = s.serve(&want);
+    assert_eq!(served.repaired, None);
+    assert_eq!(served.daemon, Some(rec.daemon), "the same daemon serves");
+    assert_eq!(s.fake.w().started.len(), 1, "no second daemon");
+    assert!(s.fake.w().signals.is_empty(), "the daemon was not stopped");
+    assert!(s.fake.top(&s.mountpoint()).is_some(), "still mounted");
+
+    // Answering again ends it; a new hang counts from its own start.
+    s.fake.w().hang = false;
+    assert_eq!(s.host.health(&rec), Health::Healthy);
+    s.fake.w().hang = true;
+    assert!(matches!(s.host.health(&rec), Health::Slow(_)));
+    // Past the grace (two start timeouts) it is hung: repaired, as before.
+    s.host.hung.backdate(
+        &rec,
+        hang_grace(s.host.config.start_timeout) + Duration::from_secs(1),
+    );
+    match s.host.health(&rec) {
+        Health::Broken(why) => assert!(why.contains("did not answer"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let served = s.serve(&want);
+    assert!(served.repaired.is_some());
 }
 
 #[test]
