@@ -10,10 +10,14 @@
 //!  * `claim`: the same Pod with a claim of its own, created just before it (as a
 //!    StatefulSet's volumeClaimTemplates do): dynamic provisioning, attach (a ticket,
 //!    a MountPod, a mount daemon), NodePublish;
-//!  * `rwx`: the same Pod, all N on one ReadWriteMany claim made (and bound) before.
+//!  * `rwx`: the same Pod, all N on one ReadWriteMany claim made (and bound) before;
+//!  * `pair`: the design's floor for a claim each: per Pod, first another emptyDir
+//!    Pod (as a claim's mount Pod is one), and once it runs the Pod itself on the same
+//!    node, timed from the first's create: twice the sandboxes and containers, one
+//!    after the other, with none of Tessera's work.
 //!
-//! The emptyDir and own-claim sets alternate (`BENCH_STARTUP_ROUNDS`, default 2:
-//! E C E C) so that a machine getting busier or quieter does not favour one; each set
+//! The emptyDir, pair and own-claim sets alternate (`BENCH_STARTUP_ROUNDS`, default
+//! 2: E P C E P C) so that a machine getting busier or quieter does not favour one; each set
 //! is deleted, claims and PVs included, before the next begins. Reported per kind:
 //! p50, p99 and max of create → Running, and the total (first create → last
 //! Running); the ratios of the totals to the emptyDir baseline's (medians over
@@ -51,6 +55,7 @@ enum Kind {
     EmptyDir,
     Claim,
     Rwx,
+    Pair,
 }
 
 impl Kind {
@@ -59,6 +64,7 @@ impl Kind {
             Kind::EmptyDir => "emptydir",
             Kind::Claim => "claim",
             Kind::Rwx => "rwx",
+            Kind::Pair => "pair",
         }
     }
 }
@@ -95,10 +101,12 @@ fn median(mut v: Vec<Duration>) -> Duration {
     quantile(&v, 0.5)
 }
 
-fn pod_json(name: &str, set: &str, volume: serde_json::Value) -> Pod {
+fn pod_json(name: &str, set: &str, volume: serde_json::Value, node: Option<&str>) -> Pod {
+    let selector = node.map(|n| json!({"kubernetes.io/hostname": n}));
     serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {"bench.tessera.io/set": set}},
         "spec": {
+            "nodeSelector": selector,
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 0,
             "containers": [{
@@ -198,13 +206,43 @@ async fn run_set(client: &Client, ns: &str, n: usize, kind: Kind, class: &str, i
     }
     let (mut running, listed) = watch_running(client.clone(), ns, &set);
     listed.await.expect("the watch listed");
+    let seen_running = running.clone();
+    // At most CONCURRENCY creates in flight; a pair's wait for its first Pod holds
+    // no slot (a claim's mount Pods are made for all claims at once, too).
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
     let created: Vec<(String, Instant)> = stream::iter(0..n)
         .map(|i| {
             let (pods, claims, set) = (pods.clone(), claims.clone(), set.clone());
+            let mut running = seen_running.clone();
+            let slots = slots.clone();
             async move {
                 let name = format!("{set}-{i}");
+                let slot = slots.acquire().await.expect("slots");
+                let empty = json!({"name": "data", "emptyDir": {}});
+                let mut node = None;
+                let mut at = None;
                 let volume = match kind {
-                    Kind::EmptyDir => json!({"name": "data", "emptyDir": {}}),
+                    Kind::EmptyDir => empty,
+                    Kind::Pair => {
+                        // The stand-in for a mount Pod: made, Running, then the Pod
+                        // on its node.
+                        let first = format!("{name}-m");
+                        at = Some(Instant::now());
+                        pods.create(
+                            &PostParams::default(),
+                            &pod_json(&first, &set, empty.clone(), None),
+                        )
+                        .await
+                        .expect("a Pod");
+                        drop(slot);
+                        let _ = tokio::time::timeout(
+                            SET_TIMEOUT,
+                            running.wait_for(|m| m.contains_key(&first)),
+                        )
+                        .await;
+                        node = pods.get(&first).await.ok().and_then(|p| p.spec?.node_name);
+                        empty
+                    }
                     Kind::Claim => {
                         claims
                             .create(
@@ -218,21 +256,30 @@ async fn run_set(client: &Client, ns: &str, n: usize, kind: Kind, class: &str, i
                     Kind::Rwx => json!({"name": "data",
                         "persistentVolumeClaim": {"claimName": format!("{set}-shared")}}),
                 };
-                let at = Instant::now();
-                pods.create(&PostParams::default(), &pod_json(&name, &set, volume))
-                    .await
-                    .expect("a Pod");
+                let _slot = match kind {
+                    Kind::Pair => Some(slots.acquire().await.expect("slots")),
+                    _ => None,
+                };
+                let at = at.unwrap_or_else(Instant::now);
+                pods.create(
+                    &PostParams::default(),
+                    &pod_json(&name, &set, volume, node.as_deref()),
+                )
+                .await
+                .expect("a Pod");
                 (name, at)
             }
         })
-        .buffer_unordered(CONCURRENCY)
+        .buffer_unordered(n.max(1))
         .collect()
         .await;
     let first = created.iter().map(|(_, at)| *at).min().expect("Pods");
     let deadline = tokio::time::Instant::now() + SET_TIMEOUT;
     let all = loop {
         let seen = running.borrow_and_update().clone();
-        if seen.len() >= n {
+        // The Pods themselves (a pair's first Pods are in the map too).
+        let main = |name: &String| !name.ends_with("-m");
+        if seen.keys().filter(|k| main(k)).count() >= n {
             break seen;
         }
         if tokio::time::timeout_at(deadline, running.changed())
@@ -254,7 +301,7 @@ async fn run_set(client: &Client, ns: &str, n: usize, kind: Kind, class: &str, i
         each,
         total: last.duration_since(first),
     };
-    drop(running);
+    drop((running, seen_running));
     cleanup(client, ns, &set).await;
     result
 }
@@ -333,12 +380,12 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!(
-        "start-up of {n} Pods, emptyDir vs a claim each ({class}), {rounds} rounds alternated; then {n} on one RWX claim"
+        "start-up of {n} Pods, emptyDir vs two Pods in turn vs a claim each ({class}), {rounds} rounds alternated; then {n} on one RWX claim"
     );
     let mut sets = Vec::new();
     let mut id = 0;
     for _ in 0..rounds {
-        for kind in [Kind::EmptyDir, Kind::Claim] {
+        for kind in [Kind::EmptyDir, Kind::Pair, Kind::Claim] {
             let s = run_set(&client, &ns, n, kind, &class, id).await;
             id += 1;
             report(&s);
@@ -357,10 +404,11 @@ async fn main() {
         all.sort();
         all
     };
-    let (e, c, r) = (
+    let (e, c, r, p) = (
         pooled(Kind::EmptyDir),
         pooled(Kind::Claim),
         pooled(Kind::Rwx),
+        pooled(Kind::Pair),
     );
     let base = secs(total(Kind::EmptyDir)).max(1e-3);
     let missing: usize = sets.iter().map(|s| s.missing).sum();
@@ -370,6 +418,11 @@ async fn main() {
         secs(total(Kind::Rwx)) / base,
         secs(quantile(&c, 0.99))
     );
+    println!(
+        "the design's floor (two Pods in turn per Pod): {:.2}x emptyDir's total; own claim {:.2}x that floor",
+        secs(total(Kind::Pair)) / base,
+        secs(total(Kind::Claim)) / secs(total(Kind::Pair)).max(1e-3)
+    );
     let mut line = BenchLine::new("startup")
         .field("pods", n)
         .field("rounds", rounds);
@@ -377,6 +430,7 @@ async fn main() {
         ("emptydir", &e, Kind::EmptyDir),
         ("claim", &c, Kind::Claim),
         ("rwx", &r, Kind::Rwx),
+        ("pair", &p, Kind::Pair),
     ] {
         line = line
             .num(&format!("{name}_p50_s"), secs(quantile(v, 0.5)), 2)
@@ -385,6 +439,12 @@ async fn main() {
     }
     line.num("claim_total_ratio", secs(total(Kind::Claim)) / base, 2)
         .num("rwx_total_ratio", secs(total(Kind::Rwx)) / base, 2)
+        .num("pair_total_ratio", secs(total(Kind::Pair)) / base, 2)
+        .num(
+            "claim_over_pair",
+            secs(total(Kind::Claim)) / secs(total(Kind::Pair)).max(1e-3),
+            2,
+        )
         .field("missing", missing)
         .field("load", loadavg())
         .print();
