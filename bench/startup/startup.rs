@@ -302,6 +302,8 @@ async fn run_set(client: &Client, ns: &str, n: usize, kind: Kind, class: &str, i
         total: last.duration_since(first),
     };
     drop((running, seen_running));
+    // Printed before the cleanup, which under load can take longer than the set.
+    report(&result);
     cleanup(client, ns, &set).await;
     result
 }
@@ -388,12 +390,10 @@ async fn main() {
         for kind in [Kind::EmptyDir, Kind::Pair, Kind::Claim] {
             let s = run_set(&client, &ns, n, kind, &class, id).await;
             id += 1;
-            report(&s);
             sets.push(s);
         }
     }
     let rwx = run_set(&client, &ns, n, Kind::Rwx, &class, id).await;
-    report(&rwx);
     sets.push(rwx);
     let _ = ns_api.delete(&ns, &DeleteParams::default()).await;
 
