@@ -402,6 +402,27 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
     }
 }
 
+impl Run {
+    /// Tessera's attach, API server + etcd CPU while attaching, and detach, each over
+    /// the no-op driver's at this scale.
+    fn over_noop(&self) -> (f64, f64, f64) {
+        let b = &self.noop;
+        (
+            self.wall.as_secs_f64() / b.wall.as_secs_f64().max(0.001),
+            plane_cpu(&self.cpu) / b.cpu.max(0.01),
+            self.detach.as_secs_f64() / b.detach.as_secs_f64().max(0.001),
+        )
+    }
+}
+
+/// " (N NOT attached)", or nothing when all were.
+fn not_attached(failed: usize) -> String {
+    match failed {
+        0 => String::new(),
+        n => format!(" ({n} NOT attached)"),
+    }
+}
+
 fn print_run(r: &Run) {
     let n = r.n as f64;
     println!();
@@ -409,30 +430,23 @@ fn print_run(r: &Run) {
     println!(
         "  all attached after                         {:>8.2} s{}",
         r.wall.as_secs_f64(),
-        if r.failed > 0 {
-            format!(" ({} NOT attached)", r.failed)
-        } else {
-            String::new()
-        }
+        not_attached(r.failed)
     );
     println!(
         "  all detached after                         {:>8.2} s",
         r.detach.as_secs_f64()
     );
     let b = &r.noop;
+    let (wall_x, cpu_x, detach_x) = r.over_noop();
     println!(
         "  no-op driver, same attacher settings: attached after {:.2} s{} ({:.2}× for Tessera), detached after {:.2} s ({:.2}×); API server + etcd CPU {:.2} s attaching ({:.2}×), {:.2} s detaching",
         b.wall.as_secs_f64(),
-        if b.failed > 0 {
-            format!(" ({} NOT attached)", b.failed)
-        } else {
-            String::new()
-        },
-        r.wall.as_secs_f64() / b.wall.as_secs_f64().max(0.001),
+        not_attached(b.failed),
+        wall_x,
         b.detach.as_secs_f64(),
-        r.detach.as_secs_f64() / b.detach.as_secs_f64().max(0.001),
+        detach_x,
         b.cpu,
-        plane_cpu(&r.cpu) / b.cpu.max(0.01),
+        cpu_x,
         b.detach_cpu
     );
     println!(
@@ -570,26 +584,15 @@ async fn main() {
         line = line.field(&format!("{p}_runs"), s.runs.len());
         let api_cpu = r.cpu.get("kube-apiserver").copied().unwrap_or(0.0);
         let etcd_cpu = r.cpu.get("etcd").copied().unwrap_or(0.0);
+        let (wall_x, cpu_x, detach_x) = r.over_noop();
         line = line
             .num(&format!("{p}_wall_s"), r.wall.as_secs_f64(), 2)
             .num(&format!("{p}_failed"), r.failed as f64, 0)
             .num(&format!("{p}_noop_wall_s"), r.noop.wall.as_secs_f64(), 2)
             .num(&format!("{p}_noop_failed"), r.noop.failed as f64, 0)
-            .num(
-                &format!("{p}_wall_over_noop"),
-                r.wall.as_secs_f64() / r.noop.wall.as_secs_f64().max(0.001),
-                2,
-            )
-            .num(
-                &format!("{p}_cpu_over_noop"),
-                plane_cpu(&r.cpu) / r.noop.cpu.max(0.01),
-                2,
-            )
-            .num(
-                &format!("{p}_detach_over_noop"),
-                r.detach.as_secs_f64() / r.noop.detach.as_secs_f64().max(0.001),
-                2,
-            )
+            .num(&format!("{p}_wall_over_noop"), wall_x, 2)
+            .num(&format!("{p}_cpu_over_noop"), cpu_x, 2)
+            .num(&format!("{p}_detach_over_noop"), detach_x, 2)
             .num(
                 &format!("{p}_watch_kb_per_ticket"),
                 r.watch_events.1 / 1e3 / r.n as f64,
