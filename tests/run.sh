@@ -85,6 +85,16 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
     nodes+="; NOT RUN (a known bug, docs/troubleshooting.md \"Known issues\"): $KNOWN_BROKEN"
 fi
 set -e
+# The panics of the run in short (each failed test's reason among them), just before
+# the closing line: the end of a CI log is the part that gets read, and backtraces and
+# later tests' output would otherwise push the reasons out of it.
+why=$(awk '/ panicked at /{ print; n = 6; next }
+           n > 0 && (/^stack backtrace:/ || /^note: / || /^$/) { n = 0 }
+           n > 0 { print "    " substr($0, 1, 400); n-- }' "$log" | head -n 120) || true
+if [[ -n "$why" ]]; then
+  echo "--- the panics of this run, in short ---"
+  echo "$why"
+fi
 # One closing line for the whole run.
 awk -v where="$where" -v nodes="$nodes" '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "tessera: %d passed, %d failed%s%s\n", p, f, where, nodes }' "$log"

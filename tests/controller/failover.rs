@@ -234,10 +234,14 @@ async fn a_new_leader_counts_the_fence_wait_from_what_it_saw_as_a_standby() {
     // The standby has watched A renew for longer than the whole wait.
     tokio::time::sleep(Duration::from_secs(3) + margin).await;
 
-    // Node A and the leader die together.
+    // Node A and the leader die together. The clock starts before A's last renewal,
+    // so the wait counted from that renewal cannot end before `died + wait` (the
+    // renewer's loop, stopped between renewals, may have renewed up to half a second
+    // before any instant taken after it).
     renews[0].abort();
-    agent.dead.lock().unwrap().push(a.clone());
     let died = Instant::now();
+    renew(&leases, &a).await;
+    agent.dead.lock().unwrap().push(a.clone());
     if leader == "one" {
         one.kill()
     } else {
