@@ -5,7 +5,8 @@
 //! ```text
 //!  mount_service::MountService ──Daemons──▶ PodDaemons
 //!    start   create Pod <pod_name(volume, node)> (spec::mount_pod), a leftover of
-//!            the same name (or a standby of this mount) deleted first; then find its daemon in /proc (hostPID):
+//!            the same name (or a standby of this mount) deleted first; then find its
+//!            daemon in /proc (hostPID; one scan shared by all waiting mounts, procscan):
 //!            `tessera mount … --mountpoint M` in a cgroup of the Pod's uid ──▶ Daemon
 //!            (a failed Pod: its container's last error, state::pod_state)
 //!    liveness/signal   /proc, pid + start time + command line, as in process mode
@@ -34,6 +35,7 @@
 //! garbage collector removes one whose MountPod is gone.
 
 pub mod extras;
+pub mod procscan;
 pub mod spec;
 pub mod state;
 
@@ -48,15 +50,46 @@ use nix::unistd::Pid;
 use tracing::{info, warn};
 
 use super::daemon_spec::DaemonSpec;
-use super::supervisor::{
-    self, Daemon, Daemons, Liveness, is_mount_daemon, proc_liveness, proc_stat,
-};
+use super::supervisor::{self, Daemon, Daemons, Liveness, proc_liveness};
 use crate::fuse::contract::control;
+use procscan::ProcScan;
 pub use spec::Template;
 use state::PodState;
 
 /// How long one API call of the blocking side may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// A mount waiting for its daemon reads its Pod this long after it starts waiting,
+/// then twice as long each time up to [`LOOK_MAX`]: a hundred mounts starting at
+/// once must not GET their Pods 200 times a second.
+const LOOK_FIRST: Duration = Duration::from_millis(500);
+/// The longest gap between two reads of a waiting mount's Pod (how late a failed or
+/// deleted Pod may be noticed).
+const LOOK_MAX: Duration = Duration::from_secs(2);
+
+/// When to read a waiting mount's Pod next.
+struct Looks {
+    next: Instant,
+    every: Duration,
+}
+
+impl Looks {
+    fn new(now: Instant, first: Duration) -> Self {
+        Looks {
+            next: now + first,
+            every: LOOK_FIRST,
+        }
+    }
+
+    /// Whether to read the Pod now (and when next, if so).
+    fn due(&mut self, now: Instant) -> bool {
+        if now < self.next {
+            return false;
+        }
+        self.next = now + self.every;
+        self.every = (self.every * 2).min(LOOK_MAX);
+        true
+    }
+}
 
 /// Daemons in mount Pods. Its methods block (the agent calls them on the blocking
 /// pool) and reach the API server through `rt`.
@@ -65,6 +98,7 @@ pub struct PodDaemons {
     rt: tokio::runtime::Handle,
     template: Template,
     start_timeout: Duration,
+    procs: ProcScan,
 }
 
 fn pod_err(name: &str, message: impl Into<String>) -> supervisor::Error {
@@ -87,6 +121,7 @@ impl PodDaemons {
             rt,
             template,
             start_timeout,
+            procs: ProcScan::default(),
         }
     }
 
@@ -216,7 +251,7 @@ impl PodDaemons {
         if let Some((d, m)) = daemon
             && let Some(i) = live
                 .iter()
-                .position(|p| find_daemon(&p.uid().unwrap_or_default(), m) == Some(d))
+                .position(|p| self.procs.find(&p.uid().unwrap_or_default(), m) == Some(d))
         {
             return Ok(Some(live.swap_remove(i)));
         }
@@ -264,14 +299,13 @@ impl PodDaemons {
     ) -> Result<Daemon, supervisor::Error> {
         let started = Instant::now();
         let mut running_since: Option<Instant> = None;
-        let mut next_look = Instant::now();
+        let mut looks = Looks::new(started, Duration::ZERO);
         loop {
-            if let Some(d) = find_daemon(uid, mountpoint) {
+            if let Some(d) = self.procs.find(uid, mountpoint) {
                 return Ok(d);
             }
             let now = Instant::now();
-            if now >= next_look {
-                next_look = now + Duration::from_millis(500);
+            if looks.due(now) {
                 let p = self.get(name)?;
                 match p {
                     None => return Err(pod_err(name, "deleted while starting")),
@@ -293,7 +327,7 @@ impl PodDaemons {
                     }
                 }
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(procscan::FRESH);
         }
     }
 
@@ -368,9 +402,13 @@ impl Daemons for PodDaemons {
         );
         info!(pod = %name, uid = %uid, wait_s = wait.as_secs(), "mount daemon died; waiting for the kubelet's restart of its container to take the connection over");
         let deadline = Instant::now() + wait;
-        let mut next_look = Instant::now() + Duration::from_millis(500);
+        let mut looks = Looks::new(Instant::now(), LOOK_FIRST);
         loop {
-            if let Some(d) = find_daemon(&uid, &spec.mountpoint).filter(|d| *d != dead) {
+            if let Some(d) = self
+                .procs
+                .find(&uid, &spec.mountpoint)
+                .filter(|d| *d != dead)
+            {
                 return Ok(d);
             }
             let now = Instant::now();
@@ -380,8 +418,7 @@ impl Daemons for PodDaemons {
                     format!("no restarted daemon within {wait:?} to take the connection over"),
                 ));
             }
-            if now >= next_look {
-                next_look = now + Duration::from_millis(500);
+            if looks.due(now) {
                 match self.get(&name)? {
                     Some(p) if p.uid().as_deref() == Some(uid.as_str()) => {
                         // CrashLoopBackOff is the wait for the restart, not a failure.
@@ -394,7 +431,7 @@ impl Daemons for PodDaemons {
                     _ => return Err(pod_err(&name, "deleted while its daemon restarted")),
                 }
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(procscan::FRESH);
         }
     }
 
@@ -516,90 +553,5 @@ impl Daemons for PodDaemons {
         self.signal(daemon, mountpoint, control::LEAVE_ON_STOP)?;
         info!(volume = %volume, pid = daemon.pid, "mount daemon told to leave its mount to a successor; deleting its Pod");
         self.remove_others(&volume, None, Some((daemon, mountpoint)), grace)
-    }
-}
-
-/// The daemon of the Pod `uid` serving `mountpoint`, found in `/proc` (the agent runs
-/// with the host's PID namespace).
-fn find_daemon(uid: &str, mountpoint: &Path) -> Option<Daemon> {
-    let entries = std::fs::read_dir("/proc").ok()?;
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if !is_mount_daemon(pid, mountpoint) {
-            continue;
-        }
-        let Ok(cgroup) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
-            continue;
-        };
-        if !cgroup_of_pod(&cgroup, uid) {
-            continue;
-        }
-        if let Some((state, start_ticks)) = proc_stat(pid)
-            && state != 'Z'
-            && state != 'X'
-        {
-            return Some(Daemon { pid, start_ticks });
-        }
-    }
-    None
-}
-
-/// Whether a `/proc/<pid>/cgroup` text places the process in the Pod `uid`: the
-/// kubelet names a Pod's cgroup `pod<uid>` (cgroupfs driver) or
-/// `kubepods-…-pod<uid with _>.slice` (systemd driver).
-fn cgroup_of_pod(text: &str, uid: &str) -> bool {
-    if uid.is_empty() {
-        return false;
-    }
-    let systemd = uid.replace('-', "_");
-    text.lines().any(|l| {
-        l.split('/').any(|c| {
-            c.strip_prefix("pod") == Some(uid)
-                || (c.ends_with(".slice") && c.contains(&format!("pod{systemd}.slice")))
-        })
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_the_pod_in_a_cgroup_path() {
-        let uid = "3f0c7c1e-1b7a-4e6b-9d2d-0a1b2c3d4e5f";
-        let table = [
-            (
-                "0::/kubepods/burstable/pod3f0c7c1e-1b7a-4e6b-9d2d-0a1b2c3d4e5f/abc123\n",
-                true,
-            ),
-            (
-                "0::/../../burstable/pod3f0c7c1e-1b7a-4e6b-9d2d-0a1b2c3d4e5f/abc123\n",
-                true,
-            ),
-            (
-                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod3f0c7c1e_1b7a_4e6b_9d2d_0a1b2c3d4e5f.slice/cri-containerd-abc.scope\n",
-                true,
-            ),
-            (
-                "12:pids:/kubepods/pod3f0c7c1e-1b7a-4e6b-9d2d-0a1b2c3d4e5f/x\n1:name=systemd:/\n",
-                true,
-            ),
-            (
-                "0::/kubepods/burstable/pod3f0c7c1e-1b7a-4e6b-9d2d-0a1b2c3d4e5e/abc\n",
-                false,
-            ),
-            ("0::/kubepods/burstable/pod3f0c7c1e/abc\n", false),
-            ("0::/\n", false),
-        ];
-        for (text, want) in table {
-            assert_eq!(cgroup_of_pod(text, uid), want, "{text}");
-        }
-        assert!(!cgroup_of_pod("0::/kubepods/pod/x", ""));
     }
 }

@@ -259,15 +259,21 @@ impl MountArgs {
     }
 }
 
+/// Whether a process's command line (`/proc/<pid>/cmdline`) is a `tessera mount` of
+/// any mountpoint: its subcommand is [`MOUNT`].
+pub fn is_mount_process(cmdline: &[u8]) -> bool {
+    cmdline.split(|b| *b == 0).nth(1) == Some(MOUNT.as_bytes())
+}
+
 /// Whether a process's command line (`/proc/<pid>/cmdline`: arguments separated by
 /// NULs) is `tessera mount … --mountpoint <mountpoint>`, in either spelling of the
 /// flag. The program name is not looked at (the agent starts `/proc/self/exe`).
 pub fn is_mount_command(cmdline: &[u8], mountpoint: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-    if args.get(1) != Some(&MOUNT.as_bytes()) {
+    if !is_mount_process(cmdline) {
         return false;
     }
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
     let want = mountpoint.as_os_str().as_bytes();
     args.windows(2)
         .any(|w| w[0] == b"--mountpoint" && w[1] == want)
@@ -382,6 +388,9 @@ mod tests {
             b"tessera\0node\0--mountpoint\0/var/lib/tessera/mounts/v\0",
             mp
         ));
+        assert!(is_mount_process(&rendered));
+        assert!(!is_mount_process(b"tessera\0node\0mount\0"));
+        assert!(!is_mount_process(b"mount\0"));
         assert!(!is_mount_command(b"", mp));
     }
 
