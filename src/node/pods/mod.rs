@@ -58,25 +58,29 @@ use state::PodState;
 
 /// How long one API call of the blocking side may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
-/// A mount waiting for its daemon reads its Pod this long after it starts waiting,
-/// then twice as long each time up to [`LOOK_MAX`]: a hundred mounts starting at
-/// once must not GET their Pods 200 times a second.
-const LOOK_FIRST: Duration = Duration::from_millis(500);
-/// The longest gap between two reads of a waiting mount's Pod (how late a failed or
-/// deleted Pod may be noticed).
-const LOOK_MAX: Duration = Duration::from_secs(2);
+/// A mount waiting for its daemon reads its Pod 0.5 s after its first look, then
+/// twice as long each time up to 2 s (how late a failed or deleted Pod may be
+/// noticed): a hundred mounts starting at once must not GET their Pods 200 times a
+/// second.
+const START_LOOKS: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(2));
+/// A mount Pod being deleted is read 0.1 s after the deletion, then twice as long each
+/// time up to 1 s (a hundred detached at once used to GET their Pods every 0.1 s).
+const REMOVE_LOOKS: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(1));
 
-/// When to read a waiting mount's Pod next.
+/// When to read a Pod next: gaps that double from a first one up to a longest one.
 struct Looks {
     next: Instant,
     every: Duration,
+    max: Duration,
 }
 
 impl Looks {
-    fn new(now: Instant, first: Duration) -> Self {
+    /// The first look `first` after `now`; then `(gap, max)`.
+    fn new(now: Instant, first: Duration, (gap, max): (Duration, Duration)) -> Self {
         Looks {
             next: now + first,
-            every: LOOK_FIRST,
+            every: gap,
+            max,
         }
     }
 
@@ -86,7 +90,7 @@ impl Looks {
             return false;
         }
         self.next = now + self.every;
-        self.every = (self.every * 2).min(LOOK_MAX);
+        self.every = (self.every * 2).min(self.max);
         true
     }
 }
@@ -171,18 +175,26 @@ impl PodDaemons {
         let firm = grace + Duration::from_secs(5);
         let mut forced = false;
         let mut told = None;
+        let mut looks = Looks::new(begun, REMOVE_LOOKS.0, REMOVE_LOOKS);
+        let mut there = true;
+        let mut was_running = true;
         loop {
             let running = daemon.is_some_and(|(d, m)| proc_liveness(d, m) == Liveness::Running);
-            let pod = self.get(name)?;
-            // How the container ended, once the kubelet says (with its log's last lines:
-            // FallbackToLogsOnError): the Pod and its log are about to go.
-            if let Some(e) = pod.as_ref().and_then(state::last_error)
-                && told.as_ref() != Some(&e)
-            {
-                info!(pod = name, ended = %e, "mount Pod's container ended");
-                told = Some(e);
+            // The Pod is read on its schedule, and at once when its daemon has just
+            // ended (or there is none): the kubelet removes the Pod soon after.
+            if looks.due(Instant::now()) || (was_running && !running) {
+                let pod = self.get(name)?;
+                // How the container ended, once the kubelet says (with its log's last
+                // lines: FallbackToLogsOnError): the Pod and its log are about to go.
+                if let Some(e) = pod.as_ref().and_then(state::last_error)
+                    && told.as_ref() != Some(&e)
+                {
+                    info!(pod = name, ended = %e, "mount Pod's container ended");
+                    told = Some(e);
+                }
+                there = pod.is_some();
             }
-            let there = pod.is_some();
+            was_running = running;
             if !running && !there {
                 return Ok(());
             }
@@ -299,7 +311,7 @@ impl PodDaemons {
     ) -> Result<Daemon, supervisor::Error> {
         let started = Instant::now();
         let mut running_since: Option<Instant> = None;
-        let mut looks = Looks::new(started, Duration::ZERO);
+        let mut looks = Looks::new(started, Duration::ZERO, START_LOOKS);
         loop {
             if let Some(d) = self.procs.find(uid, mountpoint) {
                 return Ok(d);
@@ -402,7 +414,7 @@ impl Daemons for PodDaemons {
         );
         info!(pod = %name, uid = %uid, wait_s = wait.as_secs(), "mount daemon died; waiting for the kubelet's restart of its container to take the connection over");
         let deadline = Instant::now() + wait;
-        let mut looks = Looks::new(Instant::now(), LOOK_FIRST);
+        let mut looks = Looks::new(Instant::now(), START_LOOKS.0, START_LOOKS);
         loop {
             if let Some(d) = self
                 .procs
@@ -553,5 +565,30 @@ impl Daemons for PodDaemons {
         self.signal(daemon, mountpoint, control::LEAVE_ON_STOP)?;
         info!(volume = %volume, pid = daemon.pid, "mount daemon told to leave its mount to a successor; deleting its Pod");
         self.remove_others(&volume, None, Some((daemon, mountpoint)), grace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn looks_come_at_doubling_gaps_up_to_the_longest() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let at = |mut l: Looks| -> Vec<u64> {
+            (0..=6000)
+                .step_by(50)
+                .filter(|&t| l.due(t0 + ms(t)))
+                .collect()
+        };
+        assert_eq!(
+            at(Looks::new(t0, Duration::ZERO, START_LOOKS)),
+            [0, 500, 1500, 3500, 5500]
+        );
+        assert_eq!(
+            at(Looks::new(t0, REMOVE_LOOKS.0, REMOVE_LOOKS)),
+            [100, 200, 400, 800, 1600, 2600, 3600, 4600, 5600]
+        );
     }
 }
