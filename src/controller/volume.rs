@@ -25,6 +25,8 @@
 //! The VolumeAttachment carries the finalizer of [`super::protection`]; one that was
 //! deleted is recreated with its CSI tickets rebuilt from the storage.k8s.io ones (an
 //! inline volume's csi-ephemeral ticket from its Pod).
+//! One a previous Volume of the same name owns (deleted, not collected yet) is
+//! deleted and made anew, never taken over: its cleanup ticket is not this Volume's.
 
 use crate::api::{
     ANNOTATION_RECLAIM, ATTACHMENT_FINALIZER, CLEANUP_TICKET, CONDITION_FAULTED, CONDITION_READY,
@@ -36,7 +38,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment as StorageVolumeAttachment};
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -45,7 +47,7 @@ use tracing::{debug, info, instrument, warn};
 
 use super::context::{measured, merge_params};
 use super::events::publish;
-use super::owner::owner_reference;
+use super::owner::{of_previous_volume, owner_reference};
 use super::protection::{csi_tickets_from_storage, has_finalizer};
 use super::{Context, Error, KubeContext};
 use crate::api::{
@@ -151,7 +153,8 @@ async fn apply(volume: &Volume, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::requeue(Duration::from_secs(600)))
 }
 
-/// Returns false when the caches are not ready yet (nothing was decided).
+/// Returns false when it is to be looked at again soon: the caches are not ready yet
+/// (nothing was decided), or a previous Volume's VolumeAttachment was deleted.
 async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error> {
     if !ctx.caches_ready().await {
         debug!(volume = %volume.name_any(), "caches not ready; retrying");
@@ -168,6 +171,36 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
     {
         // Being deleted (it waits for its workloads, see `protection`): recreated once gone.
         return Ok(true);
+    }
+    if let Some(va) = existing
+        .as_ref()
+        .filter(|va| of_previous_volume(va.as_ref(), volume))
+    {
+        // A previous Volume of this name (deleted and made again) owns it and the
+        // garbage collector has not removed it yet: its tickets are not this Volume's,
+        // and its cleanup ticket would remove this one's data. Deleted (that one, by
+        // its uid); made anew once gone.
+        info!(volume = %name, "a previous Volume's VolumeAttachment of this name is still there; deleting it");
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: va.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match Api::<VolumeAttachment>::all(ctx.client.clone())
+            .delete(&name, &dp)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+            Err(e) => {
+                let failed: Result<(), kube::Error> = Err(e);
+                failed
+                    .context(|| format!("deleting a previous Volume's VolumeAttachment {name}"))?;
+            }
+        }
+        return Ok(false);
     }
     let owned = existing.as_ref().is_some_and(|va| {
         has_finalizer(va)

@@ -15,6 +15,7 @@ mod support;
 
 mod csi_capacity;
 mod csi_chain;
+mod csi_clone_again;
 mod csi_default_scope;
 mod csi_errors;
 mod csi_publish_cache;

@@ -74,6 +74,7 @@ use self::plan::{AfterSync, Facts, Hold, Next, Start};
 use super::context::measured;
 use super::echoes::Echoes;
 use super::own_writes::OwnWrites;
+use super::owner::of_previous_volume;
 use super::{Context, Error};
 use crate::api::{MountPod, VolumeAttachment};
 use crate::runtime::error_chain;
@@ -151,7 +152,10 @@ async fn reconcile_inner(va: Arc<VolumeAttachment>, ctx: Arc<Ctx>) -> Result<Act
     let volume = shared
         .written_volumes
         .view(&name, shared.caches.volumes.get(&ObjectRef::new(&name)));
-    let Some(volume) = volume else {
+    // A previous Volume's VolumeAttachment (that Volume deleted, one of the same name
+    // made since) is not the new Volume's: acted on as one without its Volume until
+    // the volume controller has replaced it.
+    let Some(volume) = volume.filter(|v| !of_previous_volume(va.as_ref(), v)) else {
         let now = Time(jiff::Timestamp::now());
         return execute(&ctx, &va, plan::without_volume(&va, &now)).await;
     };

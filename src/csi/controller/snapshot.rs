@@ -416,19 +416,33 @@ impl ControllerService {
     /// The VolumeAttachment of a fill's `source` (named `name`), read now. None for a
     /// snapshot: it is never written (never published), so nothing needs syncing and a
     /// restore from it copies at once, without mounting it first.
+    /// The source Volume's own VolumeAttachment (none for a snapshot). One of a
+    /// previous Volume of the same name, or none yet, is waited for (the publish
+    /// timeout) until the controller has made the source's.
     async fn source_attachment(
         &self,
         source: Option<&Volume>,
         name: &str,
     ) -> Result<Option<VolumeAttachment>, Error> {
-        match source {
-            Some(s) if !is_snapshot(s) => self
-                .attachments()
-                .get_opt(name)
-                .await
-                .context(|| format!("reading VolumeAttachment {name}"))
-                .map_err(Error::from),
-            _ => Ok(None),
+        let Some(source) = source.filter(|s| !is_snapshot(s)) else {
+            return Ok(None);
+        };
+        let api = self.attachments();
+        let read = api
+            .get_opt(name)
+            .await
+            .context(|| format!("reading VolumeAttachment {name}"))?;
+        if let Some(va) = read.filter(|va| copy_plan::attachment_of(va, source)) {
+            return Ok(Some(va));
+        }
+        let source = source.clone();
+        let own = move |va: Option<&VolumeAttachment>| {
+            va.is_some_and(|va| copy_plan::attachment_of(va, &source))
+        };
+        let made = kube::runtime::wait::await_condition(api, name, own);
+        match tokio::time::timeout(self.settings.publish_timeout, made).await {
+            Ok(Ok(Some(va))) => Ok(Some(va)),
+            _ => Err(Error::NoAttachment(name.into())),
         }
     }
 

@@ -71,6 +71,22 @@ pub fn next_step(
     }
 }
 
+/// Whether `va` is `volume`'s own VolumeAttachment: not being deleted, and owned by
+/// this Volume (its uid). A Volume deleted and made again under the same name (the
+/// CSI name is the same) can find the old one's VolumeAttachment for a moment, until
+/// the controller replaces it: a ticket written there is lost with it.
+pub fn attachment_of(va: &VolumeAttachment, volume: &Volume) -> bool {
+    let uid = volume.metadata.uid.as_deref().unwrap_or_default();
+    va.metadata.deletion_timestamp.is_none()
+        && !uid.is_empty()
+        && va
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.uid == uid)
+}
+
 /// The node where `source` is copied: where it is attached (its status, else a
 /// satisfied ticket of `source_va`, written before the status is), else where its
 /// data is pinned, else where it was last attached, else where it was filled (its

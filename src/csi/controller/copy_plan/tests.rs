@@ -211,3 +211,37 @@ fn ticket_ids_stay_valid_for_long_names() {
     let id = ticket_id("snapshot", &long);
     assert!(id.len() <= 253 && id.starts_with("snapshot-"), "{id}");
 }
+
+/// A Volume made again under a deleted one's name sees the old VolumeAttachment for a
+/// moment: it is not the source's (csi-sanity's clone of a source made anew found it,
+/// and its source ticket went with it: NotFound).
+#[test]
+fn the_sources_attachment_is_its_own_not_a_previous_volumes() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+    let mut source: Volume = serde_json::from_value(serde_json::json!({
+        "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
+        "metadata": {"name": "v", "uid": "new"},
+        "spec": {"size": "1Gi", "accessMode": "ReadWriteOnce", "backend": {"root": "/srv"}}
+    }))
+    .unwrap();
+    let owned_by = |uid: Option<&str>, deleting: bool| {
+        let mut a = va(&[]);
+        a.metadata.owner_references = uid.map(|uid| {
+            vec![OwnerReference {
+                api_version: "tessera.io/v1alpha1".into(),
+                kind: "Volume".into(),
+                name: "v".into(),
+                uid: uid.into(),
+                ..Default::default()
+            }]
+        });
+        a.metadata.deletion_timestamp = deleting.then_some(Time(jiff::Timestamp::UNIX_EPOCH));
+        a
+    };
+    assert!(attachment_of(&owned_by(Some("new"), false), &source));
+    assert!(!attachment_of(&owned_by(Some("old"), false), &source));
+    assert!(!attachment_of(&owned_by(Some("new"), true), &source));
+    assert!(!attachment_of(&owned_by(None, false), &source));
+    source.metadata.uid = None;
+    assert!(!attachment_of(&owned_by(Some(""), false), &source));
+}
