@@ -56,7 +56,23 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
   pods() { HARNESS_CLUSTER_DIR="$nodes_cluster" KUBECONFIG="$nodes_cluster/kubeconfig" \
     cargo test --test pods -- --ignored --test-threads=1 --nocapture "$@" 2>&1 | tee -a "$log"; }
   pods --skip failover:: --skip release:: $KNOWN_BROKEN_SKIP
-  [[ ${PIPESTATUS[0]} == 0 ]] || rc=1
+  if [[ ${PIPESTATUS[0]} != 0 ]]; then
+    rc=1
+    # A failed test leaves its namespace, claims and volumes behind, and Tessera is
+    # not removed while volumes exist (deploy.sh down): the Helm, README and upgrade
+    # stages below would fail for it too. Remove what the tests left, and say so.
+    k() { "$ROOT/target/harness/bin/kubectl" --kubeconfig "$nodes_cluster/kubeconfig" "$@"; }
+    left=$(k get ns -o name | grep -v -E '^namespace/(default|kube-system|kube-public|kube-node-lease|tessera-system)$' || true)
+    if [[ -n "$left" ]]; then
+      echo "[tests] a failed test left $(echo $left); deleting them so the next stages start clean" | tee -a "$log"
+      k delete $left --wait=true --timeout=300s 2>&1 | tee -a "$log" || true
+      for _ in $(seq 1 120); do
+        [[ -z "$(k get volumes.tessera.io -o name 2>/dev/null)" ]] && break
+        sleep 2
+      done
+      echo "[tests] Tessera volumes left: $(k get volumes.tessera.io -o name 2>/dev/null | wc -l)" | tee -a "$log"
+    fi
+  fi
   # The Helm chart on the same nodes: the kustomize install replaced by `helm install`
   # of images built from the Containerfile and pulled from the harness registry with a
   # pull Secret (mount Pods included), a Pod on a claim to Running, then `helm

@@ -32,9 +32,12 @@ use support::invariants::SingleNodeWatch;
 /// attach-detach controller notices the deleted VolumeAttachment at its next sync of
 /// attached volumes (every 60 s); Tessera's fence (fenceAfter 20 s + margin 5 s) ends
 /// within the first. After that sync, the power-off test's write storm puts 25
-/// attaches, mount Pods and Pods on B at once (27 s to app-0's first write, measured
-/// on the 2-core machine): 50 + 60 + 27 s at worst, and a margin.
-const FAILOVER_BOUND: Duration = Duration::from_secs(180);
+/// attaches, mount Pods and Pods on B at once (27 s to app-0's first write when
+/// measured first; in the CI rehearsals of 2026-12-07 app-0 wrote on B 110, 151 and
+/// 185.7 s after the kill, the storm's p50 147-161 s): 50 + 60 + up to 75 s, and a
+/// margin, as the storm's own bound. Not a timed test: the bound catches a volume that
+/// never moves; the time is the BENCH line's.
+const FAILOVER_BOUND: Duration = Duration::from_secs(240);
 
 const WRITER: &str = r#"n=$(wc -l < /data/records 2>/dev/null || echo 0)
 while :; do
