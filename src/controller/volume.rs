@@ -204,7 +204,7 @@ async fn ensure_attachment(volume: &Volume, ctx: &Context) -> Result<bool, Error
     }
     let owned = existing.as_ref().is_some_and(|va| {
         has_finalizer(va)
-            && va.owner_references().iter().any(|o| o.uid == uid)
+            && va.owned_by(&uid)
             && ctx
                 .labels
                 .0

@@ -450,6 +450,18 @@ impl AttachmentTicketStatus {
 }
 
 impl VolumeAttachment {
+    /// Whether the Volume of uid `volume_uid` owns this object (an owner reference
+    /// names it). False for an empty uid.
+    pub fn owned_by(&self, volume_uid: &str) -> bool {
+        !volume_uid.is_empty()
+            && self
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == volume_uid)
+    }
+
     /// Whether ticket `id` exists and its status says it is satisfied at its generation.
     pub fn ticket_satisfied(&self, id: &str) -> bool {
         let Some(ticket) = self.spec.attachment_tickets.get(id) else {

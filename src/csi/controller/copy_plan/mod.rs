@@ -76,15 +76,8 @@ pub fn next_step(
 /// CSI name is the same) can find the old one's VolumeAttachment for a moment, until
 /// the controller replaces it: a ticket written there is lost with it.
 pub fn attachment_of(va: &VolumeAttachment, volume: &Volume) -> bool {
-    let uid = volume.metadata.uid.as_deref().unwrap_or_default();
     va.metadata.deletion_timestamp.is_none()
-        && !uid.is_empty()
-        && va
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.uid == uid)
+        && va.owned_by(volume.metadata.uid.as_deref().unwrap_or_default())
 }
 
 /// The node where `source` is copied: where it is attached (its status, else a
