@@ -30,7 +30,7 @@
 //! p50 and p99; `s1_tessera_over_floor_…`, `s1_tessera_over_floor_start_…`).
 //!
 //! Run: `make bench-attach` (or `bash bench/attach/run.sh`). Figures and their
-//! analysis: bench/README.md.
+//! analysis: bench/attach/README.md.
 
 #[path = "../bench_line.rs"]
 mod bench_line;

@@ -12,7 +12,7 @@ For each Tessera attach of the trace, the first line of each hop's log after the
 previous hop's, within the attach's window; printed: the median time of each hop after
 the VolumeAttachment's create call, and the median of each hop's own duration.
 With HOPS_JSON=1: the per-attach rows as JSON instead (to merge several runs).
-See bench/README.md, "Where one attach's time goes".
+See bench/attach/README.md, "Where one attach's time goes".
 """
 import datetime
 import json

@@ -34,7 +34,7 @@
 //! the controller's command line; `BENCH_FLOOR_SHAPE=controller` gives
 //! the floors' objects the controller's finalizers and first statuses before their
 //! clock starts). Figures and their analysis:
-//! bench/README.md.
+//! bench/controller/README.md.
 
 #[path = "../bench_line.rs"]
 mod bench_line;

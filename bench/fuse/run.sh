@@ -59,7 +59,7 @@
 # --release --example nullfs`), TESSERA_ARGS (extra `tessera mount` arguments), BACKEND
 # (above), XFS_SIZE (the loop image's size for xfs-prjquota, 4G), TRACE (1, the
 # default: trace the profile pass's FUSE requests where the kernel can; 0: do not).
-# Figures and their analysis: bench/README.md.
+# Figures and their analysis: bench/fuse/README.md.
 set -euo pipefail
 
 SIZE=${SIZE:-256M}

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """kube-apiserver + etcd CPU per write of one tessera.io VolumeAttachment with N tickets,
-for three shapes of a satisfied ticket's status (bench/README.md, "Many nodes, one RWX
+for three shapes of a satisfied ticket's status (bench/rwx/README.md, "Many nodes, one RWX
 volume"):
 
   full  the Satisfied condition with its message and observedGeneration (before 2026-12-02)

@@ -24,7 +24,7 @@
 //! rounds). Ends with one `BENCH startup …` line.
 //!
 //! Run: `make bench-startup` (real nodes started and stopped by bench/startup/run.sh,
-//! or `KUBECONFIG` of a cluster with Tessera). Figures: bench/README.md.
+//! or `KUBECONFIG` of a cluster with Tessera). Figures: bench/startup/README.md.
 
 #[path = "../bench_line.rs"]
 mod bench_line;

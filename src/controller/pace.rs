@@ -141,7 +141,7 @@ mod tests {
             ("a burst, 4 s per attach lately", 200, Some(4_000), 16_000),
             // 200 attaches of one burst, done in order over 3.5 s: those done so far
             // took 1 s (median); the last of them take the whole 3.5 s and must not
-            // be reported as slow (measured: bench/README.md, controller, run C).
+            // be reported as slow (measured: bench/controller/README.md, run C).
             ("a burst's tail", 20, Some(1_000), 4_000),
             ("a burst, 20 s per attach lately", 200, Some(20_000), 30_000),
             ("absurd", usize::MAX, Some(86_400_000), 30_000),

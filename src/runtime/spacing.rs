@@ -9,7 +9,7 @@
 //!
 //! A write of a VolumeAttachment costs kube-apiserver about 1 ms of CPU per ticket in
 //! the object (decoding, validation, managed fields, encoding for etcd and every
-//! watcher; bench/README.md, "Many nodes, one RWX volume"), however small the change.
+//! watcher; bench/rwx/README.md, "Many nodes, one RWX volume"), however small the change.
 //! While hundreds of nodes attach one volume, each ticket write and each status write
 //! made as soon as the previous one returned would cost O(n) each, O(n²) for the
 //! burst, and starve every other client of the API server. So an object of
