@@ -43,6 +43,9 @@ pub struct Seen {
     pub attached: Mutex<HashMap<String, Instant>>,
     /// When each was seen deleted.
     pub gone: Mutex<HashMap<String, Instant>>,
+    /// When each not attached was first seen with an attach error saying its volume
+    /// holds as many tickets as one VolumeAttachment can ([`AT_THE_CAP`]).
+    pub refused: Mutex<HashMap<String, Instant>>,
     changed: Notify,
 }
 
@@ -64,6 +67,10 @@ impl Seen {
     }
 }
 
+/// What Tessera's ControllerPublish says of a volume whose VolumeAttachment holds as
+/// many tickets as it can (`tessera::api::MAX_TICKETS`; RESOURCE_EXHAUSTED).
+pub const AT_THE_CAP: &str = "attachment tickets, the most one VolumeAttachment can hold";
+
 /// Watch the storage.k8s.io VolumeAttachments labelled with test `id`; the receiver
 /// fires once the watch has listed them.
 pub fn watch_attachments(
@@ -81,8 +88,20 @@ pub fn watch_attachments(
         while let Some(ev) = stream.next().await {
             let now = Instant::now();
             let record = |va: &StorageVa| {
-                if va.status.as_ref().is_some_and(|st| st.attached) {
+                let Some(st) = va.status.as_ref() else { return };
+                if st.attached {
                     s.attached
+                        .lock()
+                        .unwrap()
+                        .entry(va.name_any())
+                        .or_insert(now);
+                } else if st
+                    .attach_error
+                    .as_ref()
+                    .and_then(|e| e.message.as_deref())
+                    .is_some_and(|m| m.contains(AT_THE_CAP))
+                {
+                    s.refused
                         .lock()
                         .unwrap()
                         .entry(va.name_any())

@@ -36,9 +36,11 @@ impl Attachments<'_> {
 
     /// Create them all at once (64 creates in flight, as the attach-detach controller
     /// would for Pods on every node) and wait, at most `timeout`, until all are seen
-    /// attached: the time from the first create to the last attached (to the timeout
-    /// when some never were), and how many were not.
-    pub async fn attach(&self, timeout: Duration) -> (Duration, usize) {
+    /// attached, or refused for the volume's ticket cap when `cap` (more nodes than
+    /// one VolumeAttachment holds tickets): the time from the first create to the
+    /// last attached (to the timeout when some were neither), and how many were not
+    /// attached.
+    pub async fn attach(&self, timeout: Duration, cap: Option<usize>) -> (Duration, usize) {
         let storage: Api<StorageVa> = Api::all(self.client.clone());
         let names = self.names();
         let t0 = Instant::now();
@@ -61,14 +63,33 @@ impl Attachments<'_> {
         .buffer_unordered(64)
         .collect::<Vec<()>>()
         .await;
+        // Past the cap, each VolumeAttachment is attached or refused for it, and the
+        // attached ones are as many as the cap allows.
         let all_attached = |s: &Seen| {
             let a = s.attached.lock().unwrap();
-            names.iter().all(|n| a.contains_key(n))
+            let r = s.refused.lock().unwrap();
+            let attached = names.iter().filter(|n| a.contains_key(*n)).count();
+            match cap {
+                None => attached == names.len(),
+                Some(cap) => {
+                    attached >= cap.min(names.len())
+                        && names.iter().all(|n| a.contains_key(n) || r.contains_key(n))
+                }
+            }
         };
         let all = self.seen.wait(timeout, all_attached).await;
         let a = self.seen.attached.lock().unwrap();
         let last = names.iter().filter_map(|n| a.get(n)).max().copied();
         let failed = names.iter().filter(|n| !a.contains_key(*n)).count();
+        if cap.is_some() {
+            let r = self.seen.refused.lock().unwrap();
+            let refused = names.iter().filter(|n| r.contains_key(*n)).count();
+            eprintln!(
+                "  {} attached, {refused} refused at the volume's ticket cap ({})",
+                names.len() - failed,
+                self.driver
+            );
+        }
         if !all {
             eprintln!(
                 "  warning: {failed} of {} VolumeAttachments ({}) not attached within {timeout:?}",

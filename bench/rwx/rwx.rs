@@ -10,6 +10,10 @@
 //! satisfied. MountPod status is driven by the test fixtures' stand-in agent. Timed
 //! from the first create to the last VolumeAttachment seen `attached`; then all are
 //! deleted (ControllerUnpublish) and the time until all are gone is reported too.
+//! Past `MAX_TICKETS` nodes (1024: the most tickets one VolumeAttachment holds),
+//! Tessera attaches on that many and the phase ends once every other one has been
+//! refused for the cap (its attach error says so): BENCH keys `n<N>_failed` (not
+//! attached) and `n<N>_tickets`, `n<N>_object_bytes` (the stored object).
 //! Just before, at each scale, the same N attaches and detaches go through the no-op
 //! baseline driver (bench/attach/refdriver: ControllerPublish returns at once) behind
 //! a csi-attacher of the same settings, on the same nodes: the floor of the attach
@@ -27,7 +31,7 @@
 //!
 //! Ends with one `BENCH rwx key=value …` line (bench/bench_line.rs), keys `n<N>_…`.
 //!
-//! Run: `make bench-rwx` (or `cargo bench --bench rwx`). Figures: bench/README.md.
+//! Run: `make bench-rwx` (or `cargo bench --bench rwx`). Figures: bench/rwx/README.md.
 
 mod attachments;
 #[path = "../bench_line.rs"]
@@ -54,7 +58,7 @@ use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL};
-use tessera::api::{CSI_DRIVER_NAME, MOUNT_FINALIZER, MountPod, VolumeAttachment};
+use tessera::api::{CSI_DRIVER_NAME, MAX_TICKETS, MOUNT_FINALIZER, MountPod, VolumeAttachment};
 
 /// What one scale measured.
 struct Run {
@@ -72,6 +76,10 @@ struct Run {
     /// Bytes of the Tessera VolumeAttachment's JSON once all were attached: spec,
     /// status, managedFields.
     bytes: (usize, usize, usize),
+    /// The whole object's bytes (as stored: the JSON a GET returns), and the tickets
+    /// it held (fewer than `n` past `MAX_TICKETS` nodes).
+    object_bytes: usize,
+    tickets: usize,
     /// PATCHes of the Tessera VolumeAttachment (the tickets) and status writes, by the
     /// controller process (its CSI service and its reconciler).
     ticket_writes: f64,
@@ -136,7 +144,7 @@ async fn baseline(
             .sum::<f64>()
     };
     let cpu0 = plane();
-    let (wall, failed) = attachments.attach(Duration::from_secs(900)).await;
+    let (wall, failed) = attachments.attach(Duration::from_secs(900), None).await;
     let cpu1 = plane();
     let detach = attachments.detach(Duration::from_secs(600)).await;
     let detach_cpu = plane() - cpu1;
@@ -322,7 +330,9 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
     let events0 = watch_events();
     let req0 = procs::apiserver_requests();
     let cpu0 = cpu_now(ctrl.child.id(), attacher.0.id());
-    let (wall, failed) = tessera.attach(Duration::from_secs(900)).await;
+    // Past MAX_TICKETS nodes, that many attach and the rest are refused for the cap.
+    let cap = (n > MAX_TICKETS).then_some(MAX_TICKETS);
+    let (wall, failed) = tessera.attach(Duration::from_secs(900), cap).await;
     let cpu = delta(&cpu_now(ctrl.child.id(), attacher.0.id()), &cpu0);
     let requests = delta(&procs::apiserver_requests(), &req0);
     let writes1 = va_writes(&ctrl);
@@ -335,6 +345,10 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
         size(&va["status"]),
         size(&va["metadata"]["managedFields"]),
     );
+    let object_bytes = size(&va);
+    let tickets = va["spec"]["attachmentTickets"]
+        .as_object()
+        .map_or(0, |t| t.len());
 
     let attach_sockets = sockets.peak();
     drop(sockets);
@@ -392,6 +406,8 @@ async fn run_scale(client: &kube::Client, n: usize, sidecar: &Sidecar, logs: &Pa
         cpu,
         requests,
         bytes,
+        object_bytes,
+        tickets,
         ticket_writes: writes1.0 - writes0.0,
         va_status_writes: writes1.1 - writes0.1,
         watch_events: (events1.0 - events0.0, events1.1 - events0.1),
@@ -481,11 +497,14 @@ fn print_run(r: &Run) {
         r.watch_events.1 / 1e3 / n
     );
     let (spec, status, managed) = r.bytes;
+    let t = r.tickets.max(1) as f64;
     println!(
-        "  VolumeAttachment bytes: spec {spec} ({:.0}/ticket), status {status} ({:.0}/ticket), managedFields {managed} ({:.0}/ticket)",
-        spec as f64 / n,
-        status as f64 / n,
-        managed as f64 / n
+        "  VolumeAttachment: {} tickets, {} bytes; spec {spec} ({:.0}/ticket), status {status} ({:.0}/ticket), managedFields {managed} ({:.0}/ticket)",
+        r.tickets,
+        r.object_bytes,
+        spec as f64 / t,
+        status as f64 / t,
+        managed as f64 / t
     );
 }
 
@@ -588,6 +607,8 @@ async fn main() {
         line = line
             .num(&format!("{p}_wall_s"), r.wall.as_secs_f64(), 2)
             .num(&format!("{p}_failed"), r.failed as f64, 0)
+            .field(&format!("{p}_tickets"), r.tickets)
+            .field(&format!("{p}_object_bytes"), r.object_bytes)
             .num(&format!("{p}_noop_wall_s"), r.noop.wall.as_secs_f64(), 2)
             .num(&format!("{p}_noop_failed"), r.noop.failed as f64, 0)
             .num(&format!("{p}_wall_over_noop"), wall_x, 2)
@@ -635,17 +656,17 @@ async fn main() {
             )
             .num(
                 &format!("{p}_status_bytes_per_ticket"),
-                r.bytes.1 as f64 / r.n as f64,
+                r.bytes.1 as f64 / r.tickets.max(1) as f64,
                 0,
             )
             .num(
                 &format!("{p}_spec_bytes_per_ticket"),
-                r.bytes.0 as f64 / r.n as f64,
+                r.bytes.0 as f64 / r.tickets.max(1) as f64,
                 0,
             )
             .num(
                 &format!("{p}_managed_fields_bytes_per_ticket"),
-                r.bytes.2 as f64 / r.n as f64,
+                r.bytes.2 as f64 / r.tickets.max(1) as f64,
                 0,
             );
     }

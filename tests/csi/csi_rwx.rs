@@ -8,6 +8,10 @@
 //! also read the VolumeAttachment from the copy in hand, not one read each. The
 //! stand-in agent reports the MountPods Ready; the writes are counted by the
 //! controller's own request counter (`tessera_api_requests_total`).
+//!
+//! And a volume whose VolumeAttachment holds `MAX_TICKETS` tickets: a publish to one
+//! node more answers RESOURCE_EXHAUSTED naming the cap and writes nothing, and
+//! succeeds once a ticket is gone, as the csi-attacher's retry would.
 
 use crate::support;
 
@@ -15,9 +19,10 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use support::csi::controller;
 use support::fixtures::{self, ControllerProcess, FakeAgent};
-use tessera::api::VolumeAttachment;
+use tessera::api::{MAX_TICKETS, VolumeAttachment};
 use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use tessera::csi::proto::*;
 
@@ -51,43 +56,86 @@ fn rwx() -> VolumeCapability {
     }
 }
 
+/// A running `tessera controller` with its CSI socket, the stand-in agent, `n` Nodes
+/// and one ReadWriteMany Volume whose VolumeAttachment has its first status.
+struct Setup {
+    client: kube::Client,
+    ctrl: ControllerProcess,
+    _agent: FakeAgent,
+    _work: tempfile::TempDir,
+    sock: std::path::PathBuf,
+    nodes: Vec<String>,
+    volume: String,
+    vas: Api<VolumeAttachment>,
+}
+
+impl Setup {
+    async fn start(prefix: &str, n: usize) -> Setup {
+        let client = support::client().await;
+        support::ensure_crds(&client).await;
+        let id = support::unique_name(prefix);
+        let work = tempfile::Builder::new()
+            .prefix(&format!("tessera-{prefix}-"))
+            .tempdir()
+            .unwrap();
+        let sock = work.path().join("controller.sock");
+        let ctrl = ControllerProcess::start(
+            &id,
+            &[
+                "--no-leader-election",
+                &format!("--csi-endpoint=unix://{}", sock.display()),
+            ],
+        );
+        let agent = FakeAgent::start(client.clone(), &id);
+        let nodes: Vec<String> = (0..n).map(|i| format!("{id}-n{i}")).collect();
+        fixtures::create_nodes(&client, &nodes).await;
+        let volume = format!("{id}-v");
+        fixtures::create_volume(
+            &client,
+            &fixtures::volume(&volume, &id, "ReadWriteMany"),
+            Duration::from_secs(60),
+        )
+        .await;
+        let vas: Api<VolumeAttachment> = Api::all(client.clone());
+        // The controller has written the empty VolumeAttachment's first status.
+        fixtures::eventually(Duration::from_secs(60), "first status", || async {
+            vas.get(&volume).await.ok()?.status.map(|_| ())
+        })
+        .await;
+        Setup {
+            client,
+            ctrl,
+            _agent: agent,
+            _work: work,
+            sock,
+            nodes,
+            volume,
+            vas,
+        }
+    }
+
+    async fn stop(self) {
+        fixtures::delete_volumes(&self.client, std::slice::from_ref(&self.volume)).await;
+        fixtures::delete_nodes(&self.client, &self.nodes).await;
+    }
+}
+
 #[tokio::test]
 async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
-    let client = support::client().await;
-    support::ensure_crds(&client).await;
-    let id = support::unique_name("csirwx");
-    let work = tempfile::Builder::new()
-        .prefix("tessera-csirwx-")
-        .tempdir()
-        .unwrap();
-    let sock = work.path().join("controller.sock");
-    let ctrl = ControllerProcess::start(
-        &id,
-        &[
-            "--no-leader-election",
-            &format!("--csi-endpoint=unix://{}", sock.display()),
-        ],
-    );
-    let _agent = FakeAgent::start(client.clone(), &id);
-    let nodes: Vec<String> = (0..K).map(|i| format!("{id}-n{i}")).collect();
-    fixtures::create_nodes(&client, &nodes).await;
-    let volume = format!("{id}-v");
-    fixtures::create_volume(
-        &client,
-        &fixtures::volume(&volume, &id, "ReadWriteMany"),
-        Duration::from_secs(60),
-    )
-    .await;
-    let vas: Api<VolumeAttachment> = Api::all(client.clone());
-    // The controller has written the empty VolumeAttachment's first status.
-    fixtures::eventually(Duration::from_secs(60), "first status", || async {
-        vas.get(&volume).await.ok()?.status.map(|_| ())
-    })
-    .await;
-    let csi = controller(&sock, Duration::from_secs(30)).await;
+    let setup = Setup::start("csirwx", K).await;
+    let Setup {
+        client,
+        ctrl,
+        sock,
+        nodes,
+        volume,
+        vas,
+        ..
+    } = &setup;
+    let csi = controller(sock, Duration::from_secs(30)).await;
 
-    let before = ticket_patches(&ctrl);
-    let gets_before = va_requests(&ctrl, "GET");
+    let before = ticket_patches(ctrl);
+    let gets_before = va_requests(ctrl, "GET");
     let published = join_all(nodes.iter().map(|node| {
         let mut csi = csi.clone();
         let req = ControllerPublishVolumeRequest {
@@ -99,11 +147,11 @@ async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
         async move { csi.controller_publish_volume(req).await }
     }))
     .await;
-    let writes = ticket_patches(&ctrl) - before;
-    let gets = va_requests(&ctrl, "GET") - gets_before;
+    let writes = ticket_patches(ctrl) - before;
+    let gets = va_requests(ctrl, "GET") - gets_before;
     let failed: Vec<String> = published
         .iter()
-        .zip(&nodes)
+        .zip(nodes)
         .filter_map(|(r, n)| r.as_ref().err().map(|e| format!("{n}: {e:?}")))
         .collect();
     println!(
@@ -111,11 +159,11 @@ async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
         failed.len()
     );
     assert!(failed.is_empty(), "publishes failed: {failed:#?}");
-    let va = vas.get(&volume).await.unwrap();
-    for node in &nodes {
+    let va = vas.get(volume).await.unwrap();
+    for node in nodes {
         // Granted is what a publish returns on (its mount may still be starting).
         assert!(
-            fixtures::publish_granted(&client, &va, node).await,
+            fixtures::publish_granted(client, &va, node).await,
             "ticket of {node} not granted"
         );
     }
@@ -133,8 +181,8 @@ async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
     // And back: K unpublishes at once, all succeed, fewer than K writes, no ticket left,
     // and the VolumeAttachment is not read by each (its tickets are in the copy in hand:
     // K reads of an object that grows with K would be O(K²) for the API server).
-    let before = ticket_patches(&ctrl);
-    let gets_before = va_requests(&ctrl, "GET");
+    let before = ticket_patches(ctrl);
+    let gets_before = va_requests(ctrl, "GET");
     let unpublished = join_all(nodes.iter().map(|node| {
         let mut csi = csi.clone();
         let req = ControllerUnpublishVolumeRequest {
@@ -145,11 +193,11 @@ async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
         async move { csi.controller_unpublish_volume(req).await }
     }))
     .await;
-    let writes = ticket_patches(&ctrl) - before;
-    let gets = va_requests(&ctrl, "GET") - gets_before;
+    let writes = ticket_patches(ctrl) - before;
+    let gets = va_requests(ctrl, "GET") - gets_before;
     let failed: Vec<String> = unpublished
         .iter()
-        .zip(&nodes)
+        .zip(nodes)
         .filter_map(|(r, n)| r.as_ref().err().map(|e| format!("{n}: {e:?}")))
         .collect();
     println!(
@@ -157,7 +205,7 @@ async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
         failed.len()
     );
     assert!(failed.is_empty(), "unpublishes failed: {failed:#?}");
-    let va = vas.get(&volume).await.unwrap();
+    let va = vas.get(volume).await.unwrap();
     assert!(
         va.spec.attachment_tickets.is_empty(),
         "tickets left: {:?}",
@@ -174,6 +222,83 @@ async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
         "{gets} reads and watches of the VolumeAttachment for {K} unpublishes: a read each"
     );
 
-    fixtures::delete_volumes(&client, std::slice::from_ref(&volume)).await;
-    fixtures::delete_nodes(&client, &nodes).await;
+    setup.stop().await;
+}
+
+#[tokio::test]
+async fn a_publish_past_the_most_tickets_is_refused_until_one_lets_go() {
+    let setup = Setup::start("csicap", 2).await;
+    let Setup {
+        client,
+        sock,
+        nodes,
+        volume,
+        vas,
+        ..
+    } = &setup;
+    // As many tickets as one VolumeAttachment holds, all wanting the first node (as
+    // a GitOps tool's would).
+    let tickets: serde_json::Map<String, serde_json::Value> = (0..MAX_TICKETS)
+        .map(|i| {
+            let t = format!("manual-{i:04}");
+            let body = serde_json::json!({"id": t, "type": "manual", "nodeID": nodes[0]});
+            (t, body)
+        })
+        .collect();
+    vas.patch(
+        volume,
+        &PatchParams::default(),
+        &Patch::Merge(&serde_json::json!({"spec": {"attachmentTickets": tickets}})),
+    )
+    .await
+    .expect("MAX_TICKETS tickets fit");
+    let csi = controller(sock, Duration::from_secs(30)).await;
+    let publish = || {
+        let mut csi = csi.clone();
+        let req = ControllerPublishVolumeRequest {
+            volume_id: volume.clone(),
+            node_id: nodes[1].clone(),
+            volume_capability: Some(rwx()),
+            ..Default::default()
+        };
+        async move { csi.controller_publish_volume(req).await }
+    };
+    let refused = publish().await.expect_err("a ticket past the cap");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .message()
+            .contains(&format!("holds {MAX_TICKETS} attachment tickets")),
+        "the message does not name the cap: {}",
+        refused.message()
+    );
+    let va = vas.get(volume).await.unwrap();
+    let ticket = tessera::csi::csi_ticket_id(volume, &nodes[1]);
+    assert!(!va.spec.attachment_tickets.contains_key(&ticket));
+    assert_eq!(va.spec.attachment_tickets.len(), MAX_TICKETS);
+
+    // One ticket lets go: the publish, retried, is granted.
+    vas.patch(
+        volume,
+        &PatchParams::default(),
+        &Patch::Merge(&serde_json::json!({"spec": {"attachmentTickets": {"manual-0000": null}}})),
+    )
+    .await
+    .unwrap();
+    fixtures::eventually(Duration::from_secs(60), "the publish granted", || async {
+        match publish().await {
+            Ok(_) => Some(()),
+            Err(e) if e.code() == tonic::Code::ResourceExhausted => None,
+            Err(e) => panic!("publish after a ticket let go: {e:?}"),
+        }
+    })
+    .await;
+    let va = vas.get(volume).await.unwrap();
+    assert!(fixtures::publish_granted(client, &va, &nodes[1]).await);
+
+    setup.stop().await;
 }

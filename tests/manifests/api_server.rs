@@ -107,6 +107,69 @@ where
     }
 }
 
+/// One VolumeAttachment holds at most `MAX_TICKETS` tickets (the CRD's
+/// `maxProperties`), and the API server's refusal of one more is the one the CSI
+/// driver tells apart (RESOURCE_EXHAUSTED, saying so, not INVALID_ARGUMENT).
+#[tokio::test]
+async fn a_volume_attachment_holds_at_most_max_tickets_and_the_csi_driver_knows_the_refusal() {
+    use tessera::api::MAX_TICKETS;
+    use tessera::runtime::KubeContext;
+    let client = setup().await;
+    let name = support::unique_name("most");
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    let ticket = |i: usize| {
+        let id = format!("manual-{i:04}");
+        (
+            id.clone(),
+            json!({"id": id, "type": "manual", "nodeID": format!("worker-{i:04}")}),
+        )
+    };
+    let tickets: serde_json::Map<_, _> = (0..MAX_TICKETS).map(ticket).collect();
+    let va: VolumeAttachment = serde_json::from_value(json!({
+        "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
+        "metadata": {"name": name},
+        "spec": {"volume": name, "attachmentTickets": tickets}
+    }))
+    .unwrap();
+    let made = attachments
+        .create(&PostParams::default(), &va)
+        .await
+        .expect("MAX_TICKETS tickets fit");
+    assert!(!made.has_room_for("manual-new", None));
+    let (id, one_more) = ticket(MAX_TICKETS);
+    let refusal = attachments
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"attachmentTickets": {id: one_more}}})),
+        )
+        .await
+        .context(|| "adding one ticket more".into())
+        .expect_err("one ticket more than MAX_TICKETS must be refused");
+    assert!(
+        tessera::csi::controller::error::too_many_tickets(&refusal),
+        "the CSI driver does not know this refusal: {:?}",
+        refusal.source
+    );
+    // Any other refusal of a ticket is not taken for it.
+    let bad = attachments
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"spec": {"attachmentTickets": {"manual-0000": {"nodeID": "Not A Node"}}}}),
+            ),
+        )
+        .await
+        .context(|| "a bad node name".into())
+        .expect_err("an invalid node name must be refused");
+    assert!(!tessera::csi::controller::error::too_many_tickets(&bad));
+    attachments
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn immutable_fields_cannot_change() {
     let client = setup().await;

@@ -47,9 +47,15 @@ pub struct VolumeAttachmentSpec {
     /// Attachment tickets, keyed by ticket id. Each key must equal its ticket's `id`.
     #[serde(default)]
     #[x_kube(validation = Rule::new("self.all(k, self[k].id == k)").message("each key of spec.attachmentTickets must equal the ticket's id"))]
-    #[schemars(extend("maxProperties" = 1024))]
+    #[schemars(extend("maxProperties" = MAX_TICKETS))]
     pub attachment_tickets: BTreeMap<String, AttachmentTicket>,
 }
+
+/// The most tickets one VolumeAttachment holds (`maxProperties` of
+/// `spec.attachmentTickets`): about 820 bytes each once satisfied, so the stored object
+/// stays under etcd's 1.5 MiB request limit. A volume wanted on more nodes than this
+/// waits for one of them to let go (docs/scaling-tickets.md).
+pub const MAX_TICKETS: usize = 1024;
 
 /// A request to attach the volume to a node, on behalf of someone.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -462,6 +468,16 @@ impl VolumeAttachment {
                 .any(|o| o.uid == volume_uid)
     }
 
+    /// Whether ticket `id` can be written without taking the object past
+    /// [`MAX_TICKETS`]: it is there already (rewritten in place), it takes the place
+    /// of ticket `replacing` removed in the same write, or there is room.
+    pub fn has_room_for(&self, id: &str, replacing: Option<&str>) -> bool {
+        let tickets = &self.spec.attachment_tickets;
+        tickets.contains_key(id)
+            || replacing.is_some_and(|r| tickets.contains_key(r))
+            || tickets.len() < MAX_TICKETS
+    }
+
     /// Whether ticket `id` exists and its status says it is satisfied at its generation.
     pub fn ticket_satisfied(&self, id: &str) -> bool {
         let Some(ticket) = self.spec.attachment_tickets.get(id) else {
@@ -492,6 +508,41 @@ impl VolumeAttachment {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ticket_finds_room_in_place_in_a_removed_ones_place_or_below_the_most() {
+        let full = |n: usize| {
+            let mut va = VolumeAttachment::new(
+                "v",
+                VolumeAttachmentSpec {
+                    volume: "v".into(),
+                    attachment_tickets: BTreeMap::new(),
+                },
+            );
+            for i in 0..n {
+                let id = format!("t{i}");
+                let t = AttachmentTicket::new(&id, AttacherType::CsiAttacher, format!("n{i}"));
+                va.spec.attachment_tickets.insert(id, t);
+            }
+            va
+        };
+        // (tickets held, id written, id removed in the same write, room)
+        for (n, id, replacing, room) in [
+            (0, "new", None, true),
+            (MAX_TICKETS - 1, "new", None, true),
+            (MAX_TICKETS, "new", None, false),
+            (MAX_TICKETS, "t7", None, true),
+            (MAX_TICKETS, "new", Some("t7"), true),
+            (MAX_TICKETS, "new", Some("gone"), false),
+            (MAX_TICKETS + 3, "new", None, false),
+        ] {
+            assert_eq!(
+                full(n).has_room_for(id, replacing),
+                room,
+                "{n} tickets, writing {id} in place of {replacing:?}"
+            );
+        }
+    }
 
     #[test]
     fn a_ticket_written_anew_is_above_its_own_generation_and_any_status_left() {

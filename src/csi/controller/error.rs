@@ -195,6 +195,16 @@ pub enum Error {
         /// The ticket's parameters.
         parameters: BTreeMap<String, String>,
     },
+    /// ControllerPublish: the volume's VolumeAttachment holds as many tickets as it can.
+    #[error(
+        "volume {volume} holds {max} attachment tickets, the most one VolumeAttachment can hold (docs/scaling-tickets.md): this attach succeeds once another node lets the volume go"
+    )]
+    TicketsFull {
+        /// The volume.
+        volume: String,
+        /// [`crate::api::MAX_TICKETS`].
+        max: usize,
+    },
     /// ControllerPublish: the ticket was not satisfied in time.
     #[error("ticket {ticket} not satisfied: {reason}: {message}")]
     NotSatisfied {
@@ -266,9 +276,19 @@ impl Error {
                 _ => Code::DeadlineExceeded,
             },
             StillDetaching { .. } => Code::DeadlineExceeded,
+            TicketsFull { .. } => Code::ResourceExhausted,
             Unimplemented(_) => Code::Unimplemented,
         }
     }
+}
+
+/// Whether the API server refused a write of a VolumeAttachment for holding more
+/// tickets than its CRD allows (`maxProperties` of `spec.attachmentTickets`).
+pub fn too_many_tickets(e: &KubeError) -> bool {
+    matches!(&e.source, kube::Error::Api(s) if s.code == 422
+    && s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| {
+        c.reason == "FieldValueTooMany" && c.field == "spec.attachmentTickets"
+    })))
 }
 
 /// The code of a failed API call: the object is missing, changed meanwhile, or
@@ -302,6 +322,40 @@ mod tests {
     }
 
     #[test]
+    fn a_write_past_the_most_tickets_is_told_from_other_refusals() {
+        // As the API server answers a merge patch adding the 1,025th ticket.
+        let refusal = |reason: &str, field: &str| {
+            let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "VolumeAttachment.tessera.io \"v\" is invalid: spec.attachmentTickets: Too many: 1025: must have at most 1024 items",
+                "reason": "Invalid",
+                "details": {"name": "v", "group": "tessera.io", "kind": "VolumeAttachment",
+                    "causes": [{"reason": reason, "message": "Too many: 1025: must have at most 1024 items", "field": field}]},
+                "code": 422
+            }))
+            .unwrap();
+            let res: Result<(), _> = Err(kube::Error::Api(Box::new(status)));
+            res.context(|| "adding ticket".into()).unwrap_err()
+        };
+        assert!(too_many_tickets(&refusal(
+            "FieldValueTooMany",
+            "spec.attachmentTickets"
+        )));
+        assert!(!too_many_tickets(&refusal(
+            "FieldValueInvalid",
+            "spec.attachmentTickets"
+        )));
+        assert!(!too_many_tickets(&refusal(
+            "FieldValueTooMany",
+            "spec.attachmentTickets[a].parameters"
+        )));
+        let Error::Kube(other) = api_error(422) else {
+            unreachable!()
+        };
+        assert!(!too_many_tickets(&other));
+    }
+
+    #[test]
     fn codes() {
         let not_satisfied = |reason| Error::NotSatisfied {
             ticket: "csi-1".into(),
@@ -325,6 +379,13 @@ mod tests {
             (Error::NameTaken("v".into()), Code::AlreadyExists),
             (Error::BeingDeleted("v".into()), Code::Aborted),
             (Error::NoAttachment("v".into()), Code::Unavailable),
+            (
+                Error::TicketsFull {
+                    volume: "v".into(),
+                    max: 1024,
+                },
+                Code::ResourceExhausted,
+            ),
             (
                 not_satisfied(TicketReason::HeldByOtherNode),
                 Code::FailedPrecondition,

@@ -74,8 +74,8 @@ use super::shared_watch::SharedWatches;
 use super::watch::{WatchError, await_from};
 use super::{InFlight, csi_ticket_id, existing_id, idle_ticket_id, required, shown};
 use crate::api::{
-    self, AttacherType, AttachmentTicket, BackendScope, MountPod, Volume, VolumeAttachment,
-    quantity_of,
+    self, AttacherType, AttachmentTicket, BackendScope, MAX_TICKETS, MountPod, Volume,
+    VolumeAttachment, quantity_of,
 };
 use crate::runtime::KubeContext;
 pub use error::Error;
@@ -430,6 +430,15 @@ impl ControllerService {
         let idle_id = idle_ticket_id(volume_id, node_id);
         let idle = va.spec.attachment_tickets.contains_key(&idle_id);
         let wrote = !same || idle;
+        // A volume wanted on as many nodes as one VolumeAttachment holds: told as
+        // such, and retried by the csi-attacher until a node lets the volume go.
+        let full = || Error::TicketsFull {
+            volume: volume_id.into(),
+            max: MAX_TICKETS,
+        };
+        if wrote && !va.has_room_for(&id, idle.then_some(idle_id.as_str())) {
+            return Err(full());
+        }
         if wrote {
             let mut ticket = AttachmentTicket::new(&id, AttacherType::CsiAttacher, node_id);
             ticket.parameters = params.clone();
@@ -447,7 +456,11 @@ impl ControllerService {
                     changes,
                     format!("adding ticket {id} to VolumeAttachment {volume_id}"),
                 )
-                .await?;
+                .await
+                .map_err(|e| match error::too_many_tickets(&e) {
+                    true => full(),
+                    false => e.into(),
+                })?;
             info!(
                 ticket = %id, replaced_idle = idle, %volume_from, %node_from, %va_from,
                 reads_ms = reads.as_secs_f64() * 1e3,
