@@ -10,8 +10,9 @@
 //! controller's own request counter (`tessera_api_requests_total`).
 //!
 //! And a volume whose VolumeAttachment holds `MAX_TICKETS` tickets: a publish to one
-//! node more answers RESOURCE_EXHAUSTED naming the cap and writes nothing, and
-//! succeeds once a ticket is gone, as the csi-attacher's retry would.
+//! node more answers RESOURCE_EXHAUSTED naming the cap and writes nothing, its
+//! unpublish reads nothing, and it succeeds once a ticket is gone, as the
+//! csi-attacher's retry would.
 
 use crate::support;
 
@@ -230,6 +231,7 @@ async fn a_publish_past_the_most_tickets_is_refused_until_one_lets_go() {
     let setup = Setup::start("csicap", 2).await;
     let Setup {
         client,
+        ctrl,
         sock,
         nodes,
         volume,
@@ -280,6 +282,32 @@ async fn a_publish_past_the_most_tickets_is_refused_until_one_lets_go() {
     let ticket = tessera::csi::csi_ticket_id(volume, &nodes[1]);
     assert!(!va.spec.attachment_tickets.contains_key(&ticket));
     assert_eq!(va.spec.attachment_tickets.len(), MAX_TICKETS);
+
+    // Its unpublish (the Pod gone) does not read the VolumeAttachment: the ticket
+    // refused is not there (each such read is of an object of MAX_TICKETS tickets,
+    // for every node refused).
+    let reads_before = va_requests(ctrl, "GET");
+    let mut c = csi.clone();
+    c.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
+        volume_id: volume.clone(),
+        node_id: nodes[1].clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("unpublishing a node refused at the cap");
+    // At most the shared feed's watch, which waits in case a ticket comes to want the
+    // node meanwhile (the client's counter counts a watch as a GET); no read.
+    let reads = va_requests(ctrl, "GET") - reads_before;
+    assert!(
+        reads <= 1.0,
+        "the unpublish of a refused node read the VolumeAttachment: {reads} GETs and watches"
+    );
+    let refused = publish().await.expect_err("still at the cap");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::ResourceExhausted,
+        "{refused:?}"
+    );
 
     // One ticket lets go: the publish, retried, is granted.
     vas.patch(

@@ -127,6 +127,7 @@ pub struct ControllerService {
     caches: PublishCaches,
     mountpods: MountPodWatch,
     written_before: grant::WrittenBefore,
+    refused: publish_cache::RefusedAtCap,
     spaces: space::NodeSpaces,
 }
 
@@ -175,6 +176,7 @@ impl ControllerService {
             caches: PublishCaches::start(&client, &settings.labels),
             mountpods: MountPodWatch::start(&client, &settings.labels),
             written_before: Default::default(),
+            refused: Default::default(),
             spaces: space::NodeSpaces::new(client.clone(), settings.lease_namespace.clone()),
             tickets: group_commit::TicketWriter::new(Api::all(client.clone())),
             watches: SharedWatches::new(Api::all(client.clone())),
@@ -437,6 +439,7 @@ impl ControllerService {
             max: MAX_TICKETS,
         };
         if wrote && !va.has_room_for(&id, idle.then_some(idle_id.as_str())) {
+            self.refused.record(&id);
             return Err(full());
         }
         if wrote {
@@ -458,9 +461,13 @@ impl ControllerService {
                 )
                 .await
                 .map_err(|e| match error::too_many_tickets(&e) {
-                    true => full(),
+                    true => {
+                        self.refused.record(&id);
+                        full()
+                    }
                     false => e.into(),
                 })?;
+            self.refused.forget(&id);
             info!(
                 ticket = %id, replaced_idle = idle, %volume_from, %node_from, %va_from,
                 reads_ms = reads.as_secs_f64() * 1e3,
@@ -495,7 +502,10 @@ impl ControllerService {
         }
         let _guard = self.inflight.start(&node_slot(volume_id, &req.node_id))?;
         let node = req.node_id.clone();
-        let Some(mut va) = self.unpublished_attachment(volume_id, &node).await? else {
+        let read = self.unpublished_attachment(volume_id, &node).await?;
+        // A refusal at the cap serves one unpublish: a repeat reads.
+        self.refused.forget(&csi_ticket_id(volume_id, &node));
+        let Some(mut va) = read else {
             return Ok(ControllerUnpublishVolumeResponse {});
         };
         // No node: unpublish from every node (CSI spec).
