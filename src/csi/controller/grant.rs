@@ -28,8 +28,7 @@
 //!
 //! [`tickets::compatible`]: crate::tickets::compatible
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use super::memo::Bounded;
 
 use crate::api::{
     AccessMode, CONDITION_FENCED, MountPod, MountTask, TicketReason, VolumeAttachment,
@@ -42,11 +41,14 @@ use crate::tickets;
 /// Without an entry (another process wrote the ticket, or the map started over) a
 /// repeat waits for the status. Bounded: past [`WrittenBefore::CAP`] entries it
 /// starts over.
-#[derive(Clone, Default)]
-pub struct WrittenBefore(Arc<Mutex<Befores>>);
+#[derive(Clone)]
+pub struct WrittenBefore(Bounded<(String, i64), Option<String>>);
 
-/// By (ticket id, generation): the uid the watch held for the ticket's node, if any.
-type Befores = HashMap<(String, i64), Option<String>>;
+impl Default for WrittenBefore {
+    fn default() -> Self {
+        WrittenBefore(Bounded::new(Self::CAP))
+    }
+}
 
 impl WrittenBefore {
     /// The most entries kept.
@@ -55,17 +57,12 @@ impl WrittenBefore {
     /// Ticket `id` at `generation` was written while the watch held `before` (a uid,
     /// or none) for its node.
     pub fn record(&self, id: &str, generation: i64, before: Option<String>) {
-        let mut map = self.0.lock().expect("grant memo poisoned");
-        if map.len() >= Self::CAP {
-            map.clear();
-        }
-        map.insert((id.to_string(), generation), before);
+        self.0.insert((id.to_string(), generation), before);
     }
 
     /// What [`record`](Self::record) kept for ticket `id` at `generation`.
     pub fn get(&self, id: &str, generation: i64) -> Option<Option<String>> {
-        let map = self.0.lock().expect("grant memo poisoned");
-        map.get(&(id.to_string(), generation)).cloned()
+        self.0.get(&(id.to_string(), generation))
     }
 }
 
@@ -386,7 +383,7 @@ mod tests {
         for i in 0..WrittenBefore::CAP {
             memo.record(&format!("x{i}"), 1, None);
         }
-        assert!(memo.0.lock().unwrap().len() <= WrittenBefore::CAP);
+        assert!(memo.0.kept() <= WrittenBefore::CAP);
         assert_eq!(memo.get("t", 1), None, "started over");
     }
 

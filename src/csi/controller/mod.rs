@@ -47,6 +47,7 @@ pub mod error;
 mod existing;
 pub mod grant;
 pub mod group_commit;
+pub mod memo;
 pub mod modify;
 mod publish_cache;
 mod publish_wait;
@@ -433,13 +434,16 @@ impl ControllerService {
         let idle = va.spec.attachment_tickets.contains_key(&idle_id);
         let wrote = !same || idle;
         // A volume wanted on as many nodes as one VolumeAttachment holds: told as
-        // such, and retried by the csi-attacher until a node lets the volume go.
-        let full = || Error::TicketsFull {
-            volume: volume_id.into(),
-            max: MAX_TICKETS,
+        // such, and retried by the csi-attacher until a node lets the volume go; its
+        // unpublish need not read (publish_cache::RefusedAtCap).
+        let full = || {
+            self.refused.record(&id);
+            Error::TicketsFull {
+                volume: volume_id.into(),
+                max: MAX_TICKETS,
+            }
         };
         if wrote && !va.has_room_for(&id, idle.then_some(idle_id.as_str())) {
-            self.refused.record(&id);
             return Err(full());
         }
         if wrote {
@@ -461,10 +465,7 @@ impl ControllerService {
                 )
                 .await
                 .map_err(|e| match error::too_many_tickets(&e) {
-                    true => {
-                        self.refused.record(&id);
-                        full()
-                    }
+                    true => full(),
                     false => e.into(),
                 })?;
             self.refused.forget(&id);

@@ -31,8 +31,7 @@
 //! selector, a cache not listed yet) is a quorum GET, so NOT_FOUND is still answered
 //! only after the API server said so. The caches drop `managedFields` (unused here).
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -42,6 +41,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tracing::{debug, warn};
 
+use super::memo::Bounded;
 use super::{ControllerService, Error};
 use crate::api::{Volume, VolumeAttachment};
 use crate::csi::{csi_ticket_id, resource_version, shown};
@@ -251,12 +251,18 @@ impl ControllerService {
 }
 
 /// The CSI tickets this process last refused at their volume's cap (a publish
-/// answered [`Error::TicketsFull`], nothing written), until it writes them or their
-/// unpublish ends: an unpublish of such a node trusts a copy without its ticket.
+/// answered [`Error::TicketsFull`], nothing written), until it writes them or an
+/// unpublish of them reads: an unpublish of such a node trusts a copy without its ticket.
 /// Bounded: past [`RefusedAtCap::CAP`] entries it starts over (a forgotten refusal
 /// costs one read).
-#[derive(Clone, Default)]
-pub struct RefusedAtCap(Arc<Mutex<HashSet<String>>>);
+#[derive(Clone)]
+pub struct RefusedAtCap(Bounded<String, ()>);
+
+impl Default for RefusedAtCap {
+    fn default() -> Self {
+        RefusedAtCap(Bounded::new(Self::CAP))
+    }
+}
 
 impl RefusedAtCap {
     /// The most entries kept.
@@ -264,21 +270,17 @@ impl RefusedAtCap {
 
     /// Ticket `id` was refused at its volume's cap.
     pub fn record(&self, id: &str) {
-        let mut set = self.0.lock().expect("refusals poisoned");
-        if set.len() >= Self::CAP {
-            set.clear();
-        }
-        set.insert(id.to_string());
+        self.0.insert(id.to_string(), ());
     }
 
-    /// Ticket `id` was written, or its unpublish ended.
+    /// Ticket `id` was written, or an unpublish of it read its VolumeAttachment.
     pub fn forget(&self, id: &str) {
-        self.0.lock().expect("refusals poisoned").remove(id);
+        self.0.remove(id);
     }
 
     /// Whether ticket `id` was refused and neither written nor unpublished since.
     pub fn contains(&self, id: &str) -> bool {
-        self.0.lock().expect("refusals poisoned").contains(id)
+        self.0.get(id).is_some()
     }
 }
 
@@ -306,7 +308,7 @@ mod tests {
             refused.record(&format!("csi-{i}"));
         }
         assert!(!refused.contains("csi-b"), "full: started over");
-        assert!(refused.0.lock().unwrap().len() <= RefusedAtCap::CAP);
+        assert!(refused.0.kept() <= RefusedAtCap::CAP);
     }
 
     #[test]
