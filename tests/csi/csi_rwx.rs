@@ -24,8 +24,10 @@ use kube::api::{Patch, PatchParams};
 use support::csi::controller;
 use support::fixtures::{self, ControllerProcess, FakeAgent};
 use tessera::api::{MAX_TICKETS, VolumeAttachment};
+use tessera::csi::proto::controller_client::ControllerClient;
 use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use tessera::csi::proto::*;
+use tonic::transport::Channel;
 
 /// Nodes publishing at once.
 const K: usize = 12;
@@ -57,14 +59,14 @@ fn rwx() -> VolumeCapability {
     }
 }
 
-/// A running `tessera controller` with its CSI socket, the stand-in agent, `n` Nodes
-/// and one ReadWriteMany Volume whose VolumeAttachment has its first status.
+/// A running `tessera controller` and a client of its CSI socket, the stand-in agent,
+/// `n` Nodes and one ReadWriteMany Volume whose VolumeAttachment has its first status.
 struct Setup {
     client: kube::Client,
     ctrl: ControllerProcess,
     _agent: FakeAgent,
     _work: tempfile::TempDir,
-    sock: std::path::PathBuf,
+    csi: ControllerClient<Channel>,
     nodes: Vec<String>,
     volume: String,
     vas: Api<VolumeAttachment>,
@@ -103,16 +105,44 @@ impl Setup {
             vas.get(&volume).await.ok()?.status.map(|_| ())
         })
         .await;
+        let csi = controller(&sock, Duration::from_secs(30)).await;
         Setup {
             client,
             ctrl,
             _agent: agent,
             _work: work,
-            sock,
+            csi,
             nodes,
             volume,
             vas,
         }
+    }
+
+    /// ControllerPublish of the volume to `node`, as the csi-attacher sends it.
+    async fn publish(
+        &self,
+        node: &str,
+    ) -> Result<tonic::Response<ControllerPublishVolumeResponse>, tonic::Status> {
+        let req = ControllerPublishVolumeRequest {
+            volume_id: self.volume.clone(),
+            node_id: node.to_string(),
+            volume_capability: Some(rwx()),
+            ..Default::default()
+        };
+        self.csi.clone().controller_publish_volume(req).await
+    }
+
+    /// ControllerUnpublish of the volume from `node`.
+    async fn unpublish(
+        &self,
+        node: &str,
+    ) -> Result<tonic::Response<ControllerUnpublishVolumeResponse>, tonic::Status> {
+        let req = ControllerUnpublishVolumeRequest {
+            volume_id: self.volume.clone(),
+            node_id: node.to_string(),
+            ..Default::default()
+        };
+        self.csi.clone().controller_unpublish_volume(req).await
     }
 
     async fn stop(self) {
@@ -127,27 +157,15 @@ async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
     let Setup {
         client,
         ctrl,
-        sock,
         nodes,
         volume,
         vas,
         ..
     } = &setup;
-    let csi = controller(sock, Duration::from_secs(30)).await;
 
     let before = ticket_patches(ctrl);
     let gets_before = va_requests(ctrl, "GET");
-    let published = join_all(nodes.iter().map(|node| {
-        let mut csi = csi.clone();
-        let req = ControllerPublishVolumeRequest {
-            volume_id: volume.clone(),
-            node_id: node.clone(),
-            volume_capability: Some(rwx()),
-            ..Default::default()
-        };
-        async move { csi.controller_publish_volume(req).await }
-    }))
-    .await;
+    let published = join_all(nodes.iter().map(|node| setup.publish(node))).await;
     let writes = ticket_patches(ctrl) - before;
     let gets = va_requests(ctrl, "GET") - gets_before;
     let failed: Vec<String> = published
@@ -184,16 +202,7 @@ async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
     // K reads of an object that grows with K would be O(K²) for the API server).
     let before = ticket_patches(ctrl);
     let gets_before = va_requests(ctrl, "GET");
-    let unpublished = join_all(nodes.iter().map(|node| {
-        let mut csi = csi.clone();
-        let req = ControllerUnpublishVolumeRequest {
-            volume_id: volume.clone(),
-            node_id: node.clone(),
-            ..Default::default()
-        };
-        async move { csi.controller_unpublish_volume(req).await }
-    }))
-    .await;
+    let unpublished = join_all(nodes.iter().map(|node| setup.unpublish(node))).await;
     let writes = ticket_patches(ctrl) - before;
     let gets = va_requests(ctrl, "GET") - gets_before;
     let failed: Vec<String> = unpublished
@@ -232,7 +241,6 @@ async fn a_publish_past_the_most_tickets_is_refused_until_one_lets_go() {
     let Setup {
         client,
         ctrl,
-        sock,
         nodes,
         volume,
         vas,
@@ -254,17 +262,7 @@ async fn a_publish_past_the_most_tickets_is_refused_until_one_lets_go() {
     )
     .await
     .expect("MAX_TICKETS tickets fit");
-    let csi = controller(sock, Duration::from_secs(30)).await;
-    let publish = || {
-        let mut csi = csi.clone();
-        let req = ControllerPublishVolumeRequest {
-            volume_id: volume.clone(),
-            node_id: nodes[1].clone(),
-            volume_capability: Some(rwx()),
-            ..Default::default()
-        };
-        async move { csi.controller_publish_volume(req).await }
-    };
+    let publish = || setup.publish(&nodes[1]);
     let refused = publish().await.expect_err("a ticket past the cap");
     assert_eq!(
         refused.code(),
@@ -287,14 +285,10 @@ async fn a_publish_past_the_most_tickets_is_refused_until_one_lets_go() {
     // refused is not there (each such read is of an object of MAX_TICKETS tickets,
     // for every node refused).
     let reads_before = va_requests(ctrl, "GET");
-    let mut c = csi.clone();
-    c.controller_unpublish_volume(ControllerUnpublishVolumeRequest {
-        volume_id: volume.clone(),
-        node_id: nodes[1].clone(),
-        ..Default::default()
-    })
-    .await
-    .expect("unpublishing a node refused at the cap");
+    setup
+        .unpublish(&nodes[1])
+        .await
+        .expect("unpublishing a node refused at the cap");
     // At most the shared feed's watch, which waits in case a ticket comes to want the
     // node meanwhile (the client's counter counts a watch as a GET); no read.
     let reads = va_requests(ctrl, "GET") - reads_before;
