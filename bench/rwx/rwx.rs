@@ -605,6 +605,8 @@ async fn main() {
         let api_cpu = r.cpu.get("kube-apiserver").copied().unwrap_or(0.0);
         let etcd_cpu = r.cpu.get("etcd").copied().unwrap_or(0.0);
         let (wall_x, cpu_x, detach_x) = r.over_noop();
+        // Bytes per ticket are per ticket held (fewer than the nodes past the cap).
+        let held = r.tickets.max(1) as f64;
         line = line
             .num(&format!("{p}_wall_s"), r.wall.as_secs_f64(), 2)
             .num(&format!("{p}_failed"), r.failed as f64, 0)
@@ -657,17 +659,17 @@ async fn main() {
             )
             .num(
                 &format!("{p}_status_bytes_per_ticket"),
-                r.bytes.1 as f64 / r.tickets.max(1) as f64,
+                r.bytes.1 as f64 / held,
                 0,
             )
             .num(
                 &format!("{p}_spec_bytes_per_ticket"),
-                r.bytes.0 as f64 / r.tickets.max(1) as f64,
+                r.bytes.0 as f64 / held,
                 0,
             )
             .num(
                 &format!("{p}_managed_fields_bytes_per_ticket"),
-                r.bytes.2 as f64 / r.tickets.max(1) as f64,
+                r.bytes.2 as f64 / held,
                 0,
             );
     }
