@@ -68,7 +68,7 @@ impl Seen {
 }
 
 /// What Tessera's ControllerPublish says of a volume whose VolumeAttachment holds as
-/// many tickets as it can (`tessera::api::MAX_TICKETS`; RESOURCE_EXHAUSTED).
+/// many tickets as it can (`tessera_api::MAX_TICKETS`; RESOURCE_EXHAUSTED).
 pub const AT_THE_CAP: &str = "attachment tickets, the most one VolumeAttachment can hold";
 
 /// Watch the storage.k8s.io VolumeAttachments labelled with test `id`; the receiver

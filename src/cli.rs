@@ -4,14 +4,14 @@
 //!
 //! | subcommand   | role |
 //! |--------------|------|
-//! | `crds`       | print the CRDs generated from [`crate::api`] (the content of `crds/`) |
+//! | `crds`       | print the CRDs generated from [`tessera_api`] (the content of `crds/`) |
 //! | `controller` | Volume, VolumeAttachment and reaper controllers + CSI Identity and Controller |
 //! | `node`       | node agent: FUSE mounts for this node's MountPods + CSI Identity and Node |
 //! | `mount`      | the FUSE filesystem of one volume on one node |
 //! | `fd-holder`  | keeps the mounts' /dev/fuse descriptors for successor daemons (process mode: the agent starts it; pod mode: its DaemonSet) |
 //! | `preflight`  | one node's part of `kubectl tessera preflight`: read the host, leave and look for markers in the roots |
 //!
-//! The long-running roles start the same way ([`crate::runtime`]): tracing, a client,
+//! The long-running roles start the same way ([`tessera_runtime`]): tracing, a client,
 //! the metrics endpoint, SIGINT/SIGTERM, the CSI socket; then their own work until a
 //! signal.
 
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use tracing::info;
 
-use crate::runtime::{self, Shutdown};
+use tessera_runtime::{self as runtime, Shutdown};
 
 /// Command line of the `tessera` binary.
 #[derive(Parser, Debug)]
@@ -45,37 +45,37 @@ pub enum Command {
     /// Print the CustomResourceDefinitions generated from the Rust types.
     Crds,
     /// Run the controllers and the CSI Identity and Controller services.
-    Controller(crate::controller::ControllerArgs),
+    Controller(tessera_controller::ControllerArgs),
     /// Run the node agent and the CSI Identity and Node services (boxed: the largest
     /// of the roles' arguments).
-    Node(Box<crate::node::NodeArgs>),
+    Node(Box<tessera_node::NodeArgs>),
     /// Serve one volume through FUSE.
-    #[command(name = crate::fuse::contract::args::MOUNT)]
-    Mount(crate::fuse::contract::args::MountArgs),
+    #[command(name = tessera_fuse::contract::args::MOUNT)]
+    Mount(tessera_fuse::contract::args::MountArgs),
     /// Hold the mounts' /dev/fuse descriptors for successor daemons.
-    #[command(name = crate::fuse::contract::args::FD_HOLDER)]
-    FdHolder(crate::fuse::contract::args::HolderArgs),
+    #[command(name = tessera_fuse::contract::args::FD_HOLDER)]
+    FdHolder(tessera_fuse::contract::args::HolderArgs),
     /// One node's part of `kubectl tessera preflight` (run in a Pod the plugin starts).
-    Preflight(crate::node::preflight::PreflightArgs),
+    Preflight(tessera_host::preflight::PreflightArgs),
 }
 
 /// Run the role named on the command line.
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         Command::Crds => {
-            let yaml = crate::api::crds_yaml()?;
+            let yaml = tessera_api::crds_yaml()?;
             std::io::stdout().lock().write_all(yaml.as_bytes())?;
             Ok(())
         }
         Command::Mount(mount) => {
             runtime::init_tracing(&args.log);
-            Ok(crate::fuse::run(mount)?)
+            Ok(tessera_fuse::run(mount)?)
         }
         Command::FdHolder(holder) => {
             runtime::init_tracing(&args.log);
-            Ok(crate::fuse::fd_holder::run(holder)?)
+            Ok(tessera_fuse::fd_holder::run(holder)?)
         }
-        Command::Preflight(p) => Ok(crate::node::preflight::run(p)?),
+        Command::Preflight(p) => Ok(tessera_host::preflight::run(p)?),
         Command::Controller(args_) => {
             runtime::init_tracing(&args.log);
             let rt = tokio::runtime::Runtime::new()?;
@@ -92,19 +92,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// `tessera controller`: the controllers, and the CSI Identity and Controller services
 /// on the same client, until SIGINT or SIGTERM.
 pub async fn controller(
-    args: crate::controller::ControllerArgs,
-) -> Result<(), crate::controller::Error> {
-    use crate::controller::Error;
-    let metrics = crate::metrics::Metrics::controller();
+    args: tessera_controller::ControllerArgs,
+) -> Result<(), tessera_controller::Error> {
+    use tessera_controller::Error;
+    let metrics = tessera_runtime::metrics::Metrics::controller();
     let client = runtime::connect(&metrics.api_requests).await?;
     let metrics = runtime::start_metrics(args.metrics_addr, metrics).await?;
     let shutdown = Shutdown::listen()?;
     let allowed_roots =
-        crate::host::roots::AllowedRoots::from_args(&args.roots).map_err(Error::AllowedRoots)?;
+        tessera_host::roots::AllowedRoots::from_args(&args.roots).map_err(Error::AllowedRoots)?;
     if let Some(endpoint) = &args.csi_endpoint {
-        let service = crate::csi::controller::ControllerService::new(
+        let service = tessera_csi::controller::ControllerService::new(
             client.clone(),
-            crate::csi::controller::Settings {
+            tessera_csi::controller::Settings {
                 default_backend_root: args.default_backend_root.clone(),
                 publish_timeout: args.publish_timeout,
                 unpublish_timeout: args.publish_timeout,
@@ -117,54 +117,54 @@ pub async fn controller(
         runtime::csi::spawn(
             endpoint,
             "identity and controller",
-            crate::csi::controller_services(service),
+            tessera_csi::controller_services(service),
             shutdown.clone(),
         )
         .map_err(runtime::Error::from)?;
     }
-    crate::controller::run(&args, client, metrics, shutdown, allowed_roots).await
+    tessera_controller::run(&args, client, metrics, shutdown, allowed_roots).await
 }
 
 /// `tessera node`: the node agent, and the CSI Node service over the same host
 /// mounts, until SIGINT or SIGTERM. The FUSE daemons keep running when it stops;
 /// the next agent adopts them.
-pub async fn node(args: crate::node::NodeArgs) -> Result<(), crate::node::Error> {
-    let mut host = crate::node::mount_service_for(&args)?;
-    let metrics = crate::metrics::Metrics::agent();
+pub async fn node(args: tessera_node::NodeArgs) -> Result<(), tessera_node::Error> {
+    let mut host = tessera_node::mount_service_for(&args)?;
+    let metrics = tessera_runtime::metrics::Metrics::agent();
     let claims = metrics.claims.clone();
     let metrics =
-        metrics.with_collector(Box::new(crate::node::mount_counters::MountCounters::new(
+        metrics.with_collector(Box::new(tessera_node::mount_counters::MountCounters::new(
             host.state.mounts_dir(),
             args.node_name.clone(),
             claims,
         )));
     let client = runtime::connect(&metrics.api_requests).await?;
-    crate::node::use_mount_pods(&args, &client, &mut host).await?;
+    tessera_node::use_mount_pods(&args, &client, &mut host).await?;
     let host = Arc::new(host);
     let metrics = runtime::start_metrics(args.metrics_addr, metrics).await?;
     let shutdown = Shutdown::listen()?;
     if let Some(endpoint) = &args.csi_endpoint {
-        let service = crate::csi::node::NodeService::new(
+        let service = tessera_csi::node::NodeService::new(
             client.clone(),
             args.node_name.clone(),
             host.config.kubelet_dir.clone(),
             host.mounts.clone(),
-            crate::csi::node::ephemeral::Settings {
+            tessera_csi::node::ephemeral::Settings {
                 max_bytes: args.inline_max_size,
                 labels: args.watch_selector.clone().unwrap_or_default(),
-                ..crate::csi::node::ephemeral::Settings::new(host.config.allowed_roots.clone())
+                ..tessera_csi::node::ephemeral::Settings::new(host.config.allowed_roots.clone())
             },
         )
         .with_mount_wait(args.publish_mount_timeout);
         runtime::csi::spawn(
             endpoint,
             "identity and node",
-            crate::csi::node_services(service),
+            tessera_csi::node_services(service),
             shutdown.clone(),
         )
         .map_err(runtime::Error::from)?;
     }
-    let agent = crate::node::run_agent(&args, client, metrics, host);
+    let agent = tessera_node::run_agent(&args, client, metrics, host);
     if let Err(signal) = shutdown.run_until(agent).await {
         info!(%signal, node = %args.node_name, "stopping; fuse daemons keep running");
     }

@@ -10,7 +10,7 @@ fn main() -> std::process::ExitCode {
             // Print the whole chain once, where it is handled (a cause that its
             // error's message already contains is not repeated).
             let err: &(dyn std::error::Error + 'static) = err.as_ref();
-            eprintln!("tessera: {}", tessera::runtime::error_chain(err));
+            eprintln!("tessera: {}", tessera_runtime::error_chain(err));
             std::process::ExitCode::FAILURE
         }
     }

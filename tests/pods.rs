@@ -66,8 +66,10 @@ use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment as StorageVol
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use tessera_api::Volume;
+
 use support::fixtures::eventually;
-use tessera::api::Volume;
 
 /// Bound of the waits for Pods, provisioning and cleanup.
 const WAIT: Duration = Duration::from_secs(120);
@@ -465,7 +467,7 @@ async fn shared_class(client: &Client, prefix: &str, parameters: serde_json::Val
     );
     let sc: StorageClass = serde_json::from_value(json!({
         "metadata": {"name": name},
-        "provisioner": tessera::api::CSI_DRIVER_NAME,
+        "provisioner": tessera_api::CSI_DRIVER_NAME,
         "parameters": params,
         "reclaimPolicy": "Delete",
         "volumeBindingMode": "Immediate",

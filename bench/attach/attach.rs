@@ -47,19 +47,21 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bench_line::{BenchLine, loadavg};
-use csi_attach::{
-    NOOP_DRIVER, Seen, Sidecar, create_csinode, env_or, start_noop_driver, va_name, wait_socket,
-    watch_attachments,
-};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVa;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use tessera_api::{CSI_DRIVER_NAME, Volume};
+
+use bench_line::{BenchLine, loadavg};
+use csi_attach::{
+    NOOP_DRIVER, Seen, Sidecar, create_csinode, env_or, start_noop_driver, va_name, wait_socket,
+    watch_attachments,
+};
 use support::fixtures::{self, AgentProcess, ControllerProcess, FakeAgent, TEST_LABEL};
-use tessera::api::{CSI_DRIVER_NAME, Volume};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
@@ -159,7 +161,7 @@ impl Bench {
         .collect::<Vec<()>>()
         .await;
         if kind == Kind::Tessera {
-            let tvas: Api<tessera::api::VolumeAttachment> = Api::all(self.client.clone());
+            let tvas: Api<tessera_api::VolumeAttachment> = Api::all(self.client.clone());
             fixtures::eventually(
                 Duration::from_secs(120),
                 "Tessera VolumeAttachments of the new Volumes",

@@ -44,18 +44,19 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Config, ResourceExt};
 use serde_json::json;
-use tessera::api::CONDITION_READY;
-use tessera::api::CONTROLLER_FIELD_MANAGER;
-use tessera::api::{
-    self, AppliedSettings, AttacherType, AttachmentTicket, AttachmentTicketStatus, LABEL_NODE,
-    LABEL_VOLUME, MountPhase, MountPod, MountPodStatus, MountTask, Volume, VolumeAttachment,
-    VolumeAttachmentSpec, VolumeAttachmentStatus, condition_status,
-};
-use tessera::controller::attachment::desired_spec;
-use tessera::controller::attachment::status::REASON_TICKETS_SATISFIED;
-use tessera::controller::owner::owner_reference;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+
+use tessera_api::CONDITION_READY;
+use tessera_api::CONTROLLER_FIELD_MANAGER;
+use tessera_api::{
+    self as api, AppliedSettings, AttacherType, AttachmentTicket, AttachmentTicketStatus,
+    LABEL_NODE, LABEL_VOLUME, MountPhase, MountPod, MountPodStatus, MountTask, Volume,
+    VolumeAttachment, VolumeAttachmentSpec, VolumeAttachmentStatus, condition_status,
+};
+use tessera_controller::attachment::desired_spec;
+use tessera_controller::attachment::status::REASON_TICKETS_SATISFIED;
+use tessera_controller::owner::owner_reference;
 
 use crate::csi_attach::va_name;
 use crate::support::fixtures::{self, TEST_LABEL};

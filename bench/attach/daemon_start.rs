@@ -20,9 +20,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tessera::host::mounts::{Probe, probe_blocking};
-use tessera::node::daemon_spec::DaemonSpec;
-use tessera::node::supervisor::{Daemons, HostDaemons, Liveness};
+use tessera_host::mounts::{Probe, probe_blocking};
+use tessera_node::daemon_spec::DaemonSpec;
+use tessera_node::supervisor::{Daemons, HostDaemons, Liveness};
 
 /// The FUSE daemon start, one round at a time.
 pub struct DaemonStart {

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::api::Api;
-use tessera::api::{MountPod, Volume, VolumeState, mountpod_name};
+
+use tessera_api::{MountPod, Volume, VolumeState, mountpod_name};
 
 /// Wait until `volume` has no MountPod on `node` and its status says it is detached
 /// everywhere (at most `timeout`); how long that took, or `None` on timeout.

@@ -103,7 +103,7 @@ pub(super) async fn chain(
         let mut done = HashSet::new();
         move |mp: MountPod| {
             let is_ready =
-                mp.status.as_ref().and_then(|s| s.phase) == Some(tessera::api::MountPhase::Ready);
+                mp.status.as_ref().and_then(|s| s.phase) == Some(tessera_api::MountPhase::Ready);
             if !is_ready || !done.insert(mp.spec.volume.clone()) {
                 return;
             }

@@ -45,13 +45,9 @@ mod support;
 
 mod chain;
 mod floor;
-use chain::chain;
-use floor::{FLOOR_PIPELINES, FirstShape, Mix, Template, floor, wait_gone};
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use bench_line::{BenchLine, loadavg};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -59,8 +55,13 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
+
+use tessera_api::{LABEL_VOLUME, MountPod, Volume, VolumeAttachment};
+
+use bench_line::{BenchLine, loadavg};
+use chain::chain;
+use floor::{FLOOR_PIPELINES, FirstShape, Mix, Template, floor, wait_gone};
 use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL};
-use tessera::api::{LABEL_VOLUME, MountPod, Volume, VolumeAttachment};
 
 /// CPU seconds of the controller and, on the local control plane, of its components.
 fn cpu_seconds(controller: u32) -> BTreeMap<String, f64> {

@@ -107,7 +107,7 @@ impl Template {
         id: &str,
     ) -> MountPod {
         let mut mp = self.renamed(&self.mountpod, name);
-        mp["metadata"]["name"] = json!(tessera::api::mountpod_name(name, node));
+        mp["metadata"]["name"] = json!(tessera_api::mountpod_name(name, node));
         mp["metadata"]["ownerReferences"] = json!([owner]);
         // The floor's own label: the controller and the stand-in agent ignore it.
         mp["metadata"]["labels"][TEST_LABEL] = json!(id);
@@ -216,7 +216,7 @@ pub(super) async fn floor(
         let id = &id;
         async move {
             fixtures::put_ticket(client, name, "csi-a", "csi-attacher", node, json!({})).await;
-            let mp_name = tessera::api::mountpod_name(name, node);
+            let mp_name = tessera_api::mountpod_name(name, node);
             mps.create(
                 &PostParams::default(),
                 &template.mountpod(name, node, &owner, id),
@@ -355,7 +355,7 @@ pub(super) async fn delete_volumes(client: &kube::Client, id: &str, names: &[Str
     // dependents would take minutes to go.
     stream::iter(names.iter().map(|name| {
         let (volumes, vas, mps) = (volumes.clone(), vas.clone(), mps.clone());
-        let mp_name = tessera::api::mountpod_name(name, node);
+        let mp_name = tessera_api::mountpod_name(name, node);
         async move {
             delete_releasing(&mps, &mp_name).await;
             delete_releasing(&vas, name).await;

@@ -48,18 +48,20 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use attachments::Attachments;
-use bench_line::{BenchLine, loadavg};
-use csi_attach::{
-    NOOP_DRIVER, Seen, Sidecar, create_csinode, start_noop_driver, wait_socket, watch_attachments,
-};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+
+use tessera_api::{CSI_DRIVER_NAME, MAX_TICKETS, MOUNT_FINALIZER, MountPod, VolumeAttachment};
+
+use attachments::Attachments;
+use bench_line::{BenchLine, loadavg};
+use csi_attach::{
+    NOOP_DRIVER, Seen, Sidecar, create_csinode, start_noop_driver, wait_socket, watch_attachments,
+};
 use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL};
-use tessera::api::{CSI_DRIVER_NAME, MAX_TICKETS, MOUNT_FINALIZER, MountPod, VolumeAttachment};
 
 /// What one scale measured.
 struct Run {

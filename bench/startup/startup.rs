@@ -34,7 +34,6 @@ mod support;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use bench_line::{BenchLine, loadavg};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{
     Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
@@ -43,6 +42,8 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use bench_line::{BenchLine, loadavg};
 
 const BUSYBOX: &str = "harness.tessera.io/busybox:1.35";
 /// The bound of one set's wait for its Pods, and of its cleanup.

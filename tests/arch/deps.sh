@@ -3,11 +3,19 @@
 # dependencies, transitively): fails, naming the chain, when a crate gains a
 # dependency its role forbids. Run by `make lint` (and so `make test`).
 #
-#   tessera-text       plain values: nothing but thiserror
-#   tessera-api        CRD types, names, pure arbitration: no runtime, API client or gRPC
-#   tessera-host       the Linux host: nothing Kubernetes, no async runtime
-#   tessera-fuse       the FUSE daemon: nothing Kubernetes, no gRPC
-#   tessera-csi-proto  generated CSI code: nothing of Tessera's, nothing Kubernetes
+#   tessera-text        plain values: nothing but thiserror and jiff
+#   tessera-api         CRD types, names, pure arbitration: no runtime, API client or gRPC
+#   tessera-host        the Linux host: nothing Kubernetes, no async runtime
+#   tessera-fuse        the FUSE daemon: nothing Kubernetes, no gRPC
+#   tessera-csi-proto   generated CSI code: nothing of Tessera's, nothing Kubernetes
+#   tessera-runtime     what the roles share: no role, no FUSE
+#   tessera-controller  the controllers: no other role, no FUSE, no CSI
+#   tessera-csi         the CSI services: no other role, no FUSE
+#   tessera-node        the node agent: no other role, no CSI
+#   tessera-plugin      kubectl tessera's judgements: no role, no runtime, no API client
+#
+# The roles (controller, csi, node) never depend on one another: the `tessera`
+# binary (src/cli.rs) is the one place they meet.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
@@ -43,11 +51,17 @@ only() {
 }
 
 kubernetes_client=(kube-client kube-runtime hyper hyper-util tower tonic reqwest)
-only tessera-text thiserror
-forbid tessera-api tokio "${kubernetes_client[@]}" nix fuser tessera-host tessera-fuse
-forbid tessera-host tokio kube kube-core k8s-openapi "${kubernetes_client[@]}" tessera-api fuser
-forbid tessera-fuse kube kube-core k8s-openapi "${kubernetes_client[@]}" tessera-api tokio
-forbid tessera-csi-proto kube kube-core k8s-openapi tessera-api tessera-host tessera-fuse
+roles=(tessera-controller tessera-csi tessera-node tessera-plugin)
+only tessera-text thiserror jiff
+forbid tessera-api tokio "${kubernetes_client[@]}" nix fuser tessera-host tessera-fuse tessera-runtime "${roles[@]}"
+forbid tessera-host tokio kube kube-core k8s-openapi "${kubernetes_client[@]}" tessera-api fuser tessera-runtime "${roles[@]}"
+forbid tessera-fuse kube kube-core k8s-openapi "${kubernetes_client[@]}" tessera-api tokio tessera-runtime "${roles[@]}"
+forbid tessera-csi-proto kube kube-core k8s-openapi tessera-api tessera-host tessera-fuse tessera-runtime "${roles[@]}"
+forbid tessera-runtime fuser tessera-fuse tessera-host "${roles[@]}"
+forbid tessera-controller tessera-csi tessera-node tessera-plugin tessera-fuse tessera-csi-proto fuser
+forbid tessera-csi tessera-controller tessera-node tessera-plugin tessera-fuse fuser
+forbid tessera-node tessera-controller tessera-csi tessera-plugin tessera-csi-proto
+forbid tessera-plugin tessera-controller tessera-csi tessera-node tessera-runtime tessera-fuse fuser tokio "${kubernetes_client[@]}"
 
 if ((fail)); then
   exit 1

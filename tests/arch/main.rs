@@ -354,13 +354,13 @@ fn the_state_diagrams_draw_every_state() {
     };
     let (volume, tickets) = (read("volume-states.dot"), read("tickets.dot"));
     let mut missing = Vec::new();
-    for s in tessera::api::VolumeState::ALL {
+    for s in tessera_api::VolumeState::ALL {
         let name = format!("{s:?}");
         if !has_word(&volume, &name) {
             missing.push(format!("VolumeState {name} in volume-states.dot"));
         }
     }
-    for r in tessera::api::TicketReason::ALL {
+    for r in tessera_api::TicketReason::ALL {
         if !has_word(&tickets, r.as_str()) {
             missing.push(format!("TicketReason {r} in tickets.dot"));
         }

@@ -296,7 +296,7 @@ pub fn read_sources(root: &Path, dirs: &[&str]) -> Vec<(PathBuf, Source)> {
 /// Every reason: the ticket reasons from `TicketReason::ALL`, the rest scanned.
 pub fn all_reasons(root: &Path) -> (Found, Vec<String>) {
     let (mut found, unreadable) = scan(&read_sources(root, SCANNED));
-    for r in tessera::api::TicketReason::ALL {
+    for r in tessera_api::TicketReason::ALL {
         found
             .entry((Kind::Ticket, r.as_str().to_string()))
             .or_default()

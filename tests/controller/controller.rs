@@ -3,23 +3,23 @@
 //! test's objects by a watch selector, and a stand-in node agent that reports MountPods
 //! Ready through the API as the agent does.
 
-use crate::support;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVA;
 use kube::Client;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
+
+use tessera_api::{MountPod, Volume, VolumeAttachment, VolumeState, VolumeStatus};
+
+use crate::support;
 use support::env::Env;
 use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL, eventually};
-use tessera::api::{MountPod, Volume, VolumeAttachment, VolumeState, VolumeStatus};
 
 pub(crate) const WAIT: Duration = Duration::from_secs(30);
 
@@ -706,8 +706,8 @@ async fn ready_conditions_and_one_event_series_per_node() {
     let mps: Api<MountPod> = Api::all(e.client.clone());
     let (n0, n1) = (e.nodes[0].clone(), e.nodes[1].clone());
     let (mp0, mp1) = (
-        tessera::api::mountpod_name(&vol, &n0),
-        tessera::api::mountpod_name(&vol, &n1),
+        tessera_api::mountpod_name(&vol, &n0),
+        tessera_api::mountpod_name(&vol, &n1),
     );
     for mp in [&mp0, &mp1] {
         edit_finalizers(&mps, mp, |f| f.push(HOLD.into())).await;

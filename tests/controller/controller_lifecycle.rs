@@ -3,18 +3,18 @@
 //! through its cleanup ticket, and a NodeLocal Volume whose node is gone. (Split from
 //! `controller`, whose `env` and waits these share.)
 
-use crate::support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use support::fixtures::{self, ControllerProcess, FakeAgent, eventually};
-use tessera::api::{MountPod, Volume, VolumeAttachment, VolumeState};
+
+use tessera_api::{MountPod, Volume, VolumeAttachment, VolumeState};
 
 use super::controller::{WAIT, env};
+use crate::support;
+use support::fixtures::{self, ControllerProcess, FakeAgent, eventually};
 
 #[tokio::test]
 async fn killed_mid_reconcile_and_restarted_the_controller_converges() {
@@ -176,7 +176,7 @@ async fn deleting_a_volume_removes_its_data_through_a_cleanup_ticket() {
             .unwrap();
         list.items
             .iter()
-            .any(|mp| mp.spec.task == tessera::api::MountTask::RemoveData)
+            .any(|mp| mp.spec.task == tessera_api::MountTask::RemoveData)
             .then_some(())
     })
     .await;
@@ -214,7 +214,7 @@ async fn a_node_local_volume_whose_node_is_gone_waits_for_the_abandon_annotation
     let gone = format!("{}-gone", e.id);
     let name = e.volume_name("v");
     let mut v = fixtures::volume(&name, &e.id, "ReadWriteOnce");
-    v.spec.backend.scope = tessera::api::BackendScope::NodeLocal;
+    v.spec.backend.scope = tessera_api::BackendScope::NodeLocal;
     v.spec.backend.node = Some(gone.clone());
     let vol = e.create_volume(&v).await;
     let volumes: Api<Volume> = Api::all(e.client.clone());

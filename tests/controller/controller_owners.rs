@@ -3,16 +3,17 @@
 //! tickets Tessera wrote itself are still reaped. Each test runs its own `tessera
 //! controller` process scoped to its objects, and a stand-in node agent.
 
-use crate::support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVA;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
+
+use tessera_api::VolumeAttachment;
+
+use crate::support;
 use support::fixtures::{self, ControllerProcess, FakeAgent, eventually};
-use tessera::api::VolumeAttachment;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -184,7 +185,7 @@ async fn storage_attachment(client: &Client, volume: &str, node: &str) -> String
         .create(&Default::default(), &pv)
         .await
         .unwrap();
-    let name = tessera::csi::csi_ticket_id(volume, node);
+    let name = tessera_csi::csi_ticket_id(volume, node);
     let sva: StorageVA = serde_json::from_value(json!({
         "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
         "metadata": {"name": name},
@@ -301,7 +302,7 @@ async fn deleting_a_volume_attachment_in_use_waits_and_a_recreated_one_gets_its_
     let t = vas.get(&waiting).await.unwrap().spec.attachment_tickets[&sva_b].clone();
     assert_eq!(
         (t.node_id.as_str(), t.type_),
-        (nodes[1].as_str(), tessera::api::AttacherType::CsiAttacher)
+        (nodes[1].as_str(), tessera_api::AttacherType::CsiAttacher)
     );
     eventually(WAIT, "a Warning on the recreated one", || async {
         (!warnings(&client, &waiting, "VolumeAttachmentRecreated")

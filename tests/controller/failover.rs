@@ -6,16 +6,17 @@
 //! releases the ticket (Event `FailedOver`), and the volume attaches on the other
 //! node; a volume without the opt-in keeps its ticket on the dead node.
 
-use crate::support;
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+
+use tessera_api::{MountPod, VolumeAttachment};
+
+use crate::support;
 use support::env::Env;
 use support::fixtures::{self, ControllerProcess, FakeAgent, eventually};
-use tessera::api::{MountPod, VolumeAttachment};
 
 pub(super) const WAIT: Duration = Duration::from_secs(30);
 /// The agents' fenceAfter (the Leases' duration) and the controller's margin.
@@ -24,7 +25,7 @@ pub(super) const MARGIN: &str = "1s";
 
 /// Renew (or create) `node`'s liveness Lease as its agent does.
 pub(super) async fn renew(leases: &Api<Lease>, node: &str) {
-    let name = tessera::api::liveness_lease(node);
+    let name = tessera_api::liveness_lease(node);
     let now = jiff::Timestamp::now().to_string();
     match leases.get_opt(&name).await.unwrap() {
         None => {
@@ -92,7 +93,7 @@ async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_mar
 
     let fenced = e.volume_name("fenced");
     let mut v = fixtures::volume(&fenced, &e.id, "ReadWriteOnce");
-    v.spec.node_failover = Some(tessera::api::NodeFailover::Fenced);
+    v.spec.node_failover = Some(tessera_api::NodeFailover::Fenced);
     e.create_volume(&v).await;
     let off = e.volume("off", "ReadWriteOnce").await;
     for vol in [&fenced, &off] {
@@ -144,13 +145,13 @@ async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_mar
         released >= Duration::from_secs(3),
         "released before fenceAfter + margin: {released:?}"
     );
-    let lease = leases.get(&tessera::api::liveness_lease(&a)).await.unwrap();
+    let lease = leases.get(&tessera_api::liveness_lease(&a)).await.unwrap();
     assert!(
         lease
             .metadata
             .annotations
             .unwrap_or_default()
-            .contains_key(tessera::api::ANNOTATION_FENCED),
+            .contains_key(tessera_api::ANNOTATION_FENCED),
         "the Lease is marked before anything is released"
     );
     assert_eq!(
@@ -172,7 +173,7 @@ async fn a_dead_nodes_single_writer_ticket_is_released_after_fence_after_and_mar
     b_renews.abort();
     for n in [&a, &b] {
         let _ = leases
-            .delete(&tessera::api::liveness_lease(n), &DeleteParams::default())
+            .delete(&tessera_api::liveness_lease(n), &DeleteParams::default())
             .await;
     }
     let _ = Api::<VolumeAttachment>::all(e.client.clone())
@@ -227,7 +228,7 @@ async fn a_new_leader_counts_the_fence_wait_from_what_it_saw_as_a_standby() {
 
     let fenced = e.volume_name("fenced");
     let mut v = fixtures::volume(&fenced, &e.id, "ReadWriteOnce");
-    v.spec.node_failover = Some(tessera::api::NodeFailover::Fenced);
+    v.spec.node_failover = Some(tessera_api::NodeFailover::Fenced);
     e.create_volume(&v).await;
     fixtures::put_ticket(&e.client, &fenced, "manual-a", "manual", &a, json!({})).await;
     fixtures::wait_satisfied(&e.client, &fenced, "manual-a").await;
@@ -273,7 +274,7 @@ async fn a_new_leader_counts_the_fence_wait_from_what_it_saw_as_a_standby() {
     renews[1].abort();
     for n in [&a, &b] {
         let _ = leases
-            .delete(&tessera::api::liveness_lease(n), &DeleteParams::default())
+            .delete(&tessera_api::liveness_lease(n), &DeleteParams::default())
             .await;
     }
     let _ = leases.delete(&lease, &DeleteParams::default()).await;
@@ -323,14 +324,14 @@ async fn the_out_of_service_taint_releases_at_once_in_any_mode() {
     // The Volume says so (docs/failover.md, "What it says in status") until it is
     // attached elsewhere.
     let failover = || async {
-        let v = Api::<tessera::api::Volume>::all(e.client.clone())
+        let v = Api::<tessera_api::Volume>::all(e.client.clone())
             .get(&off)
             .await
             .unwrap();
         v.status.and_then(|s| {
             s.conditions
                 .into_iter()
-                .find(|c| c.type_ == tessera::api::CONDITION_NODE_FAILOVER)
+                .find(|c| c.type_ == tessera_api::CONDITION_NODE_FAILOVER)
         })
     };
     let c = eventually(WAIT, "NodeFailover on the Volume", || async {
@@ -350,7 +351,7 @@ async fn the_out_of_service_taint_releases_at_once_in_any_mode() {
 
     a_renews.abort();
     let _ = leases
-        .delete(&tessera::api::liveness_lease(&a), &DeleteParams::default())
+        .delete(&tessera_api::liveness_lease(&a), &DeleteParams::default())
         .await;
     e.cleanup(&[off]).await;
 }

@@ -6,9 +6,6 @@
 //! until the node takes its Lease back; nothing is written while nothing changes, and
 //! the volumes' `Ready` stays as it was.
 
-use crate::failover::{MARGIN, WAIT, renew, renewing, setup, tickets};
-use crate::support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -16,9 +13,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+
+use tessera_api::{CONDITION_FENCED, CONDITION_NODE_FAILOVER, MountPod, Volume, VolumeAttachment};
+
+use crate::failover::{MARGIN, WAIT, renew, renewing, setup, tickets};
+use crate::support;
 use support::fixtures::{self, TEST_LABEL, eventually};
 use support::health;
-use tessera::api::{CONDITION_FENCED, CONDITION_NODE_FAILOVER, MountPod, Volume, VolumeAttachment};
 
 /// The condition of `type_` of Volume `name`, and the Volume.
 async fn volume_condition(
@@ -62,12 +63,12 @@ fn reason(c: &Option<Condition>) -> Option<String> {
 /// The node takes its Lease back as its agent does when it comes back: the fenced
 /// mark cleared, a new transition, renewed.
 async fn take_back(leases: &Api<Lease>, node: &str) {
-    let name = tessera::api::liveness_lease(node);
+    let name = tessera_api::liveness_lease(node);
     let mut l = leases.get(&name).await.unwrap();
     l.metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .remove(tessera::api::ANNOTATION_FENCED);
+        .remove(tessera_api::ANNOTATION_FENCED);
     let spec = l.spec.as_mut().unwrap();
     spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
     leases
@@ -131,7 +132,7 @@ async fn a_fenced_node_shows_on_its_volumes_and_mountpods_until_it_is_over() {
 
     let fenced = e.volume_name("fenced");
     let mut v = fixtures::volume(&fenced, &e.id, "ReadWriteOnce");
-    v.spec.node_failover = Some(tessera::api::NodeFailover::Fenced);
+    v.spec.node_failover = Some(tessera_api::NodeFailover::Fenced);
     e.create_volume(&v).await;
     let off = e.volume("off", "ReadWriteOnce").await;
     for vol in [&fenced, &off] {
@@ -271,7 +272,7 @@ async fn a_fenced_node_shows_on_its_volumes_and_mountpods_until_it_is_over() {
     b_renews.abort();
     for n in [&a, &b] {
         let _ = leases
-            .delete(&tessera::api::liveness_lease(n), &DeleteParams::default())
+            .delete(&tessera_api::liveness_lease(n), &DeleteParams::default())
             .await;
     }
     agent.dead.lock().unwrap().clear();
@@ -346,7 +347,7 @@ async fn a_restarted_controller_keeps_what_was_said_of_a_down_node() {
 
     a_renews.abort();
     let _ = leases
-        .delete(&tessera::api::liveness_lease(&a), &DeleteParams::default())
+        .delete(&tessera_api::liveness_lease(&a), &DeleteParams::default())
         .await;
     agent.dead.lock().unwrap().clear();
     e.detach(&off, "manual-a", &a).await;

@@ -6,15 +6,16 @@
 //! in an embedded Lua. The objects are what `kubectl get -o json` prints; the test
 //! leaves them in target/gitops-health/objects.json.
 
-use crate::support;
-
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
+
+use tessera_api::{Volume, VolumeState};
+
+use crate::support;
 use support::env::Env;
 use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL, eventually};
-use tessera::api::{Volume, VolumeState};
 
 const WAIT: Duration = Duration::from_secs(30);
 

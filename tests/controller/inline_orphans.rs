@@ -5,17 +5,20 @@
 //! a Pod that exists is left alone. And the other way round: the recreated
 //! VolumeAttachment of an inline Volume whose Pod still uses it gets its ticket back.
 
-use crate::support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use tessera_api::{
+    ANNOTATION_INLINE_POD, ANNOTATION_INLINE_POD_UID, AttacherType, AttachmentTicket, LABEL_INLINE,
+    Volume, VolumeAttachment,
+};
+
+use crate::support;
 use support::fixtures::{self, ControllerProcess, TEST_LABEL, eventually};
-use tessera::api::{ANNOTATION_INLINE_POD, ANNOTATION_INLINE_POD_UID, LABEL_INLINE};
-use tessera::api::{AttacherType, AttachmentTicket, Volume, VolumeAttachment};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -104,7 +107,7 @@ async fn an_inline_volume_whose_pod_is_gone_is_deleted() {
         .await;
         let t = AttachmentTicket::new(format!("inline-{node}"), AttacherType::CsiEphemeral, &node);
         let pp = PatchParams {
-            field_manager: Some(tessera::api::CSI_NODE_FIELD_MANAGER.into()),
+            field_manager: Some(tessera_api::CSI_NODE_FIELD_MANAGER.into()),
             ..Default::default()
         };
         vas.patch(name, &pp, &Patch::Merge(t.upsert_patch()))
@@ -179,7 +182,7 @@ async fn abandon_and_delete(client: &Client, names: &[String]) {
 /// node plugin writing it only at NodePublish; one whose Pod is gone comes back empty.
 #[tokio::test]
 async fn a_recreated_attachment_of_an_inline_volume_gets_its_ticket_back() {
-    use tessera::csi::node::ephemeral::{inline_ticket, inline_ticket_id, inline_volume_name};
+    use tessera_api::{inline_ticket, inline_ticket_id, inline_volume_name};
     let client = support::client().await;
     support::ensure_crds(&client).await;
     let id = support::unique_name("inline-recreated");
@@ -194,7 +197,7 @@ async fn a_recreated_attachment_of_an_inline_volume_gets_its_ticket_back() {
         &id,
         json!({"nodeName": node, "containers": [{"name": "c", "image": "busybox"}],
                "volumes": [{"name": "scratch",
-                            "csi": {"driver": tessera::api::CSI_DRIVER_NAME, "readOnly": true}}]}),
+                            "csi": {"driver": tessera_api::CSI_DRIVER_NAME, "readOnly": true}}]}),
     )
     .await;
     let (used, gone) = (
@@ -210,7 +213,7 @@ async fn a_recreated_attachment_of_an_inline_volume_gets_its_ticket_back() {
     }
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
     let pp = PatchParams {
-        field_manager: Some(tessera::api::CSI_NODE_FIELD_MANAGER.into()),
+        field_manager: Some(tessera_api::CSI_NODE_FIELD_MANAGER.into()),
         ..Default::default()
     };
     for name in [&used, &gone] {

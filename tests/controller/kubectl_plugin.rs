@@ -8,8 +8,6 @@
 //! lists MountPods by node, and that `doctor` finds a node without an agent or a CSINode
 //! registration and a waiting ticket, and stops reporting what was fixed.
 
-use crate::support;
-
 use std::process::Output;
 use std::time::Duration;
 
@@ -17,9 +15,12 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use k8s_openapi::api::storage::v1::VolumeAttachment as StorageVA;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+
+use tessera_api::VolumeAttachment;
+
+use crate::support;
 use support::env::Env;
 use support::fixtures::{self, ControllerProcess, FakeAgent, TEST_LABEL};
-use tessera::api::VolumeAttachment;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -60,8 +61,8 @@ async fn apply_ticket(e: &Env, volume: &str, id: &str, node: &str, manager: &str
 /// Delete the test's Volume, keeping its data (no agent here could remove it), wait
 /// until it is gone (the controller still runs), then delete the nodes.
 async fn cleanup(e: &Env, vol: String) {
-    let retain = json!({"metadata": {"annotations": {tessera::api::ANNOTATION_RECLAIM: "Retain"}}});
-    Api::<tessera::api::Volume>::all(e.client.clone())
+    let retain = json!({"metadata": {"annotations": {tessera_api::ANNOTATION_RECLAIM: "Retain"}}});
+    Api::<tessera_api::Volume>::all(e.client.clone())
         .patch(&vol, &PatchParams::default(), &Patch::Merge(&retain))
         .await
         .unwrap();
@@ -194,7 +195,7 @@ async fn tickets_and_status_name_reasons_and_owners() {
     line_with(
         &out,
         &[
-            &tessera::api::mountpod_name(&vol, &n0),
+            &tessera_api::mountpod_name(&vol, &n0),
             &format!("node {n0}"),
             "Ready",
             "pid 4242",
@@ -214,7 +215,7 @@ async fn tickets_and_status_name_reasons_and_owners() {
         &out,
         &[
             "Daemon logs: each mount's Pod, `kubectl -n",
-            &tessera::api::mountpod_name(&vol, &n0),
+            &tessera_api::mountpod_name(&vol, &n0),
             &format!("process mode: on the node, <state-dir>/logs/{vol}.log"),
         ],
     );
@@ -321,7 +322,7 @@ async fn tickets_and_status_name_reasons_and_owners() {
     assert!(!out.contains("volume cfg"), "{out}");
     // What serves the claim on the Pod's node: the MountPod there (the stand-in agent
     // binds nothing), and the tickets for that node only.
-    let mp0 = tessera::api::mountpod_name(&vol, &n0);
+    let mp0 = tessera_api::mountpod_name(&vol, &n0);
     line_with(
         &out,
         &[

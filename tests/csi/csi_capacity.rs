@@ -5,21 +5,22 @@
 //! Leases here are written as an agent writes them (`next_lease`), in a namespace of
 //! the test's own, which the controller is told is Tessera's.
 
-use crate::support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, PostParams};
-use support::fixtures::ControllerProcess;
-use tessera::api::TOPOLOGY_NODE_KEY;
-use tessera::csi::proto::controller_client::ControllerClient;
-use tessera::csi::proto::{GetCapacityRequest, Topology};
-use tessera::node::liveness::next_lease;
 use tonic::Code;
 use tonic::transport::Channel;
+
+use tessera_api::TOPOLOGY_NODE_KEY;
+use tessera_csi_proto::controller_client::ControllerClient;
+use tessera_csi_proto::{GetCapacityRequest, Topology};
+use tessera_node::liveness::next_lease;
+
+use crate::support;
+use support::fixtures::ControllerProcess;
 
 const WAIT: Duration = Duration::from_secs(30);
 

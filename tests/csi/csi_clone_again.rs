@@ -4,18 +4,19 @@
 //! is still there for a moment; a clone that took it for the source's put its source
 //! ticket on it and failed NOT_FOUND when the controller replaced it (CI, 2026-12-07).
 
-use crate::support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
+
+use tessera_api::{CLEANUP_TICKET, Volume, VolumeAttachment};
+use tessera_csi_proto::volume_content_source::{Type, VolumeSource};
+use tessera_csi_proto::*;
+
+use crate::support;
 use support::csi::{controller, create};
 use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
-use tessera::api::{CLEANUP_TICKET, Volume, VolumeAttachment};
-use tessera::csi::proto::volume_content_source::{Type, VolumeSource};
-use tessera::csi::proto::*;
 
 #[tokio::test]
 async fn a_clone_of_a_volume_made_again_under_its_name_is_made() {
@@ -55,7 +56,7 @@ async fn a_clone_of_a_volume_made_again_under_its_name_is_made() {
         Some(TopologyRequirement {
             requisite: vec![],
             preferred: vec![Topology {
-                segments: [(tessera::api::TOPOLOGY_NODE_KEY.to_string(), node.clone())].into(),
+                segments: [(tessera_api::TOPOLOGY_NODE_KEY.to_string(), node.clone())].into(),
             }],
         })
     };

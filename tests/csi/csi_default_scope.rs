@@ -6,15 +6,16 @@
 //! Pod of the claim there. A `scope: Shared` on that root is refused, naming the
 //! parameter.
 
-use crate::support;
-
 use std::time::Duration;
 
 use kube::api::Api;
-use support::fixtures::{self, ControllerProcess};
-use tessera::api::{BackendScope, TOPOLOGY_NODE_KEY, Volume};
-use tessera::csi::proto::{DeleteVolumeRequest, Topology, TopologyRequirement};
 use tonic::Code;
+
+use tessera_api::{BackendScope, TOPOLOGY_NODE_KEY, Volume};
+use tessera_csi_proto::{DeleteVolumeRequest, Topology, TopologyRequirement};
+
+use crate::support;
+use support::fixtures::{self, ControllerProcess};
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -7,18 +7,19 @@
 //! VolumeAttributesClass with an unknown or immutable key (issue 19), creating and
 //! changing nothing.
 
-use crate::support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
-use tessera::csi::proto::controller_client::ControllerClient;
-use tessera::csi::proto::node_client::NodeClient;
-use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
-use tessera::csi::proto::*;
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
+
+use tessera_csi_proto::controller_client::ControllerClient;
+use tessera_csi_proto::node_client::NodeClient;
+use tessera_csi_proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use tessera_csi_proto::*;
+
+use crate::support;
+use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
 
 async fn channel(sock: &std::path::Path) -> Channel {
     Endpoint::from_shared(format!("unix://{}", sock.display()))
@@ -211,7 +212,7 @@ async fn hostile_csi_requests_get_the_right_codes() {
     // A VolumeAttributesClass with a key Tessera does not know, or one that cannot
     // change on a live volume (issue 19, bad input): INVALID_ARGUMENT, nothing
     // created, nothing written.
-    let volumes: kube::Api<tessera::api::Volume> = kube::Api::all(client.clone());
+    let volumes: kube::Api<tessera_api::Volume> = kube::Api::all(client.clone());
     let mut vac_create = create(&format!("{id}-vac"), 1 << 20, &[]);
     vac_create.mutable_parameters = [("colour".to_string(), "blue".to_string())].into();
     check(
@@ -239,7 +240,7 @@ async fn hostile_csi_requests_get_the_right_codes() {
         &[Code::Ok],
     );
     // Its spec (the controller may write its status meanwhile).
-    let version = |v: tessera::api::Volume| {
+    let version = |v: tessera_api::Volume| {
         (
             v.metadata.generation,
             serde_json::to_string(&v.spec).unwrap(),

@@ -14,22 +14,23 @@
 //! - unpublishes wait for their MountPods on the service's one MountPod watch (no GET
 //!   or watch of their own), and return only once the MountPod is gone.
 
-use crate::support;
-
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use support::csi::controller;
-use support::fixtures::{self, ControllerProcess, FakeAgent};
-use tessera::api::{
+use tonic::Code;
+
+use tessera_api::{
     AttacherType, AttachmentTicket, MountPod, Volume, VolumeAttachment, mountpod_name,
 };
-use tessera::csi::csi_ticket_id;
-use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
-use tessera::csi::proto::*;
-use tonic::Code;
+use tessera_csi::csi_ticket_id;
+use tessera_csi_proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use tessera_csi_proto::*;
+
+use crate::support;
+use support::csi::controller;
+use support::fixtures::{self, ControllerProcess, FakeAgent};
 
 fn rwo() -> VolumeCapability {
     VolumeCapability {

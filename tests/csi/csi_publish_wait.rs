@@ -11,19 +11,20 @@
 //!   `--publish-mount-timeout`, saying where the mount stands; one whose mount failed
 //!   fails FAILED_PRECONDITION at once with the mount's error.
 
-use crate::support;
-
 use std::time::{Duration, Instant};
 
 use kube::Api;
-use support::csi::{cap, controller};
-use support::fixtures::{self, AgentProcess, ControllerProcess, FakeAgent, eventually};
-use tessera::api::{MountPod, VolumeAttachment, mountpod_name};
-use tessera::csi::csi_ticket_id;
-use tessera::csi::proto::node_client::NodeClient;
-use tessera::csi::proto::*;
 use tonic::Code;
 use tonic::transport::Endpoint;
+
+use tessera_api::{MountPod, VolumeAttachment, mountpod_name};
+use tessera_csi::csi_ticket_id;
+use tessera_csi_proto::node_client::NodeClient;
+use tessera_csi_proto::*;
+
+use crate::support;
+use support::csi::{cap, controller};
+use support::fixtures::{self, AgentProcess, ControllerProcess, FakeAgent, eventually};
 
 fn publish(volume: &str, node: &str) -> ControllerPublishVolumeRequest {
     ControllerPublishVolumeRequest {

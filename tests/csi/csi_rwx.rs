@@ -14,20 +14,21 @@
 //! unpublish reads nothing, and it succeeds once a ticket is gone, as the
 //! csi-attacher's retry would.
 
-use crate::support;
-
 use std::time::Duration;
 
 use futures::future::join_all;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
+use tonic::transport::Channel;
+
+use tessera_api::{MAX_TICKETS, VolumeAttachment};
+use tessera_csi_proto::controller_client::ControllerClient;
+use tessera_csi_proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use tessera_csi_proto::*;
+
+use crate::support;
 use support::csi::controller;
 use support::fixtures::{self, ControllerProcess, FakeAgent};
-use tessera::api::{MAX_TICKETS, VolumeAttachment};
-use tessera::csi::proto::controller_client::ControllerClient;
-use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
-use tessera::csi::proto::*;
-use tonic::transport::Channel;
 
 /// Nodes publishing at once.
 const K: usize = 12;
@@ -277,7 +278,7 @@ async fn a_publish_past_the_most_tickets_is_refused_until_one_lets_go() {
         refused.message()
     );
     let va = vas.get(volume).await.unwrap();
-    let ticket = tessera::csi::csi_ticket_id(volume, &nodes[1]);
+    let ticket = tessera_csi::csi_ticket_id(volume, &nodes[1]);
     assert!(!va.spec.attachment_tickets.contains_key(&ticket));
     assert_eq!(va.spec.attachment_tickets.len(), MAX_TICKETS);
 

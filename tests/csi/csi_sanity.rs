@@ -5,11 +5,10 @@
 //! included); csi-sanity skips only those of capabilities Tessera does not advertise
 //! (listing snapshots, modify).
 
-use crate::support;
-
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support;
 use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
 
 #[tokio::test]
@@ -121,13 +120,13 @@ async fn leftovers(client: &kube::Client, id: &str, timeout: Duration) -> Vec<St
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let mut left: Vec<String> = Vec::new();
-        if let Ok(l) = Api::<tessera::api::Volume>::all(client.clone())
+        if let Ok(l) = Api::<tessera_api::Volume>::all(client.clone())
             .list(&lp)
             .await
         {
             left.extend(l.iter().map(|v| format!("Volume {}", v.name_any())));
         }
-        if let Ok(l) = Api::<tessera::api::MountPod>::all(client.clone())
+        if let Ok(l) = Api::<tessera_api::MountPod>::all(client.clone())
             .list(&lp)
             .await
         {

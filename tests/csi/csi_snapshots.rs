@@ -6,17 +6,18 @@
 //! snapshot is ready at once, and so is a clone of it. (The copies themselves, on real
 //! nodes through the real sidecars: tests/pods/snapshots.rs.)
 
-use crate::support;
-
 use std::time::Duration;
 
 use kube::Api;
+use tonic::Code;
+
+use tessera_api::Volume;
+use tessera_csi_proto::volume_content_source::{SnapshotSource, Type, VolumeSource};
+use tessera_csi_proto::*;
+
+use crate::support;
 use support::csi::{controller, create};
 use support::fixtures::ControllerProcess;
-use tessera::api::Volume;
-use tessera::csi::proto::volume_content_source::{SnapshotSource, Type, VolumeSource};
-use tessera::csi::proto::*;
-use tonic::Code;
 
 #[tokio::test]
 async fn snapshot_and_clone_requests_get_the_right_codes_and_create_nothing_on_error() {

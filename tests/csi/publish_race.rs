@@ -9,13 +9,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tessera::host::mounts::{HostMounts, Mounts};
+use tessera_host::mounts::{HostMounts, Mounts};
 
 const ATTEMPTS: usize = 1_000;
 
 fn mounts_under(dir: &Path) -> usize {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    tessera::host::mounts::parse_mountinfo(&text)
+    tessera_host::mounts::parse_mountinfo(&text)
         .iter()
         .filter(|m| m.mount_point.starts_with(dir))
         .count()
@@ -69,7 +69,7 @@ fn a_symlink_race_never_mounts_outside_the_kubelet_dir() {
             outside_seen += 1;
             // Clean up what escaped, so the next attempt starts clean.
             let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-            for mp in tessera::host::mounts::parse_mountinfo(&text)
+            for mp in tessera_host::mounts::parse_mountinfo(&text)
                 .iter()
                 .filter(|mi| mi.mount_point.starts_with(outside.path()))
                 .rev()
@@ -105,7 +105,7 @@ fn a_symlink_race_never_mounts_outside_the_kubelet_dir() {
     let left = mounts_under(&kdir);
     // Whatever is still there goes, so a failure leaves nothing mounted.
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    for mi in tessera::host::mounts::parse_mountinfo(&text)
+    for mi in tessera_host::mounts::parse_mountinfo(&text)
         .iter()
         .filter(|mi| mi.mount_point.starts_with(&kdir))
         .rev()

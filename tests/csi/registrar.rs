@@ -5,12 +5,11 @@
 //! registration socket, and fails when that socket is gone (what makes the kubelet
 //! restart it). It serves no `/metrics` (why the PodMonitor does not scrape it).
 
-use crate::support;
-
 use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::support;
 use support::fixtures::{self, AgentProcess, eventually};
 
 /// `GET path` on a loopback port: the status code and the body, if it answers.

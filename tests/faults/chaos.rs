@@ -32,8 +32,6 @@
 //! `$TMPDIR/tessera-controller-<test id>-*.log`; agent logs:
 //! `$TMPDIR/tessera-node-<node>.log`.
 
-use crate::{SERIAL, support};
-
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -46,12 +44,15 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use tessera_api::{MountPhase, MountPod, Volume, VolumeAttachment};
+
+use crate::{SERIAL, support};
 use support::env::Env;
 use support::fixtures::{
     self, AgentProcess, ControllerProcess, NodesGuard, TEST_LABEL, eventually,
 };
 use support::invariants::{MountPoller, SingleNodeWatch};
-use tessera::api::{MountPhase, MountPod, Volume, VolumeAttachment};
 
 /// Bound of every set-up wait.
 const WAIT: Duration = Duration::from_secs(60);
@@ -151,7 +152,7 @@ fn host_leftovers(agents: &[&AgentProcess]) -> (Vec<i32>, Vec<PathBuf>) {
         roots.push(a.kubelet_dir());
     }
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mounts = tessera::host::mounts::parse_mountinfo(&table)
+    let mounts = tessera_host::mounts::parse_mountinfo(&table)
         .into_iter()
         .map(|m| m.mount_point)
         .filter(|p| roots.iter().any(|r| p.starts_with(r)))
@@ -473,7 +474,7 @@ async fn set_references(client: &Client, volume: &str, node: &str, references: s
     };
     Api::<MountPod>::all(client.clone())
         .patch(
-            &tessera::api::mountpod_name(volume, node),
+            &tessera_api::mountpod_name(volume, node),
             &params,
             &Patch::Merge(json!({"spec": {"references": references}})),
         )
@@ -695,7 +696,7 @@ async fn the_single_node_watch_reports_what_it_forbids() {
     let mountpods: Api<MountPod> = Api::all(client.clone());
     let mut names = Vec::new();
     for node in &e.nodes {
-        let name = tessera::api::mountpod_name(&vol, node);
+        let name = tessera_api::mountpod_name(&vol, node);
         let mp: MountPod = serde_json::from_value(json!({
             "apiVersion": "tessera.io/v1alpha1", "kind": "MountPod",
             "metadata": {"name": name, "labels": {TEST_LABEL: e.id, "tessera.io/volume": vol}},

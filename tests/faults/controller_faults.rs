@@ -6,12 +6,12 @@
 //! The tests hold [`crate::SERIAL`], as the chaos tests do: the API server restart would
 //! disturb any other test.
 
-use crate::{SERIAL, support};
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams};
+
+use crate::{SERIAL, support};
 use support::env::Env;
 use support::fixtures::{self, ControllerProcess, FakeAgent};
 

@@ -18,10 +18,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
+
 use crate::support::{
     self, FNV_OFFSET, Mount, Pattern, checksum_file, counters, errno, fnv1a, statvfs,
 };
-use nix::sys::signal::Signal;
 
 /// statfs `f_type` of XFS.
 const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
@@ -548,8 +549,8 @@ fn unprivileged_writes_clear_set_id_bits_in_backend_mode() {
 #[test]
 #[ignore = "needs root, mkfs.xfs and loop devices; tests/run.sh runs it with the backend_quota tests"]
 fn a_volume_copy_on_xfs_is_a_reflink() {
-    use tessera::host::copy::copy_volume;
-    use tessera::host::roots::Beneath;
+    use tessera_host::copy::copy_volume;
+    use tessera_host::roots::Beneath;
     let xfs = Xfs::new(false);
     let src = xfs.mnt.join("vol-a");
     fs::create_dir_all(src.join("d")).unwrap();

@@ -1,5 +1,5 @@
 //! /dev/fuse handoff: a daemon killed with `kill -9` is replaced by a successor that
-//! takes over the held connection (the holder, `tessera::fuse::fd_holder`, runs
+//! takes over the held connection (the holder, `tessera_fuse::fd_holder`, runs
 //! in the test process as the library type the node agent runs), and no application
 //! sees an error: a writer's every write succeeds, its records are complete and in
 //! order, a directory handle keeps listing, an inode looked up before keeps working.
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tessera::fuse::fd_holder::Holder;
+use tessera_fuse::fd_holder::Holder;
 
 use crate::support::{Builder, Mount};
 
@@ -631,7 +631,7 @@ fn standby_took_over(
 /// would let the application on the old Pod write again (issue 33).
 #[test]
 fn a_successor_of_a_revoked_daemon_is_revoked_too() {
-    use tessera::fuse::contract::fence::{News, boottime_ns, news_text};
+    use tessera_fuse::contract::fence::{News, boottime_ns, news_text};
     let held = Held::new();
     let _holder = Holder::serve(&held.socket()).unwrap();
     let fence = held.dir.path().join("node.fence");
@@ -686,7 +686,7 @@ fn a_successor_of_a_revoked_daemon_is_revoked_too() {
 /// before the daemon blocks its signals, once took them and died of them.)
 #[test]
 fn a_self_fencing_daemon_leaves_and_stops_on_its_signals() {
-    use tessera::fuse::contract::fence::{News, boottime_ns, news_text};
+    use tessera_fuse::contract::fence::{News, boottime_ns, news_text};
     let held = Held::new();
     let holder = Holder::serve(&held.socket()).unwrap();
     let fence = held.dir.path().join("node.fence");

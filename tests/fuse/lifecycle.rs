@@ -4,9 +4,10 @@
 use std::fs;
 use std::time::{Duration, Instant};
 
-use crate::support::{FUSE_SUPER_MAGIC, Mount, statfs_type};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sys::signal::Signal;
+
+use crate::support::{FUSE_SUPER_MAGIC, Mount, statfs_type};
 
 /// A mount that was propagated elsewhere (here: bound to a second place, as a
 /// kubelet's bind of a staged volume or a shared mount root would) keeps the FUSE

@@ -6,8 +6,9 @@ use std::fs;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use crate::support::{FNV_OFFSET, Mount, Pattern, checksum_file, errno, fnv1a, statvfs};
 use nix::sys::signal::Signal;
+
+use crate::support::{FNV_OFFSET, Mount, Pattern, checksum_file, errno, fnv1a, statvfs};
 
 const MIB: u64 = 1 << 20;
 

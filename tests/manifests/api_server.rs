@@ -4,12 +4,13 @@
 //!
 //! Runs against the local control plane from tests/harness, or the cluster in KUBECONFIG.
 
-use crate::support;
-
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::json;
-use tessera::api::{MountPod, Volume, VolumeAttachment};
+
+use tessera_api::{MountPod, Volume, VolumeAttachment};
+
+use crate::support;
 
 async fn setup() -> Client {
     let client = support::client().await;
@@ -112,8 +113,8 @@ where
 /// driver tells apart (RESOURCE_EXHAUSTED, saying so, not INVALID_ARGUMENT).
 #[tokio::test]
 async fn a_volume_attachment_holds_at_most_max_tickets_and_the_csi_driver_knows_the_refusal() {
-    use tessera::api::MAX_TICKETS;
-    use tessera::runtime::KubeContext;
+    use tessera_api::MAX_TICKETS;
+    use tessera_runtime::KubeContext;
     let client = setup().await;
     let name = support::unique_name("most");
     let attachments: Api<VolumeAttachment> = Api::all(client.clone());
@@ -147,7 +148,7 @@ async fn a_volume_attachment_holds_at_most_max_tickets_and_the_csi_driver_knows_
         .context(|| "adding one ticket more".into())
         .expect_err("one ticket more than MAX_TICKETS must be refused");
     assert!(
-        tessera::csi::controller::error::too_many_tickets(&refusal),
+        tessera_csi::controller::error::too_many_tickets(&refusal),
         "the CSI driver does not know this refusal: {:?}",
         refusal.source
     );
@@ -163,7 +164,7 @@ async fn a_volume_attachment_holds_at_most_max_tickets_and_the_csi_driver_knows_
         .await
         .context(|| "a bad node name".into())
         .expect_err("an invalid node name must be refused");
-    assert!(!tessera::csi::controller::error::too_many_tickets(&bad));
+    assert!(!tessera_csi::controller::error::too_many_tickets(&bad));
     attachments
         .delete(&name, &DeleteParams::default())
         .await
@@ -435,16 +436,16 @@ async fn config_renders_with_kustomize_and_passes_server_side_dry_run() {
 }
 
 /// `tessera_api_requests_total` as a role's client counts it (the client of
-/// `tessera::runtime::connect`, built here on the test's kubeconfig): HTTP verb,
+/// `tessera_runtime::connect`, built here on the test's kubeconfig): HTTP verb,
 /// group, resource, subresource and response code, never the object's name.
 #[tokio::test]
 async fn the_api_client_counts_requests_by_verb_resource_and_code() {
     use kube::api::{ListParams, WatchParams};
-    use tessera::metrics::{ApiRequestLabels, ApiRequests};
+    use tessera_runtime::metrics::{ApiRequestLabels, ApiRequests};
 
     setup().await;
     let requests = ApiRequests::default();
-    let client = tessera::runtime::counted_client(support::config().await, &requests).unwrap();
+    let client = tessera_runtime::counted_client(support::config().await, &requests).unwrap();
     let name = support::unique_name("counted");
     let volumes: Api<Volume> = Api::all(client.clone());
     let manifest = volume_manifest(&name, "1Gi", "ReadWriteOnce");

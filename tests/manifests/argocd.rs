@@ -3,9 +3,9 @@
 //! and the places it is shipped: config/argocd/argocd-cm.yaml and the chart's copy.
 //! The same script on real objects: tests/controller/gitops_health.rs.
 
-use crate::support;
-
 use serde_json::{Value, json};
+
+use crate::support;
 use support::health::{argocd_health, argocd_script};
 
 fn cond(type_: &str, status: &str, reason: &str) -> Value {

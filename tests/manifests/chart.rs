@@ -11,13 +11,13 @@
 //! (`target/harness/bin/helm`, `tests/harness/helm/`); the install on real nodes is
 //! `tests/harness/helm.sh`, run by `tests/run.sh`.
 
-use crate::support;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
+
+use crate::support;
 
 /// The six labels every object and Pod template carries.
 const LABELS: [&str; 6] = [

@@ -6,12 +6,12 @@
 //! --dry-run=server`, which looks the namespace up). The install on real nodes into a
 //! non-default namespace is `tests/harness/helm.sh test`.
 
-use crate::chart::{OPTIONAL_ON, chart_dir, harness_bin, helm_template, objects};
-use crate::support;
-
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+use crate::chart::{OPTIONAL_ON, chart_dir, harness_bin, helm_template, objects};
+use crate::support;
 
 /// The kinds the chart renders that have no namespace.
 const CLUSTER_SCOPED: [&str; 7] = [

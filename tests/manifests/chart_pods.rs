@@ -6,15 +6,15 @@
 //! it builds (accepted by the API server); and the kustomize overlay that
 //! docs/operations.md describes (`pod-metadata-overlay/`) renders the same Pods.
 
-use crate::chart::{
-    chart_dir, first_difference, harness_bin, helm_template, kustomize, normalized, objects, output,
-};
-use crate::support;
-
 use std::collections::BTreeMap;
 use std::process::Command;
 
 use serde_json::{Value, json};
+
+use crate::chart::{
+    chart_dir, first_difference, harness_bin, helm_template, kustomize, normalized, objects, output,
+};
+use crate::support;
 
 const OVERLAY: &str = "tests/manifests/pod-metadata-overlay";
 
@@ -295,10 +295,10 @@ async fn mount_pods_carry_the_values_and_the_api_server_takes_them() {
     use k8s_openapi::api::core::v1::{Namespace, Pod};
     use k8s_openapi::api::scheduling::v1::PriorityClass;
     use kube::api::{Api, ObjectMeta, PostParams};
-    use tessera::node::NodeArgs;
-    use tessera::node::daemon_spec::DaemonSpec;
-    use tessera::node::pods::extras::Extras;
-    use tessera::node::pods::spec::{Template, mount_pod};
+    use tessera_node::NodeArgs;
+    use tessera_node::daemon_spec::DaemonSpec;
+    use tessera_node::pods::extras::Extras;
+    use tessera_node::pods::spec::{Template, mount_pod};
 
     #[derive(clap::Parser)]
     struct Cli {

@@ -3,7 +3,7 @@
 
 #[test]
 fn crds_directory_matches_the_rust_types() {
-    let generated = tessera::api::crds_yaml().expect("CRDs render");
+    let generated = tessera_api::crds_yaml().expect("CRDs render");
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("crds/tessera.io.yaml");
     let committed = std::fs::read_to_string(&path).expect("crds/tessera.io.yaml exists");
     assert!(
@@ -26,7 +26,7 @@ fn helm_chart_carries_the_same_crds() {
 
 #[test]
 fn every_kind_is_cluster_scoped_in_category_tessera_with_status() {
-    for crd in tessera::api::crds() {
+    for crd in tessera_api::crds() {
         let name = crd.metadata.name.clone().unwrap();
         assert_eq!(crd.spec.scope, "Cluster", "{name}");
         assert_eq!(crd.spec.group, "tessera.io", "{name}");

@@ -6,14 +6,15 @@
 //! `api_server::examples_pass_server_side_dry_run`; the Pods running for real are
 //! `tests/pods`.
 
-use crate::support;
-
 use std::collections::HashMap;
 
 use serde_json::Value;
-use tessera::api::BackendScope;
-use tessera::csi::controller::request::{Parameters, scope_for};
-use tessera::host::roots::{AllowedRoots, DEFAULT_ROOT, RootScope, parse_list};
+
+use tessera_api::BackendScope;
+use tessera_csi::controller::request::{Parameters, scope_for};
+use tessera_host::roots::{AllowedRoots, DEFAULT_ROOT, RootScope, parse_list};
+
+use crate::support;
 
 /// The roots `config/backend-roots.yaml` allows.
 fn default_install_roots() -> AllowedRoots {

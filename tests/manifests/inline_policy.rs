@@ -2,17 +2,17 @@
 //! of `rbac-node.yaml` narrowed by `inline-policy.yaml` (see `rbac` for the
 //! impersonation), against the API server of the harness.
 
-use crate::support;
-
 use std::time::Duration;
 
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::fixtures::{self, TEST_LABEL, eventually};
-use tessera::api::Volume;
+
+use tessera_api::Volume;
 
 use super::rbac::{CONTROLLER_SA, NODE_SA, apply_config, can_i, code, impersonating};
+use crate::support;
+use support::fixtures::{self, TEST_LABEL, eventually};
 
 /// CSI ephemeral inline volumes (issue 19): the node agent creates and deletes only
 /// inline Volumes of its own node, and on their VolumeAttachments adds and removes
@@ -22,7 +22,7 @@ use super::rbac::{CONTROLLER_SA, NODE_SA, apply_config, can_i, code, impersonati
 /// Pods by name (the orphan check) and nothing more of them.
 #[tokio::test]
 async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
-    use tessera::api::{ATTACHMENT_FINALIZER, AttacherType, AttachmentTicket, VolumeAttachment};
+    use tessera_api::{ATTACHMENT_FINALIZER, AttacherType, AttachmentTicket, VolumeAttachment};
     let client = support::client().await;
     support::ensure_crds(&client).await;
     apply_config(&[
@@ -124,7 +124,7 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
     .await;
 
     let add = |t: &AttachmentTicket| t.upsert_patch();
-    let remove = |id: &str| tessera::api::tickets_removal_patch([id]);
+    let remove = |id: &str| tessera_api::tickets_removal_patch([id]);
     let patch_va = |c: &Client, name: String, p: serde_json::Value| {
         let api: Api<VolumeAttachment> = Api::all(c.clone());
         async move {

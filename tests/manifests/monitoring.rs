@@ -7,10 +7,10 @@
 //! input series look like real ones, is checked against a real run in
 //! tests/node/monitoring.rs.
 
+use std::process::Command;
+
 use crate::support;
 use crate::support::monitoring::{expressions, metric_names, rule_tests, rules_path};
-
-use std::process::Command;
 
 /// `target/harness/bin/promtool ARGS` in tests/monitoring; its output, after checking
 /// it succeeded.

@@ -6,15 +6,16 @@
 //! and finalizers, and nothing of node B's MountPods nor any `spec.source`. The
 //! controller's role is checked for what it does with `kubectl auth can-i`.
 
-use crate::support;
-
 use std::time::Duration;
 
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
+
+use tessera_api::{MountPod, Volume};
+
+use crate::support;
 use support::fixtures::{self, TEST_LABEL, eventually};
-use tessera::api::{MountPod, Volume};
 
 pub(super) const NODE_SA: &str = "system:serviceaccount:tessera-system:tessera-node";
 pub(super) const CONTROLLER_SA: &str = "system:serviceaccount:tessera-system:tessera-controller";
@@ -331,13 +332,13 @@ async fn the_node_agent_acts_only_on_its_own_nodes_mountpods() {
 
 /// Pod mode (issue 14): the agent creates, reads, watches and deletes the mount Pods
 /// of its MountPods in its own namespace, under its own identity: the very Pod
-/// `tessera::node::pods` builds is accepted; nothing else of Pods is allowed, and
+/// `tessera_node::pods` builds is accepted; nothing else of Pods is allowed, and
 /// nothing in any other namespace.
 #[tokio::test]
 async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
     use k8s_openapi::api::core::v1::Pod;
-    use tessera::node::daemon_spec::DaemonSpec;
-    use tessera::node::pods::spec::{Template, mount_pod};
+    use tessera_node::daemon_spec::DaemonSpec;
+    use tessera_node::pods::spec::{Template, mount_pod};
 
     let client = support::client().await;
     support::ensure_crds(&client).await;
@@ -541,7 +542,7 @@ async fn the_node_agent_renews_only_its_own_nodes_lease() {
     let no_node = impersonating(NODE_SA, None).await;
     let lease = |node: &str| -> Lease {
         serde_json::from_value(json!({
-            "metadata": {"name": tessera::api::liveness_lease(node)},
+            "metadata": {"name": tessera_api::liveness_lease(node)},
             "spec": {"holderIdentity": node, "leaseDurationSeconds": 20, "leaseTransitions": 0},
         }))
         .unwrap()
@@ -589,13 +590,13 @@ async fn the_node_agent_renews_only_its_own_nodes_lease() {
         code(mine.create(&pp, &lease(&a)).await),
         true,
     );
-    let name_a = tessera::api::liveness_lease(&a);
+    let name_a = tessera_api::liveness_lease(&a);
     let mut got = mine.get(&name_a).await.unwrap();
     got.spec.as_mut().unwrap().lease_duration_seconds = Some(21);
     let renewed = mine.replace(&name_a, &pp, &got).await;
     let mut marked = renewed.as_ref().cloned().unwrap_or(got);
     check("renew its own Lease", code(renewed), true);
-    marked.metadata.annotations = Some(tessera::node::liveness::fenced_mark());
+    marked.metadata.annotations = Some(tessera_node::liveness::fenced_mark());
     check(
         "mark its own Lease fenced",
         code(mine.replace(&name_a, &pp, &marked).await),

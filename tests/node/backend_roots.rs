@@ -5,8 +5,6 @@
 //! allowed roots or not owned by their Volume, are refused by the agent (`InvalidSpec`)
 //! and nothing is mounted or created.
 
-use crate::support;
-
 use std::path::Path;
 use std::time::Duration;
 
@@ -14,8 +12,11 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
+
+use tessera_api::{MountPhase, MountPod, Volume, VolumeAttachment};
+
+use crate::support;
 use support::fixtures::{self, AgentProcess, ControllerProcess, TEST_LABEL, eventually};
-use tessera::api::{MountPhase, MountPod, Volume, VolumeAttachment};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -243,7 +244,7 @@ async fn a_shared_volume_on_a_node_local_root_is_refused() {
     // NodeLocal on the same root: accepted (its VolumeAttachment is made).
     let local = env.volume_name("local");
     let mut vol = fixtures::volume_at(&local, &env.id, "ReadWriteOnce", Path::new(&root), true);
-    vol.spec.backend.scope = tessera::api::BackendScope::NodeLocal;
+    vol.spec.backend.scope = tessera_api::BackendScope::NodeLocal;
     env.create_volume(&vol).await;
     fixtures::delete_volumes(&env.client, std::slice::from_ref(&shared)).await;
     env.cleanup(&[local]).await;

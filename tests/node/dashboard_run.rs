@@ -9,18 +9,19 @@
 //! every 2 s into target/dashboard/data. The run's window and names go to
 //! target/dashboard/run.json for bench/dashboard.py, which queries that data.
 
-use crate::support;
-
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kube::Api;
+
+use tessera_api::VolumeAttachment;
+
+use crate::support;
 use support::csi::{controller, create};
 use support::env::Env;
 use support::fixtures::{self, AgentProcess, ControllerProcess, eventually, free_port};
-use tessera::api::VolumeAttachment;
 
 const WAIT: Duration = Duration::from_secs(60);
 

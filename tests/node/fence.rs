@@ -6,8 +6,6 @@
 //! restarted agent renews again; the Lease marked fenced by the controller revokes
 //! the daemon: its writes fail with EIO.
 
-use crate::support;
-
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,8 +17,11 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::json;
+
+use tessera_api::{MountPhase, MountPod, Volume};
+
+use crate::support;
 use support::fixtures::{self, AgentProcess, TEST_LABEL, eventually};
-use tessera::api::{MountPhase, MountPod, Volume};
 
 const WAIT: Duration = Duration::from_secs(60);
 const RENEW: Duration = Duration::from_millis(300);
@@ -85,7 +86,7 @@ async fn writes_wait_without_renewals_and_fail_once_revoked() {
         .tempdir()
         .unwrap();
     let leases: Api<Lease> = Api::namespaced(env.client.clone(), NAMESPACE);
-    let lease_name = tessera::api::liveness_lease(&node);
+    let lease_name = tessera_api::liveness_lease(&node);
 
     // A Volume, and its MountPod made by hand (no controller runs) asking for a
     // self-fencing daemon.
@@ -216,7 +217,7 @@ async fn writes_wait_without_renewals_and_fail_once_revoked() {
             &lease_name,
             &PatchParams::default(),
             &Patch::Merge(
-                json!({"metadata": {"annotations": {tessera::api::ANNOTATION_FENCED: "true"}}}),
+                json!({"metadata": {"annotations": {tessera_api::ANNOTATION_FENCED: "true"}}}),
             ),
         )
         .await
@@ -245,7 +246,7 @@ async fn writes_wait_without_renewals_and_fail_once_revoked() {
             .metadata
             .annotations
             .unwrap_or_default()
-            .contains_key(tessera::api::ANNOTATION_FENCED),
+            .contains_key(tessera_api::ANNOTATION_FENCED),
         "the agent took the Lease again"
     );
     // Revoked for good, though the node renews again.

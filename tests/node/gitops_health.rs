@@ -5,12 +5,12 @@
 //! shipped Argo CD health script, as `kubectl get -o json` prints them. The
 //! controller's side in every state: tests/controller/gitops_health.rs.
 
-use crate::support;
-
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+
+use crate::support;
 use support::env::AgentEnv;
 use support::fixtures::{self, AgentProcess, TEST_LABEL, eventually};
 
@@ -40,7 +40,7 @@ async fn kstatus_and_argocd_read_real_mounts() {
     // A root outside the allow-list: refused by the controller.
     let refused = e.volume_name("etc");
     let v = fixtures::volume_at(&refused, &e.id, "ReadWriteOnce", Path::new("/etc"), false);
-    kube::Api::<tessera::api::Volume>::all(e.client.clone())
+    kube::Api::<tessera_api::Volume>::all(e.client.clone())
         .create(&Default::default(), &v)
         .await
         .unwrap();
@@ -50,14 +50,14 @@ async fn kstatus_and_argocd_read_real_mounts() {
         ("Volume", ok.clone(), "Current", "Healthy"),
         (
             "MountPod",
-            tessera::api::mountpod_name(&ok, &node),
+            tessera_api::mountpod_name(&ok, &node),
             "Current",
             "Healthy",
         ),
         ("Volume", broken.clone(), "Failed", "Degraded"),
         (
             "MountPod",
-            tessera::api::mountpod_name(&broken, &node),
+            tessera_api::mountpod_name(&broken, &node),
             "Failed",
             "Degraded",
         ),

@@ -8,16 +8,17 @@
 //! over once the holder is back). The longest single write is printed (goal ≤ 1 s; the remount repair's ENOTCONN was the
 //! baseline); the only timing assertion is a generous 10 s bound.
 
-use crate::support;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
+
+use tessera_api::{MountPhase, MountPod};
+
+use crate::support;
 use support::fixtures::{self, AgentProcess, eventually};
-use tessera::api::{MountPhase, MountPod};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -27,7 +28,7 @@ async fn env(prefix: &str) -> Env {
     Env::new(prefix, 1, WAIT).await
 }
 
-fn status(mp: &MountPod) -> tessera::api::MountPodStatus {
+fn status(mp: &MountPod) -> tessera_api::MountPodStatus {
     mp.status.clone().unwrap_or_default()
 }
 
@@ -49,7 +50,7 @@ async fn add_reference(e: &Env, agent: &AgentProcess, volume: &str) -> PathBuf {
     let refs = json!([{"targetPath": target, "owner": "pod/app", "readOnly": false}]);
     Api::<MountPod>::all(e.client.clone())
         .patch(
-            &tessera::api::mountpod_name(volume, &agent.node),
+            &tessera_api::mountpod_name(volume, &agent.node),
             &PatchParams {
                 field_manager: Some("tessera-csi-node".into()),
                 ..Default::default()
@@ -291,7 +292,7 @@ async fn takeover(prefix: &str, case: Case) {
     nix::mount::umount2(&target, nix::mount::MntFlags::MNT_DETACH).unwrap();
     Api::<MountPod>::all(e.client.clone())
         .patch(
-            &tessera::api::mountpod_name(&vol, &agent.node),
+            &tessera_api::mountpod_name(&vol, &agent.node),
             &PatchParams {
                 field_manager: Some("tessera-csi-node".into()),
                 ..Default::default()

@@ -11,17 +11,18 @@
 //! exactly the alert of the ticket left waiting fires. The scrapes and that rule test
 //! are left in `target/monitoring-scrape/` to read.
 
-use crate::support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kube::Api;
+
+use tessera_api::VolumeAttachment;
+
+use crate::support;
 use support::csi::{controller, create};
 use support::env::Env;
 use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
 use support::monitoring::{Scrape, expressions, held_series_test, input_series, metric_names};
-use tessera::api::VolumeAttachment;
 
 const WAIT: Duration = Duration::from_secs(60);
 

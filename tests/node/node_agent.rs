@@ -4,8 +4,6 @@
 //! and kubelet dirs, all in temporary directories) mount them with `tessera mount`.
 //! Volumes keep their data under a temporary backend root.
 
-use crate::support;
-
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,8 +13,11 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use tessera_api::{MountPhase, MountPod, Volume};
+
+use crate::support;
 use support::fixtures::{self, AgentProcess, NodesGuard, eventually};
-use tessera::api::{MountPhase, MountPod, Volume};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -49,7 +50,7 @@ impl Env {
     }
 }
 
-fn status(mp: &MountPod) -> tessera::api::MountPodStatus {
+fn status(mp: &MountPod) -> tessera_api::MountPodStatus {
     mp.status.clone().unwrap_or_default()
 }
 
@@ -105,7 +106,7 @@ async fn set_references(client: &Client, volume: &str, node: &str, references: s
         ..Default::default()
     };
     api.patch(
-        &tessera::api::mountpod_name(volume, node),
+        &tessera_api::mountpod_name(volume, node),
         &params,
         &Patch::Merge(json!({"spec": {"references": references}})),
     )

@@ -7,19 +7,20 @@
 //! filled again. (The whole chain through the sidecars, on real nodes:
 //! tests/pods/snapshots.rs.)
 
-use crate::support;
-
 use std::time::Duration;
 
 use kube::Api;
 use serde_json::json;
+use tonic::Code;
+
+use tessera_api::{DataSource, MountPod, MountTask, Volume};
+use tessera_csi_proto::volume_content_source::{SnapshotSource, Type, VolumeSource};
+use tessera_csi_proto::*;
+
+use crate::support;
 use support::csi::{controller, create};
 use support::fixtures::{self, AgentProcess, eventually};
 use support::tree::tree_sums;
-use tessera::api::{DataSource, MountPod, MountTask, Volume};
-use tessera::csi::proto::volume_content_source::{SnapshotSource, Type, VolumeSource};
-use tessera::csi::proto::*;
-use tonic::Code;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -117,7 +118,7 @@ async fn a_restore_ticket_fills_a_volume_from_a_live_source() {
     )
     .await;
     let mps: Api<MountPod> = Api::all(e.client.clone());
-    let name = tessera::api::mountpod_name(&dst, &node);
+    let name = tessera_api::mountpod_name(&dst, &node);
     eventually(WAIT, "the second fill refused", || async {
         let mp = mps.get_opt(&name).await.ok()??;
         let st = mp.status?;
@@ -189,7 +190,7 @@ async fn snapshot_restore_and_clone_through_the_csi_controller_with_a_real_agent
         .volume
         .unwrap()
         .volume_id;
-    let vas: Api<tessera::api::VolumeAttachment> = Api::all(base.client.clone());
+    let vas: Api<tessera_api::VolumeAttachment> = Api::all(base.client.clone());
     eventually(WAIT, "the source's VolumeAttachment", || async {
         vas.get_opt(&src).await.ok().flatten()
     })

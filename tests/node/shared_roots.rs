@@ -6,15 +6,16 @@
 //! is left there); B's ticket is refused with `BackendNotShared`, nothing is created
 //! in B's directory, and a Warning Event names node B and the root.
 
-use crate::support;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
+
+use tessera_api::{MountPhase, MountPod};
+
+use crate::support;
 use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
-use tessera::api::{MountPhase, MountPod};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -254,7 +255,7 @@ async fn a_node_without_the_shared_root_serves_node_local_volumes_and_refuses_sh
         .unwrap();
     let local = env.volume_name("local");
     let mut lv = fixtures::volume_at(&local, &env.id, "ReadWriteOnce", local_dir.path(), true);
-    lv.spec.backend.scope = tessera::api::BackendScope::NodeLocal;
+    lv.spec.backend.scope = tessera_api::BackendScope::NodeLocal;
     let local = env.create_volume(&lv).await;
     env.attach(&local, "manual-b", "manual", &b.node).await;
     // (B's mount is in B's mount namespace: the test sees its data directory.)

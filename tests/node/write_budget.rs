@@ -6,15 +6,16 @@
 //! API server's own count of writes to Tessera's kinds and Events is printed beside
 //! (it includes whatever else runs on the cluster meanwhile).
 
-use crate::support;
-
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 use serde_json::json;
+
+use tessera_api::MountPhase;
+
+use crate::support;
 use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
-use tessera::api::MountPhase;
 
 const WARM_UP: Duration = Duration::from_secs(30);
 const WINDOW: Duration = Duration::from_secs(60);

@@ -13,7 +13,7 @@
 //! the backend's quirks (GlusterFS turns a flock into a POSIX lock, so a flock and an
 //! fcntl lock conflict there, which they never do on one Linux kernel).
 
-use tessera::api::{self, MountPod};
+use tessera_api::{self as api, MountPod};
 
 use super::*;
 

@@ -12,13 +12,14 @@
 //!  Pod on B: the idle mount on A yields at once ─▶ deleted ─▶ after the delay: gone
 //! ```
 
-use tessera::api::{self, AccessMode, AttacherType, MountPod, VolumeAttachment as Tickets};
-use tessera::csi::proto::node_client::NodeClient;
-use tessera::csi::proto::volume_capability::{
+use tonic::transport::Endpoint;
+
+use tessera_api::{self as api, AccessMode, AttacherType, MountPod, VolumeAttachment as Tickets};
+use tessera_csi_proto::node_client::NodeClient;
+use tessera_csi_proto::volume_capability::{
     AccessMode as CsiAccessMode, AccessType, MountVolume, access_mode,
 };
-use tessera::csi::proto::{NodePublishVolumeRequest, VolumeCapability};
-use tonic::transport::Endpoint;
+use tessera_csi_proto::{NodePublishVolumeRequest, VolumeCapability};
 
 use super::*;
 

@@ -13,8 +13,8 @@
 //! mounts, and a case's start and end: [`begin`], [`Case::finish`]) serve
 //! `upgrade.rs` too.
 
-use tessera::api::MountPod;
-use tessera::node::pods::spec::pod_name;
+use tessera_api::MountPod;
+use tessera_node::pods::spec::pod_name;
 
 use super::writer;
 use super::*;
@@ -240,7 +240,7 @@ async fn kill_case(agent_first: bool) {
     };
     let c = begin(&client, prefix).await;
     let (ns, node, vol, data, uid, pid) = (&c.ns, &c.node, &c.vol, &c.data, &c.uid, c.pid);
-    let mp_name = tessera::api::mountpod_name(vol, node);
+    let mp_name = tessera_api::mountpod_name(vol, node);
     let mps: Api<MountPod> = Api::all(client.clone());
     let restarts = |m: MountPod| m.status.map(|s| s.restarts).unwrap_or(0);
     let restarts_before = restarts(mps.get(&mp_name).await.unwrap());

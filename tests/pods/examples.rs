@@ -15,7 +15,8 @@
 //! must find its data, not an empty directory on another node.
 
 use k8s_openapi::api::core::v1::{PersistentVolume, Pod};
-use tessera::api;
+
+use tessera_api as api;
 
 use super::*;
 

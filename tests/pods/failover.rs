@@ -191,7 +191,7 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
     let volume_off = tessera_volume(&client, &pv_off).await;
     assert_eq!(
         volume.spec.node_failover,
-        Some(tessera::api::NodeFailover::Fenced)
+        Some(tessera_api::NodeFailover::Fenced)
     );
     let file = backend_dir(&nodes, &volume).join("records");
     let nodes_dir = cluster_dir().join("nodes");
@@ -479,8 +479,8 @@ async fn storm_moved(
             s.pod
         );
     }
-    let tickets: Api<tessera::api::VolumeAttachment> = Api::all(client.clone());
-    let mountpods: Api<tessera::api::MountPod> = Api::all(client.clone());
+    let tickets: Api<tessera_api::VolumeAttachment> = Api::all(client.clone());
+    let mountpods: Api<tessera_api::MountPod> = Api::all(client.clone());
     let all_mountpods = mountpods.list(&ListParams::default()).await.unwrap().items;
     let seen = watch.seen();
     for s in stormers {
@@ -659,15 +659,13 @@ async fn a_partitioned_node_fences_itself_before_its_volume_moves() {
     assert!(after > before, "B writes on");
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(client.clone(), "tessera-system");
-    let lease = tessera::api::liveness_lease(&a);
+    let lease = tessera_api::liveness_lease(&a);
     eventually(
         WAIT,
         "A's agent holding its Lease again, unmarked",
         || async {
             let l = leases.get(&lease).await.ok()?;
-            (!l.annotations()
-                .contains_key(tessera::api::ANNOTATION_FENCED))
-            .then_some(())
+            (!l.annotations().contains_key(tessera_api::ANNOTATION_FENCED)).then_some(())
         },
     )
     .await;

@@ -13,9 +13,10 @@
 //! ```
 
 use k8s_openapi::api::core::v1::Event;
-use tessera::api::LABEL_INLINE;
-use tessera::api::{self, AttacherType, MountPod, VolumeAttachment as Tickets};
-use tessera::csi::node::ephemeral::inline_volume_name;
+
+use tessera_api::LABEL_INLINE;
+use tessera_api::inline_volume_name;
+use tessera_api::{self as api, AttacherType, MountPod, VolumeAttachment as Tickets};
 
 use super::*;
 

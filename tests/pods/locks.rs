@@ -22,7 +22,8 @@
 //! comparator.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use tessera::api::{self, MountPod};
+
+use tessera_api::{self as api, MountPod};
 
 use super::*;
 use crate::support::sqlite;

@@ -14,7 +14,8 @@ use std::os::unix::fs::MetadataExt;
 
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::api::{Patch, PatchParams};
-use tessera::api::{self, MountPod};
+
+use tessera_api::{self as api, MountPod};
 
 use super::*;
 

@@ -28,8 +28,9 @@
 use std::fs::ReadDir;
 
 use k8s_openapi::api::events::v1::Event;
-use tessera::api::{self, MountPod};
-use tessera::node::pods::spec::pod_name;
+
+use tessera_api::{self as api, MountPod};
+use tessera_node::pods::spec::pod_name;
 
 use super::daemon_kill::{daemon_pid, mount_pod};
 use super::*;

@@ -15,7 +15,8 @@
 
 use k8s_openapi::api::core::v1::{Event, PersistentVolume};
 use k8s_openapi::api::storage::v1::CSIStorageCapacity;
-use tessera::api::{TOPOLOGY_ROOT_SERVED, root_topology_key};
+
+use tessera_api::{TOPOLOGY_ROOT_SERVED, root_topology_key};
 
 use super::*;
 
@@ -34,7 +35,7 @@ fn first_and_other() -> (String, String) {
 fn class(name: &str, binding: &str) -> StorageClass {
     serde_json::from_value(json!({
         "metadata": {"name": name},
-        "provisioner": tessera::api::CSI_DRIVER_NAME,
+        "provisioner": tessera_api::CSI_DRIVER_NAME,
         "parameters": {"backendRoot": PARTIAL_ROOT, "scope": "Shared"},
         "reclaimPolicy": "Delete",
         "volumeBindingMode": binding,
@@ -221,10 +222,10 @@ async fn capacity_places_wait_for_first_consumer_claims_where_they_fit() {
                 .node_topology
                 .and_then(|t| t.match_labels)
                 .unwrap_or_default();
-            let node = labels.get(tessera::api::TOPOLOGY_NODE_KEY)?.clone();
+            let node = labels.get(tessera_api::TOPOLOGY_NODE_KEY)?.clone();
             let bytes = c
                 .capacity
-                .and_then(|q| tessera::api::quantity_bytes(&q.0).ok())
+                .and_then(|q| tessera_api::quantity_bytes(&q.0).ok())
                 .unwrap_or(0);
             per_node.insert(node, bytes);
         }

@@ -22,7 +22,8 @@
 //! rollout, not a protocol change between two binaries (tests/upgrade/README.md).
 
 use k8s_openapi::api::core::v1::Event;
-use tessera::api::MountPod;
+
+use tessera_api::MountPod;
 
 use super::daemon_kill::{Case, NS, begin};
 use super::writer;
@@ -86,7 +87,7 @@ fn image_of(p: &Pod) -> String {
 /// handoff, the app still writing. Returns the `Upgraded` Event's note.
 async fn mount_upgraded(client: &Client, c: &Case, old: &str, new: &str) -> String {
     let mps: Api<MountPod> = Api::all(client.clone());
-    let mp_name = tessera::api::mountpod_name(&c.vol, &c.node);
+    let mp_name = tessera_api::mountpod_name(&c.vol, &c.node);
     let mp = eventually(WAIT, "the MountPod on the new image", || async {
         writer::fail_if_failed(client, &c.ns, "app", "during the upgrade").await;
         let mp = mps.get(&mp_name).await.ok()?;

@@ -5,8 +5,8 @@
 //! after, the app's container never restarts, no write fails, and every record is in
 //! the backend, in order.
 
-use tessera::api::MountPod;
-use tessera::node::pods::spec::pod_name;
+use tessera_api::MountPod;
+use tessera_node::pods::spec::pod_name;
 
 use super::writer;
 use super::*;
@@ -39,7 +39,7 @@ async fn an_agent_rollout_restart_breaks_no_write() {
     writer::start(&client, &ns, "app", &node, "data").await;
     writer::wait_records(&data, 20).await;
     let before = mount_pod_uid(&client, &volume.name_any(), &node).await;
-    let mp_name = tessera::api::mountpod_name(&volume.name_any(), &node);
+    let mp_name = tessera_api::mountpod_name(&volume.name_any(), &node);
     let mps: Api<MountPod> = Api::all(client.clone());
     let restarts = |m: MountPod| m.status.map(|s| s.restarts).unwrap_or(0);
     let restarts_before = restarts(mps.get(&mp_name).await.unwrap());

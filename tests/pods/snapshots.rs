@@ -143,7 +143,7 @@ async fn a_snapshot_restores_and_a_clone_copies_a_known_tree() {
     let snap_dir = backend_dir(&c.nodes, &snap);
     assert_eq!(tree_sums(&snap_dir), want, "the snapshot's data");
     // The tickets are gone once the copy is done.
-    let tva: Api<tessera::api::VolumeAttachment> = Api::all(client.clone());
+    let tva: Api<tessera_api::VolumeAttachment> = Api::all(client.clone());
     let left = tva
         .get(&c.volume.name_any())
         .await

@@ -10,8 +10,9 @@
 //! every record is in the backend, in order; the MountPod says `Upgraded`.
 
 use k8s_openapi::api::core::v1::Event;
-use tessera::api::MountPod;
-use tessera::node::pods::spec::{pod_name, standby_name};
+
+use tessera_api::MountPod;
+use tessera_node::pods::spec::{pod_name, standby_name};
 
 use super::daemon_kill::{NS, begin, daemon_pid};
 use super::writer;
@@ -108,7 +109,7 @@ async fn a_mount_image_upgrade_breaks_no_write() {
     let new = format!("{old}-upgrade");
     // The successor starts beside it, as a standby, under the other name.
     let standby = standby_name(vol, node, &new);
-    let mp_name = tessera::api::mountpod_name(vol, node);
+    let mp_name = tessera_api::mountpod_name(vol, node);
     let mps: Api<MountPod> = Api::all(client.clone());
     let restarts = |m: &MountPod| m.status.as_ref().map(|s| s.restarts).unwrap_or(0);
     let restarts_before = restarts(&mps.get(&mp_name).await.unwrap());

@@ -287,7 +287,7 @@ pub fn processes_under(subcommand: &str, flag: &str, root: &std::path::Path) -> 
 pub fn detach_mounts_under(roots: &[std::path::PathBuf]) {
     for _ in 0..4 {
         let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let mut points: Vec<std::path::PathBuf> = tessera::host::mounts::parse_mountinfo(&table)
+        let mut points: Vec<std::path::PathBuf> = tessera_host::mounts::parse_mountinfo(&table)
             .into_iter()
             .map(|m| m.mount_point)
             .filter(|p| roots.iter().any(|r| p.starts_with(r)))
@@ -303,9 +303,9 @@ pub fn detach_mounts_under(roots: &[std::path::PathBuf]) {
 }
 
 /// The mounts (from `/proc/self/mountinfo`) at `path`, bottom first.
-pub fn mounts_at(path: &std::path::Path) -> Vec<tessera::host::mounts::MountInfo> {
+pub fn mounts_at(path: &std::path::Path) -> Vec<tessera_host::mounts::MountInfo> {
     let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    tessera::host::mounts::parse_mountinfo(&table)
+    tessera_host::mounts::parse_mountinfo(&table)
         .into_iter()
         .filter(|m| m.mount_point == path)
         .collect()

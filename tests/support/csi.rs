@@ -6,13 +6,14 @@
 use std::path::Path;
 use std::time::Duration;
 
-use tessera::csi::proto::controller_client::ControllerClient;
-use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
-use tessera::csi::proto::volume_content_source::Type;
-use tessera::csi::proto::{
+use tonic::transport::{Channel, Endpoint};
+
+use tessera_csi_proto::controller_client::ControllerClient;
+use tessera_csi_proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use tessera_csi_proto::volume_content_source::Type;
+use tessera_csi_proto::{
     CapacityRange, CreateVolumeRequest, VolumeCapability, VolumeContentSource,
 };
-use tonic::transport::{Channel, Endpoint};
 
 use super::fixtures::eventually;
 

@@ -11,7 +11,8 @@ use std::time::Duration;
 use kube::Client;
 use kube::api::Api;
 use serde_json::json;
-use tessera::api::{MountPhase, MountPod, Volume};
+
+use tessera_api::{MountPhase, MountPod, Volume};
 
 use super::fixtures::{self, TicketState, eventually};
 

@@ -14,7 +14,8 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tessera::api::{MountPod, MountTask, Volume, VolumeAttachment};
+
+use tessera_api::{MountPod, MountTask, Volume, VolumeAttachment};
 
 /// The label every object of one test carries.
 pub const TEST_LABEL: &str = "tessera.io/test";
@@ -382,7 +383,7 @@ impl FakeAgent {
             // The controller's own short backoff, and errors skipped: it keeps serving
             // across an API server restart.
             let mut stream = watcher(api.clone(), wc)
-                .backoff(tessera::runtime::backoff::ShortBackoff::default())
+                .backoff(tessera_runtime::backoff::ShortBackoff::default())
                 .applied_objects()
                 .boxed();
             while let Some(res) = stream.next().await {
@@ -394,13 +395,10 @@ impl FakeAgent {
                     // Unmounted: let it go, as the agent does (the controller sets the
                     // agent's finalizer where a CSINode lists the driver).
                     let finalizers = mp.finalizers();
-                    if finalizers
-                        .iter()
-                        .any(|f| f == tessera::api::MOUNT_FINALIZER)
-                    {
+                    if finalizers.iter().any(|f| f == tessera_api::MOUNT_FINALIZER) {
                         let rest: Vec<&String> = finalizers
                             .iter()
-                            .filter(|f| *f != tessera::api::MOUNT_FINALIZER)
+                            .filter(|f| *f != tessera_api::MOUNT_FINALIZER)
                             .collect();
                         let patch = json!({"metadata": {"finalizers": rest}});
                         let (api, name) = (api.clone(), mp.name_any());
@@ -434,7 +432,7 @@ impl FakeAgent {
                 let applied = if fail {
                     serde_json::Value::Null
                 } else {
-                    json!(tessera::api::AppliedSettings::of(&mp.spec))
+                    json!(tessera_api::AppliedSettings::of(&mp.spec))
                 };
                 let patch = json!({"status": {
                     "phase": phase, "observedGeneration": mp.metadata.generation,
@@ -561,7 +559,7 @@ pub async fn create_csinodes(client: &Client, test_id: &str, names: &[String]) {
         let csinode = serde_json::from_value(json!({
             "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
             "metadata": {"name": name, "labels": {TEST_LABEL: test_id}},
-            "spec": {"drivers": [{"name": tessera::api::CSI_DRIVER_NAME, "nodeID": name}]},
+            "spec": {"drivers": [{"name": tessera_api::CSI_DRIVER_NAME, "nodeID": name}]},
         }))
         .unwrap();
         create_if_absent(&api, &csinode, &format!("CSINode {name}")).await;
@@ -579,7 +577,7 @@ pub async fn delete_csinodes(client: &Client, names: &[String]) {
 /// The MountPod of `volume` on `node`, if any.
 pub async fn mountpod_on(client: &Client, volume: &str, node: &str) -> Option<MountPod> {
     let api: Api<MountPod> = Api::all(client.clone());
-    api.get_opt(&tessera::api::mountpod_name(volume, node))
+    api.get_opt(&tessera_api::mountpod_name(volume, node))
         .await
         .unwrap()
 }
@@ -589,7 +587,7 @@ pub async fn mountpod_on(client: &Client, volume: &str, node: &str) -> Option<Mo
 /// not being deleted (its mount may still be starting: NodePublish waits for it).
 pub async fn publish_granted(client: &Client, va: &VolumeAttachment, node: &str) -> bool {
     let volume = va.spec.volume.as_str();
-    let ticket = tessera::csi::csi_ticket_id(volume, node);
+    let ticket = tessera_csi::csi_ticket_id(volume, node);
     if !va.spec.attachment_tickets.contains_key(&ticket) {
         return false;
     }

@@ -30,7 +30,8 @@ use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use tessera::api::{MountPod, VolumeAttachment};
+
+use tessera_api::{MountPod, VolumeAttachment};
 
 use super::fixtures::TEST_LABEL;
 
@@ -197,7 +198,7 @@ async fn watch_mountpods(
     let mut replay = Replay::new();
     let mut announced = false;
     let mut stream = watcher(api, wc)
-        .backoff(tessera::runtime::backoff::ShortBackoff::default())
+        .backoff(tessera_runtime::backoff::ShortBackoff::default())
         .boxed();
     while let Some(ev) = stream.next().await {
         let Ok(ev) = ev else {
@@ -262,7 +263,7 @@ async fn watch_attachments(
     // Tickets satisfied at the last state: (volume, ticket) → generation.
     let mut satisfied: BTreeMap<(String, String), i64> = BTreeMap::new();
     let mut stream = watcher(api, wc)
-        .backoff(tessera::runtime::backoff::ShortBackoff::default())
+        .backoff(tessera_runtime::backoff::ShortBackoff::default())
         .boxed();
     while let Some(ev) = stream.next().await {
         let Ok(ev) = ev else {
@@ -357,7 +358,7 @@ impl MountPoller {
             while !s.load(Ordering::Relaxed) {
                 let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
                 let mut on: BTreeMap<String, usize> = BTreeMap::new();
-                for m in tessera::host::mounts::parse_mountinfo(&table) {
+                for m in tessera_host::mounts::parse_mountinfo(&table) {
                     if !m.fs_type.starts_with("fuse") {
                         continue;
                     }

@@ -15,6 +15,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+use crate::names::inline_ticket_id;
+
 /// Spec of a VolumeAttachment: the tickets.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
@@ -503,6 +505,17 @@ impl VolumeAttachment {
             .max()
             .map_or(0, |g| g.saturating_add(1))
     }
+}
+
+/// The `csi-ephemeral` ticket of an inline volume on `node`.
+pub fn inline_ticket(volume: &str, node: &str, read_only: bool) -> AttachmentTicket {
+    let mut t = AttachmentTicket::new(
+        inline_ticket_id(volume, node),
+        AttacherType::CsiEphemeral,
+        node,
+    );
+    t.parameters = [("readOnly".to_string(), read_only.to_string())].into();
+    t
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
 /// Sizes are Kubernetes quantities of bytes, read and written as `tessera_text` does.
 pub use tessera_text::quantity::{QuantityError, quantity_bytes, quantity_of};
 

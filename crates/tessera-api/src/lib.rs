@@ -31,15 +31,15 @@ mod resources;
 pub mod tickets;
 mod volume;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
 pub use attachment::*;
 pub use common::*;
 pub use mountpod::*;
 pub use names::*;
 pub use resources::*;
 pub use volume::*;
-
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::CustomResourceExt;
 
 /// The CRDs of every Tessera kind, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {

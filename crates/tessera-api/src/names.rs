@@ -4,6 +4,8 @@
 //! component reads another's marks by the same constant (and `kubectl` users can find
 //! them all in one place: docs/troubleshooting.md lists what each means).
 
+use sha2::{Digest, Sha256};
+
 /// API group of every Tessera resource.
 pub const GROUP: &str = "tessera.io";
 /// API version of every Tessera resource.
@@ -184,6 +186,19 @@ pub const CONDITION_FENCED: &str = "Fenced";
 
 /// Id of the ticket that removes a deleted volume's data.
 pub const CLEANUP_TICKET: &str = "cleanup-data";
+
+/// The Volume of the inline volume `volume_name` of Pod `pod_uid`: `inline-` and 40
+/// hex digits of a hash of both (47 characters, whatever their lengths).
+pub fn inline_volume_name(pod_uid: &str, volume_name: &str) -> String {
+    let digest = Sha256::digest(format!("{pod_uid}/{volume_name}").as_bytes());
+    format!("inline-{}", &hex::encode(digest)[..40])
+}
+
+/// The id of the `csi-ephemeral` ticket of `volume` on `node`.
+pub fn inline_ticket_id(volume: &str, node: &str) -> String {
+    let digest = Sha256::digest(format!("{volume}{}{node}", CSI_DRIVER_NAME).as_bytes());
+    format!("inline-{}", hex::encode(digest))
+}
 
 #[cfg(test)]
 mod tests {

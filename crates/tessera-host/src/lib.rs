@@ -16,5 +16,11 @@ pub mod beneath;
 pub mod copy;
 pub mod mounts;
 pub mod paths;
+pub mod preflight;
 pub mod roots;
 pub mod shared;
+
+/// Tessera's own directory on the node (the DaemonSet's `tessera-dir`, created by
+/// the kubelet): a NodeLocal root beneath it, such as the default
+/// `/var/lib/tessera/volumes`, is created at start on a fresh node.
+pub const TESSERA_DIR: &str = "/var/lib/tessera";

@@ -2,7 +2,7 @@
 //! this binary as `kubectl-tessera` on PATH).
 //!
 //! This file is the command line and the output; `read` does the API reads and fills
-//! the plain structures of `tessera::plugin`, whose pure functions render and judge.
+//! the plain structures of `tessera_plugin`, whose pure functions render and judge.
 
 mod pods;
 mod preflight;
@@ -13,8 +13,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tessera::plugin::preflight::{Scope, parse_root};
-use tessera::plugin::{doctor, mounts, status, tickets};
+
+use tessera_plugin::preflight::{Scope, parse_root};
+use tessera_plugin::{doctor, mounts, status, tickets};
 
 /// kubectl tessera: what a Tessera volume waits for, and whether the install is healthy.
 #[derive(Parser, Debug)]
@@ -138,20 +139,11 @@ enum Command {
     },
 }
 
-/// `90s`, `5m`, `1h`, `2d` or plain seconds, in seconds.
+/// A duration argument in whole seconds, in the grammar of every Tessera duration
+/// ([`tessera_text::duration`]: `90`, `90s`, `5m`, `1h30m`, `2d`).
 fn parse_duration(s: &str) -> Result<i64, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: i64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 90s, 5m or 1h"))?;
-    let mult = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(format!("{s:?}: unit must be s, m, h or d")),
-    };
-    Ok(n * mult)
+    let d = tessera_text::duration::parse(s).map_err(|e| e.to_string())?;
+    i64::try_from(d.as_secs()).map_err(|_| format!("{s:?} is too long"))
 }
 
 /// Where kubectl would send us, and the namespace it would use when not told.
@@ -245,7 +237,7 @@ fn pod_text(
         out.push_str(&format!("── Pod {namespace}/{name}, volume {}\n", v.volume));
         match &v.report {
             Some(r) => {
-                for l in tessera::plugin::pods::serving(r, &v.node, uid) {
+                for l in tessera_plugin::pods::serving(r, &v.node, uid) {
                     out.push_str(&l);
                     out.push('\n');
                 }
@@ -310,7 +302,7 @@ async fn run(cli: Cli) -> Result<ExitCode, read::Error> {
                 Output::Json => print!("{}", json(&rows)),
                 Output::Text => print!(
                     "{}",
-                    tessera::plugin::pods::render(&rows, cli.all_namespaces, width)
+                    tessera_plugin::pods::render(&rows, cli.all_namespaces, width)
                 ),
             }
             Ok(ExitCode::SUCCESS)
@@ -341,7 +333,7 @@ async fn run(cli: Cli) -> Result<ExitCode, read::Error> {
             };
             let g = preflight::gather(&client, &opts).await?;
             let mut findings = g.failures;
-            findings.extend(tessera::plugin::preflight::diagnose(
+            findings.extend(tessera_plugin::preflight::diagnose(
                 &g.facts,
                 &g.sightings,
                 &g.roots,
@@ -401,7 +393,7 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("kubectl tessera: {}", tessera::runtime::error_chain(&e));
+            eprintln!("kubectl tessera: {}", tessera_runtime::error_chain(&e));
             ExitCode::from(2)
         }
     }
@@ -419,10 +411,12 @@ mod tests {
             ("5m", Ok(300)),
             ("1h", Ok(3600)),
             ("2d", Ok(172_800)),
+            ("1h30m", Ok(5400)),
+            ("1.5h", Ok(5400)),
         ] {
             assert_eq!(parse_duration(s), want, "{s}");
         }
-        for bad in ["", "m", "5x", "1.5h", "-3s"] {
+        for bad in ["", "m", "5x", "-3s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }

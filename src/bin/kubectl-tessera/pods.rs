@@ -1,5 +1,5 @@
 //! The reads of `status pod/NAME` and `pods`: a Pod's volumes through their claims
-//! and PVs to their Tessera Volumes and MountPods, into `tessera::plugin::pods` and
+//! and PVs to their Tessera Volumes and MountPods, into `tessera_plugin::pods` and
 //! `status` structures. No judgement here.
 
 use std::collections::BTreeSet;
@@ -8,8 +8,9 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
-use tessera::api::CSI_DRIVER_NAME;
-use tessera::plugin::{pods, status};
+
+use tessera_api::CSI_DRIVER_NAME;
+use tessera_plugin::{pods, status};
 
 use crate::read::{Ctx, Error, LogLimits, Target, mountpods, status};
 

@@ -1,6 +1,6 @@
 //! `kubectl tessera preflight`: one Pod per node, in rounds, each running `tessera
-//! preflight …` and printing one JSON line (`tessera::node::preflight`); the judgement
-//! is `tessera::plugin::preflight`'s. Rounds: `check` (read the host through a
+//! preflight …` and printing one JSON line (`tessera_host::preflight`); the judgement
+//! is `tessera_plugin::preflight`'s. Rounds: `check` (read the host through a
 //! read-only mount of its `/`), then, for roots on at least two nodes, `mark`, `look`
 //! and `unmark` with each root mounted writable (hostPath type Directory). Every Pod
 //! is deleted when its round ends; a Pod that does not run is a finding.
@@ -13,8 +13,10 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, DeleteParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tessera::plugin::doctor::Finding;
-use tessera::plugin::preflight::{NodeFacts, Scope, Sightings};
+
+use tessera_host::preflight::{NodeFacts, Sightings};
+use tessera_plugin::doctor::Finding;
+use tessera_plugin::preflight::Scope;
 
 use crate::read::{Ctx, Error, list_params};
 
@@ -175,7 +177,7 @@ async fn roots(client: &Client, o: &Options) -> Result<BTreeMap<String, Scope>, 
     Ok(cm
         .and_then(|c| c.data)
         .and_then(|d| d.get("backend-roots").cloned())
-        .map(|t| tessera::plugin::preflight::roots_of_file(&t))
+        .map(|t| tessera_plugin::preflight::roots_of_file(&t))
         .unwrap_or_else(|| {
             SHIPPED_ROOTS
                 .iter()

@@ -1,5 +1,5 @@
 //! The plugin's reads: from the API server into the plain structures of
-//! `tessera::plugin` (status report, ticket rows, doctor inventory). No judgement here.
+//! `tessera_plugin` (status report, ticket rows, doctor inventory). No judgement here.
 
 use std::collections::BTreeSet;
 
@@ -12,11 +12,12 @@ use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment as StorageVA};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, LogParams};
 use kube::{Client, Resource, ResourceExt};
-use tessera::api::{
-    self, CSI_DRIVER_NAME, LABEL_VOLUME, MOUNT_POD_COMPONENT, MOUNT_POD_CONTAINER, MountPod,
+
+use tessera_api::{
+    self as api, CSI_DRIVER_NAME, LABEL_VOLUME, MOUNT_POD_COMPONENT, MOUNT_POD_CONTAINER, MountPod,
     Volume, VolumeAttachment, VolumeState,
 };
-use tessera::plugin::{doctor, status, tickets};
+use tessera_plugin::{doctor, status, tickets};
 
 /// Why the plugin could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -275,7 +276,7 @@ pub async fn status(
                 .push(agent_log(client, tns, p, &name, logs).await);
         }
         let lease = Api::<Lease>::namespaced(client.clone(), tns)
-            .get_opt(&tessera::api::liveness_lease(&node))
+            .get_opt(&tessera_api::liveness_lease(&node))
             .await
             .ctx(|| format!("reading the liveness Lease of {node}"))?;
         report.agents.push(status::Agent {
@@ -294,9 +295,7 @@ pub async fn status(
 /// What a liveness Lease says (its renewTime against this machine's clock: shown,
 /// never decided on).
 fn node_lease(l: &Lease) -> status::NodeLease {
-    if l.annotations()
-        .contains_key(tessera::api::ANNOTATION_FENCED)
-    {
+    if l.annotations().contains_key(tessera_api::ANNOTATION_FENCED) {
         return status::NodeLease::Fenced;
     }
     let spec = l.spec.clone().unwrap_or_default();
@@ -364,7 +363,7 @@ async fn agent_log(
             node,
             source: format!(
                 "agent Pod {tns}/{name}: log not readable: {}",
-                tessera::runtime::error_chain(&e)
+                tessera_runtime::error_chain(&e)
             ),
             lines: vec![],
         },

@@ -2,8 +2,6 @@
 //! agent's socket, with kubelet's paths and `Node.status.volumesInUse`), and the data
 //! it writes through a volume and checks on another node.
 
-use crate::support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -15,19 +13,21 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use support::fixtures::{self, AgentProcess, eventually};
-use tessera::api::CSI_DRIVER_NAME;
-use tessera::csi::csi_ticket_id;
-use tessera::csi::proto::node_client::NodeClient;
-use tessera::csi::proto::node_service_capability;
-use tessera::csi::proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
-use tessera::csi::proto::{
+use tonic::transport::{Channel, Endpoint};
+
+use tessera_api::CSI_DRIVER_NAME;
+use tessera_csi::csi_ticket_id;
+use tessera_csi_proto::node_client::NodeClient;
+use tessera_csi_proto::node_service_capability;
+use tessera_csi_proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+use tessera_csi_proto::{
     NodeGetCapabilitiesRequest, NodePublishVolumeRequest, NodeStageVolumeRequest,
     NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
 };
-use tonic::transport::{Channel, Endpoint};
 
 use super::BIG;
+use crate::support;
+use support::fixtures::{self, AgentProcess, eventually};
 
 // ---------------------------------------------------------------------------------
 // The test's kubelet.

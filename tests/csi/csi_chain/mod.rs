@@ -25,8 +25,6 @@
 //! runs of this test against one cluster would fight over each other's PVCs, so a run
 //! holds a Lease (`default/tessera-csi-chain`) while its sidecars run.
 
-use crate::support;
-
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -39,11 +37,14 @@ use k8s_openapi::api::storage::v1::{
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+use tessera_api::{CSI_DRIVER_NAME, Volume};
+use tessera_csi::csi_ticket_id;
+use tessera_csi_proto::NodeGetInfoRequest;
+
+use crate::support;
 use support::env::Env;
 use support::fixtures::{self, AgentProcess, ControllerProcess, TEST_LABEL, eventually};
-use tessera::api::{CSI_DRIVER_NAME, Volume};
-use tessera::csi::csi_ticket_id;
-use tessera::csi::proto::NodeGetInfoRequest;
 
 mod kubelet;
 mod processes;
@@ -447,7 +448,7 @@ impl Chain {
         if let Ok(list) = vols.list(&lp).await {
             delete_unfinalized(&vols, list.iter().map(|v| v.name_any()).collect()).await;
         }
-        let mps: Api<tessera::api::MountPod> = Api::all(self.client.clone());
+        let mps: Api<tessera_api::MountPod> = Api::all(self.client.clone());
         if let Ok(list) = mps.list(&lp).await {
             delete_unfinalized(&mps, list.iter().map(|v| v.name_any()).collect()).await;
         }
@@ -685,7 +686,7 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
         // collection; their finalizer is the agents', so wait before the agents stop.
         eventually(WAIT, "no MountPod of the test's volumes left", || async {
             let lp = ListParams::default().labels(&format!("{TEST_LABEL}={}", chain.id));
-            let left = Api::<tessera::api::MountPod>::all(client.clone())
+            let left = Api::<tessera_api::MountPod>::all(client.clone())
                 .list(&lp)
                 .await
                 .ok()?;

@@ -2,8 +2,6 @@
 //! child processes killed on drop, and the Lease that keeps two runs of the test from
 //! sharing the sidecars' view of the cluster.
 
-use crate::support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,9 +10,10 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use support::fixtures;
 
 use super::LOCK_LEASE;
+use crate::support;
+use support::fixtures;
 
 // ---------------------------------------------------------------------------------
 // Processes and the lock.

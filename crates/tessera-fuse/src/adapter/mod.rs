@@ -55,6 +55,7 @@ const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
 use self::backing::Backing;
+
 pub use self::backing::BackingAdopter;
 pub use self::coherence::is_local_fs;
 pub use self::live_ttl::LiveTtl;

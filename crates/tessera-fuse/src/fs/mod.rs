@@ -66,6 +66,12 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use self::handles::HandleTable;
+use self::inodes::{Inode, InodeFd, InodeTable};
+use super::quota::{Enforcement, Mode};
+use super::sys::{self, Op};
+use super::usage::Usage;
+
 pub use self::error::{FsError, Result};
 pub use self::fhandle::FileHandle;
 pub use self::handles::Handle;
@@ -79,12 +85,6 @@ pub use self::types::{
     Attr, Caller, DirEntry, FileKind, IoMode, NodeId, Opened, Options, ROOT_ID, SetAttr, SetTime,
     StatFs, Stats, WriteReq, Xattr,
 };
-
-use self::handles::HandleTable;
-use self::inodes::{Inode, InodeFd, InodeTable};
-use super::quota::{Enforcement, Mode};
-use super::sys::{self, Op};
-use super::usage::Usage;
 
 /// At most this many cached descriptors of hot inodes (fewer under a low
 /// `RLIMIT_NOFILE`).

@@ -21,7 +21,6 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::*;
 use crate::{AccessMode, AttacherType as T, AttachmentTicket, TicketReason as R};
-
 use AccessMode::{
     ReadOnlyMany as ROX, ReadWriteMany as RWX, ReadWriteOnce as RWO, ReadWriteOncePod as RWOP,
 };
