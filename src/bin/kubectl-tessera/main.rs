@@ -191,15 +191,9 @@ fn terminal_width() -> Option<usize> {
     if !std::io::stdout().is_terminal() {
         return None;
     }
-    let mut ws = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes one `winsize` into the struct we own.
-    let rc = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
-    (rc == 0 && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
+    terminal_size::terminal_size_of(std::io::stdout())
+        .map(|(terminal_size::Width(w), _)| usize::from(w))
+        .filter(|w| *w > 0)
 }
 
 /// 1 when a finding is a problem (doctor, preflight), else 0.
