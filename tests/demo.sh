@@ -55,7 +55,7 @@ bash tests/harness/build.sh 2>&1 | sed -u 's/^/   /'
 
 step "Starting the control plane and two real nodes"
 trap 'teardown; exit 130' INT TERM
-# (KEEP_CLUSTER=1 with ONCE=1: leave the nodes and Tessera running, for tests/pods.rs)
+# (KEEP_CLUSTER=1 with ONCE=1: leave the nodes and Tessera running, for tests/pods/)
 if [[ "${ONCE:-}" == 1 && "${KEEP_CLUSTER:-}" != 1 ]]; then trap teardown EXIT; fi
 # A previous run cut short leaves its cluster behind: start clean.
 bash tests/harness/cluster.sh down >/dev/null 2>&1 || true

@@ -3,7 +3,7 @@
 # started first and stopped at the end; then two real nodes (kubelet, containerd, runc)
 # with a control plane of their own (target/nodes-cluster) run the demo (`make demo
 # ONCE=1`: Tessera deployed from config/, a Pod moved between nodes), the real-Pod
-# tests (tests/pods.rs, #[ignore]d elsewhere) and the Helm install
+# tests (tests/pods/, #[ignore]d elsewhere) and the Helm install
 # (tests/harness/helm.sh test: Tessera's image built from the Containerfile, pushed
 # to the harness registry and pulled with a pull Secret), and are stopped. With KUBECONFIG the
 # cargo tests run against that cluster and nothing is started or stopped.

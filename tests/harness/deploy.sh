@@ -8,7 +8,7 @@
 #     there is no kube-proxy, so the `kubernetes` Service's ClusterIP leads nowhere;
 #     Pods reach the API server at the host's address instead;
 #   * the example StorageClass (config/storageclass/, optional in an install) is
-#     included: the demo and tests/pods.rs claim from it;
+#     included: the demo and tests/pods/ claim from it;
 #   * one more backend root, `$PARTIAL_ROOT Shared`, after config/'s own: a Shared
 #     root that only the first node has (nodes.sh creates it there), as a filesystem
 #     mounted on some nodes only; tests/pods/placement.rs checks that the scheduler

@@ -10,7 +10,7 @@
 #   images.sh build          + tessera (release binary and the libraries ldd names;
 #                            TESSERA_IMAGE_BIN=PATH takes that binary instead)
 #                            + tools: busybox, sqlite3 and util-linux's flock (busybox
-#                            has none) from this machine, for tests/pods.rs's locks
+#                            has none) from this machine, for tests/pods/locks.rs
 #                            + the CSI sidecars config/ runs, built by build.sh
 #   images.sh load [NODE...] import every archive into the nodes (default: all running)
 #   images.sh containerfile  the Tessera image as a user builds it: `buildah build` of

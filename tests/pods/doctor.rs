@@ -69,7 +69,7 @@ async fn doctor_names_each_thing_broken_and_nothing_once_restored() {
 
     // 1. A policy binding deleted: the policy is not enforced.
     let binding = "tessera-node-own-mountpods";
-    let mut saved: serde_json::Value = serde_json::from_str(&kubectl(&[
+    let mut saved: serde_json::Value = serde_json::from_str(&kubectl_output(&[
         "get",
         "validatingadmissionpolicybinding",
         binding,
@@ -87,14 +87,14 @@ async fn doctor_names_each_thing_broken_and_nothing_once_restored() {
     ] {
         meta.remove(k);
     }
-    kubectl(&["delete", "validatingadmissionpolicybinding", binding]);
+    kubectl_output(&["delete", "validatingadmissionpolicybinding", binding]);
     finds(&["[admission] ValidatingAdmissionPolicy tessera-node-own-mountpods has no binding"])
         .await;
     kubectl_stdin(&["create", "-f", "-"], &saved.to_string());
     healthy("the binding restored").await;
 
     // 2. The fd holder taken off every node.
-    kubectl(&[
+    kubectl_output(&[
         "-n",
         NS,
         "patch",
@@ -108,7 +108,7 @@ async fn doctor_names_each_thing_broken_and_nothing_once_restored() {
         .map(|n| format!("[fd-holder] node {n} has no fd holder"))
         .collect();
     finds(&wanted.iter().map(String::as_str).collect::<Vec<_>>()).await;
-    kubectl(&[
+    kubectl_output(&[
         "-n",
         NS,
         "patch",
@@ -117,7 +117,7 @@ async fn doctor_names_each_thing_broken_and_nothing_once_restored() {
         "-p",
         r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector/tessera.io~1doctor-test"}]"#,
     ]);
-    kubectl(&[
+    kubectl_output(&[
         "-n",
         NS,
         "rollout",
@@ -155,7 +155,7 @@ async fn doctor_names_each_thing_broken_and_nothing_once_restored() {
 
     // 4. A sidecar crash-looping: the new controller Pod's attacher refuses its flags
     // (the old Pods stay: the rollout waits for the new one to be Ready).
-    kubectl(&[
+    kubectl_output(&[
         "-n",
         NS,
         "patch",
@@ -167,7 +167,7 @@ async fn doctor_names_each_thing_broken_and_nothing_once_restored() {
                  "value": "--no-such-flag"}])
         .to_string(),
     ]);
-    let attacher: String = kubectl(&[
+    let attacher: String = kubectl_output(&[
         "-n",
         NS,
         "get",
@@ -178,8 +178,8 @@ async fn doctor_names_each_thing_broken_and_nothing_once_restored() {
     assert_eq!(attacher, "csi-attacher", "the patch broke the attacher");
     let text = finds(&["[sidecars] container csi-attacher"]).await;
     assert!(problems(&text)[0].contains("is not ready"), "{text}");
-    kubectl(&["-n", NS, "rollout", "undo", "deployment/tessera-controller"]);
-    kubectl(&[
+    kubectl_output(&["-n", NS, "rollout", "undo", "deployment/tessera-controller"]);
+    kubectl_output(&[
         "-n",
         NS,
         "rollout",

@@ -148,7 +148,7 @@ async fn the_pvc_pod_example_keeps_its_claim_with_its_data() {
     );
     delete_pod(&client, &ns, "pinned").await;
 
-    kubectl(&["delete", "-n", &ns, "pvc", "tessera-hello", "--wait=true"]);
+    kubectl_output(&["delete", "-n", &ns, "pvc", "tessera-hello", "--wait=true"]);
     eventually(
         WAIT,
         "the claim's PV gone (reclaimPolicy Delete)",
@@ -163,7 +163,7 @@ async fn the_pvc_pod_example_keeps_its_claim_with_its_data() {
         },
     )
     .await;
-    kubectl(&[
+    kubectl_output(&[
         "delete",
         "storageclass",
         "tessera-local",

@@ -252,7 +252,7 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
     );
     check_records(&file, &a, &b, &acked_a, "after the power-off");
     assert_eq!(node_of(&client, &ns, "app-0").await, b);
-    let events = kubectl(&[
+    let events = kubectl_output(&[
         "get",
         "events",
         "-n",
@@ -276,7 +276,7 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
         volume_off.name_any()
     );
     let said = eventually(WAIT, "the StaysOnDownNode Event", || async {
-        let out = kubectl(&[
+        let out = kubectl_output(&[
             "get",
             "events",
             "-A",
@@ -354,7 +354,7 @@ async fn power_off_moves_a_fenced_volume_with_every_acknowledged_record() {
         moved.as_secs_f64(),
         acked_a.len()
     );
-    kubectl(&[
+    kubectl_output(&[
         "delete",
         "statefulset",
         "app",
@@ -531,7 +531,7 @@ async fn storm_moved(
 /// The Volumes with a `FailedOver` Event that names node `a` (the controller's word
 /// that it released the volume's ticket there).
 fn failed_over_from(a: &str) -> BTreeSet<String> {
-    let out = kubectl(&[
+    let out = kubectl_output(&[
         "get",
         "events",
         "-A",
@@ -574,8 +574,8 @@ async fn controller_off(client: &Client, node: &str) {
     if !on(&now.items) {
         return;
     }
-    kubectl(&["cordon", node]);
-    kubectl(&[
+    kubectl_output(&["cordon", node]);
+    kubectl_output(&[
         "delete",
         "pod",
         "-n",
@@ -584,7 +584,7 @@ async fn controller_off(client: &Client, node: &str) {
         selector,
         "--wait=true",
     ]);
-    kubectl(&[
+    kubectl_output(&[
         "rollout",
         "status",
         "-n",
@@ -592,7 +592,7 @@ async fn controller_off(client: &Client, node: &str) {
         "deployment/tessera-controller",
         "--timeout=120s",
     ]);
-    kubectl(&["uncordon", node]);
+    kubectl_output(&["uncordon", node]);
     let now = pods
         .list(&ListParams::default().labels(selector))
         .await
@@ -697,6 +697,6 @@ async fn a_partitioned_node_fences_itself_before_its_volume_moves() {
         unmounted.as_secs_f64(),
         acked_a.len()
     );
-    kubectl(&["delete", "statefulset", "app", "-n", &ns, "--wait=false"]);
+    kubectl_output(&["delete", "statefulset", "app", "-n", &ns, "--wait=false"]);
     delete_class(&client, &fenced).await;
 }

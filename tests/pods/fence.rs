@@ -67,7 +67,7 @@ fn moves(ns: &str) -> String {
             let mut args = vec!["get", "events"];
             args.extend(scope);
             args.extend(["--field-selector", &selector, "-o", "name"]);
-            out.push_str(&kubectl(&args));
+            out.push_str(&kubectl_output(&args));
         }
     }
     out

@@ -234,7 +234,7 @@ async fn an_fs_group_lets_a_pod_on_another_node_create_where_the_backend_lets_it
     ] {
         delete_pod(&client, &ns, pod).await;
     }
-    kubectl(&["delete", "-n", &ns, "pvc", "team", "--wait=true"]);
+    kubectl_output(&["delete", "-n", &ns, "pvc", "team", "--wait=true"]);
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())
         .await;

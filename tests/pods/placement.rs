@@ -180,7 +180,7 @@ async fn a_shared_root_only_one_node_has_keeps_its_volumes_pods_on_that_node() {
     assert!(!elsewhere.exists(), "nothing made on {other}");
     delete_pod(&client, &ns, "free").await;
 
-    kubectl(&["delete", "-n", &ns, "pvc", "data", "--wait=true"]);
+    kubectl_output(&["delete", "-n", &ns, "pvc", "data", "--wait=true"]);
     eventually(WAIT, "the PV gone", || async {
         let pvs: Api<PersistentVolume> = Api::all(client.clone());
         pvs.get_opt(&pv).await.ok()?.is_none().then_some(())
@@ -256,7 +256,7 @@ async fn capacity_places_wait_for_first_consumer_claims_where_they_fit() {
     for pod in ["fits", "huge"] {
         delete_pod(&client, &ns, pod).await;
     }
-    kubectl(&["delete", "-n", &ns, "pvc", "--all", "--wait=true"]);
+    kubectl_output(&["delete", "-n", &ns, "pvc", "--all", "--wait=true"]);
     delete_class(&client, &sc).await;
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())

@@ -141,7 +141,7 @@ async fn preflight_tells_shared_from_node_local_and_names_each_fault() {
 
     // 4. A namespace whose Pod Security refuses hostPath Pods.
     let ns = namespace(&client, "preflight-baseline").await;
-    kubectl(&[
+    kubectl_output(&[
         "label",
         "namespace",
         &ns,
@@ -162,5 +162,5 @@ async fn preflight_tells_shared_from_node_local_and_names_each_fault() {
         ),
         "{text}"
     );
-    kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+    kubectl_output(&["delete", "namespace", &ns, "--wait=false"]);
 }

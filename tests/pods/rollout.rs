@@ -45,8 +45,8 @@ async fn an_agent_rollout_restart_breaks_no_write() {
     let restarts_before = restarts(mps.get(&mp_name).await.unwrap());
 
     let start = Instant::now();
-    kubectl(&["-n", NS, "rollout", "restart", "daemonset/tessera-node"]);
-    kubectl(&[
+    kubectl_output(&["-n", NS, "rollout", "restart", "daemonset/tessera-node"]);
+    kubectl_output(&[
         "-n",
         NS,
         "rollout",

@@ -97,7 +97,7 @@ async fn a_mount_image_upgrade_breaks_no_write() {
             .unwrap_or_default()
     };
     let old = image_of(&pods.get(&name).await.unwrap());
-    let agent_image = kubectl(&[
+    let agent_image = kubectl_output(&[
         "-n",
         NS,
         "get",
@@ -117,8 +117,8 @@ async fn a_mount_image_upgrade_breaks_no_write() {
     tag_on_nodes(nodes, &old, &new);
     let _restore = Restore(old.clone());
     let begun = Instant::now();
-    kubectl(&["-n", NS, "set", "image", DS, &format!("{CONTAINER}={new}")]);
-    kubectl(&["-n", NS, "rollout", "status", DS, "--timeout=180s"]);
+    kubectl_output(&["-n", NS, "set", "image", DS, &format!("{CONTAINER}={new}")]);
+    kubectl_output(&["-n", NS, "rollout", "status", DS, "--timeout=180s"]);
     let rolled = begun.elapsed();
     // The app first: it keeps writing, or it failed (the mount was lost).
     let upgraded = eventually(WAIT, "the mount Pod of the new image", || async {

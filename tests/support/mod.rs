@@ -85,16 +85,46 @@ pub fn kubectl() -> Command {
     cmd
 }
 
-/// Run kubectl with `args` and check that it succeeds; what it printed.
+/// Run kubectl with `args` and check that it succeeds (failing the test with what it
+/// printed otherwise); its stdout, trimmed.
 pub fn kubectl_output(args: &[&str]) -> String {
     let out = kubectl().args(args).output().expect("running kubectl");
+    assert!(
+        out.status.success(),
+        "kubectl {}: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("kubectl prints UTF-8")
+        .trim()
+        .to_string()
+}
+
+/// Run kubectl with `args` and `input` on its stdin, and check that it succeeds.
+pub fn kubectl_stdin(args: &[&str], input: &str) {
+    use std::io::Write;
+    let mut child = kubectl()
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running kubectl");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "kubectl {}: {}",
         args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).expect("kubectl prints UTF-8")
 }
 
 /// A name no other test (or earlier run) uses: `<prefix>-<pid>-<n>-<nanos>`.
@@ -243,6 +273,7 @@ pub mod fixtures;
 pub mod health;
 pub mod invariants;
 pub mod monitoring;
+pub mod pods;
 pub mod sqlite;
 pub mod tree;
 
