@@ -2,7 +2,7 @@
 """Per-hop breakdown of bench-attach's Tessera attaches, from the components' logs.
 
 Run the benchmark with BENCH_ATTACH_TRACE=<trace file>, BENCH_ATTACHER_V=5 and
-RUST_LOG=info,kube=warn,tessera::node=debug,tessera::controller=debug,tessera::csi=debug,
+RUST_LOG=info,kube=warn,tessera_node=debug,tessera_controller=debug,tessera_csi=debug,
 then (the benchmark prints its log directory; <id> is the benchmark's id):
 
   bench/attach/hops.py TRACE /tmp/tessera-controller-<id>-*.log \
@@ -48,7 +48,7 @@ HOPS = [
     ("csi-attacher: ControllerPublish call", "k", r'GRPC call" VolumeAttachment="{va}" method="/csi.v1.Controller/ControllerPublish'),
     ("CSI driver: ticket upserted", "c", r"ticket upserted"),
     ("controller: reconcile", "c", r"attachment reconcile"),
-    ("controller: MountPod created", "c", r"tessera::controller::attachment::mountpods: attaching"),
+    ("controller: MountPod created", "c", r"tessera_controller::attachment::mountpods: attaching"),
     ("agent: reconcile", "a", r"mountpod reconcile"),
     ("agent: daemon spawned", "a", r"fuse daemon started"),
     ("agent: mount answers", "a", r"mount answers"),

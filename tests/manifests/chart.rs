@@ -753,7 +753,7 @@ fn registrar_healthz_and_no_port_collides() {
 
 /// A pull Secret named once reaches every workload: the chart's `imagePullSecrets` and
 /// config/'s component `image-pull-secret` put it on the controller, the node agent and
-/// the fd holder (the mount Pods take the agent's: src/node/mod.rs), nothing else, and
+/// the fd holder (the mount Pods take the agent's: crates/tessera-node/src/lib.rs), nothing else, and
 /// render the same objects.
 #[test]
 fn pull_secrets_reach_every_workload() {

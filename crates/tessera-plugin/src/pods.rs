@@ -435,7 +435,7 @@ mod tests {
             "spec": {"volume": volume, "nodeName": node, "source": "/s", "task": "Serve",
                      "capacityBytes": 1, "references": refs},
             "status": {"phase": "Ready", "conditions": [{"type": "Ready", "status": ready,
-                       "reason": if ready == "True" { "Serving" } else { "DaemonCrashLooping" },
+                       "reason": if ready == "True" { "Mounted" } else { "DaemonFailed" },
                        "message": "", "lastTransitionTime": "2026-12-05T10:00:00Z"}]}
         }))
     }
@@ -614,7 +614,7 @@ mod tests {
                 "vol-logs",
                 "mp-logs-a",
                 false,
-                "DaemonCrashLooping",
+                "DaemonFailed",
             ),
         ];
         assert_eq!(got, want);

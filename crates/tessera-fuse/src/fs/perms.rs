@@ -32,7 +32,7 @@
 //! within the request's lifetime). A pidfd would not close this: it is opened from
 //! the same number, after the fact.
 //! The pid is 0 when the caller is in a pid namespace the mounter cannot see: mount
-//! Pods therefore run with `hostPID` (`src/node/pods/spec.rs`), as daemons of
+//! Pods therefore run with `hostPID` (`crates/tessera-node/src/pods/spec.rs`), as daemons of
 //! `--mount-mode=process` run in the agent's host pid namespace.
 //!
 //! **Fail safe.** When the groups cannot be known (pid 0, the process gone, ids that
