@@ -3,9 +3,9 @@
 //! generated from the Rust types and served by the API server, `config/` and
 //! `examples/`, the Helm chart against `config/`, the alert rules (promtool) and the
 //! dashboard, the Argo CD health script, and the RBAC and admission policies under
-//! each component's identity. These need at most the API server: no Tessera
-//! process, no root. Static checks of the repository (the architecture check, when it
-//! comes) belong here too.
+//! each component's identity, and the links between the Markdown pages. These need at
+//! most the API server: no Tessera process, no root. (The architecture of the
+//! sources is `tests/arch`'s.)
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -16,6 +16,7 @@ mod chart;
 mod chart_namespace;
 mod chart_pods;
 mod crds_in_sync;
+mod doc_links;
 mod examples;
 mod inline_policy;
 mod krew;

@@ -144,28 +144,13 @@ fn the_charts_copies_are_config_monitorings() {
     }
 }
 
-/// Each runbook link names a heading of docs/troubleshooting.md (GitHub's anchors:
-/// lower case, spaces to dashes, punctuation dropped).
+/// Each runbook link names a heading of docs/troubleshooting.md (GitHub's anchors,
+/// `doc_links::anchors`).
 #[test]
 fn every_runbook_is_a_section_of_troubleshooting() {
     let docs =
         std::fs::read_to_string(support::repo_root().join("docs/troubleshooting.md")).unwrap();
-    let anchors: std::collections::BTreeSet<String> = docs
-        .lines()
-        .filter_map(|l| l.strip_prefix('#'))
-        .map(|h| {
-            h.trim_start_matches('#')
-                .trim()
-                .to_lowercase()
-                .chars()
-                .filter_map(|c| match c {
-                    ' ' => Some('-'),
-                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-                    _ => None,
-                })
-                .collect()
-        })
-        .collect();
+    let anchors = crate::doc_links::anchors(&docs);
     let rules: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(rules_path()).unwrap()).unwrap();
     for group in rules["groups"].as_sequence().unwrap() {
