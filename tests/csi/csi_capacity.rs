@@ -20,7 +20,7 @@ use tessera_csi_proto::{GetCapacityRequest, Topology};
 use tessera_node::liveness::next_lease;
 
 use crate::support;
-use support::fixtures::ControllerProcess;
+use support::env::{CsiEnv, Env};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -49,8 +49,8 @@ async fn ask(
 
 #[tokio::test]
 async fn get_capacity_is_the_free_space_each_node_reports_for_the_classs_root() {
-    let client = support::client().await;
-    let id = support::unique_name("csicap");
+    let base = Env::new("csicap", 0, WAIT).await;
+    let (client, id) = (base.client.clone(), base.id.clone());
     let ns = Api::<Namespace>::all(client.clone());
     let mut namespace = Namespace::default();
     namespace.metadata.name = Some(id.clone());
@@ -77,23 +77,16 @@ async fn get_capacity_is_the_free_space_each_node_reports_for_the_classs_root() 
         leases.create(&PostParams::default(), &lease).await.unwrap();
     }
 
-    let work = tempfile::Builder::new()
-        .prefix("tessera-csicap-")
-        .tempdir()
-        .unwrap();
-    let sock = work.path().join("controller.sock");
-    let _ctrl = ControllerProcess::start(
-        &id,
-        &[
-            "--no-leader-election",
+    let env = CsiEnv::on(base)
+        .args(&[
             &format!("--namespace={id}"),
-            &format!("--csi-endpoint=unix://{}", sock.display()),
             &format!("--default-backend-root={local}"),
             &format!("--allowed-backend-root={local}=NodeLocal"),
             &format!("--allowed-backend-root={shared}=Shared"),
-        ],
-    );
-    let mut ctrl = support::csi::controller(&sock, WAIT).await;
+        ])
+        .start()
+        .await;
+    let mut ctrl = env.csi();
     let table = [
         (None, on(&a), 10 << 30),
         (None, on(&b), 30 << 30),

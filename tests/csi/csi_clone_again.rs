@@ -15,40 +15,19 @@ use tessera_csi_proto::volume_content_source::{Type, VolumeSource};
 use tessera_csi_proto::*;
 
 use crate::support;
-use support::csi::{controller, create};
-use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
+use support::csi::create;
+use support::env::CsiEnv;
 
 #[tokio::test]
 async fn a_clone_of_a_volume_made_again_under_its_name_is_made() {
-    let client = support::client().await;
-    support::ensure_crds(&client).await;
-    let id = support::unique_name("csiagain");
-    let node = format!("{id}-n0");
-    fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
-    fixtures::create_csinodes(&client, &id, std::slice::from_ref(&node)).await;
-    let work = tempfile::Builder::new()
-        .prefix("tessera-csiagain-")
-        .tempdir()
-        .unwrap();
-    let backend = work.path().join("backend");
-    std::fs::create_dir_all(&backend).unwrap();
-    let sock = work.path().join("controller.sock");
-    let agent = AgentProcess::start(&id, &node);
-    let _ctrl = ControllerProcess::start(
-        &id,
-        &[
-            "--no-leader-election",
-            &format!("--csi-endpoint=unix://{}", sock.display()),
-            &format!("--default-backend-root={}", backend.display()),
-        ],
-    );
-    eventually(
-        Duration::from_secs(30),
-        "the agent's CSI socket",
-        || async { agent.csi_socket().exists().then_some(()) },
-    )
-    .await;
-    let mut ctrl = controller(&sock, Duration::from_secs(30)).await;
+    let env = CsiEnv::builder("csiagain", 1, Duration::from_secs(30))
+        .csinodes()
+        .agents(1)
+        .default_backend_root()
+        .start()
+        .await;
+    let (client, id, node) = (env.client.clone(), env.id.clone(), env.nodes[0].clone());
+    let mut ctrl = env.csi();
     let volumes: Api<Volume> = Api::all(client.clone());
     const G: i64 = 1 << 30;
     let source = format!("{id}-source");

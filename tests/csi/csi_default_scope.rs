@@ -15,35 +15,25 @@ use tessera_api::{BackendScope, TOPOLOGY_NODE_KEY, Volume};
 use tessera_csi_proto::{DeleteVolumeRequest, Topology, TopologyRequirement};
 
 use crate::support;
-use support::fixtures::{self, ControllerProcess};
+use support::env::{CsiEnv, Env};
+use support::fixtures;
 
 const WAIT: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn a_storageclass_without_parameters_gives_a_node_local_volume_with_its_topology() {
-    let client = support::client().await;
-    support::ensure_crds(&client).await;
-    let id = support::unique_name("csiscope");
-    let node = format!("{id}-n0");
-    fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
-    let _nodes = fixtures::NodesGuard(vec![node.clone()]);
+    let base = Env::new("csiscope", 1, WAIT).await;
+    let (client, id, node) = (base.client.clone(), base.id.clone(), base.nodes[0].clone());
     // A root outside the fixtures' own (whose first match would decide the scope).
     let root = format!("/var/lib/tessera/local-{id}");
-    let work = tempfile::Builder::new()
-        .prefix("tessera-csiscope-")
-        .tempdir()
-        .unwrap();
-    let sock = work.path().join("controller.sock");
-    let _ctrl = ControllerProcess::start(
-        &id,
-        &[
-            "--no-leader-election",
-            &format!("--csi-endpoint=unix://{}", sock.display()),
+    let env = CsiEnv::on(base)
+        .args(&[
             &format!("--default-backend-root={root}"),
             &format!("--allowed-backend-root={root}=NodeLocal"),
-        ],
-    );
-    let mut ctrl = support::csi::controller(&sock, WAIT).await;
+        ])
+        .start()
+        .await;
+    let mut ctrl = env.csi();
     let on_node = Topology {
         segments: [(TOPOLOGY_NODE_KEY.to_string(), node.clone())].into(),
     };

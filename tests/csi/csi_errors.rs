@@ -11,23 +11,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint};
 
-use tessera_csi_proto::controller_client::ControllerClient;
-use tessera_csi_proto::node_client::NodeClient;
 use tessera_csi_proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use tessera_csi_proto::*;
 
 use crate::support;
-use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
-
-async fn channel(sock: &std::path::Path) -> Channel {
-    Endpoint::from_shared(format!("unix://{}", sock.display()))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap_or_else(|e| panic!("connecting to {}: {e}", sock.display()))
-}
+use support::env::CsiEnv;
 
 fn cap() -> VolumeCapability {
     VolumeCapability {
@@ -61,33 +50,14 @@ fn code<T>(r: Result<tonic::Response<T>, tonic::Status>) -> Result<Code, ()> {
 
 #[tokio::test]
 async fn hostile_csi_requests_get_the_right_codes() {
-    let client = support::client().await;
-    support::ensure_crds(&client).await;
-    let id = support::unique_name("csierr");
-    let node = format!("{id}-n0");
-    fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
-    let work = tempfile::Builder::new()
-        .prefix("tessera-csierr-")
-        .tempdir()
-        .unwrap();
-    let backend = work.path().join("backend");
-    std::fs::create_dir_all(&backend).unwrap();
-    let controller_sock = work.path().join("controller.sock");
-    let agent = AgentProcess::start(&id, &node);
-    let _ctrl = ControllerProcess::start(
-        &id,
-        &[
-            "--no-leader-election",
-            &format!("--csi-endpoint=unix://{}", controller_sock.display()),
-            &format!("--default-backend-root={}", backend.display()),
-        ],
-    );
-    eventually(Duration::from_secs(30), "both CSI sockets", || async {
-        (controller_sock.exists() && agent.csi_socket().exists()).then_some(())
-    })
-    .await;
-    let mut ctrl = ControllerClient::new(channel(&controller_sock).await);
-    let mut nodes = NodeClient::new(channel(&agent.csi_socket()).await);
+    let env = CsiEnv::builder("csierr", 1, Duration::from_secs(30))
+        .agents(1)
+        .default_backend_root()
+        .start()
+        .await;
+    let (client, id, node, agent) = (&env.client, &env.id, &env.nodes[0], env.agent());
+    let mut ctrl = env.csi();
+    let mut nodes = env.node(0).await;
     let mut failures = vec![];
     let mut check = |what: &str, got: Result<Code, ()>, want: &[Code]| {
         let ok = matches!(got, Ok(c) if want.contains(&c));
@@ -307,6 +277,5 @@ async fn hostile_csi_requests_get_the_right_codes() {
             ..Default::default()
         })
         .await;
-    fixtures::delete_nodes(&client, std::slice::from_ref(&node)).await;
     assert!(failures.is_empty(), "{failures:#?}");
 }

@@ -29,8 +29,8 @@ use tessera_csi_proto::volume_capability::{AccessMode, AccessType, MountVolume, 
 use tessera_csi_proto::*;
 
 use crate::support;
-use support::csi::controller;
-use support::fixtures::{self, ControllerProcess, FakeAgent};
+use support::env::{CsiEnv, Env};
+use support::fixtures::{self, ControllerProcess};
 
 fn rwo() -> VolumeCapability {
     VolumeCapability {
@@ -72,21 +72,14 @@ fn gets(ctrl: &ControllerProcess, resource: &str) -> f64 {
 
 #[tokio::test]
 async fn publishes_from_the_caches_answer_as_reads_would() {
-    let client = support::client().await;
-    support::ensure_crds(&client).await;
-    let id = support::unique_name("csipubc");
-    let work = tempfile::Builder::new()
-        .prefix("tessera-csipubc-")
-        .tempdir()
-        .unwrap();
-    let sock = work.path().join("controller.sock");
+    let base = Env::new("csipubc", 1, Duration::from_secs(30)).await;
+    let (client, id) = (base.client.clone(), base.id.clone());
     let nodes: Api<Node> = Api::all(client.clone());
     let volumes: Api<Volume> = Api::all(client.clone());
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
     // A Node and a Volume that exist before the controller starts, published as soon
     // as its socket answers: while its caches are still being listed.
-    let first = (format!("{id}-first"), format!("{id}-n0"));
-    fixtures::create_nodes(&client, std::slice::from_ref(&first.1)).await;
+    let first = (format!("{id}-first"), base.nodes[0].clone());
     volumes
         .create(
             &PostParams::default(),
@@ -94,15 +87,8 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
         )
         .await
         .unwrap();
-    let ctrl = ControllerProcess::start(
-        &id,
-        &[
-            "--no-leader-election",
-            &format!("--csi-endpoint=unix://{}", sock.display()),
-        ],
-    );
-    let _agent = FakeAgent::start(client.clone(), &id);
-    let mut csi = controller(&sock, Duration::from_secs(30)).await;
+    let env = CsiEnv::on(base).fake_agent().start().await;
+    let (ctrl, mut csi) = (&env.ctrl, env.csi());
     let r = csi
         .controller_publish_volume(publish(&first.0, &first.1))
         .await;
@@ -191,7 +177,7 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
     }
 
     // Once the caches hold them, publishes read neither the Volume nor the Node.
-    let (volume_gets, node_gets) = (gets(&ctrl, "volumes"), gets(&ctrl, "nodes"));
+    let (volume_gets, node_gets) = (gets(ctrl, "volumes"), gets(ctrl, "nodes"));
     for i in 0..3 {
         let r = csi
             .controller_publish_volume(publish(&format!("{id}-v{i}"), &format!("{id}-new{i}")))
@@ -200,8 +186,8 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
     }
     assert_eq!(
         (
-            gets(&ctrl, "volumes") - volume_gets,
-            gets(&ctrl, "nodes") - node_gets
+            gets(ctrl, "volumes") - volume_gets,
+            gets(ctrl, "nodes") - node_gets
         ),
         (0.0, 0.0),
         "Volume and Node GETs of publishes the caches could answer"
@@ -211,7 +197,7 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
     // GET or watch of a MountPod of their own (before, each sent both), and each
     // returns only once its MountPod is gone in the API server.
     let mps: Api<MountPod> = Api::all(client.clone());
-    let mp_gets = gets(&ctrl, "mountpods");
+    let mp_gets = gets(ctrl, "mountpods");
     for i in 0..3 {
         let (volume, node) = (format!("{id}-v{i}"), format!("{id}-new{i}"));
         let name = mountpod_name(&volume, &node);
@@ -228,7 +214,7 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
         );
     }
     assert_eq!(
-        gets(&ctrl, "mountpods") - mp_gets,
+        gets(ctrl, "mountpods") - mp_gets,
         0.0,
         "MountPod GETs and watches of unpublishes the shared watch could answer"
     );

@@ -15,16 +15,15 @@ use std::time::{Duration, Instant};
 
 use kube::Api;
 use tonic::Code;
-use tonic::transport::Endpoint;
 
 use tessera_api::{MountPod, VolumeAttachment, mountpod_name};
 use tessera_csi::csi_ticket_id;
-use tessera_csi_proto::node_client::NodeClient;
 use tessera_csi_proto::*;
 
 use crate::support;
-use support::csi::{cap, controller};
-use support::fixtures::{self, AgentProcess, ControllerProcess, FakeAgent, eventually};
+use support::csi::cap;
+use support::env::CsiEnv;
+use support::fixtures;
 
 fn publish(volume: &str, node: &str) -> ControllerPublishVolumeRequest {
     ControllerPublishVolumeRequest {
@@ -44,56 +43,31 @@ fn node_publish(volume: &str, target: &std::path::Path) -> NodePublishVolumeRequ
     }
 }
 
-async fn node_client(agent: &AgentProcess) -> NodeClient<tonic::transport::Channel> {
-    let endpoint =
-        Endpoint::from_shared(format!("unix://{}", agent.csi_socket().display())).unwrap();
-    let channel = eventually(Duration::from_secs(30), "the node's CSI socket", || {
-        let endpoint = endpoint.clone();
-        async move { endpoint.connect().await.ok() }
-    })
-    .await;
-    NodeClient::new(channel)
-}
-
 #[tokio::test]
 async fn controller_publish_returns_once_granted_before_the_mount_is_ready() {
-    let client = support::client().await;
-    support::ensure_crds(&client).await;
-    let id = support::unique_name("csigrant");
-    let work = tempfile::Builder::new()
-        .prefix("tessera-csigrant-")
-        .tempdir()
-        .unwrap();
-    let sock = work.path().join("controller.sock");
-    let nodes = vec![format!("{id}-n1"), format!("{id}-n2")];
-    fixtures::create_nodes(&client, &nodes).await;
-    let _nodes = fixtures::NodesGuard(nodes.clone());
-    let _ctrl = ControllerProcess::start(
-        &id,
-        &[
-            "--no-leader-election",
-            &format!("--csi-endpoint=unix://{}", sock.display()),
-            "--publish-timeout=3s",
-        ],
-    );
-    // The stand-in agent never reports n1's mount: it stays Starting.
-    let agent = FakeAgent::start(client.clone(), &id);
-    agent.silent.lock().unwrap().push(nodes[0].clone());
+    let env = CsiEnv::builder("csigrant", 2, Duration::from_secs(30))
+        .args(&["--publish-timeout=3s"])
+        .fake_agent()
+        .start()
+        .await;
+    let (client, id, nodes) = (&env.client, &env.id, &env.nodes);
+    // The stand-in agent never reports the first node's mount: it stays Starting.
+    env.fake().silent.lock().unwrap().push(nodes[0].clone());
     let volume = format!("{id}-v");
     fixtures::create_volume(
-        &client,
-        &fixtures::volume(&volume, &id, "ReadWriteOnce"),
-        Duration::from_secs(30),
+        client,
+        &fixtures::volume(&volume, id, "ReadWriteOnce"),
+        env.wait,
     )
     .await;
-    let mut csi = controller(&sock, Duration::from_secs(30)).await;
+    let mut csi = env.csi();
 
     let started = Instant::now();
     let r = csi
         .controller_publish_volume(publish(&volume, &nodes[0]))
         .await;
     println!(
-        "publish to n1 (mount never Ready): {r:?} after {:?}",
+        "publish to n0 (mount never Ready): {r:?} after {:?}",
         started.elapsed()
     );
     assert!(r.is_ok(), "granted, its mount still starting: {r:?}");
@@ -112,12 +86,12 @@ async fn controller_publish_returns_once_granted_before_the_mount_is_ready() {
     assert!(!mp.is_serving(), "not Ready: {:?}", mp.status);
 
     // The single-writer rule holds on a grant: another node is refused, and gets no
-    // MountPod, while n1 holds the volume.
+    // MountPod, while n0 holds the volume.
     let r = csi
         .controller_publish_volume(publish(&volume, &nodes[1]))
         .await;
-    println!("publish to n2 meanwhile: {r:?}");
-    let status = r.expect_err("a second node while n1 holds the volume");
+    println!("publish to n1 meanwhile: {r:?}");
+    let status = r.expect_err("a second node while n0 holds the volume");
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
     assert!(
         status.message().contains("HeldByOtherNode"),
@@ -128,9 +102,9 @@ async fn controller_publish_returns_once_granted_before_the_mount_is_ready() {
             .await
             .unwrap()
             .is_none(),
-        "no MountPod on n2"
+        "no MountPod on n1"
     );
-    // n1's publish again: still granted, at once.
+    // n0's publish again: still granted, at once.
     let again = Instant::now();
     let r = csi
         .controller_publish_volume(publish(&volume, &nodes[0]))
@@ -141,46 +115,28 @@ async fn controller_publish_returns_once_granted_before_the_mount_is_ready() {
         "{:?}",
         again.elapsed()
     );
-    fixtures::delete_volumes(&client, std::slice::from_ref(&volume)).await;
+    fixtures::delete_volumes(client, std::slice::from_ref(&volume)).await;
 }
 
 #[tokio::test]
 async fn node_publish_waits_for_the_mount_and_gives_up_saying_why() {
-    let client = support::client().await;
-    support::ensure_crds(&client).await;
-    let id = support::unique_name("csimwait");
-    let work = tempfile::Builder::new()
-        .prefix("tessera-csimwait-")
-        .tempdir()
-        .unwrap();
-    let sock = work.path().join("controller.sock");
-    let node = format!("{id}-n0");
-    fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
-    let _nodes = fixtures::NodesGuard(vec![node.clone()]);
     let bound = Duration::from_secs(10);
-    let agent = AgentProcess::start_with(
-        &id,
-        &node,
-        &[format!("--publish-mount-timeout={}s", bound.as_secs())],
-    );
-    let _ctrl = ControllerProcess::start(
-        &id,
-        &[
-            "--no-leader-election",
-            &format!("--csi-endpoint=unix://{}", sock.display()),
-        ],
-    );
+    let env = CsiEnv::builder("csimwait", 1, Duration::from_secs(30))
+        .agents(1)
+        .agent_args(&[format!("--publish-mount-timeout={}s", bound.as_secs())])
+        .start()
+        .await;
+    let (client, id, node, agent) = (&env.client, &env.id, &env.nodes[0], env.agent());
     // A backend the real agent can mount (the temporary directory is an allowed root).
-    let backend = work.path().join("backend");
-    std::fs::create_dir_all(&backend).unwrap();
+    let backend = &env.backend;
     let rwo = |name: &str, root: &std::path::Path| {
-        fixtures::volume_at(name, &id, "ReadWriteOnce", root, false)
+        fixtures::volume_at(name, id, "ReadWriteOnce", root, false)
     };
     let volume = format!("{id}-v");
-    let wait = Duration::from_secs(30);
-    fixtures::create_volume(&client, &rwo(&volume, &backend), wait).await;
-    let mut csi = controller(&sock, Duration::from_secs(30)).await;
-    let mut nodes = node_client(&agent).await;
+    let wait = env.wait;
+    fixtures::create_volume(client, &rwo(&volume, backend), wait).await;
+    let mut csi = env.csi();
+    let mut nodes = env.node(0).await;
 
     // Sent before the volume is published: it waits for the mount.
     let target = agent
@@ -199,7 +155,7 @@ async fn node_publish_waits_for_the_mount_and_gives_up_saying_why() {
         !waiting.is_finished(),
         "NodePublish answered before any mount"
     );
-    let r = csi.controller_publish_volume(publish(&volume, &node)).await;
+    let r = csi.controller_publish_volume(publish(&volume, node)).await;
     let published = Instant::now();
     assert!(r.is_ok(), "publish: {r:?}");
     let (r, done) = waiting.await.unwrap();
@@ -213,7 +169,7 @@ async fn node_publish_waits_for_the_mount_and_gives_up_saying_why() {
         "the target is bound"
     );
     let mp = Api::<MountPod>::all(client.clone())
-        .get(&mountpod_name(&volume, &node))
+        .get(&mountpod_name(&volume, node))
         .await
         .unwrap();
     assert!(mp.is_serving(), "{:?}", mp.status);
@@ -228,7 +184,7 @@ async fn node_publish_waits_for_the_mount_and_gives_up_saying_why() {
     // A volume published nowhere: its mount never comes; NodePublish gives up after
     // the bound, saying so, and binds nothing.
     let other = format!("{id}-w");
-    fixtures::create_volume(&client, &rwo(&other, &backend), wait).await;
+    fixtures::create_volume(client, &rwo(&other, backend), wait).await;
     let target = agent
         .kubelet_dir()
         .join("pods/p2/volumes/kubernetes.io~csi/w/mount");
@@ -257,8 +213,8 @@ async fn node_publish_waits_for_the_mount_and_gives_up_saying_why() {
     // ControllerPublish returns; NodePublish says why at once (FAILED_PRECONDITION,
     // the mount's error), without waiting for the bound.
     let broken = format!("{id}-x");
-    fixtures::create_volume(&client, &rwo(&broken, &backend.join("missing")), wait).await;
-    let r = csi.controller_publish_volume(publish(&broken, &node)).await;
+    fixtures::create_volume(client, &rwo(&broken, &backend.join("missing")), wait).await;
+    let r = csi.controller_publish_volume(publish(&broken, node)).await;
     assert!(r.is_ok(), "publish of the failing mount: {r:?}");
     let target = agent
         .kubelet_dir()
@@ -284,5 +240,5 @@ async fn node_publish_waits_for_the_mount_and_gives_up_saying_why() {
             .await;
         assert!(r.is_ok(), "controller unpublish of {v}: {r:?}");
     }
-    fixtures::delete_volumes(&client, &[volume, other, broken]).await;
+    fixtures::delete_volumes(client, &[volume, other, broken]).await;
 }

@@ -19,16 +19,14 @@ use std::time::Duration;
 use futures::future::join_all;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use tonic::transport::Channel;
 
 use tessera_api::{MAX_TICKETS, VolumeAttachment};
-use tessera_csi_proto::controller_client::ControllerClient;
 use tessera_csi_proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use tessera_csi_proto::*;
 
 use crate::support;
-use support::csi::controller;
-use support::fixtures::{self, ControllerProcess, FakeAgent};
+use support::env::CsiEnv;
+use support::fixtures::{self, ControllerProcess};
 
 /// Nodes publishing at once.
 const K: usize = 12;
@@ -63,60 +61,31 @@ fn rwx() -> VolumeCapability {
 /// A running `tessera controller` and a client of its CSI socket, the stand-in agent,
 /// `n` Nodes and one ReadWriteMany Volume whose VolumeAttachment has its first status.
 struct Setup {
-    client: kube::Client,
-    ctrl: ControllerProcess,
-    _agent: FakeAgent,
-    _work: tempfile::TempDir,
-    csi: ControllerClient<Channel>,
-    nodes: Vec<String>,
+    env: CsiEnv,
     volume: String,
     vas: Api<VolumeAttachment>,
 }
 
 impl Setup {
     async fn start(prefix: &str, n: usize) -> Setup {
-        let client = support::client().await;
-        support::ensure_crds(&client).await;
-        let id = support::unique_name(prefix);
-        let work = tempfile::Builder::new()
-            .prefix(&format!("tessera-{prefix}-"))
-            .tempdir()
-            .unwrap();
-        let sock = work.path().join("controller.sock");
-        let ctrl = ControllerProcess::start(
-            &id,
-            &[
-                "--no-leader-election",
-                &format!("--csi-endpoint=unix://{}", sock.display()),
-            ],
-        );
-        let agent = FakeAgent::start(client.clone(), &id);
-        let nodes: Vec<String> = (0..n).map(|i| format!("{id}-n{i}")).collect();
-        fixtures::create_nodes(&client, &nodes).await;
-        let volume = format!("{id}-v");
+        let env = CsiEnv::builder(prefix, n, Duration::from_secs(60))
+            .fake_agent()
+            .start()
+            .await;
+        let volume = format!("{}-v", env.id);
         fixtures::create_volume(
-            &client,
-            &fixtures::volume(&volume, &id, "ReadWriteMany"),
-            Duration::from_secs(60),
+            &env.client,
+            &fixtures::volume(&volume, &env.id, "ReadWriteMany"),
+            env.wait,
         )
         .await;
-        let vas: Api<VolumeAttachment> = Api::all(client.clone());
+        let vas: Api<VolumeAttachment> = Api::all(env.client.clone());
         // The controller has written the empty VolumeAttachment's first status.
-        fixtures::eventually(Duration::from_secs(60), "first status", || async {
+        fixtures::eventually(env.wait, "first status", || async {
             vas.get(&volume).await.ok()?.status.map(|_| ())
         })
         .await;
-        let csi = controller(&sock, Duration::from_secs(30)).await;
-        Setup {
-            client,
-            ctrl,
-            _agent: agent,
-            _work: work,
-            csi,
-            nodes,
-            volume,
-            vas,
-        }
+        Setup { env, volume, vas }
     }
 
     /// ControllerPublish of the volume to `node`, as the csi-attacher sends it.
@@ -130,7 +99,7 @@ impl Setup {
             volume_capability: Some(rwx()),
             ..Default::default()
         };
-        self.csi.clone().controller_publish_volume(req).await
+        self.env.csi().controller_publish_volume(req).await
     }
 
     /// ControllerUnpublish of the volume from `node`.
@@ -143,26 +112,19 @@ impl Setup {
             node_id: node.to_string(),
             ..Default::default()
         };
-        self.csi.clone().controller_unpublish_volume(req).await
+        self.env.csi().controller_unpublish_volume(req).await
     }
 
     async fn stop(self) {
-        fixtures::delete_volumes(&self.client, std::slice::from_ref(&self.volume)).await;
-        fixtures::delete_nodes(&self.client, &self.nodes).await;
+        self.env.cleanup(std::slice::from_ref(&self.volume)).await;
     }
 }
 
 #[tokio::test]
 async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
     let setup = Setup::start("csirwx", K).await;
-    let Setup {
-        client,
-        ctrl,
-        nodes,
-        volume,
-        vas,
-        ..
-    } = &setup;
+    let Setup { env, volume, vas } = &setup;
+    let (client, ctrl, nodes) = (&env.client, &env.ctrl, &env.nodes);
 
     let before = ticket_patches(ctrl);
     let gets_before = va_requests(ctrl, "GET");
@@ -239,14 +201,8 @@ async fn concurrent_publishes_of_one_rwx_volume_all_succeed_in_fewer_writes() {
 #[tokio::test]
 async fn a_publish_past_the_most_tickets_is_refused_until_one_lets_go() {
     let setup = Setup::start("csicap", 2).await;
-    let Setup {
-        client,
-        ctrl,
-        nodes,
-        volume,
-        vas,
-        ..
-    } = &setup;
+    let Setup { env, volume, vas } = &setup;
+    let (client, ctrl, nodes) = (&env.client, &env.ctrl, &env.nodes);
     // As many tickets as one VolumeAttachment holds, all wanting the first node (as
     // a GitOps tool's would).
     let tickets: serde_json::Map<String, serde_json::Value> = (0..MAX_TICKETS)

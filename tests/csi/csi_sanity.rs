@@ -9,36 +9,18 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::support;
-use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
+use support::env::CsiEnv;
+use support::fixtures;
 
 #[tokio::test]
 async fn csi_sanity_passes() {
-    let client = support::client().await;
-    support::ensure_crds(&client).await;
-    let id = support::unique_name("sanity");
-    let node = format!("{id}-n0");
-    fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
-    fixtures::create_csinodes(&client, &id, std::slice::from_ref(&node)).await;
-    let work = tempfile::Builder::new()
-        .prefix("tessera-sanity-")
-        .tempdir()
-        .unwrap();
-    let backend = work.path().join("backend");
-    std::fs::create_dir_all(&backend).unwrap();
-    let controller_sock = work.path().join("controller.sock");
-    let agent = AgentProcess::start(&id, &node);
-    let _ctrl = ControllerProcess::start(
-        &id,
-        &[
-            "--no-leader-election",
-            &format!("--csi-endpoint=unix://{}", controller_sock.display()),
-            &format!("--default-backend-root={}", backend.display()),
-        ],
-    );
-    eventually(Duration::from_secs(30), "both CSI sockets", || async {
-        (controller_sock.exists() && agent.csi_socket().exists()).then_some(())
-    })
-    .await;
+    let env = CsiEnv::builder("sanity", 1, Duration::from_secs(30))
+        .csinodes()
+        .agents(1)
+        .default_backend_root()
+        .start()
+        .await;
+    let (client, id, agent) = (&env.client, &env.id, env.agent());
     // csi-sanity creates mountdir/stagingdir itself: their parent must exist, under the
     // kubelet directory the node service accepts.
     let sanity_dir = agent.kubelet_dir().join("csi-sanity");
@@ -47,7 +29,7 @@ async fn csi_sanity_passes() {
     let bin = support::repo_root().join("target/harness/bin/csi-sanity");
     let out = tokio::task::spawn_blocking({
         let (node_sock, sanity_dir) = (agent.csi_socket(), sanity_dir.clone());
-        let controller_sock = controller_sock.clone();
+        let controller_sock = env.sock.clone();
         move || {
             Command::new(bin)
                 .arg(format!("--csi.endpoint={}", node_sock.display()))
@@ -90,7 +72,7 @@ async fn csi_sanity_passes() {
     // deleted volumes finish going (data removed, finalizers released) while the
     // controller and the agent still run, or the next run on this cluster fails with
     // "volume sanity is still being deleted".
-    let left = leftovers(&client, &id, Duration::from_secs(60)).await;
+    let left = leftovers(client, id, Duration::from_secs(60)).await;
     assert!(
         out.status.success(),
         "csi-sanity failed (full output in {}):\n{}\n{}",
@@ -107,8 +89,6 @@ async fn csi_sanity_passes() {
         left.is_empty(),
         "still there 60 s after csi-sanity ended: {left:?}"
     );
-    fixtures::delete_csinodes(&client, std::slice::from_ref(&node)).await;
-    fixtures::delete_nodes(&client, &[node]).await;
 }
 
 /// The Volumes and MountPods of test `id` still there once they are all gone or

@@ -16,30 +16,16 @@ use tessera_csi_proto::volume_content_source::{SnapshotSource, Type, VolumeSourc
 use tessera_csi_proto::*;
 
 use crate::support;
-use support::csi::{controller, create};
-use support::fixtures::ControllerProcess;
+use support::csi::create;
+use support::env::CsiEnv;
 
 #[tokio::test]
 async fn snapshot_and_clone_requests_get_the_right_codes_and_create_nothing_on_error() {
-    let client = support::client().await;
-    support::ensure_crds(&client).await;
-    let id = support::unique_name("csisnap");
-    let work = tempfile::Builder::new()
-        .prefix("tessera-csisnap-")
-        .tempdir()
-        .unwrap();
-    let backend = work.path().join("backend");
-    std::fs::create_dir_all(&backend).unwrap();
-    let sock = work.path().join("controller.sock");
-    let _ctrl = ControllerProcess::start(
-        &id,
-        &[
-            "--no-leader-election",
-            &format!("--csi-endpoint=unix://{}", sock.display()),
-            &format!("--default-backend-root={}", backend.display()),
-        ],
-    );
-    let mut ctrl = controller(&sock, Duration::from_secs(30)).await;
+    let env = CsiEnv::builder("csisnap", 0, Duration::from_secs(30))
+        .default_backend_root()
+        .start()
+        .await;
+    let (client, id, mut ctrl) = (&env.client, &env.id, env.csi());
     let volumes: Api<Volume> = Api::all(client.clone());
     let exists = |name: String| {
         let volumes = volumes.clone();

@@ -19,9 +19,9 @@ use kube::Api;
 use tessera_api::VolumeAttachment;
 
 use crate::support;
-use support::csi::{controller, create};
-use support::env::Env;
-use support::fixtures::{self, AgentProcess, ControllerProcess, eventually, free_port};
+use support::csi::create;
+use support::env::CsiEnv;
+use support::fixtures::{self, eventually, free_port};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -127,25 +127,14 @@ async fn a_run_for_the_dashboard_picture() {
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
 
-    let base = Env::new("ndash", 2, WAIT).await;
-    fixtures::create_csinodes(&base.client, &base.id, &base.nodes).await;
-    let _nodes = fixtures::NodesGuard(base.nodes.clone());
+    let base = CsiEnv::builder("ndash", 2, WAIT)
+        .csinodes()
+        .agents(1)
+        .default_backend_root()
+        .start()
+        .await;
     let (node, other) = (base.nodes[0].clone(), base.nodes[1].clone());
-    let work = tempfile::Builder::new()
-        .prefix("tessera-backend-")
-        .tempdir()
-        .unwrap();
-    let backend = work.path().to_path_buf();
-    let sock = backend.join("controller.sock");
-    let ctrl = ControllerProcess::start(
-        &base.id,
-        &[
-            "--no-leader-election",
-            &format!("--csi-endpoint=unix://{}", sock.display()),
-            &format!("--default-backend-root={}", backend.display()),
-        ],
-    );
-    let agent = AgentProcess::start(&base.id, &node);
+    let (ctrl, agent, mut csi) = (&base.ctrl, base.agent(), base.csi());
     let prom_port = free_port();
     let prom = Prometheus::start(
         &out,
@@ -155,7 +144,6 @@ async fn a_run_for_the_dashboard_picture() {
         &node,
     );
     let start = now();
-    let mut csi = controller(&sock, WAIT).await;
 
     let namespace = format!("ns-{}", base.id);
     let mut req = create(&format!("{}-claimed", base.id), 64 << 20, None);

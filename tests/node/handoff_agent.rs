@@ -18,11 +18,10 @@ use serde_json::json;
 use tessera_api::{MountPhase, MountPod};
 
 use crate::support;
+use support::env::AgentEnv as Env;
 use support::fixtures::{self, AgentProcess, eventually};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-use support::env::AgentEnv as Env;
 
 async fn env(prefix: &str) -> Env {
     Env::new(prefix, 1, WAIT).await

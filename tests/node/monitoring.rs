@@ -19,9 +19,9 @@ use kube::Api;
 use tessera_api::VolumeAttachment;
 
 use crate::support;
-use support::csi::{controller, create};
-use support::env::Env;
-use support::fixtures::{self, AgentProcess, ControllerProcess, eventually};
+use support::csi::create;
+use support::env::CsiEnv;
+use support::fixtures::{self, eventually};
 use support::monitoring::{Scrape, expressions, held_series_test, input_series, metric_names};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -34,26 +34,14 @@ fn sample(text: &str, prefix: &str, contains: &[&str]) -> Option<f64> {
 
 #[tokio::test]
 async fn the_dashboard_and_the_alert_rules_use_what_a_real_run_exposes() {
-    let base = Env::new("nmon", 2, WAIT).await;
-    fixtures::create_csinodes(&base.client, &base.id, &base.nodes).await;
-    let _nodes = fixtures::NodesGuard(base.nodes.clone());
+    let base = CsiEnv::builder("nmon", 2, WAIT)
+        .csinodes()
+        .agents(1)
+        .default_backend_root()
+        .start()
+        .await;
     let (node, other) = (base.nodes[0].clone(), base.nodes[1].clone());
-    let work = tempfile::Builder::new()
-        .prefix("tessera-backend-")
-        .tempdir()
-        .unwrap();
-    let backend = work.path().to_path_buf();
-    let sock = backend.join("controller.sock");
-    let ctrl = ControllerProcess::start(
-        &base.id,
-        &[
-            "--no-leader-election",
-            &format!("--csi-endpoint=unix://{}", sock.display()),
-            &format!("--default-backend-root={}", backend.display()),
-        ],
-    );
-    let agent = AgentProcess::start(&base.id, &node);
-    let mut csi = controller(&sock, WAIT).await;
+    let (ctrl, agent, mut csi) = (&base.ctrl, base.agent(), base.csi());
 
     // A claim's volume, with the parameters the provisioner adds
     // (--extra-create-metadata), and one of no claim.

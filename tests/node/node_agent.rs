@@ -17,13 +17,12 @@ use serde_json::json;
 use tessera_api::{MountPhase, MountPod, Volume};
 
 use crate::support;
-use support::fixtures::{self, AgentProcess, NodesGuard, eventually};
-
-const WAIT: Duration = Duration::from_secs(60);
-
 // The shared set-up with a backend root and the test's controller, waits bounded by
 // WAIT.
 use support::env::AgentEnv as Env;
+use support::fixtures::{self, AgentProcess, NodesGuard, eventually};
+
+const WAIT: Duration = Duration::from_secs(60);
 
 /// Nodes are named `<prefix>-<test id>-n<i>`: `prefix` lets a test sort its nodes
 /// first among CSINodes (the controller picks the first one for data cleanup).

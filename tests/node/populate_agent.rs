@@ -18,13 +18,12 @@ use tessera_csi_proto::volume_content_source::{SnapshotSource, Type, VolumeSourc
 use tessera_csi_proto::*;
 
 use crate::support;
-use support::csi::{controller, create};
+use support::csi::create;
+use support::env::{AgentEnv as Env, CsiEnv};
 use support::fixtures::{self, AgentProcess, eventually};
 use support::tree::tree_sums;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-use support::env::AgentEnv as Env;
 
 /// A Volume `<id>-<suffix>` of `size` filled from `from`.
 async fn filled_volume(e: &Env, suffix: &str, size: &str, from: &str) -> String {
@@ -161,26 +160,14 @@ async fn a_restore_ticket_fills_a_volume_from_a_live_source() {
 /// tickets are gone afterwards (only the workload's is left).
 #[tokio::test]
 async fn snapshot_restore_and_clone_through_the_csi_controller_with_a_real_agent() {
-    let base = support::env::Env::new("ncsisnap", 1, WAIT).await;
-    fixtures::create_csinodes(&base.client, &base.id, &base.nodes).await;
-    let _nodes = fixtures::NodesGuard(base.nodes.clone());
-    let node = base.nodes[0].clone();
-    let work = tempfile::Builder::new()
-        .prefix("tessera-backend-")
-        .tempdir()
-        .unwrap();
-    let backend = work.path().to_path_buf();
-    let sock = backend.join("controller.sock");
-    let _ctrl = fixtures::ControllerProcess::start(
-        &base.id,
-        &[
-            "--no-leader-election",
-            &format!("--csi-endpoint=unix://{}", sock.display()),
-            &format!("--default-backend-root={}", backend.display()),
-        ],
-    );
-    let agent = AgentProcess::start(&base.id, &node);
-    let mut ctrl = controller(&sock, WAIT).await;
+    let base = CsiEnv::builder("ncsisnap", 1, WAIT)
+        .csinodes()
+        .agents(1)
+        .default_backend_root()
+        .start()
+        .await;
+    let (node, backend) = (base.nodes[0].clone(), &base.backend);
+    let (agent, mut ctrl) = (base.agent(), base.csi());
 
     let src = ctrl
         .create_volume(create(&format!("{}-src", base.id), 64 << 20, None))

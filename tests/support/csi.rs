@@ -1,7 +1,9 @@
 //! CSI requests as the sidecars send them, for the tests that call Tessera's CSI
-//! controller over its socket (`tests/csi/csi_snapshots.rs`,
-//! `tests/node/populate_agent.rs`): one definition of the mount capability and of a CreateVolume, with or without a
-//! content source (snapshot or volume), and of the client of the controller's socket.
+//! services over their sockets (tests/csi/, and tests/node/ where a test runs the CSI
+//! controller; the sockets and processes come from [`super::env::CsiEnv`]): one
+//! definition of the mount capability and of a CreateVolume, with or without a content
+//! source (snapshot or volume), and the clients of the controller's and of a node's
+//! socket.
 
 use std::path::Path;
 use std::time::Duration;
@@ -9,6 +11,7 @@ use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
 use tessera_csi_proto::controller_client::ControllerClient;
+use tessera_csi_proto::node_client::NodeClient;
 use tessera_csi_proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use tessera_csi_proto::volume_content_source::Type;
 use tessera_csi_proto::{
@@ -44,13 +47,23 @@ pub fn create(name: &str, bytes: i64, source: Option<Type>) -> CreateVolumeReque
 /// A client of the CSI controller serving `sock`, once the socket is there (within
 /// `wait`).
 pub async fn controller(sock: &Path, wait: Duration) -> ControllerClient<Channel> {
+    ControllerClient::new(channel(sock, wait, "the CSI socket").await)
+}
+
+/// A client of the CSI Node service serving `sock` (a `tessera node`'s), once the
+/// socket is there (within `wait`).
+pub async fn node(sock: &Path, wait: Duration) -> NodeClient<Channel> {
+    NodeClient::new(channel(sock, wait, "the node's CSI socket").await)
+}
+
+/// A channel to the gRPC server on the unix socket `sock`, once it answers.
+async fn channel(sock: &Path, wait: Duration, what: &str) -> Channel {
     // The socket file exists from the server's bind, a moment before it listens:
     // connect until it answers.
     let endpoint = Endpoint::from_shared(format!("unix://{}", sock.display())).unwrap();
-    let channel = eventually(wait, "the CSI socket", || {
+    eventually(wait, what, || {
         let endpoint = endpoint.clone();
         async move { endpoint.connect().await.ok() }
     })
-    .await;
-    ControllerClient::new(channel)
+    .await
 }

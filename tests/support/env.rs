@@ -5,16 +5,26 @@
 //! and the steps these tests repeat: create a Volume, attach through a ticket and wait
 //! until it is satisfied, wait until a ticket is blocked and check why, detach, wait
 //! until a MountPod is ready or gone, clean up. Every wait is bounded by [`Env::wait`].
+//! [`AgentEnv`] adds a backend root and the test's controller, for the tests that run
+//! node agents; [`CsiEnv`] the CSI block (the controller serving its CSI socket, the
+//! agents, the backend root, the sockets waited for), for the tests that call the CSI
+//! services.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use kube::Client;
 use kube::api::Api;
 use serde_json::json;
+use tonic::transport::Channel;
 
 use tessera_api::{MountPhase, MountPod, Volume};
+use tessera_csi_proto::controller_client::ControllerClient;
+use tessera_csi_proto::node_client::NodeClient;
 
-use super::fixtures::{self, TicketState, eventually};
+use super::fixtures::{
+    self, AgentProcess, ControllerProcess, FakeAgent, NodesGuard, TicketState, eventually,
+};
 
 /// One test's client, id and nodes.
 pub struct Env {
@@ -224,6 +234,208 @@ impl AgentEnv {
             base,
             backend,
             _ctrl: ctrl,
+        }
+    }
+}
+
+/// [`Env`] with the CSI block of the tests that call Tessera's CSI services over their
+/// sockets: a `tessera controller` of the test's own (no leader election) serving its
+/// CSI socket, real node agents (`tessera node`, each serving its own socket) and/or
+/// the stand-in agent, a backend root, and a client of the controller's socket. The
+/// socket and the backend root are in a temporary directory of the test's. Made by
+/// [`CsiEnv::builder`] or [`CsiEnv::on`], started by [`CsiEnvBuilder::start`], which
+/// returns once every socket is there. Dropping it stops the agents (their daemons
+/// killed, their mounts detached) and the controller, deletes the test's Nodes and
+/// CSINodes (also when the test panicked), then the temporary directory.
+pub struct CsiEnv {
+    pub base: Env,
+    csi: ControllerClient<Channel>,
+    /// The stand-in agent, if asked for ([`CsiEnvBuilder::fake_agent`]).
+    pub fake: Option<FakeAgent>,
+    /// The real agents, in the order asked for.
+    pub agents: Vec<AgentProcess>,
+    pub ctrl: ControllerProcess,
+    /// The controller's CSI socket.
+    pub sock: PathBuf,
+    /// The backend root for the test's volumes (an allowed root of every process the
+    /// tests start); the controller's default root if asked for
+    /// ([`CsiEnvBuilder::default_backend_root`]).
+    pub backend: PathBuf,
+    _nodes: Option<NodesGuard>,
+    _work: tempfile::TempDir,
+}
+
+impl std::ops::Deref for CsiEnv {
+    type Target = Env;
+
+    fn deref(&self) -> &Env {
+        &self.base
+    }
+}
+
+/// What a [`CsiEnv`] starts.
+pub struct CsiEnvBuilder {
+    base: Result<Env, (String, usize, Duration)>,
+    csinodes: bool,
+    agents: usize,
+    agents_on: Vec<String>,
+    agent_args: Vec<String>,
+    fake_agent: bool,
+    default_root: bool,
+    args: Vec<String>,
+}
+
+impl CsiEnv {
+    /// A CSI block on a new [`Env`] (`Env::new(prefix, nodes, wait)`).
+    pub fn builder(prefix: &str, nodes: usize, wait: Duration) -> CsiEnvBuilder {
+        CsiEnvBuilder::new(Err((prefix.to_string(), nodes, wait)))
+    }
+
+    /// A CSI block on `base`, for a test that makes objects (or the controller's
+    /// arguments) from its id before the processes start.
+    pub fn on(base: Env) -> CsiEnvBuilder {
+        CsiEnvBuilder::new(Ok(base))
+    }
+
+    /// A client of the controller's CSI socket (the calls take it `&mut`).
+    pub fn csi(&self) -> ControllerClient<Channel> {
+        self.csi.clone()
+    }
+
+    /// The agent, when the test runs one.
+    pub fn agent(&self) -> &AgentProcess {
+        self.agents.first().expect("a CsiEnv with an agent")
+    }
+
+    /// The stand-in agent.
+    pub fn fake(&self) -> &FakeAgent {
+        self.fake
+            .as_ref()
+            .expect("a CsiEnv with the stand-in agent")
+    }
+
+    /// A client of the CSI socket (Identity + Node) of agent `i`.
+    pub async fn node(&self, i: usize) -> NodeClient<Channel> {
+        super::csi::node(&self.agents[i].csi_socket(), self.wait).await
+    }
+}
+
+impl CsiEnvBuilder {
+    fn new(base: Result<Env, (String, usize, Duration)>) -> CsiEnvBuilder {
+        CsiEnvBuilder {
+            base,
+            csinodes: false,
+            agents: 0,
+            agents_on: Vec::new(),
+            agent_args: Vec::new(),
+            fake_agent: false,
+            default_root: false,
+            args: Vec::new(),
+        }
+    }
+
+    /// A CSINode listing the driver for each Node of the test, as node-driver-registrar
+    /// makes it where an agent runs.
+    pub fn csinodes(mut self) -> Self {
+        self.csinodes = true;
+        self
+    }
+
+    /// A real agent on each of the first `n` Nodes of the test.
+    pub fn agents(mut self, n: usize) -> Self {
+        self.agents = n;
+        self
+    }
+
+    /// A real agent for each node `<id>-<suffix>` (no Node object made: for a test that
+    /// makes its own).
+    pub fn agents_on(mut self, suffixes: &[&str]) -> Self {
+        self.agents_on = suffixes.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// More arguments for every agent.
+    pub fn agent_args(mut self, args: &[String]) -> Self {
+        self.agent_args = args.to_vec();
+        self
+    }
+
+    /// The stand-in agent ([`FakeAgent`]), started after the controller.
+    pub fn fake_agent(mut self) -> Self {
+        self.fake_agent = true;
+        self
+    }
+
+    /// The backend root as the controller's `--default-backend-root`.
+    pub fn default_backend_root(mut self) -> Self {
+        self.default_root = true;
+        self
+    }
+
+    /// More arguments for the controller.
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
+    /// Start the agents, then the controller (with `--no-leader-election` and
+    /// `--csi-endpoint`), then the stand-in agent; return once the controller's socket
+    /// answers and every agent's socket is there (within the Env's wait).
+    pub async fn start(self) -> CsiEnv {
+        let base = match self.base {
+            Ok(base) => base,
+            Err((prefix, nodes, wait)) => Env::new(&prefix, nodes, wait).await,
+        };
+        if self.csinodes {
+            fixtures::create_csinodes(&base.client, &base.id, &base.nodes).await;
+        }
+        let nodes = (!base.nodes.is_empty()).then(|| NodesGuard(base.nodes.clone()));
+        let work = tempfile::Builder::new()
+            .prefix(&format!("tessera-{}-", base.id))
+            .tempdir()
+            .unwrap();
+        let backend = work.path().join("backend");
+        std::fs::create_dir_all(&backend).unwrap();
+        let sock = work.path().join("controller.sock");
+        let agent_nodes = base.nodes[..self.agents].iter().cloned().chain(
+            self.agents_on
+                .iter()
+                .map(|suffix| format!("{}-{suffix}", base.id)),
+        );
+        let agents: Vec<AgentProcess> = agent_nodes
+            .map(|node| AgentProcess::start_with(&base.id, &node, &self.agent_args))
+            .collect();
+        let mut args = vec![
+            "--no-leader-election".to_string(),
+            format!("--csi-endpoint=unix://{}", sock.display()),
+        ];
+        if self.default_root {
+            args.push(format!("--default-backend-root={}", backend.display()));
+        }
+        args.extend(self.args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let ctrl = ControllerProcess::start(&base.id, &args);
+        let fake = self
+            .fake_agent
+            .then(|| FakeAgent::start(base.client.clone(), &base.id));
+        let csi = super::csi::controller(&sock, base.wait).await;
+        for agent in &agents {
+            let what = format!("the CSI socket of the agent of {}", agent.node);
+            eventually(base.wait, &what, || async {
+                agent.csi_socket().exists().then_some(())
+            })
+            .await;
+        }
+        CsiEnv {
+            base,
+            csi,
+            fake,
+            agents,
+            ctrl,
+            sock,
+            backend,
+            _nodes: nodes,
+            _work: work,
         }
     }
 }

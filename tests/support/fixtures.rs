@@ -17,11 +17,11 @@ use serde_json::json;
 
 use tessera_api::{MountPod, MountTask, Volume, VolumeAttachment};
 
-/// The label every object of one test carries.
-pub const TEST_LABEL: &str = "tessera.io/test";
-
 #[allow(unused_imports)] // binaries that start no agent
 pub use super::agent_process::*;
+
+/// The label every object of one test carries.
+pub const TEST_LABEL: &str = "tessera.io/test";
 
 /// A `tessera controller` child process; killed on drop.
 pub struct ControllerProcess {
@@ -29,17 +29,17 @@ pub struct ControllerProcess {
     pub child: Child,
     /// Its metrics endpoint.
     pub metrics_port: u16,
+    /// Its log (stderr; kept after the test).
+    pub log: std::path::PathBuf,
 }
 
 impl ControllerProcess {
     /// Start a controller that only handles objects labelled `tessera.io/test=<test_id>`.
     pub fn start(test_id: &str, extra: &[&str]) -> Self {
         let metrics_port = free_port();
-        let log = std::fs::File::create(
-            std::env::temp_dir().join(format!("tessera-controller-{test_id}-{metrics_port}.log")),
-        )
-        .unwrap();
-        let child = tessera_command("controller", log)
+        let log =
+            std::env::temp_dir().join(format!("tessera-controller-{test_id}-{metrics_port}.log"));
+        let child = tessera_command("controller", std::fs::File::create(&log).unwrap())
             .arg(format!("--watch-selector={TEST_LABEL}={test_id}"))
             .arg(format!("--metrics-addr=127.0.0.1:{metrics_port}"))
             .arg("--reap-interval=1s")
@@ -54,6 +54,7 @@ impl ControllerProcess {
         ControllerProcess {
             child,
             metrics_port,
+            log,
         }
     }
 

@@ -42,15 +42,14 @@ use tessera_api::{CSI_DRIVER_NAME, Volume};
 use tessera_csi::csi_ticket_id;
 use tessera_csi_proto::NodeGetInfoRequest;
 
+use self::kubelet::{Kubelet, check_data, write_data};
+use self::processes::{ChainLock, Sidecar, tail};
 use crate::support;
-use support::env::Env;
-use support::fixtures::{self, AgentProcess, ControllerProcess, TEST_LABEL, eventually};
+use support::env::CsiEnv;
+use support::fixtures::{self, TEST_LABEL, eventually};
 
 mod kubelet;
 mod processes;
-
-use kubelet::{Kubelet, check_data, write_data};
-use processes::{ChainLock, Sidecar, tail};
 
 /// Bound of every wait for the control plane or the sidecars.
 const WAIT: Duration = Duration::from_secs(90);
@@ -68,7 +67,7 @@ struct Chain {
     ns: String,
     sc: String,
     nodes: [String; 2],
-    backend: tempfile::TempDir,
+    backend: PathBuf,
     started: Instant,
 }
 
@@ -129,7 +128,7 @@ impl Chain {
             "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
             "metadata": {"name": self.sc, "labels": {TEST_LABEL: self.id}},
             "provisioner": CSI_DRIVER_NAME,
-            "parameters": {"backendRoot": self.backend.path().display().to_string(), "scope": "Shared"},
+            "parameters": {"backendRoot": self.backend.display().to_string(), "scope": "Shared"},
             "reclaimPolicy": "Delete",
             "volumeBindingMode": "Immediate",
             "allowVolumeExpansion": true,
@@ -182,10 +181,7 @@ impl Chain {
             Some(&self.id),
             "the Volume created through the provisioner carries the controller's --watch-selector labels"
         );
-        assert_eq!(
-            volume.spec.backend.root,
-            self.backend.path().display().to_string()
-        );
+        assert_eq!(volume.spec.backend.root, self.backend.display().to_string());
         // The real provisioner (--extra-create-metadata) names the claim: the
         // per-volume metrics' pvc and pvc_namespace labels (docs/metrics.md).
         let annotations = volume.annotations();
@@ -484,60 +480,39 @@ fn handle_of(pv: &PersistentVolume) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
-    let env = Env::new("chain", 0, WAIT).await;
+    // The controller and the two agents are the test's own (its id scopes them); the
+    // sidecars, cluster-wide, start once this run holds the Lease.
+    let env = CsiEnv::builder("chain", 0, WAIT)
+        .agents_on(&["a", "b"])
+        .default_backend_root()
+        .start()
+        .await;
     let (client, id) = (env.client.clone(), env.id.clone());
+    let (agent_a, agent_b) = (&env.agents[0], &env.agents[1]);
     let lock = ChainLock::acquire(&client, &id).await;
     let chain = Chain {
         client: client.clone(),
         ns: id.clone(),
         sc: id.clone(),
-        nodes: [format!("{id}-a"), format!("{id}-b")],
-        backend: tempfile::Builder::new()
-            .prefix("tessera-chain-backend-")
-            .tempdir()
-            .unwrap(),
+        nodes: [agent_a.node.clone(), agent_b.node.clone()],
+        backend: env.backend.clone(),
         id: id.clone(),
         started: Instant::now(),
     };
-
-    let work = tempfile::Builder::new()
-        .prefix("tessera-chain-")
-        .tempdir()
-        .unwrap();
-    let controller_sock = work.path().join("controller.sock");
-    let agent_a = AgentProcess::start(&id, &chain.nodes[0]);
-    let agent_b = AgentProcess::start(&id, &chain.nodes[1]);
-    let ctrl = ControllerProcess::start(
-        &id,
-        &[
-            "--no-leader-election",
-            &format!("--csi-endpoint=unix://{}", controller_sock.display()),
-            &format!("--default-backend-root={}", chain.backend.path().display()),
-        ],
-    );
-    let ctrl_log =
-        std::env::temp_dir().join(format!("tessera-controller-{id}-{}.log", ctrl.metrics_port));
     // The sidecars wait for the controller's socket themselves.
     let provisioner = Sidecar::start(
         "csi-provisioner",
         &id,
-        &controller_sock,
+        &env.sock,
         &["--extra-create-metadata", "--timeout=30s"],
     );
-    let attacher = Sidecar::start("csi-attacher", &id, &controller_sock, &["--timeout=15s"]);
+    let attacher = Sidecar::start("csi-attacher", &id, &env.sock, &["--timeout=15s"]);
 
     let handles: Mutex<Vec<String>> = Mutex::default();
-    let kubelet_a = Kubelet::new(client.clone(), &agent_a);
-    let kubelet_b = Kubelet::new(client.clone(), &agent_b);
+    let kubelet_a = Kubelet::new(client.clone(), agent_a);
+    let kubelet_b = Kubelet::new(client.clone(), agent_b);
     let flow = async {
         chain.create_cluster_objects().await;
-        eventually(Duration::from_secs(30), "the three CSI sockets", || async {
-            (controller_sock.exists()
-                && agent_a.csi_socket().exists()
-                && agent_b.csi_socket().exists())
-            .then_some(())
-        })
-        .await;
         chain.step("Nodes, CSINodes, StorageClass, controller, two agents and the sidecars up");
         // The agents answer as the nodes they are.
         for k in [&kubelet_a, &kubelet_b] {
@@ -575,7 +550,7 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
         let sums = write_data(&on_a.target, 0x5eed_0001);
         check_data(&on_a.target, &sums, "A's target path");
         // Through FUSE into the backend.
-        check_data(&chain.backend.path().join(&handle), &sums, "the backend");
+        check_data(&chain.backend.join(&handle), &sums, "the backend");
         chain.step(&format!(
             "staged and published on A; {} files ({} MiB) written and checked",
             sums.len(),
@@ -662,7 +637,7 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
         }
         for (pv, h) in [(&pv, &handle), (&pv2, &handle2)] {
             let pv_name = pv.name_any();
-            let data = chain.backend.path().join(h);
+            let data = chain.backend.join(h);
             eventually(
                 Duration::from_secs(120),
                 &format!("PV {pv_name}, Volume {h} and {} gone", data.display()),
@@ -703,7 +678,7 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
                 &handles,
                 &[&provisioner, &attacher],
                 &[
-                    ("controller", ctrl_log.clone()),
+                    ("controller", env.ctrl.log.clone()),
                     ("agent A", agent_a.log.clone()),
                     ("agent B", agent_b.log.clone()),
                 ],
@@ -717,11 +692,9 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
     chain.teardown(outcome.is_err()).await;
     drop(provisioner);
     drop(attacher);
-    drop(ctrl);
     drop(kubelet_a);
     drop(kubelet_b);
-    drop(agent_a);
-    drop(agent_b);
+    drop(env);
     if outcome.is_err() {
         chain.strip_leftovers().await;
     }
