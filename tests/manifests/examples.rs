@@ -2,7 +2,7 @@
 //! Volume, StorageClass and inline volume there names a root that `config/`'s
 //! backend-roots file allows, with a scope that root can hold, by the same rules the
 //! controller and the CSI driver apply (`AllowedRoots::check_scope`,
-//! `request::scope_for`). The API server's own checks of the same files are
+//! `parameters::scope_for`). The API server's own checks of the same files are
 //! `api_server::examples_pass_server_side_dry_run`; the Pods running for real are
 //! `tests/pods`.
 
@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use tessera_api::BackendScope;
-use tessera_csi::controller::request::{Parameters, scope_for};
+use tessera_csi::controller::parameters::{Parameters, scope_for};
 use tessera_host::roots::{AllowedRoots, DEFAULT_ROOT, RootScope, parse_list};
 
 use crate::support;

@@ -21,4 +21,5 @@ mod examples;
 mod inline_policy;
 mod krew;
 mod monitoring;
+mod parameters;
 mod rbac;

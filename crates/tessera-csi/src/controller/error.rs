@@ -107,21 +107,25 @@ pub enum Error {
     IdleMountDelay(String),
     /// A StorageClass parameter nobody knows.
     #[error(
-        "unknown StorageClass parameter {0:?} (known: backendRoot, scope, nodeFailover, idleMountDelay, mountCPURequest, mountCPULimit, mountMemoryRequest, mountMemoryLimit)"
+        "unknown StorageClass parameter {0:?} (known: {known})",
+        known = super::parameters::known()
     )]
     UnknownParameter(String),
     /// A VolumeAttributesClass asks to change what a Volume cannot change.
     #[error(
-        "parameter {0:?} is immutable: it cannot change on an existing volume (it decides where the data lives); create a new volume with a StorageClass that sets it, and copy the data"
+        "parameter {0:?} is immutable: it cannot change on an existing volume (where its data lives, or how its running mounts were started); create a new volume with a StorageClass that sets it, and copy the data"
     )]
     ImmutableParameter(String),
     /// A VolumeAttributesClass parameter nobody knows.
     #[error(
-        "unknown VolumeAttributesClass parameter {0:?} (known: attrCacheSeconds, idleMountDelay, mountCPURequest, mountCPULimit, mountMemoryRequest, mountMemoryLimit)"
+        "unknown VolumeAttributesClass parameter {0:?} (known: {known})",
+        known = super::parameters::known_modifiable()
     )]
     UnknownMutableParameter(String),
     /// `attrCacheSeconds` is no whole number of seconds from 0 to 3600.
-    #[error("parameter attrCacheSeconds must be whole seconds from 0 to 3600, not {0:?}")]
+    #[error(
+        "parameter attrCacheSeconds must be whole seconds from 0 to 3600 (such as 30 or 1m), not {0:?}"
+    )]
     AttrCacheSeconds(String),
     /// A mount daemon's CPU or memory amount that is no quantity, out of bounds, or a
     /// request above its limit.

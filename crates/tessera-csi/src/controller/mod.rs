@@ -21,7 +21,8 @@
 //! | module | owns |
 //! |---|---|
 //! | this one | the RPCs: Kubernetes reads and writes, waits |
-//! | [`request`] | what a request asks for (names, access modes, sizes, parameters), no I/O |
+//! | [`request`] | what a request asks for (names, access modes, sizes, mount flags), no I/O |
+//! | [`parameters`] | the StorageClass parameters: the one list of them, their parsing, the docs table; no I/O |
 //! | [`grant`] | when a publish may return before its ticket is satisfied, no I/O |
 //! | [`publish_wait`] | a publish's wait for that grant, or for its ticket satisfied |
 //! | [`modify`] | a VolumeAttributesClass's parameters as Volume spec changes, no I/O |
@@ -31,6 +32,8 @@
 //! | [`existing`] | Validate, List, Expand, Modify: reads and patches of existing Volumes |
 //! | [`error`] | [`Error`] and its one mapping to gRPC codes |
 //! | [`group_commit`] | ticket writes of one volume arriving together: one patch |
+//! | [`memo`] | what the service remembers of its own recent calls: a map that starts over at its bound |
+//! | [`space`] | the nodes' free space from their liveness Leases, for GetCapacity |
 //! | [`publish_cache`] | the Volumes, Node names and VolumeAttachments a publish or unpublish reads, cached |
 //! | [`super::shared_watch`] | one watch per VolumeAttachment for all its waiting calls |
 //! | [`super::mountpods`] | one MountPod list-watch for the publishes and unpublishes waiting on one |
@@ -49,6 +52,7 @@ pub mod grant;
 pub mod group_commit;
 pub mod memo;
 pub mod modify;
+pub mod parameters;
 mod publish_cache;
 mod publish_wait;
 pub mod request;
@@ -80,10 +84,11 @@ use super::proto::*;
 use super::shared_watch::SharedWatches;
 use super::watch::{WatchError, await_from};
 use super::{InFlight, csi_ticket_id, existing_id, idle_ticket_id, required, shown};
+use parameters::Parameters;
 use publish_cache::PublishCaches;
 use request::{
-    Parameters, access_mode_for, compatible, idle_ticket, mount_options, size_fits, size_for,
-    topology_node, volume_bytes,
+    access_mode_for, compatible, idle_ticket, mount_options, size_fits, size_for, topology_node,
+    volume_bytes,
 };
 
 pub use error::Error;
@@ -197,7 +202,7 @@ impl ControllerService {
             None => {
                 let params =
                     Parameters::parse(&req.parameters, &self.settings.default_backend_root)?;
-                request::scope_for(&params, &self.settings.allowed_roots)?;
+                parameters::scope_for(&params, &self.settings.allowed_roots)?;
                 let root = self
                     .settings
                     .allowed_roots
@@ -243,7 +248,7 @@ impl ControllerService {
         let params = Parameters::parse(&req.parameters, &self.settings.default_backend_root)?;
         // A VolumeAttributesClass named at creation: its settings from the start.
         let vac = modify::parse(&req.mutable_parameters)?;
-        let scope = request::scope_for(&params, &self.settings.allowed_roots)?;
+        let scope = parameters::scope_for(&params, &self.settings.allowed_roots)?;
         let name = volume_name(csi_name);
         let _guard = self.inflight.start(&name)?;
 
@@ -288,7 +293,7 @@ impl ControllerService {
             .flatten();
         // The claim, when the provisioner names it: the per-volume metrics' `pvc` and
         // `pvc_namespace` labels.
-        let mut annotations = request::claim_annotations(&req.parameters);
+        let mut annotations = parameters::claim_annotations(&req.parameters);
         annotations.insert(ANNOTATION_CSI_NAME.into(), csi_name.to_string());
         let body = json!({
             "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
@@ -299,7 +304,7 @@ impl ControllerService {
                 "mountOptions": mount_options(caps),
                 "idleMountDelaySeconds": vac.idle_mount_delay.filter(|d| *d > 0).or(params.idle_mount_delay),
                 "mountResources": modify::with_resources(params.mount_resources.as_ref(), &vac.resources)?,
-                "attrCacheSeconds": vac.attr_cache_seconds,
+                "attrCacheSeconds": vac.attr_cache_seconds.or(params.attr_cache_seconds),
                 "dataSource": source.as_ref().map(|s| s.data_source()),
                 "nodeFailover": params.node_failover,
             }

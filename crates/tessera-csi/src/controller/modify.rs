@@ -19,12 +19,9 @@ use serde_json::{Value, json};
 use tessera_api::{MountResources, Volume};
 
 use super::Error;
-use super::request::idle_mount_delay;
+use super::parameters::{PARAMETERS, attr_cache_seconds, idle_mount_delay};
 use super::resources;
 use crate::shown;
-
-/// The most `attrCacheSeconds` may ask for: an hour.
-pub const MAX_ATTR_CACHE_SECONDS: i64 = 3600;
 
 /// What a VolumeAttributesClass asks to change.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,19 +32,6 @@ pub struct Changes {
     pub idle_mount_delay: Option<i64>,
     /// The `mount*` amounts named (each overrides the Volume's one amount).
     pub resources: MountResources,
-}
-
-/// An `attrCacheSeconds` value: whole seconds from 0 to an hour.
-pub fn attr_cache_seconds(v: &str) -> Result<i64, Error> {
-    let bad = || Error::AttrCacheSeconds(shown(v));
-    if v.is_empty() || v.len() > 4 || !v.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(bad());
-    }
-    let s: i64 = v.parse().map_err(|_| bad())?;
-    if s > MAX_ATTR_CACHE_SECONDS {
-        return Err(bad());
-    }
-    Ok(s)
 }
 
 /// Read the mutable parameters: every key known and valid, or the first that is not.
@@ -64,7 +48,9 @@ pub fn parse(params: &HashMap<String, String>) -> Result<Changes, Error> {
         match k.as_str() {
             "attrCacheSeconds" => out.attr_cache_seconds = Some(attr_cache_seconds(v)?),
             "idleMountDelay" => out.idle_mount_delay = Some(idle_mount_delay(v)?),
-            "backendRoot" | "scope" => return Err(Error::ImmutableParameter(shown(k))),
+            k if PARAMETERS.iter().any(|p| p.name == k && !p.modifiable) => {
+                return Err(Error::ImmutableParameter(shown(k)));
+            }
             other => return Err(Error::UnknownMutableParameter(shown(other))),
         }
     }

@@ -1,24 +1,23 @@
 //! What the Controller service reads out of a request, with no I/O: the Volume name
 //! of a CSI name, the access mode of a capability, the size of a capacity range, the
-//! StorageClass parameters, and the CSI view of a Volume.
+//! mount flags, the idle-mount ticket, and the CSI view of a Volume (the StorageClass
+//! parameters are [`super::parameters`]'s).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
-use tessera_api::TOPOLOGY_NODE_KEY;
 use tessera_api::{
-    self as api, AccessMode, AttacherType, AttachmentTicket, BackendScope, Volume, VolumeAttachment,
+    self as api, AccessMode, AttacherType, AttachmentTicket, TOPOLOGY_NODE_KEY, Volume,
+    VolumeAttachment,
 };
-use tessera_text::duration::Bounds;
 
 use super::Error;
+use crate::is_object_name;
 use crate::proto::volume_capability::{AccessType, access_mode};
 use crate::proto::{self, CapacityRange, CreateVolumeRequest, VolumeCapability};
-use crate::{is_object_name, shown};
 
 /// Default size when a request names none.
 pub const DEFAULT_SIZE: u64 = 1 << 30;
@@ -123,132 +122,6 @@ pub fn size_fits(bytes: u64, range: Option<&CapacityRange>) -> bool {
     bytes >= required && (limit == 0 || bytes <= limit)
 }
 
-/// The StorageClass parameters of a CreateVolume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Parameters {
-    /// `backendRoot`: where the volume's directory goes (default: the service's).
-    pub backend_root: String,
-    /// `scope`: `Shared` or `NodeLocal`; unset: the scope the administrator declared
-    /// for the root (the default root is NodeLocal).
-    pub scope: Option<BackendScope>,
-    /// `idleMountDelay`: how long a node keeps an idle mount, in seconds (default: none).
-    pub idle_mount_delay: Option<i64>,
-    /// `mountCPURequest`, `mountCPULimit`, `mountMemoryRequest`, `mountMemoryLimit`:
-    /// the mount daemon's resources (default: the node agent's).
-    pub mount_resources: Option<api::MountResources>,
-    /// `nodeFailover`: `Off` or `Fenced` (docs/failover.md); unset: off.
-    pub node_failover: Option<api::NodeFailover>,
-}
-
-/// The longest idle-mount delay: a day.
-pub const MAX_IDLE_MOUNT_DELAY: i64 = 86_400;
-
-/// An `idleMountDelay` parameter: a duration in the one grammar of
-/// [`tessera_text::duration`] (`90`, `90s`, `5m`, `1h30m`, `1d`), whole seconds, from
-/// 0 to a day.
-pub fn idle_mount_delay(v: &str) -> Result<i64, Error> {
-    const BOUNDS: Bounds = Bounds {
-        zero: true,
-        max: Duration::from_secs(MAX_IDLE_MOUNT_DELAY as u64),
-        whole_seconds: true,
-        said: "from 0 to 1 day, in whole seconds",
-    };
-    let d = BOUNDS
-        .parse(v)
-        .map_err(|_| Error::IdleMountDelay(shown(v)))?;
-    Ok(d.as_secs() as i64)
-}
-
-/// The scope of a volume created under `params.backend_root`: the `scope` parameter,
-/// else the one the administrator declared for the root; refused when a Shared volume
-/// would lie on a NodeLocal root (its data would stay behind when its Pod moves).
-pub fn scope_for(
-    params: &Parameters,
-    allowed: &tessera_host::roots::AllowedRoots,
-) -> Result<BackendScope, Error> {
-    use tessera_host::roots::RootScope;
-    let declared = allowed
-        .scope_of(&params.backend_root)
-        .map_err(Error::BackendRoot)?;
-    let scope = params.scope.unwrap_or(match declared {
-        RootScope::Shared => BackendScope::Shared,
-        RootScope::NodeLocal => BackendScope::NodeLocal,
-    });
-    let wanted = match scope {
-        BackendScope::Shared => RootScope::Shared,
-        BackendScope::NodeLocal => RootScope::NodeLocal,
-    };
-    allowed
-        .check_scope(&params.backend_root, wanted)
-        .map_err(Error::ScopeMismatch)?;
-    Ok(scope)
-}
-
-impl Parameters {
-    /// Read `params`; `csi.storage.k8s.io/*` (the sidecars' own) are ignored, any
-    /// other unknown key is refused.
-    pub fn parse(params: &HashMap<String, String>, default_root: &str) -> Result<Self, Error> {
-        let mut out = Parameters {
-            backend_root: default_root.to_string(),
-            scope: None,
-            idle_mount_delay: None,
-            mount_resources: None,
-            node_failover: None,
-        };
-        let mut resources = api::MountResources::default();
-        for (k, v) in params {
-            if super::resources::set(&mut resources, k, v)? {
-                continue;
-            }
-            match k.as_str() {
-                "backendRoot" => out.backend_root = v.clone(),
-                "scope" => {
-                    out.scope = Some(match v.as_str() {
-                        "Shared" => BackendScope::Shared,
-                        "NodeLocal" => BackendScope::NodeLocal,
-                        other => return Err(Error::Scope(shown(other))),
-                    })
-                }
-                "idleMountDelay" => {
-                    out.idle_mount_delay = Some(idle_mount_delay(v)?).filter(|s| *s > 0)
-                }
-                "nodeFailover" => {
-                    out.node_failover = Some(match v.as_str() {
-                        "Off" => api::NodeFailover::Off,
-                        "Fenced" => api::NodeFailover::Fenced,
-                        other => return Err(Error::NodeFailover(shown(other))),
-                    })
-                }
-                k if k.starts_with("csi.storage.k8s.io/") => {}
-                other => return Err(Error::UnknownParameter(shown(other))),
-            }
-        }
-        out.mount_resources = super::resources::finish(resources)?;
-        Ok(out)
-    }
-}
-
-/// The external-provisioner's parameter naming the claim a volume is created for
-/// (with `--extra-create-metadata`), and the one naming its namespace.
-pub const PARAM_PVC_NAME: &str = "csi.storage.k8s.io/pvc/name";
-/// See [`PARAM_PVC_NAME`].
-pub const PARAM_PVC_NAMESPACE: &str = "csi.storage.k8s.io/pvc/namespace";
-
-/// The annotations recording the claim `params` name (both parameters or none: a
-/// volume created without the provisioner's metadata has no claim annotations).
-pub fn claim_annotations(
-    params: &HashMap<String, String>,
-) -> std::collections::BTreeMap<String, String> {
-    match (params.get(PARAM_PVC_NAME), params.get(PARAM_PVC_NAMESPACE)) {
-        (Some(name), Some(ns)) if !name.is_empty() && !ns.is_empty() => [
-            (api::ANNOTATION_PVC_NAME.to_string(), name.clone()),
-            (api::ANNOTATION_PVC_NAMESPACE.to_string(), ns.clone()),
-        ]
-        .into(),
-        _ => Default::default(),
-    }
-}
-
 /// The mount flags of every mount capability, in order.
 pub fn mount_options(caps: &[VolumeCapability]) -> Vec<String> {
     caps.iter()
@@ -285,7 +158,7 @@ pub fn idle_ticket(
         .spec
         .idle_mount_delay_seconds
         .filter(|d| *d > 0)?
-        .min(MAX_IDLE_MOUNT_DELAY);
+        .min(super::parameters::MAX_IDLE_MOUNT_DELAY);
     if volume.metadata.deletion_timestamp.is_some() || !va.ticket_satisfied(csi_id) {
         return None;
     }
@@ -339,55 +212,6 @@ mod tests {
 
     fn code(e: Error) -> Code {
         tonic::Status::from(e).code()
-    }
-
-    #[test]
-    fn the_scope_is_the_parameter_or_the_roots_and_never_shared_on_a_local_root() {
-        use tessera_host::roots::AllowedRoots;
-        let allowed = AllowedRoots::new([
-            "/var/lib/tessera/volumes NodeLocal",
-            "/mnt/shared/tessera Shared",
-            "/old",
-        ])
-        .unwrap();
-        let params = |root: &str, scope: Option<BackendScope>| Parameters {
-            backend_root: root.into(),
-            scope,
-            idle_mount_delay: None,
-            mount_resources: None,
-            node_failover: None,
-        };
-        use BackendScope::*;
-        // (root, scope parameter, Ok(scope) or the error's code)
-        type Case<'a> = (&'a str, Option<BackendScope>, Result<BackendScope, Code>);
-        let table: &[Case] = &[
-            // A StorageClass with no parameters: the default root, NodeLocal.
-            ("/var/lib/tessera/volumes", None, Ok(NodeLocal)),
-            ("/var/lib/tessera/volumes/fast", None, Ok(NodeLocal)),
-            ("/var/lib/tessera/volumes", Some(NodeLocal), Ok(NodeLocal)),
-            (
-                "/var/lib/tessera/volumes",
-                Some(Shared),
-                Err(Code::InvalidArgument),
-            ),
-            ("/mnt/shared/tessera", None, Ok(Shared)),
-            ("/mnt/shared/tessera", Some(Shared), Ok(Shared)),
-            ("/mnt/shared/tessera", Some(NodeLocal), Ok(NodeLocal)),
-            // A root listed without a scope (the older file) is Shared, verified.
-            ("/old", None, Ok(Shared)),
-            ("/etc", None, Err(Code::InvalidArgument)),
-        ];
-        for (root, scope, want) in table {
-            let got = scope_for(&params(root, *scope), &allowed).map_err(code);
-            assert_eq!(got, *want, "{root} {scope:?}");
-        }
-        let e = scope_for(&params("/var/lib/tessera/volumes", Some(Shared)), &allowed)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("parameter scope") && e.contains("NodeLocal"),
-            "{e}"
-        );
     }
 
     #[test]
@@ -562,113 +386,6 @@ mod tests {
             ("no such ticket", volume(Some(30), false), va(true), "csi-2"),
         ] {
             assert_eq!(idle_ticket(&v, &va, id, now), None, "{what}");
-        }
-    }
-
-    #[test]
-    fn idle_mount_delays() {
-        for (v, want) in [
-            ("0", Some(0)),
-            ("90", Some(90)),
-            ("90s", Some(90)),
-            ("5m", Some(300)),
-            ("1h", Some(3600)),
-            ("24h", Some(86_400)),
-            ("86400", Some(86_400)),
-            ("86401", None),
-            ("25h", None),
-            ("", None),
-            ("s", None),
-            ("-5", None),
-            ("1.5m", Some(90)),
-            ("1.5s", None),
-            ("1h30m", Some(5400)),
-            ("1d", Some(86_400)),
-            ("2d", None),
-            ("99999999999999999999", None),
-        ] {
-            assert_eq!(idle_mount_delay(v).ok(), want, "{v:?}");
-        }
-    }
-
-    #[test]
-    fn the_claim_is_recorded_only_when_both_parameters_name_it() {
-        let m = |kv: &[(&str, &str)]| -> HashMap<String, String> {
-            kv.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
-        let got = claim_annotations(&m(&[
-            (PARAM_PVC_NAME, "data"),
-            (PARAM_PVC_NAMESPACE, "db"),
-            ("csi.storage.k8s.io/pv/name", "pvc-1"),
-        ]));
-        assert_eq!(
-            got.into_iter().collect::<Vec<_>>(),
-            [
-                ("tessera.io/pvc-name".to_string(), "data".to_string()),
-                ("tessera.io/pvc-namespace".to_string(), "db".to_string())
-            ]
-        );
-        assert!(claim_annotations(&m(&[(PARAM_PVC_NAME, "data")])).is_empty());
-        assert!(
-            claim_annotations(&m(&[(PARAM_PVC_NAME, ""), (PARAM_PVC_NAMESPACE, "db")])).is_empty()
-        );
-        assert!(claim_annotations(&m(&[])).is_empty());
-    }
-
-    #[test]
-    fn storage_class_parameters() {
-        let p = |kv: &[(&str, &str)]| {
-            let m: HashMap<String, String> = kv
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            Parameters::parse(&m, "/default")
-        };
-        assert_eq!(
-            p(&[]).unwrap(),
-            Parameters {
-                backend_root: "/default".into(),
-                scope: None,
-                idle_mount_delay: None,
-                mount_resources: None,
-                node_failover: None,
-            }
-        );
-        assert_eq!(
-            p(&[("nodeFailover", "Fenced")]).unwrap().node_failover,
-            Some(api::NodeFailover::Fenced)
-        );
-        assert!(matches!(
-            p(&[("nodeFailover", "Always")]),
-            Err(Error::NodeFailover(_))
-        ));
-        assert_eq!(
-            p(&[("idleMountDelay", "2m")]).unwrap().idle_mount_delay,
-            Some(120)
-        );
-        assert_eq!(
-            p(&[("idleMountDelay", "0")]).unwrap().idle_mount_delay,
-            None,
-            "0 is off"
-        );
-        assert!(matches!(
-            p(&[("idleMountDelay", "soon")]),
-            Err(Error::IdleMountDelay(_))
-        ));
-        let local = p(&[("backendRoot", "/data"), ("scope", "NodeLocal")]).unwrap();
-        assert_eq!(local.backend_root, "/data");
-        assert_eq!(local.scope, Some(BackendScope::NodeLocal));
-        assert!(p(&[("csi.storage.k8s.io/pvc/name", "x")]).is_ok());
-        assert!(matches!(
-            p(&[("scope", "Everywhere")]),
-            Err(Error::Scope(_))
-        ));
-        let long = "k".repeat(1000);
-        match p(&[(long.as_str(), "v")]) {
-            Err(Error::UnknownParameter(k)) => assert!(k.chars().count() <= 129, "{k}"),
-            other => panic!("{other:?}"),
         }
     }
 }
