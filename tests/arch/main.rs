@@ -1,291 +1,220 @@
-//! The architecture, checked on the source: no import circle between modules of any
-//! crate of the workspace, and the top-level modules of `tessera` import only
-//! downwards in the order `src/lib.rs` documents. (Which crate may depend on which is
-//! Cargo's to enforce; what each crate may depend on from outside is
-//! `tests/arch/deps.sh`'s.)
+//! The architecture, checked on the sources as syn reads them, where the crate
+//! manifests cannot: which crate may depend on which is Cargo's to enforce, what each
+//! may depend on from outside `tests/arch/deps.sh`'s. Here, for every crate of the
+//! workspace:
 //!
-//! A module's imports are the `crate::`, `super::` and `self::` paths in its
-//! production code (comments, string literals and `#[cfg(test)]` modules left out),
-//! resolved through `pub use` re-exports to the module that defines the item. An
-//! import from module `a::x::…` of `a::y::…` is an edge `x → y` between the siblings
-//! `x` and `y` under `a`; a child using its parent's items (or a parent its child's)
-//! is no edge. The siblings under each module must form no circle.
+//! - no import circle between the modules under any module ([`imports`]);
+//! - where a module's doc says its table is an order (`(a module imports only those
+//!   below it)`), its children import only downwards;
+//! - each module table (`//! | module | owns |`) names exactly the module's children,
+//!   and every crate root with two or more has one ([`tables`]);
+//! - the README's source map has a row for each crate;
+//! - each file has one block of `use` items, in one order ([`uses`]);
+//!
+//! and beside the code: docs/troubleshooting.md names every reason ([`reasons`]), the
+//! state diagrams draw every state. The checks run on made-up crates too
+//! ([`planted`]), so a check that finds nothing has not gone blind.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod imports;
+mod planted;
+mod reasons;
+mod tables;
+mod tree;
+mod uses;
+
 use std::path::{Path, PathBuf};
 
-mod reasons;
-mod source;
-use source::{Import, Source};
-
-/// Where one crate's sources are, from the repository root.
-const CRATES: &[&str] = &[
-    "src",
-    "crates/tessera-api/src",
-    "crates/tessera-text/src",
-    "crates/tessera-host/src",
-    "crates/tessera-csi-proto/src",
-    "crates/tessera-fuse/src",
-];
-
-/// `src/lib.rs`'s module map, top to bottom: a module may import only those below it.
-const LAYERS: &[&str] = &[
-    "cli",
-    "plugin",
-    "controller",
-    "csi",
-    "node",
-    "fuse",
-    "runtime",
-    "metrics",
-    "labels",
-    // The crates below `tessera`, under the names its modules use (see src/lib.rs).
-    "tickets",
-    "api",
-    "host",
-];
+use imports::Imports;
+use tree::Crate;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The sources of one crate (binaries under `src/bin` and `src/main.rs` are crates of
-/// their own and are left out).
-fn crate_sources(dir: &Path) -> Vec<Source> {
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                if p.file_name().is_some_and(|n| n == "bin" || n == "tests") {
-                    continue;
-                }
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                let rel = p.strip_prefix(dir).unwrap().to_path_buf();
-                if rel == Path::new("main.rs") || source::is_test_file(&rel) {
-                    continue;
-                }
-                files.push(Source::read(&p, &rel));
-            }
-        }
-    }
-    files
+/// The workspace's crates under `crates/` (those with a Cargo.toml), by name.
+fn crate_dirs() -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("Cargo.toml").exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    out.sort();
+    out
 }
 
-/// Every edge between siblings, with the imports that make it.
-type Edges = BTreeMap<(Vec<String>, String, String), Vec<String>>;
-
-fn sibling_edges(sources: &[Source]) -> Edges {
-    let modules: BTreeSet<Vec<String>> = sources.iter().flat_map(|s| s.modules()).collect();
-    let reexports = source::reexports(sources, &modules);
-    let mut edges = Edges::new();
-    for s in sources {
-        for Import { path, line } in s.imports() {
-            let Some(target) = source::resolve(&s.module, &path, &modules, &reexports) else {
-                continue;
-            };
-            let from = &s.module;
-            let common = from.iter().zip(&target).take_while(|(a, b)| a == b).count();
-            if common == from.len() || common == target.len() {
-                continue;
-            }
-            let key = (
-                from[..common].to_vec(),
-                from[common].clone(),
-                target[common].clone(),
-            );
-            edges.entry(key).or_default().push(format!(
-                "{}:{line} {}",
-                s.rel.display(),
-                path.join("::")
-            ));
-        }
-    }
-    edges
-}
-
-/// The circles among the children of each module: strongly connected components of
-/// more than one sibling.
-fn circles(edges: &Edges) -> Vec<(Vec<String>, Vec<String>)> {
-    let mut by_parent: BTreeMap<&Vec<String>, BTreeMap<&str, BTreeSet<&str>>> = BTreeMap::new();
-    for (parent, from, to) in edges.keys() {
-        by_parent
-            .entry(parent)
-            .or_default()
-            .entry(from.as_str())
-            .or_default()
-            .insert(to.as_str());
-    }
+/// The root file of every crate of the workspace (each library and binary), from the
+/// repository root.
+fn crate_roots() -> Vec<PathBuf> {
+    let mut srcs: Vec<PathBuf> = crate_dirs()
+        .iter()
+        .map(|c| Path::new("crates").join(c).join("src"))
+        .collect();
+    srcs.push("src".into());
     let mut out = Vec::new();
-    for (parent, graph) in by_parent {
-        for scc in source::components(&graph) {
-            if scc.len() > 1 {
-                out.push((parent.clone(), scc));
+    for src in srcs {
+        for f in ["lib.rs", "main.rs"] {
+            if root().join(&src).join(f).exists() {
+                out.push(src.join(f));
+            }
+        }
+        for bin in std::fs::read_dir(root().join(&src).join("bin"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let main = bin.path().join("main.rs");
+            if main.exists() {
+                out.push(main.strip_prefix(root()).unwrap().to_path_buf());
             }
         }
     }
     out
 }
 
-fn explain(edges: &Edges, parent: &[String], members: &[String]) -> String {
-    let mut s = String::new();
-    for ((p, from, to), via) in edges {
-        if p == parent && members.contains(from) && members.contains(to) {
-            s.push_str(&format!("    {from} → {to}: {}\n", via.join("; ")));
+/// Every crate of the workspace, read.
+fn crates() -> Vec<Crate> {
+    let read = tree::on_disk(&root());
+    crate_roots()
+        .iter()
+        .map(|r| tree::read_crate(r, &read).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+/// The circles of one crate, each with the imports that close it.
+fn circles(krate: &Crate) -> String {
+    let edges = Imports::of(krate).edges();
+    let mut out = String::new();
+    for (parent, members) in imports::circles(&edges) {
+        let under = if parent.is_empty() {
+            "the crate root".into()
+        } else {
+            parent.join("::")
+        };
+        out.push_str(&format!(
+            "{}: a circle under {under}: {}\n{}",
+            krate.root.display(),
+            members.join(", "),
+            imports::explain(&edges, &parent, &members)
+        ));
+    }
+    out
+}
+
+/// The imports against the order documented by a module of `krate`.
+fn against_orders(krate: &Crate) -> Vec<String> {
+    let edges = Imports::of(krate).edges();
+    let mut out = Vec::new();
+    for m in &krate.modules {
+        let Some(order) = tables::declared_order(m) else {
+            continue;
+        };
+        for e in imports::against_order(&edges, &m.path, &order) {
+            out.push(format!(
+                "{} (module {}, top to bottom: {}): {e}",
+                m.file.display(),
+                m.name(),
+                order.join(", ")
+            ));
         }
     }
-    s
+    out
 }
 
 #[test]
 fn no_module_imports_its_way_back_to_itself() {
-    let mut problems = String::new();
-    let mut checked = 0;
-    for dir in CRATES {
-        let dir = root().join(dir);
-        if !dir.exists() {
-            continue;
-        }
-        let sources = crate_sources(&dir);
-        checked += sources.len();
-        let edges = sibling_edges(&sources);
-        for (parent, members) in circles(&edges) {
-            let at = if parent.is_empty() {
-                format!("{} (crate root)", dir.display())
-            } else {
-                parent.join("::")
-            };
-            problems.push_str(&format!(
-                "circle under {at}: {}\n{}",
-                members.join(", "),
-                explain(&edges, &parent, &members)
-            ));
-        }
-    }
+    let crates = crates();
+    let modules: usize = crates.iter().map(|c| c.modules.len()).sum();
     assert!(
-        checked > 100,
-        "only {checked} files read: is the tree where it was?"
+        modules > 150,
+        "only {modules} modules read: is the tree where it was?"
     );
+    let problems: String = crates.iter().map(circles).collect();
     assert!(problems.is_empty(), "import circles:\n{problems}");
 }
 
 #[test]
-fn tesseras_modules_import_only_downwards() {
-    let sources = crate_sources(&root().join("src"));
-    let edges = sibling_edges(&sources);
-    let rank = |m: &str| LAYERS.iter().position(|l| *l == m);
-    let mut problems = String::new();
-    for ((parent, from, to), via) in &edges {
-        if !parent.is_empty() {
-            continue;
-        }
-        match (rank(from), rank(to)) {
-            (Some(f), Some(t)) if f < t => {}
-            _ => problems.push_str(&format!("{from} → {to}: {}\n", via.join("; "))),
+fn modules_import_only_downwards_where_their_order_is_documented() {
+    let problems: Vec<String> = crates().iter().flat_map(against_orders).collect();
+    assert!(
+        problems.is_empty(),
+        "imports against the order of a module table {}:\n{}",
+        tables::LAYERED,
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn module_tables_match_their_folders() {
+    let mut problems = Vec::new();
+    for krate in crates() {
+        for m in &krate.modules {
+            let is_lib = m.path.is_empty() && krate.root.ends_with("lib.rs");
+            problems.extend(tables::table_problems(m, is_lib && m.children.len() >= 2));
         }
     }
     assert!(
         problems.is_empty(),
-        "imports against the module map of src/lib.rs (top to bottom: {}):\n{problems}",
-        LAYERS.join(", ")
+        "module tables:\n{}",
+        problems.join("\n")
     );
 }
 
-/// The check itself: a circle planted in a made-up crate is found, with the import
-/// that closes it, and a child using its parent's items is not one.
-#[test]
-fn a_planted_circle_is_found() {
-    let src = |rel: &str, text: &str| Source::parse(text, Path::new(rel));
-    let sources = vec![
-        src("lib.rs", "pub mod a;\npub mod b;\npub mod c;\n"),
-        src("a/mod.rs", "pub mod x;\npub use self::x::Thing;\n"),
-        src("a/x.rs", "use crate::b::helper;\npub struct Thing;\n"),
-        src(
-            "b.rs",
-            "// use crate::c::nothing; (a comment)\nuse super::c::Other;\npub fn helper() {}\n",
-        ),
-        src(
-            "c.rs",
-            "pub struct Other;\nfn f() { let _ = crate::a::Thing; let _ = \"crate::b::helper\"; }\n",
-        ),
-    ];
-    let edges = sibling_edges(&sources);
-    let found = circles(&edges);
-    assert_eq!(found.len(), 1, "{found:?}");
-    assert_eq!(found[0].1, ["a", "b", "c"]);
-    let why = explain(&edges, &found[0].0, &found[0].1);
-    assert!(why.contains("c → a: c.rs:2 crate::a::Thing"), "{why}");
-
-    // Parent and child are no circle; and the re-export leads to `a::x`.
-    let sources = vec![
-        src("lib.rs", "pub mod a;\n"),
-        src(
-            "a/mod.rs",
-            "pub mod x;\npub mod y;\npub use self::y::Y;\npub struct P;\nuse self::x::X;\n",
-        ),
-        src("a/x.rs", "use super::P;\npub struct X;\n"),
-        src("a/y.rs", "use super::x::X;\npub struct Y;\n"),
-    ];
-    let edges = sibling_edges(&sources);
-    assert!(circles(&edges).is_empty(), "{edges:?}");
-    assert!(edges.contains_key(&(vec!["a".into()], "y".into(), "x".into())));
-}
-
-/// The README's source map names every crate of the workspace and every top-level
-/// module of `tessera`, and nothing that is not there.
+/// The README's source map names every crate of the workspace, and nothing that is
+/// not there.
 #[test]
 fn the_readme_source_map_matches_the_tree() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
-    let start = readme
-        .find("Source map:")
-        .expect("a source map in README.md");
-    let map = &readme[start
-        ..start
-            + readme[start..]
-                .find("\n## ")
-                .unwrap_or(readme.len() - start)];
-    let mut crates: Vec<String> = std::fs::read_dir(root().join("crates"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().join("Cargo.toml").exists())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+    let problems = tables::source_map_problems(&readme, &crate_dirs());
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The .rs files of the repository's own code (vendored and built code left out).
+fn rust_files() -> Vec<PathBuf> {
+    let mut stack: Vec<PathBuf> = ["crates", "src", "tests", "bench"]
+        .iter()
+        .map(|d| root().join(d))
         .collect();
-    crates.sort();
-    for c in &crates {
-        assert!(
-            map.contains(&format!("`crates/{c}`")),
-            "README's source map lacks crates/{c}"
-        );
-    }
-    for named in map.split("`crates/").skip(1) {
-        let name = named.split('`').next().unwrap_or_default();
-        assert!(
-            crates.iter().any(|c| c == name),
-            "README names crates/{name}, which does not exist"
-        );
-    }
-    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
-    for line in lib.lines() {
-        if let Some(m) = line
-            .strip_prefix("pub mod ")
-            .and_then(|m| m.strip_suffix(';'))
-        {
-            let shown = if m == "cli" {
-                "`cli.rs`".to_string()
-            } else {
-                format!("`{m}`")
-            };
-            assert!(
-                map.contains(&shown),
-                "README's source map lacks the module {m}"
-            );
+    let mut out = Vec::new();
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            let name = e.file_name();
+            if p.is_dir()
+                && !["vendor", "target", "third_party"]
+                    .iter()
+                    .any(|s| name == *s)
+            {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p.strip_prefix(root()).unwrap().to_path_buf());
+            }
         }
     }
+    out.sort();
+    out
+}
+
+#[test]
+fn each_file_has_one_use_block_in_one_order() {
+    let lock = std::fs::read_to_string(root().join("Cargo.lock")).unwrap();
+    let externals = uses::externals(&lock);
+    let files = rust_files();
+    assert!(files.len() > 200, "only {} files found", files.len());
+    let mut problems = Vec::new();
+    for rel in files {
+        let text = std::fs::read_to_string(root().join(&rel)).unwrap();
+        match syn::parse_file(&text) {
+            Ok(file) => problems.extend(uses::problems(&rel, &file, &externals)),
+            Err(e) => problems.push(format!("{}:{}: {e}", rel.display(), e.span().start().line)),
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "`use` items out of place ({}):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 /// docs/troubleshooting.md names every reason the code can write: ticket reasons,

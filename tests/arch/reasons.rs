@@ -3,9 +3,9 @@
 //! Ticket reasons come from the code itself: `TicketReason::ALL`, which a `match` in
 //! tessera-api's unit tests keeps exhaustive. Condition reasons (MountPod, Volume,
 //! VolumeAttachment) and Event reasons are string literals and constants at the call
-//! sites, so they are read by **scanning the source** (production code of
-//! `src/controller`, `src/node` and `src/csi`, `#[cfg(test)]` items and test files left
-//! out) for the calls that write them:
+//! sites, so they are read by **scanning the source** (the production modules of the
+//! crates tessera-controller, tessera-node and tessera-csi, as syn reads them, their
+//! tokens without comments and `#[cfg(test)]` items) for the calls that write them:
 //!
 //! - Events: `publish`, `publish_action`, `publish_tickets`, `publish_on` (the
 //!   argument after the `EventType::…` one, or after a wrapper's `type_`) and `publish_node` (its third argument);
@@ -24,7 +24,88 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use crate::source::{Source, Tok};
+use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
+use quote::ToTokens;
+
+use crate::tree;
+
+/// One token: an identifier, `::`, one punctuation character, a delimiter, or a
+/// string literal (its text is `"` followed by the literal's value).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tok {
+    pub text: String,
+    pub line: usize,
+}
+
+impl Tok {
+    /// The content of a string literal token.
+    pub fn literal(&self) -> Option<&str> {
+        self.text.strip_prefix('"')
+    }
+}
+
+/// The tokens of `items` as the scan reads them: doc attributes, lifetimes, numbers,
+/// character and byte literals left out.
+pub fn tokens(items: &[syn::Item]) -> Vec<Tok> {
+    let mut out = Vec::new();
+    for item in items {
+        flatten(item.to_token_stream(), &mut out);
+    }
+    out
+}
+
+fn flatten(ts: TokenStream, out: &mut Vec<Tok>) {
+    let push = |out: &mut Vec<Tok>, text: &str, span: proc_macro2::Span| {
+        out.push(Tok {
+            text: text.to_string(),
+            line: span.start().line,
+        })
+    };
+    let toks: Vec<TokenTree> = ts.into_iter().collect();
+    let punct =
+        |i: usize, c: char| matches!(toks.get(i), Some(TokenTree::Punct(p)) if p.as_char() == c);
+    let is_doc = |i: usize| {
+        matches!(toks.get(i), Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Bracket
+            && matches!(g.stream().into_iter().next(), Some(TokenTree::Ident(d)) if d == "doc"))
+    };
+    let mut i = 0;
+    while i < toks.len() {
+        match &toks[i] {
+            // `#[doc = "…"]` was a comment; `'a` a lifetime.
+            TokenTree::Punct(p) if p.as_char() == '#' && is_doc(i + 1) => i += 1,
+            TokenTree::Punct(p) if p.as_char() == '\'' => i += 1,
+            TokenTree::Punct(p)
+                if p.as_char() == ':' && p.spacing() == Spacing::Joint && punct(i + 1, ':') =>
+            {
+                push(out, "::", p.span());
+                i += 1;
+            }
+            TokenTree::Punct(p) => push(out, &p.as_char().to_string(), p.span()),
+            TokenTree::Ident(id) => push(out, &id.to_string(), id.span()),
+            TokenTree::Literal(l) => {
+                if let syn::Lit::Str(s) = syn::Lit::new(l.clone()) {
+                    push(out, &format!("\"{}", s.value()), l.span());
+                }
+            }
+            TokenTree::Group(g) => {
+                let (open, close) = match g.delimiter() {
+                    Delimiter::Parenthesis => ("(", ")"),
+                    Delimiter::Brace => ("{", "}"),
+                    Delimiter::Bracket => ("[", "]"),
+                    Delimiter::None => ("", ""),
+                };
+                if !open.is_empty() {
+                    push(out, open, g.span_open());
+                }
+                flatten(g.stream(), out);
+                if !close.is_empty() {
+                    push(out, close, g.span_close());
+                }
+            }
+        }
+        i += 1;
+    }
+}
 
 /// What writes a reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -59,22 +140,26 @@ const CALLS: &[(&str, Option<usize>, Kind, At)] = &[
     ("task_failed", Some(4), Kind::Condition, At::Args(&[0, 2])),
 ];
 
-/// The directories (below the repository root) whose production code is scanned.
-pub const SCANNED: &[&str] = &["src/controller", "src/node", "src/csi"];
+/// The crates (their roots, below the repository root) whose production code is scanned.
+pub const SCANNED: &[&str] = &[
+    "crates/tessera-controller/src/lib.rs",
+    "crates/tessera-node/src/lib.rs",
+    "crates/tessera-csi/src/lib.rs",
+];
 
 /// Reasons found, each with where it is written (`file:line`).
 pub type Found = BTreeMap<(Kind, String), Vec<String>>;
 
 /// Scan `sources` (each with its path for messages): the reasons found, and the call
 /// sites whose reason could not be read.
-pub fn scan(sources: &[(PathBuf, Source)]) -> (Found, Vec<String>) {
+pub fn scan(sources: &[(PathBuf, Vec<Tok>)]) -> (Found, Vec<String>) {
     let mut c = Collector {
         consts: string_consts(sources),
         found: Found::new(),
         unreadable: Vec::new(),
     };
     for (path, src) in sources {
-        let t = src.tokens();
+        let t = src;
         for i in 0..t.len() {
             let at = format!("{}:{}", path.display(), t[i].line);
             // A call `name(…)`: not its definition, not a method of something else.
@@ -248,10 +333,10 @@ fn arguments(t: &[Tok]) -> Vec<Vec<Tok>> {
 }
 
 /// `const NAME: &str = "value";` anywhere in the sources.
-fn string_consts(sources: &[(PathBuf, Source)]) -> BTreeMap<String, String> {
+fn string_consts(sources: &[(PathBuf, Vec<Tok>)]) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for (_, s) in sources {
-        for w in s.tokens().windows(7) {
+        for w in s.windows(7) {
             let texts: Vec<&str> = w.iter().map(|t| t.text.as_str()).collect();
             if texts[0] == "const"
                 && texts[2..6] == [":", "&", "str", "="]
@@ -264,29 +349,15 @@ fn string_consts(sources: &[(PathBuf, Source)]) -> BTreeMap<String, String> {
     out
 }
 
-/// The production sources under `dirs` (test files left out), each with its path
-/// from the repository root.
-pub fn read_sources(root: &Path, dirs: &[&str]) -> Vec<(PathBuf, Source)> {
+/// The production sources of the crates whose roots are `roots`, each file with its
+/// path from the repository root.
+pub fn read_sources(root: &Path, roots: &[&str]) -> Vec<(PathBuf, Vec<Tok>)> {
+    let read = tree::on_disk(root);
     let mut out = Vec::new();
-    let mut stack: Vec<PathBuf> = dirs.iter().map(|d| root.join(d)).collect();
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d)
-            .unwrap_or_else(|e| panic!("{d:?}: {e}"))
-            .flatten()
-        {
-            let p = e.path();
-            if p.is_dir() {
-                if p.file_name().is_some_and(|n| n == "tests") {
-                    continue;
-                }
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                let rel = p.strip_prefix(root).unwrap().to_path_buf();
-                if crate::source::is_test_file(&rel) {
-                    continue;
-                }
-                out.push((rel.clone(), Source::read(&p, &rel)));
-            }
+    for r in roots {
+        let krate = tree::read_crate(Path::new(r), &read).unwrap_or_else(|e| panic!("{e}"));
+        for m in krate.modules.into_iter().filter(|m| !m.inline) {
+            out.push((m.file, tokens(&m.items)));
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -323,8 +394,11 @@ pub fn undocumented(found: &Found, doc: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn src(rel: &str, text: &str) -> (PathBuf, Source) {
-        (PathBuf::from(rel), Source::parse(text, Path::new(rel)))
+    fn src(rel: &str, text: &str) -> (PathBuf, Vec<Tok>) {
+        (
+            PathBuf::from(rel),
+            tokens(&tree::parse(text).unwrap().items),
+        )
     }
 
     /// The scan on made-up sources: each way of writing a reason is found, a wrapper's

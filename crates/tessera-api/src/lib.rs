@@ -16,6 +16,18 @@
 //! The Rust types are the source of truth for the CRDs in `crds/` (see
 //! [`crds`]). Validation that the API server enforces lives next to the field it
 //! guards, as OpenAPI constraints or CEL rules with a message a person understands.
+//!
+//! | module | owns |
+//! |---|---|
+//! | `volume` | `Volume`: the volume itself — size, access mode, where its data lives |
+//! | `attachment` | `VolumeAttachment`: who wants the volume where (tickets and their statuses) |
+//! | `mountpod` | `MountPod`: one shared, reference-counted FUSE mount of one volume on one node |
+//! | `resources` | `MountResources`: the CPU and memory a volume's mount daemon may ask for and use |
+//! | `common` | types and validation rules shared by more than one kind |
+//! | [`names`] | every name two components must spell alike: group, driver, labels, annotations, finalizers, field managers, reserved ticket ids |
+//! | [`finalizers`] | adding and removing finalizers by JSON patches guarded by a `test` |
+//! | [`free_bytes`] | the free space a node reports on its liveness Lease: its format and coarsening, pure |
+//! | [`tickets`] | ticket arbitration: tickets in, decision out, pure |
 
 // kube's `#[kube(printcolumn(..))]` repeats `type_ = …` per column, which clippy's
 // duplicated_attributes lint mistakes for a duplicate.

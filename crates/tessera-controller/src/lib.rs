@@ -20,14 +20,28 @@
 //! with merge patches (never server-side apply), so Tessera never takes ownership of,
 //! or removes, a ticket that a GitOps tool applied.
 //!
-//! The controllers are [`volume`], [`attachment`] and [`reaper`]; `wiring` runs them on
-//! the shared watches of `watch` with one [`Context`] (MountPods also by volume:
-//! [`index`]); [`own_writes`] keeps the
-//! controller's writes until the caches show them; [`events`] publishes Events;
-//! [`protection`] keeps a VolumeAttachment in use from being deleted and rebuilds one
-//! that was; [`pace`] sets how long a new attach goes unreported from the backlog of
-//! attaches and how long the last ones took. [`failover`] is the pure decision of
-//! fenced failover (docs/failover.md): which nodes are fenced, which tickets may go.
+//! | module | owns |
+//! |---|---|
+//! | [`volume`] | the Volume controller: its VolumeAttachment; a deleted Volume's data removed through a ticket |
+//! | [`attachment`] | the VolumeAttachment controller: gather → [`attachment::plan`] (pure) → execute |
+//! | [`reaper`] | removes Tessera's own tickets nothing stands behind (+ Event) |
+//! | [`inline`] | inline Volumes whose Pod is gone: their tickets removed, the Volume deleted |
+//! | [`protection`] | keeps a VolumeAttachment in use from being deleted, and rebuilds one that was |
+//! | [`failover`] | the pure decision of fenced failover (docs/failover.md): which nodes are fenced, which tickets may go |
+//! | `wiring` | runs the controllers on the shared watches with one [`Context`] |
+//! | `watch` | the shared watches: one per kind fills the caches and fans objects out to the controllers |
+//! | [`index`] | MountPods by volume, kept from the same watch events |
+//! | `context` | what every controller shares: [`Context`], the [`Caches`] |
+//! | [`own_writes`] | the controller's writes, kept until the caches show them |
+//! | `echoes` | the versions the attachment controller wrote, so their watch events do not reconcile it again |
+//! | [`events`] | publishes Events, off the reconcile's path |
+//! | [`pace`] | how long a new attach goes unreported, from the backlog of attaches and how long the last ones took |
+//! | [`anchor`] | the anchor node of each backend root declared Shared |
+//! | [`owner`] | the owner references on what the controller creates for a Volume |
+//! | [`leader`] | leader election on a Lease: one replica acts |
+//! | [`state_metrics`] | the state gauges and per-object series, counted from the caches |
+//! | `error` | the controllers' [`Error`], and how a failed reconcile is logged |
+//! | `args` | the command line, [`ControllerArgs`] |
 
 pub mod anchor;
 mod args;

@@ -17,17 +17,23 @@
 //!  directly; read-only opens in daemon mode, every open in backend mode
 //! ```
 //!
-//! Modules: [`fs`] is the filesystem core (no FUSE types), [`adapter`] the thin
-//! `fuser::Filesystem` over it, [`contract`] what the node agent and this daemon
-//! share (the command line, the counters file, signals, the capacity and settings
-//! files, the readiness pipe, the fd holder's socket), [`quota`] the quota modes and the daemon's
-//! accounting, [`projquota`] the XFS project quota, [`usage`] what both measure,
-//! [`handoff`] the state file and the takeover of a held connection, [`fd_holder`]
-//! the holder itself (`tessera fd-holder`), [`budget`] the memory limit and what is
-//! sized to it (worker threads, hot descriptors), `signals` the signal thread, [`sys`] the
-//! syscalls. The
-//! crate root owns the process: it chooses the quota mode, mounts (or takes a held
-//! connection over), and serves until unmounted.
+//! The modules, top to bottom (a module imports only those below it):
+//!
+//! | module | owns |
+//! |---|---|
+//! | `signals` | the signal thread: unmount, re-read the capacity, hand over |
+//! | [`handoff`] | the state file and the takeover of a held connection |
+//! | [`adapter`] | the thin `fuser::Filesystem` over [`fs`] |
+//! | [`fd_holder`] | the holder itself (`tessera fd-holder`) |
+//! | [`fence_gate`] | self-fencing: the gate every request that changes the volume passes, and the fence file's reader |
+//! | [`fs`] | the filesystem core (no FUSE types) |
+//! | [`quota`] | the quota modes and the daemon's accounting |
+//! | [`projquota`] | the XFS project quota |
+//! | [`contract`] | what the node agent and this daemon share: the command line, the counters file, signals, the capacity and settings files, the readiness pipe, the fd holder's socket |
+//! | [`usage`] | what both quotas measure |
+//! | [`budget`] | the memory limit and what is sized to it (worker threads, hot descriptors) |
+//! | `sys` | the syscalls |
+//! | this one | the process: it chooses the quota mode, mounts (or takes a held connection over), and serves until unmounted |
 //!
 //! **Quota mode** (`--quota`, default `auto`). `backend` when the volume directory is
 //! on XFS with project quotas accounted and enforced: the directory gets a project id

@@ -11,6 +11,16 @@
 //! checks it). Used by the node agent (`tessera::node`) and the CSI Node service
 //! (`tessera::csi::node`), which share one [`mounts::Mounts`] in `tessera node`, and by
 //! the FUSE handoff, which reads the mount table.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`mounts`] | the mount table and the mount syscalls behind [`mounts::Mounts`]: bind, unmount, probe |
+//! | [`beneath`] | mounts made and undone through file descriptors, below the kubelet directory |
+//! | [`paths`] | validation of every path from a request or a custom resource |
+//! | [`roots`] | the backend roots the administrator allows, and the only ways to touch what is beneath them |
+//! | [`copy`] | copying one volume's data into another, through file descriptors |
+//! | [`shared`] | whether a backend root declared Shared is one filesystem with its anchor's (a marker file) |
+//! | [`preflight`] | `tessera preflight`: what one node offers Tessera, read before install |
 
 pub mod beneath;
 pub mod copy;

@@ -21,10 +21,12 @@
 //! | [`backoff`] | per-MountPod exponential backoff of failing mounts (no write storm) |
 //! | [`daemon_spec`] | what a daemon serves, and its `tessera mount` command line (the flags are `tessera_fuse::contract`'s), one builder for both mount modes |
 //! | [`holder_process`] | the `tessera fd-holder` process: started when none answers, asked over its socket |
+//! | [`liveness`] | the node's liveness Lease, renewed; each renewal's instant told to the self-fencing daemons (the fence file) |
 //! | [`mount_service`] | the work on this node for each MountPod (no Kubernetes): start, adopt, repair + re-bind, online resize, remount, teardown, data removal |
 //! | [`mount_counters`] | the per-mount FUSE metrics, read from the daemons' counters files on each scrape |
 //! | [`pods`] | pod mode: each daemon in a mount Pod on this node (spec, state, create/find/delete) |
 //! | [`supervisor`] | daemon processes (spawn detached, liveness with pid-reuse check, signals, reaping) and the state directory |
+//! | [`upgrade`] | rolling mount image upgrades, decided without I/O: which mount is replaced next, through the handoff |
 //!
 //! The mount table, the mount syscalls and path validation are [`tessera_host`]'s,
 //! shared with the CSI Node service. This module knows nothing of CSI: the role

@@ -16,6 +16,17 @@
 //! [`KubeError`] (built with [`KubeContext::context`]) names the API call that
 //! failed (what an error echoes of a request is bounded by `tessera_text::truncated`).
 //!
+//! | module | owns |
+//! |---|---|
+//! | [`metrics`] | the Prometheus families and the `/metrics`, `/healthz`, `/readyz` endpoint |
+//! | [`requests`] | every request of the API client counted, at the HTTP layer |
+//! | [`recorder`] | kube-runtime's Event recorder, in shards |
+//! | [`csi`] | serving CSI on a unix socket until shutdown |
+//! | [`backoff`] | how the API watches of every role retry |
+//! | [`spacing`] | how often one writer may write one VolumeAttachment |
+//! | [`labels`] | equality label selectors from the command line |
+//! | this one | tracing, the API client, signals, error chains |
+//!
 //! This module imports nothing of ours but [`crate::metrics`]: every other module may
 //! use it.
 

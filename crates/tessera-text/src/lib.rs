@@ -2,6 +2,12 @@
 //! crate of the workspace and depending on none: Kubernetes quantities of bytes
 //! ([`quantity`]), durations on the command line ([`duration`]) and the bounded echo
 //! of what a caller sent ([`truncated`]).
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`quantity`] | Kubernetes quantities of bytes, parsed and written back |
+//! | [`duration`] | durations: one grammar for every flag, parameter and argument |
+//! | this one | [`truncated`], the bounded echo |
 
 pub mod duration;
 pub mod quantity;
