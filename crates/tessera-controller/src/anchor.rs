@@ -212,9 +212,11 @@ pub fn choose(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
     use tessera_api::VolumeStatus;
+
+    use super::*;
 
     fn allowed() -> AllowedRoots {
         AllowedRoots::new(["/shared Shared", "/other Shared", "/local NodeLocal"]).unwrap()

@@ -91,10 +91,12 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use kube::runtime::controller::Error as RunError;
     use kube::runtime::reflector::ObjectRef;
+
     use tessera_api::Volume;
+
+    use super::*;
 
     #[test]
     fn a_reconcile_of_an_object_not_in_the_store_is_expected() {

@@ -114,8 +114,9 @@ fn name<K: kube::Resource>(o: &K) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use tessera_api::MountPod;
+
+    use super::*;
 
     fn mp(name: &str, volume: &str) -> MountPod {
         let spec = serde_json::json!({

@@ -198,8 +198,9 @@ async fn release(ctx: &Context, v: &Volume, why: &str) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::*;
 
     fn volume(labels: bool, deleting: bool) -> Volume {
         let mut v: Volume = serde_json::from_value(json!({

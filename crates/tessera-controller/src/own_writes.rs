@@ -135,9 +135,10 @@ impl<K: ResourceExt> OwnWrites<K> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::ObjectMeta;
+
+    use super::*;
 
     fn cm(name: &str, rv: &str, data: &str) -> Arc<ConfigMap> {
         Arc::new(ConfigMap {

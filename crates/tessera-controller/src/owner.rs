@@ -32,8 +32,9 @@ pub fn of_previous_volume<K: Resource>(object: &K, volume: &Volume) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use tessera_api::VolumeAttachment;
+
+    use super::*;
 
     #[test]
     fn a_previous_volumes_object_is_told_from_this_ones_and_from_an_unowned_one() {

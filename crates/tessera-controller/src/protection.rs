@@ -98,11 +98,13 @@ pub fn csi_tickets_from_storage(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
+
     use tessera_api::tickets::TicketOutcome;
     use tessera_api::{TicketReason, VolumeAttachmentSpec};
+
+    use super::*;
 
     fn sva(
         name: &str,

@@ -230,9 +230,10 @@ async fn remove_ticket(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, Time};
     use serde_json::json;
+
+    use super::*;
 
     fn ticket(id: &str, t: AttacherType, node: &str) -> AttachmentTicket {
         AttachmentTicket::new(id, t, node)

@@ -105,8 +105,9 @@ pub(super) async fn run(ctx: Arc<Context>, interval: Duration) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::*;
 
     fn volume(name: &str, state: Option<&str>) -> Arc<Volume> {
         let mut v = json!({

@@ -34,7 +34,6 @@ pub mod controller;
 pub mod identity;
 pub mod mountpods;
 pub mod node;
-use tessera_csi_proto as proto;
 pub mod shared_watch;
 pub mod topology;
 pub mod watch;
@@ -46,6 +45,7 @@ use sha2::{Digest, Sha256};
 use tonic::service::Routes;
 
 use tessera_api::CSI_DRIVER_NAME;
+use tessera_csi_proto as proto;
 use tessera_runtime::error_chain;
 use tessera_text::truncated;
 

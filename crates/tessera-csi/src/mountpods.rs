@@ -227,8 +227,9 @@ impl MountPodWatch {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::time::Duration;
+
+    use super::*;
     use watcher::Event;
 
     fn mp(name: &str) -> MountPod {

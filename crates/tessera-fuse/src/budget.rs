@@ -112,8 +112,9 @@ pub fn limit_from(own: &str, read: impl Fn(&Path) -> Option<String>) -> Option<u
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::collections::HashMap;
+
+    use super::*;
 
     fn files(kv: &[(&str, &str)]) -> impl Fn(&Path) -> Option<String> {
         let m: HashMap<String, String> = kv

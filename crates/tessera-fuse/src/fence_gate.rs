@@ -163,9 +163,10 @@ fn read_news(path: &Path) -> Option<News> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
     use super::*;
     use crate::contract::fence::news_text;
-    use std::time::Instant;
 
     fn write(path: &Path, epoch: u64, renewed_ns: u64, fence_after: Duration) {
         let n = News {

@@ -69,7 +69,10 @@ use tessera_host::mounts::HostMounts;
 use tessera_host::roots::{AllowedRoots, RootArgs, RootScope};
 use tessera_host::{TESSERA_DIR, paths};
 use tessera_runtime::KubeError;
+use tessera_runtime::labels::Labels;
+use tessera_runtime::labels::parse_labels;
 use tessera_runtime::metrics::Metrics;
+use tessera_text::duration::parse_duration;
 
 pub use mount_service::MountService;
 
@@ -201,10 +204,6 @@ pub enum MountMode {
     /// One mount Pod per MountPod.
     Pod,
 }
-
-use tessera_runtime::labels::Labels;
-use tessera_runtime::labels::parse_labels;
-use tessera_text::duration::parse_duration;
 
 /// Errors of the node agent.
 #[derive(Debug, thiserror::Error)]

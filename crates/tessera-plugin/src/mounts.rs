@@ -131,8 +131,9 @@ pub fn render(rows: &[MountRow], now: jiff::Timestamp, width: Option<usize>) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::*;
 
     fn mp(name: &str, node: &str, volume: &str, extra: serde_json::Value) -> MountPod {
         let mut v = json!({

@@ -333,8 +333,9 @@ pub fn render(rows: &[PodRow], all_namespaces: bool, width: Option<usize>) -> St
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::*;
 
     #[test]
     fn claims_ephemeral_claims_and_inline_volumes_in_order() {

@@ -147,9 +147,10 @@ fn or_dash(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, Time};
     use serde_json::json;
+
+    use super::*;
 
     fn entry(manager: &str, subresource: Option<&str>, ids: &[&str]) -> ManagedFieldsEntry {
         let tickets: serde_json::Map<String, serde_json::Value> = ids

@@ -91,8 +91,9 @@ mod tests {
     /// service that holds each request a moment and counts how many it holds.
     #[tokio::test]
     async fn a_burst_of_events_is_sent_a_few_at_a_time() {
-        use kube::runtime::events::EventType;
         use std::sync::atomic::{AtomicUsize, Ordering};
+
+        use kube::runtime::events::EventType;
         let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let service = tower::service_fn({
             let (now, peak) = (now.clone(), peak.clone());

@@ -107,11 +107,12 @@ fn dated(va: &VolumeAttachment, id: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use tessera_api::{
         AttacherType, AttachmentTicket, AttachmentTicketStatus, VolumeAttachmentSpec,
         VolumeAttachmentStatus,
     };
+
+    use super::*;
 
     fn t(s: i64) -> Time {
         Time(jiff::Timestamp::from_second(s).unwrap())

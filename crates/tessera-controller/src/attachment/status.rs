@@ -43,6 +43,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use tessera_api::CLEANUP_TICKET;
+use tessera_api::tickets::{Decision, Input, TicketInput, TicketOutcome};
 use tessera_api::{
     AttachmentTicketStatus, CONDITION_FAULTED, CONDITION_NODE_FAILOVER, CONDITION_READY,
     CONDITION_RECONCILING, CONDITION_SATISFIED, CONDITION_STALLED, MountPod, MountTask,
@@ -86,7 +87,6 @@ pub(crate) fn condition(
         observed_generation: generation,
     }
 }
-use tessera_api::tickets::{Decision, Input, TicketInput, TicketOutcome};
 
 /// Where an object stands for kstatus: settled (Ready, or nothing to do), on its way,
 /// or stuck until a person acts.

@@ -196,8 +196,9 @@ pub fn mountpod_conditions(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::time::Duration;
+
+    use super::*;
 
     fn t(s: i64) -> Time {
         Time(jiff::Timestamp::from_second(1_800_000_000 + s).unwrap())

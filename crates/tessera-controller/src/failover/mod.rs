@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use tessera_api::NodeFailover;
 use tessera_api::VolumeAttachment;
 
 pub mod conditions;
@@ -191,8 +192,6 @@ pub fn liveness(n: NodeView, timing: Timing, now: Duration) -> Liveness {
         Liveness::Alive
     }
 }
-
-use tessera_api::NodeFailover;
 
 /// A ticket that holds a volume on a node.
 #[derive(Debug, Clone, PartialEq, Eq)]

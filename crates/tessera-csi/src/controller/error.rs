@@ -315,8 +315,9 @@ impl From<Error> for Status {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use tessera_runtime::KubeContext;
+
+    use super::*;
 
     fn api_error(code: u16) -> Error {
         let status = kube::core::Status::failure("refused", "Reason").with_code(code);

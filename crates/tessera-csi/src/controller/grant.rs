@@ -113,8 +113,9 @@ pub fn granted(wanted: &Wanted, mine: Option<&MountPod>, others: impl FnOnce() -
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    use super::*;
 
     fn mp(uid: &str) -> MountPod {
         let spec = serde_json::json!({

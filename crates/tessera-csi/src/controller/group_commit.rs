@@ -221,8 +221,9 @@ impl TicketWriter {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use proptest::prelude::*;
+
+    use super::*;
 
     fn change(id: &str, v: Value) -> Changes {
         [(id.to_string(), v)].into()

@@ -751,8 +751,9 @@ impl Controller for ControllerService {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use tessera_api::{AttachmentTicket, VolumeAttachmentSpec};
+
+    use super::*;
 
     #[test]
     fn a_volume_is_still_wanted_on_a_node_while_a_ticket_asks_for_it() {

@@ -117,8 +117,9 @@ pub fn patch(volume: &Volume, changes: &Changes) -> Result<Option<Value>, Error>
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use tonic::Code;
+
+    use super::*;
 
     fn params(kv: &[(&str, &str)]) -> HashMap<String, String> {
         kv.iter()

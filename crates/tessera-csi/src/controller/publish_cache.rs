@@ -287,8 +287,9 @@ impl RefusedAtCap {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use tessera_api::VolumeAttachmentSpec;
+
+    use super::*;
 
     fn va(rv: Option<&str>) -> VolumeAttachment {
         let mut va = VolumeAttachment::new("v", VolumeAttachmentSpec::default());

@@ -199,9 +199,10 @@ pub fn csi_volume(v: &Volume) -> Result<proto::Volume, Error> {
 
 #[cfg(test)]
 mod tests {
+    use tonic::Code;
+
     use super::*;
     use crate::proto::volume_capability;
-    use tonic::Code;
 
     fn cap(m: access_mode::Mode) -> VolumeCapability {
         VolumeCapability {

@@ -159,9 +159,10 @@ fn observe(seen: &mut BTreeMap<String, Seen>, l: &Lease, at: Instant) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use kube::api::ObjectMeta;
+
+    use super::*;
 
     fn lease(name: &str, version: &str, free: &str) -> Lease {
         Lease {

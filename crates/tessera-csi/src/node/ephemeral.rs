@@ -42,10 +42,11 @@ use tessera_api::{
     AccessMode, BackendScope, CSI_NODE_FIELD_MANAGER, LABEL_INLINE, TicketReason, Volume,
     VolumeAttachment, inline_ticket, inline_ticket_id, inline_volume_name, quantity_of,
 };
-use tessera_host::roots::{AllowedRoots, RootError};
+use tessera_host::roots::AllowedRoots;
 use tessera_runtime::KubeContext;
 use tessera_runtime::labels::Labels;
 
+use super::error::InlineError;
 use super::{Error, NodeService};
 use crate::watch::{WatchError, await_from};
 use crate::{CSI_KEY_PREFIX, shown};
@@ -92,39 +93,6 @@ impl Settings {
             timeout: Duration::from_secs(60),
         }
     }
-}
-
-/// Why an inline volume's request is refused (INVALID_ARGUMENT: the Pod must change).
-#[derive(Debug, thiserror::Error)]
-pub enum InlineError {
-    /// An attribute Tessera does not know.
-    #[error(
-        "volumeAttributes key {0:?} is not known: an inline Tessera volume takes only `size` and `backendRoot`"
-    )]
-    UnknownKey(String),
-    /// `size` is no quantity, or zero.
-    #[error("volumeAttributes size {0:?} is not a positive quantity such as 64Mi")]
-    Size(String),
-    /// `size` is above the node's bound.
-    #[error("volumeAttributes size {asked} is above the largest inline volume, {max} bytes")]
-    TooLarge {
-        /// What was asked, as written.
-        asked: String,
-        /// The bound, in bytes.
-        max: u64,
-    },
-    /// `backendRoot` is not an allowed root.
-    #[error("volumeAttributes backendRoot")]
-    BackendRoot(#[source] RootError),
-    /// No backend root is allowed on this node at all.
-    #[error("no backend root is allowed on this node")]
-    NoRoot,
-    /// The kubelet did not send the Pod (the CSIDriver's `podInfoOnMount` is off).
-    #[error("volume_context has no {0} (is podInfoOnMount set on the CSIDriver?)")]
-    NoPodInfo(&'static str),
-    /// The target path is not a Pod's CSI volume path, or names another Pod.
-    #[error("target path {0} is not the CSI volume path of the Pod in volume_context")]
-    NotPodPath(String),
 }
 
 /// What an inline volume asks for, once checked.
@@ -476,8 +444,9 @@ impl NodeService {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use tessera_api::AttacherType;
+
+    use super::*;
 
     const UID: &str = "0b5c2f8e-6b1d-4c39-9d7e-1f0e2a3b4c5d";
 

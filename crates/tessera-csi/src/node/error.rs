@@ -10,11 +10,44 @@ use tonic::{Code, Status};
 use tessera_api::{QuantityError, TicketReason};
 use tessera_host::mounts;
 use tessera_host::paths::PathError;
+use tessera_host::roots::RootError;
 use tessera_runtime::KubeError;
 
-use super::ephemeral::InlineError;
 use crate::watch::WatchError;
 use crate::{Missing, Pending};
+
+/// Why an inline volume's request is refused (INVALID_ARGUMENT: the Pod must change).
+#[derive(Debug, thiserror::Error)]
+pub enum InlineError {
+    /// An attribute Tessera does not know.
+    #[error(
+        "volumeAttributes key {0:?} is not known: an inline Tessera volume takes only `size` and `backendRoot`"
+    )]
+    UnknownKey(String),
+    /// `size` is no quantity, or zero.
+    #[error("volumeAttributes size {0:?} is not a positive quantity such as 64Mi")]
+    Size(String),
+    /// `size` is above the node's bound.
+    #[error("volumeAttributes size {asked} is above the largest inline volume, {max} bytes")]
+    TooLarge {
+        /// What was asked, as written.
+        asked: String,
+        /// The bound, in bytes.
+        max: u64,
+    },
+    /// `backendRoot` is not an allowed root.
+    #[error("volumeAttributes backendRoot")]
+    BackendRoot(#[source] RootError),
+    /// No backend root is allowed on this node at all.
+    #[error("no backend root is allowed on this node")]
+    NoRoot,
+    /// The kubelet did not send the Pod (the CSIDriver's `podInfoOnMount` is off).
+    #[error("volume_context has no {0} (is podInfoOnMount set on the CSIDriver?)")]
+    NoPodInfo(&'static str),
+    /// The target path is not a Pod's CSI volume path, or names another Pod.
+    #[error("target path {0} is not the CSI volume path of the Pod in volume_context")]
+    NotPodPath(String),
+}
 
 /// Why a Node RPC failed.
 #[derive(Debug, thiserror::Error)]

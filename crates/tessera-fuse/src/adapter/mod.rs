@@ -28,6 +28,7 @@ use fuser::{
     RequestId, TimeOrNow, WriteFlags,
 };
 
+use self::backing::Backing;
 use super::contract::counters::{self, Op, Slot};
 use super::fs::{Attr, FsError, IoMode, LockSpec, SetAttr, VolumeFs, Waiters, WriteReq, Xattr};
 use super::quota::Mode;
@@ -53,8 +54,6 @@ pub const MAX_WRITE: u32 = 1 << 20;
 /// filesystem need one more level of stacking for passthrough.
 const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
-
-use self::backing::Backing;
 
 pub use self::backing::BackingAdopter;
 pub use self::coherence::is_local_fs;

@@ -47,11 +47,6 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-mod oom;
-mod populate;
-mod status;
-mod upgrade;
-
 use tessera_api::{MountPhase, MountPod, MountPodStatus, MountTask};
 use tessera_runtime::metrics::Metrics;
 use tessera_runtime::metrics::objects::{Claim, MountLabels};
@@ -60,6 +55,11 @@ use tessera_runtime::{KubeContext, error_chain};
 use super::mount_service::{self, Health, MountService, Progress};
 use super::{Error, FINALIZER, Labels};
 use status::{Report, cond, next_status, serve_report};
+
+mod oom;
+mod populate;
+mod status;
+mod upgrade;
 
 /// What every reconcile needs.
 pub struct Context {

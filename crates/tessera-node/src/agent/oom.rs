@@ -188,9 +188,10 @@ pub(super) async fn check(mp: &MountPod, ctx: &Context) -> Option<MountPod> {
 
 #[cfg(test)]
 mod tests {
+    use tessera_api::{MountReference, PodRef};
+
     use super::super::status::tests::mountpod;
     use super::*;
-    use tessera_api::{MountReference, PodRef};
 
     fn pod(now: Option<(&str, &str)>, last: Option<(&str, &str)>, restarts: i32) -> Pod {
         let term = |(reason, at): (&str, &str)| json!({"terminated": {"exitCode": 137, "reason": reason, "finishedAt": at}});

@@ -332,8 +332,9 @@ pub(super) fn serve_report(
 
 #[cfg(test)]
 pub(super) mod tests {
-    use super::*;
     use tessera_api::{MountPodSpec, MountReference, MountTask};
+
+    use super::*;
 
     pub(in crate::agent) fn mountpod(generation: i64, refs: usize) -> MountPod {
         let mut mp = MountPod::new(

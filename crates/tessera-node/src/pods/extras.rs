@@ -317,8 +317,9 @@ impl ExtrasArgs {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use clap::Parser;
+
+    use super::*;
 
     #[derive(clap::Parser)]
     struct Cli {

@@ -204,10 +204,11 @@ pub fn pod_state(pod: &Pod) -> PodState {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateRunning, ContainerStateWaiting, PodStatus,
     };
+
+    use super::*;
 
     #[test]
     fn the_successor_wait_follows_the_crash_loop_up_to_the_orphan_grace() {

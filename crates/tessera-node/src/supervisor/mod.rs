@@ -40,12 +40,12 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 
-mod state;
-
 use tessera_fuse::contract::args::is_mount_command;
 use tessera_fuse::contract::{control, ready};
 
 use super::daemon_spec::DaemonSpec;
+
+mod state;
 
 pub use state::{Record, StateDir};
 

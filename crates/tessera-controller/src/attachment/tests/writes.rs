@@ -75,8 +75,9 @@ fn a_node_event_for_each_started_or_finished_attach_and_finished_detach() {
 /// When a status write may wait for a new attach to finish.
 #[test]
 fn only_a_fresh_attach_lets_the_status_writes_wait() {
-    use crate::attachment::status::quiet_left;
     use std::time::Duration;
+
+    use crate::attachment::status::quiet_left;
     let quiet = Duration::from_secs(1);
     let ms = |m: i64| Time(jiff::Timestamp::from_millisecond(m).unwrap());
     let attaching = outcome(false, TicketReason::Attaching, "mounting");
@@ -252,8 +253,9 @@ fn only_a_fresh_attach_lets_the_status_writes_wait() {
 /// quiet time, and the nodes with nothing else to show.
 #[test]
 fn a_status_written_for_something_else_leaves_out_the_quiet_attaches() {
-    use crate::attachment::status::{Held, attachment_status_holding, held};
     use std::time::Duration;
+
+    use crate::attachment::status::{Held, attachment_status_holding, held};
     let quiet = Duration::from_secs(1);
     let ms = |m: i64| Time(jiff::Timestamp::from_millisecond(m).unwrap());
     let on = |id: &str, node: &str, at: i64| tessera_api::tickets::TicketInput {
