@@ -12,33 +12,45 @@ use std::time::Duration;
 
 use tonic::Code;
 
-use tessera_csi_proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use tessera_csi_proto::*;
 
 use crate::support;
+use support::csi::{node_publish, publish};
 use support::env::CsiEnv;
 
-fn cap() -> VolumeCapability {
-    VolumeCapability {
-        access_mode: Some(AccessMode {
-            mode: access_mode::Mode::SingleNodeWriter as i32,
-        }),
-        access_type: Some(AccessType::Mount(MountVolume::default())),
-    }
+/// CreateVolume of `name`, `bytes`, with the StorageClass `params`.
+fn create(name: &str, bytes: i64, params: &[(&str, &str)]) -> CreateVolumeRequest {
+    let mut req = support::csi::create(name, bytes, None);
+    req.parameters = params
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect::<HashMap<_, _>>();
+    req
 }
 
-fn create(name: &str, bytes: i64, params: &[(&str, &str)]) -> CreateVolumeRequest {
-    CreateVolumeRequest {
-        name: name.into(),
+fn expand(volume: &str, bytes: i64) -> ControllerExpandVolumeRequest {
+    ControllerExpandVolumeRequest {
+        volume_id: volume.into(),
         capacity_range: Some(CapacityRange {
             required_bytes: bytes,
             limit_bytes: 0,
         }),
-        volume_capabilities: vec![cap()],
-        parameters: params
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect::<HashMap<_, _>>(),
+        ..Default::default()
+    }
+}
+
+fn modify(volume: &str, key: &str, value: &str) -> ControllerModifyVolumeRequest {
+    ControllerModifyVolumeRequest {
+        volume_id: volume.into(),
+        mutable_parameters: [(key.to_string(), value.to_string())].into(),
+        ..Default::default()
+    }
+}
+
+fn stats(volume: &str, path: &std::path::Path) -> NodeGetVolumeStatsRequest {
+    NodeGetVolumeStatsRequest {
+        volume_id: volume.into(),
+        volume_path: path.display().to_string(),
         ..Default::default()
     }
 }
@@ -46,6 +58,18 @@ fn create(name: &str, bytes: i64, params: &[(&str, &str)]) -> CreateVolumeReques
 /// The code of a reply (`Ok` for a success).
 fn code<T>(r: Result<tonic::Response<T>, tonic::Status>) -> Result<Code, ()> {
     Ok(r.map(|_| Code::Ok).unwrap_or_else(|s| s.code()))
+}
+
+/// What a refused modify must leave as it was: the Volume's spec (the controller may
+/// write its status meanwhile).
+fn version(v: tessera_api::Volume) -> (Option<i64>, String) {
+    let spec = serde_json::to_string(&v.spec).unwrap();
+    (v.metadata.generation, spec)
+}
+
+/// A fact checked beside the codes: `Ok` when it holds.
+fn holds(fact: bool) -> Result<Code, ()> {
+    if fact { Ok(Code::Ok) } else { Err(()) }
 }
 
 #[tokio::test]
@@ -58,6 +82,7 @@ async fn hostile_csi_requests_get_the_right_codes() {
     let (client, id, node, agent) = (&env.client, &env.id, &env.nodes[0], env.agent());
     let mut ctrl = env.csi();
     let mut nodes = env.node(0).await;
+    let under_kubelet = |path: &str| agent.kubelet_dir().join(path);
     let mut failures = vec![];
     let mut check = |what: &str, got: Result<Code, ()>, want: &[Code]| {
         let ok = matches!(got, Ok(c) if want.contains(&c));
@@ -77,107 +102,34 @@ async fn hostile_csi_requests_get_the_right_codes() {
         "a..b%2f",
     ] {
         let shown = &bad[..bad.len().min(12)];
-        check(
-            &format!("ControllerPublish volume id {shown:?}"),
-            code(
-                ctrl.controller_publish_volume(ControllerPublishVolumeRequest {
-                    volume_id: bad.into(),
-                    node_id: node.clone(),
-                    volume_capability: Some(cap()),
-                    ..Default::default()
-                })
-                .await,
-            ),
-            &not_found,
-        );
-        check(
-            &format!("ControllerExpand volume id {shown:?}"),
-            code(
-                ctrl.controller_expand_volume(ControllerExpandVolumeRequest {
-                    volume_id: bad.into(),
-                    capacity_range: Some(CapacityRange {
-                        required_bytes: 1 << 30,
-                        limit_bytes: 0,
-                    }),
-                    ..Default::default()
-                })
-                .await,
-            ),
-            &not_found,
-        );
-        check(
-            &format!("NodeGetVolumeStats volume id {shown:?}"),
-            code(
-                nodes
-                    .node_get_volume_stats(NodeGetVolumeStatsRequest {
-                        volume_id: bad.into(),
-                        volume_path: agent.kubelet_dir().join("x").display().to_string(),
-                        ..Default::default()
-                    })
-                    .await,
-            ),
-            &not_found,
-        );
-        check(
-            &format!("NodePublish volume id {shown:?}"),
-            code(
-                nodes
-                    .node_publish_volume(NodePublishVolumeRequest {
-                        volume_id: bad.into(),
-                        target_path: agent.kubelet_dir().join("pods/t").display().to_string(),
-                        volume_capability: Some(cap()),
-                        ..Default::default()
-                    })
-                    .await,
-            ),
-            &not_found,
-        );
+        let bad_id = |call: &str| format!("{call} volume id {shown:?}");
+        let got = code(ctrl.controller_publish_volume(publish(bad, node)).await);
+        check(&bad_id("ControllerPublish"), got, &not_found);
+        let got = code(ctrl.controller_expand_volume(expand(bad, 1 << 30)).await);
+        check(&bad_id("ControllerExpand"), got, &not_found);
+        let req = stats(bad, &under_kubelet("x"));
+        let got = code(nodes.node_get_volume_stats(req).await);
+        check(&bad_id("NodeGetVolumeStats"), got, &not_found);
+        let req = node_publish(bad, &under_kubelet("pods/t"));
+        let got = code(nodes.node_publish_volume(req).await);
+        check(&bad_id("NodePublish"), got, &not_found);
     }
 
     // Sizes above the API's maximum (1 EiB).
-    check(
-        "CreateVolume of 2^63-1 bytes",
-        code(
-            ctrl.create_volume(create(&format!("{id}-huge"), i64::MAX, &[]))
-                .await,
-        ),
-        &[Code::OutOfRange],
-    );
-    let made = ctrl
-        .create_volume(create(&format!("{id}-small"), 1 << 20, &[]))
-        .await
-        .expect("a 1 MiB volume")
-        .into_inner()
-        .volume
-        .unwrap();
-    check(
-        "ControllerExpand to 2^63-1 bytes",
-        code(
-            ctrl.controller_expand_volume(ControllerExpandVolumeRequest {
-                volume_id: made.volume_id.clone(),
-                capacity_range: Some(CapacityRange {
-                    required_bytes: i64::MAX,
-                    limit_bytes: 0,
-                }),
-                ..Default::default()
-            })
-            .await,
-        ),
-        &[Code::OutOfRange],
-    );
+    let (out_of_range, invalid) = ([Code::OutOfRange], [Code::InvalidArgument]);
+    let req = create(&format!("{id}-huge"), i64::MAX, &[]);
+    let got = code(ctrl.create_volume(req).await);
+    check("CreateVolume of 2^63-1 bytes", got, &out_of_range);
+    let req = create(&format!("{id}-small"), 1 << 20, &[]);
+    let made = ctrl.create_volume(req).await.expect("a 1 MiB volume");
+    let made = made.into_inner().volume.unwrap();
+    let req = expand(&made.volume_id, i64::MAX);
+    let got = code(ctrl.controller_expand_volume(req).await);
+    check("ControllerExpand to 2^63-1 bytes", got, &out_of_range);
     // A StorageClass naming a root the administrator did not allow.
-    check(
-        "CreateVolume with backendRoot /etc",
-        code(
-            ctrl.create_volume(create(
-                &format!("{id}-etc"),
-                1 << 20,
-                &[("backendRoot", "/etc")],
-            ))
-            .await,
-        ),
-        &[Code::InvalidArgument],
-    );
+    let req = create(&format!("{id}-etc"), 1 << 20, &[("backendRoot", "/etc")]);
+    let got = code(ctrl.create_volume(req).await);
+    check("CreateVolume with backendRoot /etc", got, &invalid);
 
     // A VolumeAttributesClass with a key Tessera does not know, or one that cannot
     // change on a live volume (issue 19, bad input): INVALID_ARGUMENT, nothing
@@ -185,87 +137,42 @@ async fn hostile_csi_requests_get_the_right_codes() {
     let volumes: kube::Api<tessera_api::Volume> = kube::Api::all(client.clone());
     let mut vac_create = create(&format!("{id}-vac"), 1 << 20, &[]);
     vac_create.mutable_parameters = [("colour".to_string(), "blue".to_string())].into();
+    let got = code(ctrl.create_volume(vac_create).await);
     check(
         "CreateVolume with VolumeAttributesClass key colour",
-        code(ctrl.create_volume(vac_create).await),
-        &[Code::InvalidArgument],
+        got,
+        &invalid,
     );
-    let none = volumes
-        .list(&kube::api::ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|v| {
-            v.metadata
-                .name
-                .as_deref()
-                .unwrap_or("")
-                .contains(&format!("{id}-vac"))
-        })
-        .count();
-    check(
-        "Volumes made by that CreateVolume",
-        if none == 0 { Ok(Code::Ok) } else { Err(()) },
-        &[Code::Ok],
-    );
-    // Its spec (the controller may write its status meanwhile).
-    let version = |v: tessera_api::Volume| {
-        (
-            v.metadata.generation,
-            serde_json::to_string(&v.spec).unwrap(),
-        )
-    };
+    let listed = volumes.list(&Default::default()).await.unwrap().items;
+    let vac_made = listed.iter().filter(|v| {
+        let name = v.metadata.name.as_deref().unwrap_or("");
+        name.contains(&format!("{id}-vac"))
+    });
+    let got = holds(vac_made.count() == 0);
+    check("Volumes made by that CreateVolume", got, &[Code::Ok]);
     let before = version(volumes.get(&made.volume_id).await.unwrap());
     for (key, value) in [
         ("colour", "blue"),
         ("backendRoot", "/srv"),
         ("scope", "NodeLocal"),
     ] {
+        let req = modify(&made.volume_id, key, value);
+        let got = code(ctrl.controller_modify_volume(req).await);
         check(
             &format!("ControllerModifyVolume with {key}={value}"),
-            code(
-                ctrl.controller_modify_volume(ControllerModifyVolumeRequest {
-                    volume_id: made.volume_id.clone(),
-                    mutable_parameters: [(key.to_string(), value.to_string())].into(),
-                    ..Default::default()
-                })
-                .await,
-            ),
-            &[Code::InvalidArgument],
+            got,
+            &invalid,
         );
     }
     let after = version(volumes.get(&made.volume_id).await.unwrap());
-    check(
-        "the Volume after the refused modifies (unchanged)",
-        if before == after {
-            Ok(Code::Ok)
-        } else {
-            Err(())
-        },
-        &[Code::Ok],
-    );
+    let what = "the Volume after the refused modifies (unchanged)";
+    check(what, holds(before == after), &[Code::Ok]);
 
     // A 2,000-component target path: refused, nothing created.
-    let deep = format!(
-        "{}/{}",
-        agent.kubelet_dir().join("deep").display(),
-        vec!["a"; 2_000].join("/")
-    );
-    check(
-        "NodePublish of a 2,000-component target",
-        code(
-            nodes
-                .node_publish_volume(NodePublishVolumeRequest {
-                    volume_id: made.volume_id.clone(),
-                    target_path: deep,
-                    volume_capability: Some(cap()),
-                    ..Default::default()
-                })
-                .await,
-        ),
-        &[Code::InvalidArgument],
-    );
+    let deep = under_kubelet("deep").join(vec!["a"; 2_000].join("/"));
+    let req = node_publish(&made.volume_id, &deep);
+    let got = code(nodes.node_publish_volume(req).await);
+    check("NodePublish of a 2,000-component target", got, &invalid);
     assert!(
         !agent.kubelet_dir().join("deep").exists(),
         "the deep target path was created"

@@ -25,38 +25,11 @@ use tessera_api::{
     AttacherType, AttachmentTicket, MountPod, Volume, VolumeAttachment, mountpod_name,
 };
 use tessera_csi::csi_ticket_id;
-use tessera_csi_proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
-use tessera_csi_proto::*;
 
 use crate::support;
+use support::csi::{publish, unpublish};
 use support::env::{CsiEnv, Env};
 use support::fixtures::{self, ControllerProcess};
-
-fn rwo() -> VolumeCapability {
-    VolumeCapability {
-        access_mode: Some(AccessMode {
-            mode: access_mode::Mode::SingleNodeWriter as i32,
-        }),
-        access_type: Some(AccessType::Mount(MountVolume::default())),
-    }
-}
-
-fn publish(volume: &str, node: &str) -> ControllerPublishVolumeRequest {
-    ControllerPublishVolumeRequest {
-        volume_id: volume.into(),
-        node_id: node.into(),
-        volume_capability: Some(rwo()),
-        ..Default::default()
-    }
-}
-
-fn unpublish(volume: &str, node: &str) -> ControllerUnpublishVolumeRequest {
-    ControllerUnpublishVolumeRequest {
-        volume_id: volume.into(),
-        node_id: node.into(),
-        ..Default::default()
-    }
-}
 
 /// GETs of `resource` (not a subresource) the controller process sent (a watch counts
 /// as one GET).
@@ -70,6 +43,21 @@ fn gets(ctrl: &ControllerProcess, resource: &str) -> f64 {
         .sum()
 }
 
+/// The code of a reply (`Ok` for a success).
+fn code<T>(r: Result<tonic::Response<T>, tonic::Status>) -> Code {
+    r.map(|_| Code::Ok).unwrap_or_else(|s| s.code())
+}
+
+/// Create the ReadWriteOnce Volume `name` of test `id` (and return once the API
+/// server has it, not waiting for the controller).
+async fn new_volume(volumes: &Api<Volume>, name: &str, id: &str) {
+    let volume = fixtures::volume(name, id, "ReadWriteOnce");
+    volumes
+        .create(&PostParams::default(), &volume)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn publishes_from_the_caches_answer_as_reads_would() {
     let base = Env::new("csipubc", 1, Duration::from_secs(30)).await;
@@ -80,13 +68,7 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
     // A Node and a Volume that exist before the controller starts, published as soon
     // as its socket answers: while its caches are still being listed.
     let first = (format!("{id}-first"), base.nodes[0].clone());
-    volumes
-        .create(
-            &PostParams::default(),
-            &fixtures::volume(&first.0, &id, "ReadWriteOnce"),
-        )
-        .await
-        .unwrap();
+    new_volume(&volumes, &first.0, &id).await;
     let env = CsiEnv::on(base).fake_agent().start().await;
     let (ctrl, mut csi) = (&env.ctrl, env.csi());
     let r = csi
@@ -95,13 +77,8 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
     assert!(r.is_ok(), "publish as the controller starts: {r:?}");
 
     // Unknown to the API server: NOT_FOUND (the caches hold neither, the reads say so).
-    let known = first.1.clone();
-    let code = |r: Result<tonic::Response<ControllerPublishVolumeResponse>, tonic::Status>| {
-        r.map(|_| Code::Ok).unwrap_or_else(|s| s.code())
-    };
-    let r = csi
-        .controller_publish_volume(publish(&format!("{id}-nosuchvolume"), &known))
-        .await;
+    let req = publish(&format!("{id}-nosuchvolume"), &first.1);
+    let r = csi.controller_publish_volume(req).await;
     assert_eq!(code(r), Code::NotFound, "unknown volume");
 
     // Created a moment before the publish: a new Node and a new Volume each time, the
@@ -110,23 +87,14 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
     for i in 0..3 {
         let node = format!("{id}-new{i}");
         let volume = format!("{id}-v{i}");
-        let body: Node = serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
-        }))
-        .unwrap();
+        let body = serde_json::json!({"metadata": {"name": node}});
+        let body: Node = serde_json::from_value(body).unwrap();
         nodes.create(&PostParams::default(), &body).await.unwrap();
-        volumes
-            .create(
-                &PostParams::default(),
-                &fixtures::volume(&volume, &id, "ReadWriteOnce"),
-            )
-            .await
-            .unwrap();
+        new_volume(&volumes, &volume, &id).await;
         let r = csi.controller_publish_volume(publish(&volume, &node)).await;
         assert!(r.is_ok(), "publish right after the creates: {r:?}");
-        let r = csi
-            .controller_publish_volume(publish(&volume, &format!("{id}-nosuchnode")))
-            .await;
+        let req = publish(&volume, &format!("{id}-nosuchnode"));
+        let r = csi.controller_publish_volume(req).await;
         assert_eq!(code(r), Code::NotFound, "unknown node");
     }
 
@@ -158,13 +126,10 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
             AttacherType::CsiAttacher,
             &node,
         );
-        vas.patch(
-            &volume,
-            &PatchParams::default(),
-            &Patch::Merge(ticket.upsert_patch()),
-        )
-        .await
-        .unwrap();
+        let patch = Patch::Merge(ticket.upsert_patch());
+        vas.patch(&volume, &PatchParams::default(), &patch)
+            .await
+            .unwrap();
         csi.controller_unpublish_volume(unpublish(&volume, &node))
             .await
             .expect("unpublish of another process's ticket");
@@ -179,16 +144,16 @@ async fn publishes_from_the_caches_answer_as_reads_would() {
     // Once the caches hold them, publishes read neither the Volume nor the Node.
     let (volume_gets, node_gets) = (gets(ctrl, "volumes"), gets(ctrl, "nodes"));
     for i in 0..3 {
-        let r = csi
-            .controller_publish_volume(publish(&format!("{id}-v{i}"), &format!("{id}-new{i}")))
-            .await;
+        let req = publish(&format!("{id}-v{i}"), &format!("{id}-new{i}"));
+        let r = csi.controller_publish_volume(req).await;
         assert!(r.is_ok(), "a repeated publish: {r:?}");
     }
+    let read = (
+        gets(ctrl, "volumes") - volume_gets,
+        gets(ctrl, "nodes") - node_gets,
+    );
     assert_eq!(
-        (
-            gets(ctrl, "volumes") - volume_gets,
-            gets(ctrl, "nodes") - node_gets
-        ),
+        read,
         (0.0, 0.0),
         "Volume and Node GETs of publishes the caches could answer"
     );

@@ -21,27 +21,9 @@ use tessera_csi::csi_ticket_id;
 use tessera_csi_proto::*;
 
 use crate::support;
-use support::csi::cap;
+use support::csi::{node_publish, publish, unpublish};
 use support::env::CsiEnv;
 use support::fixtures;
-
-fn publish(volume: &str, node: &str) -> ControllerPublishVolumeRequest {
-    ControllerPublishVolumeRequest {
-        volume_id: volume.into(),
-        node_id: node.into(),
-        volume_capability: Some(cap()),
-        ..Default::default()
-    }
-}
-
-fn node_publish(volume: &str, target: &std::path::Path) -> NodePublishVolumeRequest {
-    NodePublishVolumeRequest {
-        volume_id: volume.into(),
-        target_path: target.display().to_string(),
-        volume_capability: Some(cap()),
-        ..Default::default()
-    }
-}
 
 #[tokio::test]
 async fn controller_publish_returns_once_granted_before_the_mount_is_ready() {
@@ -231,13 +213,7 @@ async fn node_publish_waits_for_the_mount_and_gives_up_saying_why() {
     assert!(took < bound, "not waited out: {took:?}");
 
     for v in [&volume, &broken] {
-        let r = csi
-            .controller_unpublish_volume(ControllerUnpublishVolumeRequest {
-                volume_id: v.to_string(),
-                node_id: node.clone(),
-                ..Default::default()
-            })
-            .await;
+        let r = csi.controller_unpublish_volume(unpublish(v, node)).await;
         assert!(r.is_ok(), "controller unpublish of {v}: {r:?}");
     }
     fixtures::delete_volumes(client, &[volume, other, broken]).await;

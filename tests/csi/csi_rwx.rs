@@ -25,6 +25,7 @@ use tessera_csi_proto::volume_capability::{AccessMode, AccessType, MountVolume, 
 use tessera_csi_proto::*;
 
 use crate::support;
+use support::csi::{publish, unpublish};
 use support::env::CsiEnv;
 use support::fixtures::{self, ControllerProcess};
 
@@ -93,12 +94,8 @@ impl Setup {
         &self,
         node: &str,
     ) -> Result<tonic::Response<ControllerPublishVolumeResponse>, tonic::Status> {
-        let req = ControllerPublishVolumeRequest {
-            volume_id: self.volume.clone(),
-            node_id: node.to_string(),
-            volume_capability: Some(rwx()),
-            ..Default::default()
-        };
+        let mut req = publish(&self.volume, node);
+        req.volume_capability = Some(rwx());
         self.env.csi().controller_publish_volume(req).await
     }
 
@@ -107,11 +104,7 @@ impl Setup {
         &self,
         node: &str,
     ) -> Result<tonic::Response<ControllerUnpublishVolumeResponse>, tonic::Status> {
-        let req = ControllerUnpublishVolumeRequest {
-            volume_id: self.volume.clone(),
-            node_id: node.to_string(),
-            ..Default::default()
-        };
+        let req = unpublish(&self.volume, node);
         self.env.csi().controller_unpublish_volume(req).await
     }
 

@@ -12,11 +12,10 @@ use kube::Api;
 use tonic::Code;
 
 use tessera_api::Volume;
-use tessera_csi_proto::volume_content_source::{SnapshotSource, Type, VolumeSource};
 use tessera_csi_proto::*;
 
 use crate::support;
-use support::csi::create;
+use support::csi::{clone_of, create, delete_volumes, made, restore_of, snapshot};
 use support::env::CsiEnv;
 
 #[tokio::test]
@@ -35,39 +34,19 @@ async fn snapshot_and_clone_requests_get_the_right_codes_and_create_nothing_on_e
 
     // A snapshot of a volume that does not exist: NOT_FOUND, no snapshot Volume.
     let snap_name = format!("{id}-snap-missing");
-    let err = ctrl
-        .create_snapshot(CreateSnapshotRequest {
-            source_volume_id: format!("{id}-nope"),
-            name: snap_name.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap_err();
+    let req = snapshot(&format!("{id}-nope"), &snap_name);
+    let err = ctrl.create_snapshot(req).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "{err:?}");
     assert!(err.message().contains("not found"), "{}", err.message());
     assert!(!exists(snap_name).await);
 
     // A source volume, never attached (no data).
-    let src = ctrl
-        .create_volume(create(&format!("{id}-src"), 64 * M, None))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let src = made(&mut ctrl, create(&format!("{id}-src"), 64 * M, None)).await;
 
     // A clone into less than the source: OUT_OF_RANGE, saying both sizes; nothing made.
     let small = format!("{id}-small");
-    let err = ctrl
-        .create_volume(create(
-            &small,
-            32 * M,
-            Some(Type::Volume(VolumeSource {
-                volume_id: src.volume_id.clone(),
-            })),
-        ))
-        .await
-        .unwrap_err();
+    let req = create(&small, 32 * M, clone_of(&src.volume_id));
+    let err = ctrl.create_volume(req).await.unwrap_err();
     assert_eq!(err.code(), Code::OutOfRange, "{err:?}");
     let msg = err.message();
     assert!(
@@ -78,98 +57,51 @@ async fn snapshot_and_clone_requests_get_the_right_codes_and_create_nothing_on_e
 
     // A restore from a snapshot that does not exist: NOT_FOUND, nothing made.
     let orphan = format!("{id}-orphan");
-    let err = ctrl
-        .create_volume(create(
-            &orphan,
-            64 * M,
-            Some(Type::Snapshot(SnapshotSource {
-                snapshot_id: format!("{id}-no-such-snapshot"),
-            })),
-        ))
-        .await
-        .unwrap_err();
+    let req = create(
+        &orphan,
+        64 * M,
+        restore_of(&format!("{id}-no-such-snapshot")),
+    );
+    let err = ctrl.create_volume(req).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "{err:?}");
     assert!(!exists(orphan).await);
     // A volume id is no snapshot id.
-    let err = ctrl
-        .create_volume(create(
-            &format!("{id}-notsnap"),
-            64 * M,
-            Some(Type::Snapshot(SnapshotSource {
-                snapshot_id: src.volume_id.clone(),
-            })),
-        ))
-        .await
-        .unwrap_err();
+    let req = create(&format!("{id}-notsnap"), 64 * M, restore_of(&src.volume_id));
+    let err = ctrl.create_volume(req).await.unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "{err:?}");
 
     // A volume never attached: its snapshot is ready at once (nothing to copy), and
     // the same request again answers the same; another source under the name is
     // ALREADY_EXISTS.
-    let snap_req = CreateSnapshotRequest {
-        source_volume_id: src.volume_id.clone(),
-        name: format!("{id}-snap"),
-        ..Default::default()
+    let snap_req = snapshot(&src.volume_id, &format!("{id}-snap"));
+    let snapshot_made = |r: Result<tonic::Response<CreateSnapshotResponse>, tonic::Status>| {
+        r.unwrap().into_inner().snapshot.unwrap()
     };
-    let snap = ctrl
-        .create_snapshot(snap_req.clone())
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap();
+    let snap = snapshot_made(ctrl.create_snapshot(snap_req.clone()).await);
     assert!(snap.ready_to_use, "{snap:?}");
     assert_eq!(snap.size_bytes, 64 * M);
-    let again = ctrl
-        .create_snapshot(snap_req.clone())
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap();
+    let again = snapshot_made(ctrl.create_snapshot(snap_req.clone()).await);
     assert_eq!(again.snapshot_id, snap.snapshot_id);
-    let other = ctrl
-        .create_volume(create(&format!("{id}-other"), 64 * M, None))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
-    let err = ctrl
-        .create_snapshot(CreateSnapshotRequest {
-            source_volume_id: other.volume_id.clone(),
-            ..snap_req.clone()
-        })
-        .await
-        .unwrap_err();
+    let other = made(&mut ctrl, create(&format!("{id}-other"), 64 * M, None)).await;
+    let req = snapshot(&other.volume_id, &snap_req.name);
+    let err = ctrl.create_snapshot(req).await.unwrap_err();
     assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
     // The snapshot is not listed as a volume.
-    let listed = ctrl
-        .list_volumes(ListVolumesRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
+    let listed = ctrl.list_volumes(ListVolumesRequest::default()).await;
+    let listed = listed.unwrap().into_inner().entries;
     assert!(
         listed
-            .entries
             .iter()
             .all(|e| e.volume.as_ref().unwrap().volume_id != snap.snapshot_id)
     );
 
     // A restore of it, larger than the snapshot: created, echoing its source.
-    let restored = ctrl
-        .create_volume(create(
-            &format!("{id}-restored"),
-            128 * M,
-            Some(Type::Snapshot(SnapshotSource {
-                snapshot_id: snap.snapshot_id.clone(),
-            })),
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let req = create(
+        &format!("{id}-restored"),
+        128 * M,
+        restore_of(&snap.snapshot_id),
+    );
+    let restored = made(&mut ctrl, req).await;
     assert_eq!(restored.capacity_bytes, 128 * M);
     assert!(restored.content_source.is_some());
     let v = volumes.get(&restored.volume_id).await.unwrap();
@@ -182,13 +114,13 @@ async fn snapshot_and_clone_requests_get_the_right_codes_and_create_nothing_on_e
     // DeleteSnapshot: the snapshot's Volume is deleted (its data then goes through the
     // usual cleanup ticket, on a node with an agent: tests/pods/snapshots.rs); again is
     // fine.
+    let delete_snapshot = |snapshot_id: &str| DeleteSnapshotRequest {
+        snapshot_id: snapshot_id.into(),
+        ..Default::default()
+    };
     for _ in 0..2 {
-        ctrl.delete_snapshot(DeleteSnapshotRequest {
-            snapshot_id: snap.snapshot_id.clone(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+        let req = delete_snapshot(&snap.snapshot_id);
+        ctrl.delete_snapshot(req).await.unwrap();
     }
     let deleting = volumes
         .get_opt(&snap.snapshot_id)
@@ -197,20 +129,10 @@ async fn snapshot_and_clone_requests_get_the_right_codes_and_create_nothing_on_e
         .is_none_or(|v| v.metadata.deletion_timestamp.is_some());
     assert!(deleting, "the snapshot's Volume is not being deleted");
     // DeleteSnapshot never deletes a volume that is no snapshot.
-    ctrl.delete_snapshot(DeleteSnapshotRequest {
-        snapshot_id: src.volume_id.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let req = delete_snapshot(&src.volume_id);
+    ctrl.delete_snapshot(req).await.unwrap();
     assert!(exists(src.volume_id.clone()).await);
 
-    for v in [src.volume_id, other.volume_id, restored.volume_id] {
-        let _ = ctrl
-            .delete_volume(DeleteVolumeRequest {
-                volume_id: v,
-                ..Default::default()
-            })
-            .await;
-    }
+    let left = [src.volume_id, other.volume_id, restored.volume_id];
+    delete_volumes(&mut ctrl, &left).await;
 }

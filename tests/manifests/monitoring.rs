@@ -7,33 +7,8 @@
 //! input series look like real ones, is checked against a real run in
 //! tests/node/monitoring.rs.
 
-use std::process::Command;
-
 use crate::support;
-use crate::support::monitoring::{expressions, metric_names, rule_tests, rules_path};
-
-/// `target/harness/bin/promtool ARGS` in tests/monitoring; its output, after checking
-/// it succeeded.
-fn promtool(args: &[&str]) -> String {
-    let bin = support::repo_root().join("target/harness/bin/promtool");
-    assert!(
-        bin.exists(),
-        "{} is missing: build the harness (`make harness`)",
-        bin.display()
-    );
-    let out = Command::new(&bin)
-        .args(args)
-        .current_dir(support::repo_root().join("tests/monitoring"))
-        .output()
-        .expect("running promtool");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "promtool {args:?}:\n{text}");
-    text
-}
+use crate::support::monitoring::{expressions, metric_names, promtool, rule_tests, rules_path};
 
 #[test]
 fn promtool_checks_the_rules() {

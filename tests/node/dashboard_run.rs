@@ -14,14 +14,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kube::Api;
-
-use tessera_api::VolumeAttachment;
-
 use crate::support;
-use support::csi::create;
 use support::env::CsiEnv;
-use support::fixtures::{self, eventually, free_port};
+use support::fixtures::free_port;
+use support::monitoring::RunVolumes;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -133,8 +129,7 @@ async fn a_run_for_the_dashboard_picture() {
         .default_backend_root()
         .start()
         .await;
-    let (node, other) = (base.nodes[0].clone(), base.nodes[1].clone());
-    let (ctrl, agent, mut csi) = (&base.ctrl, base.agent(), base.csi());
+    let (node, ctrl, agent) = (base.nodes[0].clone(), &base.ctrl, base.agent());
     let prom_port = free_port();
     let prom = Prometheus::start(
         &out,
@@ -145,45 +140,9 @@ async fn a_run_for_the_dashboard_picture() {
     );
     let start = now();
 
-    let namespace = format!("ns-{}", base.id);
-    let mut req = create(&format!("{}-claimed", base.id), 64 << 20, None);
-    req.parameters = [
-        ("csi.storage.k8s.io/pvc/name", "data"),
-        ("csi.storage.k8s.io/pvc/namespace", namespace.as_str()),
-        ("csi.storage.k8s.io/pv/name", "pv-data"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let mut volumes = Vec::new();
-    for req in [
-        req,
-        create(&format!("{}-plain", base.id), 64 << 20, None),
-        create(&format!("{}-cycled", base.id), 64 << 20, None),
-    ] {
-        let v = csi.create_volume(req).await.unwrap().into_inner();
-        volumes.push(v.volume.unwrap().volume_id);
-    }
-    let (claimed, plain, cycled) = (volumes[0].clone(), volumes[1].clone(), volumes[2].clone());
-    let vas: Api<VolumeAttachment> = Api::all(base.client.clone());
-    for v in &volumes {
-        eventually(WAIT, "the VolumeAttachment", || async {
-            vas.get_opt(v).await.ok().flatten()
-        })
-        .await;
-    }
-    for v in [&claimed, &plain] {
-        base.attach(v, "manual-a", "manual", &node).await;
-    }
-    fixtures::put_ticket(
-        &base.client,
-        &plain,
-        "manual-b",
-        "manual",
-        &other,
-        serde_json::json!({}),
-    )
-    .await;
+    let volumes = RunVolumes::start(&base, &["cycled"]).await;
+    let (claimed, plain) = (volumes.claimed.clone(), volumes.plain.clone());
+    let (namespace, cycled) = (volumes.namespace.clone(), volumes.more[0].clone());
 
     // Steady I/O on both mounts until told to stop.
     let stop = Arc::new(AtomicBool::new(false));
@@ -247,11 +206,7 @@ async fn a_run_for_the_dashboard_picture() {
     .unwrap();
     eprintln!("dashboard run: {run}");
 
-    fixtures::remove_ticket(&base.client, &plain, "manual-b").await;
-    for v in [&claimed, &plain] {
-        base.detach(v, "manual-a", &node).await;
-    }
-    base.cleanup(&volumes).await;
+    volumes.stop(&base).await;
 }
 
 /// `GET path` on a loopback port: the body.

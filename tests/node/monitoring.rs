@@ -14,15 +14,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kube::Api;
-
-use tessera_api::VolumeAttachment;
-
 use crate::support;
-use support::csi::create;
 use support::env::CsiEnv;
-use support::fixtures::{self, eventually};
-use support::monitoring::{Scrape, expressions, held_series_test, input_series, metric_names};
+use support::fixtures::eventually;
+use support::monitoring::{
+    RunVolumes, Scrape, expected_alert, expressions, held_series_test, input_series, metric_names,
+    promtool,
+};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -40,55 +38,12 @@ async fn the_dashboard_and_the_alert_rules_use_what_a_real_run_exposes() {
         .default_backend_root()
         .start()
         .await;
-    let (node, other) = (base.nodes[0].clone(), base.nodes[1].clone());
-    let (ctrl, agent, mut csi) = (&base.ctrl, base.agent(), base.csi());
-
+    let (node, ctrl, agent) = (base.nodes[0].clone(), &base.ctrl, base.agent());
     // A claim's volume, with the parameters the provisioner adds
-    // (--extra-create-metadata), and one of no claim.
-    let namespace = format!("ns-{}", base.id);
-    let mut req = create(&format!("{}-claimed", base.id), 64 << 20, None);
-    req.parameters = [
-        ("csi.storage.k8s.io/pvc/name", "data"),
-        ("csi.storage.k8s.io/pvc/namespace", namespace.as_str()),
-        ("csi.storage.k8s.io/pv/name", "pv-data"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let claimed = csi
-        .create_volume(req)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap()
-        .volume_id;
-    let plain = csi
-        .create_volume(create(&format!("{}-plain", base.id), 64 << 20, None))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap()
-        .volume_id;
-    let vas: Api<VolumeAttachment> = Api::all(base.client.clone());
-    for v in [&claimed, &plain] {
-        eventually(WAIT, "the VolumeAttachment", || async {
-            vas.get_opt(v).await.ok().flatten()
-        })
-        .await;
-        base.attach(v, "manual-a", "manual", &node).await;
-    }
-    // A ticket for the other node waits (the volume is ReadWriteOnce, held here).
-    fixtures::put_ticket(
-        &base.client,
-        &plain,
-        "manual-b",
-        "manual",
-        &other,
-        serde_json::json!({}),
-    )
-    .await;
+    // (--extra-create-metadata), and one of no claim, attached; a ticket for the other
+    // node waits.
+    let run = RunVolumes::start(&base, &[]).await;
+    let (namespace, claimed, plain) = (&run.namespace, run.claimed.clone(), run.plain.clone());
 
     // I/O, and an error the daemon answers (a directory not empty).
     for v in [&claimed, &plain] {
@@ -106,44 +61,24 @@ async fn the_dashboard_and_the_alert_rules_use_what_a_real_run_exposes() {
 
     // Scrape once everything above shows (the state series every 5 s).
     let claim = format!("pvc=\"data\",pvc_namespace=\"{namespace}\"");
-    let vol = |v: &str| format!("volume=\"{v}\"");
+    let (of_claimed, of_plain) = (
+        format!("volume=\"{claimed}\""),
+        format!("volume=\"{plain}\""),
+    );
     let (ctrl_text, agent_text) = eventually(WAIT, "the run in the metrics", || async {
         let c = ctrl.metrics().unwrap_or_default();
         let a = agent.metrics().unwrap_or_default();
-        let shown = sample(
-            &a,
-            "tessera_fuse_operations_total{",
-            &[&vol(&claimed), &claim],
-        )
-        .is_some()
-            && sample(
-                &a,
-                "tessera_fuse_errors_total{",
-                &[&vol(&plain), "pvc=\"\""],
-            )
-            .is_some()
-            && sample(
-                &a,
-                "tessera_mount_handoffs_total{",
-                &[&vol(&claimed), &claim, "reason=\"takeover\""],
-            ) == Some(1.0)
-            && sample(
-                &c,
-                "tessera_volume_state{",
-                &[&vol(&claimed), &claim, "state=\"Attached\""],
-            ) == Some(1.0)
-            && sample(
-                &c,
-                "tessera_mountpod_restarts_total{",
-                &[&vol(&claimed), &claim],
-            ) == Some(1.0)
+        let handoffs = [of_claimed.as_str(), &claim, "reason=\"takeover\""];
+        let attached = [of_claimed.as_str(), &claim, "state=\"Attached\""];
+        let shown = sample(&a, "tessera_fuse_operations_total{", &[&of_claimed, &claim]).is_some()
+            && sample(&a, "tessera_fuse_errors_total{", &[&of_plain, "pvc=\"\""]).is_some()
+            && sample(&a, "tessera_mount_handoffs_total{", &handoffs) == Some(1.0)
+            && sample(&c, "tessera_volume_state{", &attached) == Some(1.0)
+            && sample(&c, "tessera_mountpod_restarts_total{", &[&of_claimed, &claim]) == Some(1.0)
             && sample(&c, "tessera_tickets_waiting{", &[]).is_some()
             // The agent counts its own queue, empty once its mounts are served.
-            && sample(
-                &a,
-                "tessera_reconcile_queue_depth{",
-                &["controller=\"mountpod\""],
-            ) == Some(0.0);
+            && sample(&a, "tessera_reconcile_queue_depth{", &["controller=\"mountpod\""])
+                == Some(0.0);
         shown.then_some((c, a))
     })
     .await;
@@ -192,48 +127,12 @@ async fn the_dashboard_and_the_alert_rules_use_what_a_real_run_exposes() {
         .collect::<Vec<_>>();
     assert_eq!(waiting.len(), 1, "{waiting:?}");
     let (reason, n) = &waiting[0];
-    let rules: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(support::monitoring::rules_path()).unwrap())
-            .unwrap();
-    let rule = rules["groups"][0]["rules"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .find(|r| r["alert"] == "TesseraTicketsWaiting")
-        .unwrap();
-    let render = |key: &str| {
-        rule["annotations"][key]
-            .as_str()
-            .unwrap()
-            .replace("{{ $value }}", &n.to_string())
-            .replace("{{ $labels.reason }}", reason)
-    };
-    let expect = BTreeMap::from([(
-        "TesseraTicketsWaiting".to_string(),
-        vec![serde_json::json!({
-            "exp_labels": {"severity": "warning", "reason": reason},
-            "exp_annotations": {"summary": render("summary"),
-                "description": render("description"), "runbook_url": render("runbook_url")},
-        })],
-    )]);
+    let labels = [("severity", "warning"), ("reason", reason.as_str())];
+    let alert = expected_alert("TesseraTicketsWaiting", *n, &labels);
+    let expect = BTreeMap::from([("TesseraTicketsWaiting".to_string(), vec![alert])]);
     let test = dir.join("held.test.yaml");
     std::fs::write(&test, held_series_test(&scrape, 20, &expect)).unwrap();
-    let out = std::process::Command::new(support::repo_root().join("target/harness/bin/promtool"))
-        .args(["test", "rules"])
-        .arg(&test)
-        .output()
-        .expect("running promtool (make harness builds it)");
-    assert!(
-        out.status.success(),
-        "promtool test rules {}:\n{}{}",
-        test.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool(&["test", "rules", &test.to_string_lossy()]);
 
-    fixtures::remove_ticket(&base.client, &plain, "manual-b").await;
-    for v in [&claimed, &plain] {
-        base.detach(v, "manual-a", &node).await;
-    }
-    base.cleanup(&[claimed, plain]).await;
+    run.stop(&base).await;
 }

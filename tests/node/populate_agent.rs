@@ -14,11 +14,10 @@ use serde_json::json;
 use tonic::Code;
 
 use tessera_api::{DataSource, MountPod, MountTask, Volume};
-use tessera_csi_proto::volume_content_source::{SnapshotSource, Type, VolumeSource};
 use tessera_csi_proto::*;
 
 use crate::support;
-use support::csi::create;
+use support::csi::{clone_of, create, delete_volumes, restore_of, snapshot};
 use support::env::{AgentEnv as Env, CsiEnv};
 use support::fixtures::{self, AgentProcess, eventually};
 use support::tree::tree_sums;
@@ -169,19 +168,9 @@ async fn snapshot_restore_and_clone_through_the_csi_controller_with_a_real_agent
     let (node, backend) = (base.nodes[0].clone(), &base.backend);
     let (agent, mut ctrl) = (base.agent(), base.csi());
 
-    let src = ctrl
-        .create_volume(create(&format!("{}-src", base.id), 64 << 20, None))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap()
-        .volume_id;
-    let vas: Api<tessera_api::VolumeAttachment> = Api::all(base.client.clone());
-    eventually(WAIT, "the source's VolumeAttachment", || async {
-        vas.get_opt(&src).await.ok().flatten()
-    })
-    .await;
+    let src = base
+        .made(create(&format!("{}-src", base.id), 64 << 20, None))
+        .await;
     base.attach(&src, "manual-a", "manual", &node).await;
     let mnt = agent.mountpoint(&src);
     std::fs::create_dir_all(mnt.join("x/y")).unwrap();
@@ -189,22 +178,14 @@ async fn snapshot_restore_and_clone_through_the_csi_controller_with_a_real_agent
     std::fs::write(mnt.join("data"), vec![3u8; 3 << 20]).unwrap();
     let want = tree_sums(&backend.join(&src));
 
-    let req = CreateSnapshotRequest {
-        source_volume_id: src.clone(),
-        name: format!("{}-snap", base.id),
-        ..Default::default()
-    };
+    let req = snapshot(&src, &format!("{}-snap", base.id));
     let mut calls = 0;
     let snap = eventually(WAIT, "snapshot ready", || {
         calls += 1;
         let (mut ctrl, req) = (ctrl.clone(), req.clone());
         async move {
-            let s = ctrl
-                .create_snapshot(req)
-                .await
-                .unwrap()
-                .into_inner()
-                .snapshot?;
+            let s = ctrl.create_snapshot(req).await.unwrap();
+            let s = s.into_inner().snapshot?;
             s.ready_to_use.then_some(s)
         }
     })
@@ -229,21 +210,12 @@ async fn snapshot_restore_and_clone_through_the_csi_controller_with_a_real_agent
         .await
         .unwrap();
 
-    for (name, source) in [
-        (
-            "restored",
-            Type::Snapshot(SnapshotSource {
-                snapshot_id: snap.snapshot_id.clone(),
-            }),
-        ),
-        (
-            "cloned",
-            Type::Volume(VolumeSource {
-                volume_id: src.clone(),
-            }),
-        ),
-    ] {
-        let req = create(&format!("{}-{name}", base.id), 64 << 20, Some(source));
+    let sources = [
+        ("restored", restore_of(&snap.snapshot_id)),
+        ("cloned", clone_of(&src)),
+    ];
+    for (name, source) in sources {
+        let req = create(&format!("{}-{name}", base.id), 64 << 20, source);
         let v = eventually(WAIT, &format!("{name} created"), || {
             let (mut ctrl, req) = (ctrl.clone(), req.clone());
             async move {
@@ -277,13 +249,7 @@ async fn snapshot_restore_and_clone_through_the_csi_controller_with_a_real_agent
     })
     .await;
     base.detach(&src, "manual-a", &node).await;
-    for v in ["src", "restored", "cloned"] {
-        let _ = ctrl
-            .delete_volume(DeleteVolumeRequest {
-                volume_id: format!("{}-{v}", base.id),
-                ..Default::default()
-            })
-            .await;
-    }
+    let made = ["src", "restored", "cloned"].map(|v| format!("{}-{v}", base.id));
+    delete_volumes(&mut ctrl, &made).await;
     base.cleanup_waiting(&[]).await;
 }

@@ -18,7 +18,8 @@ use kube::api::Api;
 use serde_json::json;
 use tonic::transport::Channel;
 
-use tessera_api::{MountPhase, MountPod, Volume};
+use tessera_api::{MountPhase, MountPod, Volume, VolumeAttachment};
+use tessera_csi_proto::CreateVolumeRequest;
 use tessera_csi_proto::controller_client::ControllerClient;
 use tessera_csi_proto::node_client::NodeClient;
 
@@ -312,6 +313,19 @@ impl CsiEnv {
         self.fake
             .as_ref()
             .expect("a CsiEnv with the stand-in agent")
+    }
+
+    /// CreateVolume `req` at the controller's socket, which must succeed, and wait until
+    /// the Volume has its VolumeAttachment: the volume id.
+    pub async fn made(&self, req: CreateVolumeRequest) -> String {
+        let volume = super::csi::made(&mut self.csi(), req).await.volume_id;
+        let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
+        let what = format!("the VolumeAttachment of {volume}");
+        eventually(self.wait, &what, || async {
+            vas.get_opt(&volume).await.ok().flatten()
+        })
+        .await;
+        volume
     }
 
     /// A client of the CSI socket (Identity + Node) of agent `i`.

@@ -2,14 +2,139 @@
 //! metric names the dashboard's and the alert rules' PromQL expressions name, and the
 //! input series of the rule tests (`tests/monitoring/*.test.yaml`); and what a real
 //! `/metrics` text offers (names, and each sample's label names). Used by
-//! tests/manifests/monitoring.rs (promtool) and tests/node/monitoring.rs (a real run).
+//! tests/manifests/monitoring.rs (promtool) and tests/node/monitoring.rs (a real run,
+//! whose volumes, shared with tests/node/dashboard_run.rs, are [`RunVolumes`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::process::Command;
 
 use serde_json::Value;
 
+use super::csi::create;
+use super::env::CsiEnv;
+use super::fixtures;
 use super::repo_root;
+
+/// The volumes of a real run whose metrics are read (tests/node/monitoring.rs, and the
+/// run behind docs/figures/dashboard.svg): a claim's volume made through CreateVolume
+/// with the parameters the external-provisioner adds (--extra-create-metadata), one of
+/// no claim, both attached on the first node (ticket `manual-a`), and a ticket
+/// (`manual-b`) for the second node left waiting on the one of no claim (ReadWriteOnce,
+/// held).
+pub struct RunVolumes {
+    /// The claim's namespace.
+    pub namespace: String,
+    pub claimed: String,
+    pub plain: String,
+    /// The volumes `<id>-<suffix>` asked for besides, made and not attached.
+    pub more: Vec<String>,
+}
+
+impl RunVolumes {
+    /// Make them (and `more`, suffixes) through `env`'s CSI controller, wait until each
+    /// has its VolumeAttachment, attach and put the waiting ticket.
+    pub async fn start(env: &CsiEnv, more: &[&str]) -> RunVolumes {
+        let id = &env.id;
+        let namespace = format!("ns-{id}");
+        let mut req = create(&format!("{id}-claimed"), 64 << 20, None);
+        req.parameters = [
+            ("csi.storage.k8s.io/pvc/name", "data"),
+            ("csi.storage.k8s.io/pvc/namespace", namespace.as_str()),
+            ("csi.storage.k8s.io/pv/name", "pv-data"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut names = Vec::new();
+        let others = ["plain"].iter().chain(more);
+        let reqs = others.map(|suffix| create(&format!("{id}-{suffix}"), 64 << 20, None));
+        for req in std::iter::once(req).chain(reqs) {
+            names.push(env.made(req).await);
+        }
+        let more = names.split_off(2);
+        let (claimed, plain) = (names[0].clone(), names[1].clone());
+        let (node, other) = (&env.nodes[0], &env.nodes[1]);
+        for v in [&claimed, &plain] {
+            env.attach(v, "manual-a", "manual", node).await;
+        }
+        // A ticket for the other node waits (the volume is ReadWriteOnce, held here).
+        let none = serde_json::json!({});
+        fixtures::put_ticket(&env.client, &plain, "manual-b", "manual", other, none).await;
+        RunVolumes {
+            namespace,
+            claimed,
+            plain,
+            more,
+        }
+    }
+
+    /// The tickets removed (the mounts gone), the volumes deleted, then the Nodes.
+    pub async fn stop(self, env: &CsiEnv) {
+        fixtures::remove_ticket(&env.client, &self.plain, "manual-b").await;
+        for v in [&self.claimed, &self.plain] {
+            env.detach(v, "manual-a", &env.nodes[0]).await;
+        }
+        let mut all = vec![self.claimed, self.plain];
+        all.extend(self.more);
+        env.cleanup(&all).await;
+    }
+}
+
+/// `target/harness/bin/promtool ARGS` in tests/monitoring; its output, after checking
+/// it succeeded.
+pub fn promtool(args: &[&str]) -> String {
+    let bin = repo_root().join("target/harness/bin/promtool");
+    assert!(
+        bin.exists(),
+        "{} is missing: build the harness (`make harness`)",
+        bin.display()
+    );
+    let out = Command::new(&bin)
+        .args(args)
+        .current_dir(repo_root().join("tests/monitoring"))
+        .output()
+        .expect("running promtool");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool {args:?}:\n{text}");
+    text
+}
+
+/// The alert `alert` of the rules file as a rule test expects it to fire: with
+/// `labels` (severity included), its annotations rendered with `value` and `labels`.
+pub fn expected_alert(alert: &str, value: f64, labels: &[(&str, &str)]) -> serde_json::Value {
+    let text = std::fs::read_to_string(rules_path()).unwrap();
+    let rules: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let rule = rules["groups"][0]["rules"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|r| r["alert"] == alert)
+        .unwrap_or_else(|| panic!("no alert {alert} in {}", rules_path().display()));
+    let render = |key: &str| {
+        let mut text = rule["annotations"][key]
+            .as_str()
+            .unwrap()
+            .replace("{{ $value }}", &value.to_string());
+        for (name, v) in labels {
+            text = text.replace(&format!("{{{{ $labels.{name} }}}}"), v);
+        }
+        text
+    };
+    let exp_labels: serde_json::Map<String, Value> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::from(*v)))
+        .collect();
+    serde_json::json!({
+        "exp_labels": exp_labels,
+        "exp_annotations": {"summary": render("summary"),
+            "description": render("description"), "runbook_url": render("runbook_url")},
+    })
+}
 
 /// The dashboard (config/monitoring/tessera-dashboard.json).
 pub fn dashboard_path() -> PathBuf {

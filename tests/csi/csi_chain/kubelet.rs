@@ -21,8 +21,8 @@ use tessera_csi_proto::node_client::NodeClient;
 use tessera_csi_proto::node_service_capability;
 use tessera_csi_proto::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use tessera_csi_proto::{
-    NodeGetCapabilitiesRequest, NodePublishVolumeRequest, NodeStageVolumeRequest,
-    NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
+    NodeGetCapabilitiesRequest, NodeGetInfoRequest, NodePublishVolumeRequest,
+    NodeStageVolumeRequest, NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
 };
 
 use super::BIG;
@@ -78,6 +78,13 @@ impl<'a> Kubelet<'a> {
         })
         .await;
         NodeClient::new(channel)
+    }
+
+    /// The node id the agent answers NodeGetInfo with.
+    pub(super) async fn node_id(&self) -> String {
+        let mut node = self.connect().await;
+        let info = node.node_get_info(NodeGetInfoRequest {}).await.unwrap();
+        info.into_inner().node_id
     }
 
     /// Report (or stop reporting) the volume in `Node.status.volumesInUse`.

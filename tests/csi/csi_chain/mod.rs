@@ -40,7 +40,6 @@ use serde_json::json;
 
 use tessera_api::{CSI_DRIVER_NAME, Volume};
 use tessera_csi::csi_ticket_id;
-use tessera_csi_proto::NodeGetInfoRequest;
 
 use self::kubelet::{Kubelet, check_data, write_data};
 use self::processes::{ChainLock, Sidecar, tail};
@@ -69,9 +68,26 @@ struct Chain {
     nodes: [String; 2],
     backend: PathBuf,
     started: Instant,
+    /// The Volumes of the claims made so far, for the diagnostics of a failure.
+    handles: Mutex<Vec<String>>,
 }
 
 impl Chain {
+    /// The test's objects: its namespace and StorageClass named after its id, on the
+    /// nodes of its two agents and the backend root of `env`.
+    fn new(env: &CsiEnv) -> Chain {
+        Chain {
+            client: env.client.clone(),
+            id: env.id.clone(),
+            ns: env.id.clone(),
+            sc: env.id.clone(),
+            nodes: [env.agents[0].node.clone(), env.agents[1].node.clone()],
+            backend: env.backend.clone(),
+            started: Instant::now(),
+            handles: Mutex::default(),
+        }
+    }
+
     fn step(&self, what: &str) {
         println!("[{:>6.1}s] {what}", self.started.elapsed().as_secs_f64());
     }
@@ -172,6 +188,7 @@ impl Chain {
             .await
             .unwrap();
         let handle = handle_of(&pv);
+        self.handles.lock().unwrap().push(handle.clone());
         let volume = Api::<Volume>::all(self.client.clone())
             .get(&handle)
             .await
@@ -321,14 +338,47 @@ impl Chain {
         .await;
     }
 
-    async fn diagnostics(
-        &self,
-        handles: &[String],
-        sidecars: &[&Sidecar],
-        others: &[(&str, PathBuf)],
-    ) {
+    /// Delete the claims `names`.
+    async fn delete_claims(&self, names: &[&str]) {
+        for name in names {
+            let deleted = self.pvcs().delete(name, &DeleteParams::default()).await;
+            deleted.unwrap_or_else(|e| panic!("deleting PVC {name}: {e}"));
+        }
+    }
+
+    /// Wait until the PV, its Volume and the Volume's data directory are gone.
+    async fn claim_gone(&self, pv: &PersistentVolume) {
+        let (pv_name, handle) = (pv.name_any(), handle_of(pv));
+        let data = self.backend.join(&handle);
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        let volumes: Api<Volume> = Api::all(self.client.clone());
+        eventually(
+            Duration::from_secs(120),
+            &format!("PV {pv_name}, Volume {handle} and {} gone", data.display()),
+            || async {
+                let pv_gone = pvs.get_opt(&pv_name).await.ok()?.is_none();
+                let vol_gone = volumes.get_opt(&handle).await.ok()?.is_none();
+                (pv_gone && vol_gone && !data.exists()).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Wait until no MountPod of the test's volumes is left.
+    async fn no_mountpods_left(&self) {
+        let lp = ListParams::default().labels(&format!("{TEST_LABEL}={}", self.id));
+        let mps: Api<tessera_api::MountPod> = Api::all(self.client.clone());
+        eventually(WAIT, "no MountPod of the test's volumes left", || async {
+            let left = mps.list(&lp).await.ok()?;
+            left.items.is_empty().then_some(())
+        })
+        .await;
+    }
+
+    async fn diagnostics(&self, sidecars: &[&Sidecar], others: &[(&str, PathBuf)]) {
         eprintln!("==== csi_chain failed: state ====");
-        for h in handles {
+        let handles = self.handles.lock().unwrap().clone();
+        for h in &handles {
             eprintln!(
                 "tickets of {h}: {:#?}",
                 fixtures::ticket_states(&self.client, h).await
@@ -490,15 +540,7 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
     let (client, id) = (env.client.clone(), env.id.clone());
     let (agent_a, agent_b) = (&env.agents[0], &env.agents[1]);
     let lock = ChainLock::acquire(&client, &id).await;
-    let chain = Chain {
-        client: client.clone(),
-        ns: id.clone(),
-        sc: id.clone(),
-        nodes: [agent_a.node.clone(), agent_b.node.clone()],
-        backend: env.backend.clone(),
-        id: id.clone(),
-        started: Instant::now(),
-    };
+    let chain = Chain::new(&env);
     // The sidecars wait for the controller's socket themselves.
     let provisioner = Sidecar::start(
         "csi-provisioner",
@@ -508,7 +550,6 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
     );
     let attacher = Sidecar::start("csi-attacher", &id, &env.sock, &["--timeout=15s"]);
 
-    let handles: Mutex<Vec<String>> = Mutex::default();
     let kubelet_a = Kubelet::new(client.clone(), agent_a);
     let kubelet_b = Kubelet::new(client.clone(), agent_b);
     let flow = async {
@@ -516,20 +557,12 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
         chain.step("Nodes, CSINodes, StorageClass, controller, two agents and the sidecars up");
         // The agents answer as the nodes they are.
         for k in [&kubelet_a, &kubelet_b] {
-            let info = k
-                .connect()
-                .await
-                .node_get_info(NodeGetInfoRequest {})
-                .await
-                .unwrap()
-                .into_inner();
-            assert_eq!(info.node_id, k.node());
+            assert_eq!(k.node_id().await, k.node());
         }
 
         // ---- RWO: provision, attach on A, write.
         let pv = chain.claim("data", "ReadWriteOnce").await;
         let handle = handle_of(&pv);
-        handles.lock().unwrap().push(handle.clone());
         chain.step(&format!(
             "PVC data bound to {} (Volume {handle})",
             pv.name_any()
@@ -583,7 +616,6 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
         // ---- RWX: pods on A and B at the same time.
         let pv2 = chain.claim("shared", "ReadWriteMany").await;
         let handle2 = handle_of(&pv2);
-        handles.lock().unwrap().push(handle2.clone());
         chain.step(&format!("PVC shared (RWX) bound to {}", pv2.name_any()));
         let pod_a = chain.run_pod("shared-a", "shared", kubelet_a.node()).await;
         let pod_b = chain.run_pod("shared-b", "shared", kubelet_b.node()).await;
@@ -628,64 +660,22 @@ async fn pvc_to_pod_on_two_nodes_and_back_to_nothing() {
         chain.wait_detached(&handle2, kubelet_a.node()).await;
         chain.wait_detached(&handle2, kubelet_b.node()).await;
         chain.step("all unpublished/unstaged, pods deleted, all detached");
-        for claim in ["data", "shared"] {
-            chain
-                .pvcs()
-                .delete(claim, &DeleteParams::default())
-                .await
-                .unwrap();
-        }
-        for (pv, h) in [(&pv, &handle), (&pv2, &handle2)] {
-            let pv_name = pv.name_any();
-            let data = chain.backend.join(h);
-            eventually(
-                Duration::from_secs(120),
-                &format!("PV {pv_name}, Volume {h} and {} gone", data.display()),
-                || async {
-                    let pv_gone = Api::<PersistentVolume>::all(client.clone())
-                        .get_opt(&pv_name)
-                        .await
-                        .ok()?
-                        .is_none();
-                    let vol_gone = Api::<Volume>::all(client.clone())
-                        .get_opt(h)
-                        .await
-                        .ok()?
-                        .is_none();
-                    (pv_gone && vol_gone && !data.exists()).then_some(())
-                },
-            )
-            .await;
-        }
+        chain.delete_claims(&["data", "shared"]).await;
+        chain.claim_gone(&pv).await;
+        chain.claim_gone(&pv2).await;
         // The MountPods (the RemoveData ones last) go with their Volume by garbage
         // collection; their finalizer is the agents', so wait before the agents stop.
-        eventually(WAIT, "no MountPod of the test's volumes left", || async {
-            let lp = ListParams::default().labels(&format!("{TEST_LABEL}={}", chain.id));
-            let left = Api::<tessera_api::MountPod>::all(client.clone())
-                .list(&lp)
-                .await
-                .ok()?;
-            left.items.is_empty().then_some(())
-        })
-        .await;
+        chain.no_mountpods_left().await;
         chain.step("PVCs deleted: PVs, Volumes, MountPods and data directories gone");
     };
     let outcome = std::panic::AssertUnwindSafe(flow).catch_unwind().await;
     if outcome.is_err() {
-        let handles = handles.lock().unwrap().clone();
-        chain
-            .diagnostics(
-                &handles,
-                &[&provisioner, &attacher],
-                &[
-                    ("controller", env.ctrl.log.clone()),
-                    ("agent A", agent_a.log.clone()),
-                    ("agent B", agent_b.log.clone()),
-                ],
-            )
-            .await;
-    }
-    if outcome.is_err() {
+        let logs = [
+            ("controller", env.ctrl.log.clone()),
+            ("agent A", agent_a.log.clone()),
+            ("agent B", agent_b.log.clone()),
+        ];
+        chain.diagnostics(&[&provisioner, &attacher], &logs).await;
         kubelet_a.release_all().await;
         kubelet_b.release_all().await;
     }
