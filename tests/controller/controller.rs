@@ -560,6 +560,64 @@ async fn edit_finalizers(mps: &Api<MountPod>, name: &str, edit: impl FnOnce(&mut
         .unwrap();
 }
 
+/// The notes of the Events (namespace `default`) with `reason` about the `kind` named
+/// `name`, each with its series count (1 for a single Event), sorted.
+async fn event_notes_of(
+    client: &Client,
+    name: &str,
+    kind: &str,
+    reason: &str,
+) -> Vec<(String, i32)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), "default");
+    let mut notes: Vec<(String, i32)> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|ev| {
+            ev.reason.as_deref() == Some(reason)
+                && ev.regarding.as_ref().is_some_and(|r| {
+                    r.name.as_deref() == Some(name) && r.kind.as_deref() == Some(kind)
+                })
+        })
+        .map(|ev| {
+            let count = ev.series.map_or(1, |s| s.count);
+            (ev.note.unwrap_or_default(), count)
+        })
+        .collect();
+    notes.sort();
+    notes
+}
+
+/// Record the statuses Volume `vol` is given after resourceVersion `from`, as its
+/// watch shows them (consecutive repeats folded), until the task is aborted.
+fn record_statuses(
+    volumes: &Api<Volume>,
+    vol: &str,
+    from: String,
+) -> (
+    Arc<std::sync::Mutex<Vec<VolumeStatus>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<VolumeStatus>::new()));
+    let (volumes, vol, recorded) = (volumes.clone(), vol.to_string(), seen.clone());
+    let task = tokio::spawn(async move {
+        let params = WatchParams::default().fields(&format!("metadata.name={vol}"));
+        let mut events = volumes.watch(&params, &from).await.unwrap().boxed();
+        while let Some(Ok(WatchEvent::Modified(v))) = events.next().await {
+            let mut seen = recorded.lock().unwrap();
+            if let Some(status) = v.status
+                && seen.last() != Some(&status)
+            {
+                seen.push(status);
+            }
+        }
+    });
+    (seen, task)
+}
+
 #[tokio::test]
 async fn ready_conditions_and_one_event_series_per_node() {
     let e = env("ready", 2).await;
@@ -576,18 +634,15 @@ async fn ready_conditions_and_one_event_series_per_node() {
 
     // A VolumeAttachment whose Volume does not exist says so.
     let ghost = e.volume_name("ghost");
-    vas.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({
-            "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
-            "metadata": {"name": ghost, "labels": {TEST_LABEL: e.id}},
-            "spec": {"volume": ghost, "attachmentTickets": {
-                "manual-a": {"id": "manual-a", "type": "manual", "nodeID": e.nodes[0]}}},
-        }))
-        .unwrap(),
-    )
-    .await
-    .unwrap();
+    let body = serde_json::from_value(json!({
+        "apiVersion": "tessera.io/v1alpha1", "kind": "VolumeAttachment",
+        "metadata": {"name": ghost, "labels": {TEST_LABEL: e.id}},
+        "spec": {"volume": ghost, "attachmentTickets": {
+            "manual-a": {"id": "manual-a", "type": "manual", "nodeID": e.nodes[0]}}},
+    }));
+    vas.create(&PostParams::default(), &body.unwrap())
+        .await
+        .unwrap();
     let (status, reason, message) = eventually(WAIT, "VolumeNotFound", || async {
         va_ready(ghost.clone()).await.filter(|r| r.0 == "False")
     })
@@ -600,15 +655,8 @@ async fn ready_conditions_and_one_event_series_per_node() {
     // No agent yet (and no CSINode lists the driver on the test's nodes): a ticket
     // waiting for its mount says the node has no agent.
     let vol = e.volume("v", "ReadWriteMany").await;
-    fixtures::put_ticket(
-        &e.client,
-        &vol,
-        "manual-a",
-        "manual",
-        &e.nodes[0],
-        json!({}),
-    )
-    .await;
+    let (n0, n1) = (e.nodes[0].clone(), e.nodes[1].clone());
+    fixtures::put_ticket(&e.client, &vol, "manual-a", "manual", &n0, json!({})).await;
     let (_, _, message) = eventually(WAIT, "NoAgent", || async {
         va_ready(vol.clone()).await.filter(|r| r.1 == "NoAgent")
     })
@@ -636,34 +684,8 @@ async fn ready_conditions_and_one_event_series_per_node() {
     let s = v.status.unwrap();
     assert_eq!(s.attached_node_list, e.nodes.join(","));
 
-    let events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(e.client.clone(), "default");
-    let notes_of = |kind: &'static str, reason: &'static str| {
-        let events = events.clone();
-        let vol = vol.clone();
-        async move {
-            let mut notes: Vec<(String, i32)> = events
-                .list(&Default::default())
-                .await
-                .unwrap()
-                .items
-                .into_iter()
-                .filter(|ev| {
-                    ev.reason.as_deref() == Some(reason)
-                        && ev.regarding.as_ref().is_some_and(|r| {
-                            r.name.as_deref() == Some(vol.as_str())
-                                && r.kind.as_deref() == Some(kind)
-                        })
-                })
-                .map(|ev| {
-                    let count = ev.series.map_or(1, |s| s.count);
-                    (ev.note.unwrap_or_default(), count)
-                })
-                .collect();
-            notes.sort();
-            notes
-        }
-    };
+    let notes_of =
+        |kind: &'static str, reason: &'static str| event_notes_of(&e.client, &vol, kind, reason);
     // Node Events go on the Volume, one series per node: Attached for both nodes;
     // Attaching for the attach that was slow (node 0 waited for an agent), and for
     // node 1 only if its attach took over a second here.
@@ -704,7 +726,6 @@ async fn ready_conditions_and_one_event_series_per_node() {
     // go as soon as it is deleted (a fast detach), node 1's only after a while.
     const HOLD: &str = "test.tessera.io/slow-unmount";
     let mps: Api<MountPod> = Api::all(e.client.clone());
-    let (n0, n1) = (e.nodes[0].clone(), e.nodes[1].clone());
     let (mp0, mp1) = (
         tessera_api::mountpod_name(&vol, &n0),
         tessera_api::mountpod_name(&vol, &n1),
@@ -714,22 +735,7 @@ async fn ready_conditions_and_one_event_series_per_node() {
     }
     // The statuses the Volume is given from here on, as its watch shows them.
     let from = volumes.get(&vol).await.unwrap().resource_version().unwrap();
-    let seen = Arc::new(std::sync::Mutex::new(Vec::<VolumeStatus>::new()));
-    let watching = {
-        let (volumes, vol, seen) = (volumes.clone(), vol.clone(), seen.clone());
-        tokio::spawn(async move {
-            let params = WatchParams::default().fields(&format!("metadata.name={vol}"));
-            let mut events = volumes.watch(&params, &from).await.unwrap().boxed();
-            while let Some(Ok(WatchEvent::Modified(v))) = events.next().await {
-                let mut seen = seen.lock().unwrap();
-                if let Some(status) = v.status
-                    && seen.last() != Some(&status)
-                {
-                    seen.push(status);
-                }
-            }
-        })
-    };
+    let (seen, watching) = record_statuses(&volumes, &vol, from);
     fixtures::remove_ticket(&e.client, &vol, "manual-a").await;
     eventually(WAIT, "node 0's MountPod deleted", || async {
         let mp = mps.get_opt(&mp0).await.unwrap()?;

@@ -8,6 +8,7 @@
 //! lists MountPods by node, and that `doctor` finds a node without an agent or a CSINode
 //! registration and a waiting ticket, and stops reporting what was fixed.
 
+use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
@@ -43,6 +44,111 @@ fn plugin(args: &[&str]) -> Output {
 
 fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).expect("UTF-8 output")
+}
+
+/// [`plugin`]'s `-o json` output, parsed.
+fn plugin_json(args: &[&str]) -> Value {
+    serde_json::from_slice(&plugin(args).stdout).expect("JSON output")
+}
+
+/// Run `kubectl-tessera --kubeconfig KUBECONFIG ARGS` as a user types it, whatever it
+/// answers.
+fn plugin_as(kubeconfig: &Path, args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("running kubectl-tessera")
+}
+
+/// A copy of the kubeconfig under test, in `dir`, whose contexts say `namespace`.
+fn kubeconfig_in(dir: &Path, namespace: &str) -> PathBuf {
+    let text = std::fs::read_to_string(support::kubeconfig_path()).unwrap();
+    let mut kc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    for c in kc["contexts"].as_sequence_mut().unwrap() {
+        c["context"]["namespace"] = namespace.into();
+    }
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+    path
+}
+
+/// What a claim of `vol` is made of besides the Volume: a PV (`<id>-pv`), a PVC bound
+/// to it (`default/<id>`) and a storage.k8s.io VolumeAttachment of it to `node`
+/// (`<id>-sva`), as the external-provisioner and the attach/detach controller make them.
+struct Claim {
+    pv: String,
+    pvc: String,
+    sva: String,
+}
+
+impl Claim {
+    async fn create(e: &Env, vol: &str, node: &str) -> Claim {
+        let (pv, pvc, sva) = (
+            format!("{}-pv", e.id),
+            e.id.clone(),
+            format!("{}-sva", e.id),
+        );
+        let body = json!({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": pv, "labels": {TEST_LABEL: e.id}},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                     "csi": {"driver": "csi.tessera.io", "volumeHandle": vol}},
+        });
+        let body: PersistentVolume = serde_json::from_value(body).unwrap();
+        let pvs = Api::<PersistentVolume>::all(e.client.clone());
+        pvs.create(&PostParams::default(), &body).await.unwrap();
+        let body = json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": pvc, "namespace": "default"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        });
+        let body: PersistentVolumeClaim = serde_json::from_value(body).unwrap();
+        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(e.client.clone(), "default");
+        pvcs.create(&PostParams::default(), &body).await.unwrap();
+        let body = json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+            "metadata": {"name": sva},
+            "spec": {"attacher": "csi.tessera.io", "nodeName": node, "source": {"persistentVolumeName": pv}},
+        });
+        let body: StorageVA = serde_json::from_value(body).unwrap();
+        let svas: Api<StorageVA> = Api::all(e.client.clone());
+        svas.create(&PostParams::default(), &body).await.unwrap();
+        Claim { pv, pvc, sva }
+    }
+
+    async fn delete(self, e: &Env) {
+        let dp = DeleteParams::default();
+        let _ = Api::<StorageVA>::all(e.client.clone())
+            .delete(&self.sva, &dp)
+            .await;
+        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(e.client.clone(), "default");
+        let _ = pvcs.delete(&self.pvc, &dp).await;
+        let _ = Api::<PersistentVolume>::all(e.client.clone())
+            .delete(&self.pv, &dp)
+            .await;
+    }
+}
+
+/// A Pod `name` in `default` on `node` (no kubelet runs it) with three volumes: a
+/// configMap (`cfg`), the claim `claim` (`data`) and an inline CSI volume (`scratch`).
+async fn pod_of_claim(e: &Env, name: &str, node: &str, claim: &str) -> Api<Pod> {
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {TEST_LABEL: e.id}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}],
+                 "volumes": [
+                     {"name": "cfg", "configMap": {"name": "x"}},
+                     {"name": "data", "persistentVolumeClaim": {"claimName": claim}},
+                     {"name": "scratch", "csi": {"driver": "csi.tessera.io"}}]},
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(e.client.clone(), "default");
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    pods
 }
 
 /// Add ticket `id` with a server-side apply by field manager `manager` (as a GitOps tool).
@@ -117,10 +223,7 @@ async fn tickets_and_status_name_reasons_and_owners() {
         "WAITING is an age: {b}"
     );
 
-    let rows: Value = serde_json::from_slice(
-        &plugin(&["tickets", &format!("volume/{vol}"), "-o", "json"]).stdout,
-    )
-    .unwrap();
+    let rows = plugin_json(&["tickets", &format!("volume/{vol}"), "-o", "json"]);
     let owners: Vec<(String, Value, Value)> = rows
         .as_array()
         .unwrap()
@@ -146,37 +249,8 @@ async fn tickets_and_status_name_reasons_and_owners() {
     );
 
     // A PV and a bound PVC for the Volume, and a storage.k8s.io VolumeAttachment of it.
-    let pv_name = format!("{}-pv", e.id);
-    let pv: PersistentVolume = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": pv_name, "labels": {TEST_LABEL: e.id}},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
-                 "csi": {"driver": "csi.tessera.io", "volumeHandle": vol}},
-    }))
-    .unwrap();
-    Api::<PersistentVolume>::all(e.client.clone())
-        .create(&PostParams::default(), &pv)
-        .await
-        .unwrap();
-    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": e.id, "namespace": "default"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv_name,
-                 "resources": {"requests": {"storage": "1Gi"}}},
-    }))
-    .unwrap();
-    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(e.client.clone(), "default");
-    pvcs.create(&PostParams::default(), &pvc).await.unwrap();
-    let sva_name = format!("{}-sva", e.id);
-    let sva: StorageVA = serde_json::from_value(json!({
-        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
-        "metadata": {"name": sva_name},
-        "spec": {"attacher": "csi.tessera.io", "nodeName": n0, "source": {"persistentVolumeName": pv_name}},
-    }))
-    .unwrap();
-    let svas: Api<StorageVA> = Api::all(e.client.clone());
-    svas.create(&PostParams::default(), &sva).await.unwrap();
+    let claim = Claim::create(&e, &vol, &n0).await;
+    let (pv_name, sva_name) = (claim.pv.clone(), claim.sva.clone());
 
     // status from the claim: the whole chain on one screen.
     let out = stdout(&plugin(&[
@@ -223,8 +297,7 @@ async fn tickets_and_status_name_reasons_and_owners() {
     // The same through the PV and as JSON.
     let out = stdout(&plugin(&["status", &format!("pv/{pv_name}")]));
     line_with(&out, &["PVC", &format!("default/{}", e.id)]);
-    let report: Value =
-        serde_json::from_slice(&plugin(&["status", &vol, "-o", "json"]).stdout).unwrap();
+    let report = plugin_json(&["status", &vol, "-o", "json"]);
     assert_eq!(report["volumeName"], json!(vol));
     assert_eq!(report["pv"]["name"], json!(pv_name));
     assert_eq!(report["mounts"][0]["pid"], json!(4242));
@@ -243,24 +316,15 @@ async fn tickets_and_status_name_reasons_and_owners() {
     // A Volume that does not exist: said, not an error.
     let out = stdout(&plugin(&["status", &format!("volume/{}-missing", e.id)]));
     line_with(&out, &["does not exist"]);
-    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
-        .arg("--kubeconfig")
-        .arg(support::kubeconfig_path())
-        .args(["tickets", &format!("{}-missing", e.id)])
-        .output()
-        .unwrap();
+    let kubeconfig = support::kubeconfig_path();
+    let bad = plugin_as(&kubeconfig, &["tickets", &format!("{}-missing", e.id)]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&bad.stderr).contains("not found"),
         "{bad:?}"
     );
     // --context picks a context of the kubeconfig: an unknown one is refused.
-    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
-        .arg("--kubeconfig")
-        .arg(support::kubeconfig_path())
-        .args(["--context=no-such-context", "tickets", &vol])
-        .output()
-        .unwrap();
+    let bad = plugin_as(&kubeconfig, &["--context=no-such-context", "tickets", &vol]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&bad.stderr).contains("no-such-context"),
@@ -269,51 +333,24 @@ async fn tickets_and_status_name_reasons_and_owners() {
 
     // Without -n, the context's namespace, as kubectl: a kubeconfig whose context says
     // kube-system looks for the claim there.
-    let mut kc: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(support::kubeconfig_path()).unwrap())
-            .unwrap();
-    for c in kc["contexts"].as_sequence_mut().unwrap() {
-        c["context"]["namespace"] = "kube-system".into();
-    }
     let dir = tempfile::tempdir().unwrap();
-    let in_kube_system = dir.path().join("kubeconfig");
-    std::fs::write(&in_kube_system, serde_yaml::to_string(&kc).unwrap()).unwrap();
-    let elsewhere = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
-        .arg("--kubeconfig")
-        .arg(&in_kube_system)
-        .args(["status", &format!("pvc/{}", e.id)])
-        .output()
-        .unwrap();
+    let in_kube_system = kubeconfig_in(dir.path(), "kube-system");
+    let elsewhere = plugin_as(&in_kube_system, &["status", &format!("pvc/{}", e.id)]);
     assert_eq!(elsewhere.status.code(), Some(2), "{elsewhere:?}");
     assert!(
         String::from_utf8_lossy(&elsewhere.stderr)
             .contains(&format!("PVC kube-system/{} not found", e.id)),
         "{elsewhere:?}"
     );
-    let here = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
-        .arg("--kubeconfig")
-        .arg(&in_kube_system)
-        .args(["-n", "default", "status", &format!("pvc/{}", e.id)])
-        .output()
-        .unwrap();
+    let claim_in_default = ["-n", "default", "status", &format!("pvc/{}", e.id)];
+    let here = plugin_as(&in_kube_system, &claim_in_default);
     assert_eq!(here.status.code(), Some(0), "{here:?}");
 
     // status pod/NAME: each of the Pod's volumes that may be Tessera's, under a line
     // naming it (the claim's chain; an inline volume's Volume, missing here); a
     // configMap is not one.
     let pod_name = format!("{}-pod", e.id);
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": pod_name, "namespace": "default", "labels": {TEST_LABEL: e.id}},
-        "spec": {"nodeName": n0, "containers": [{"name": "c", "image": "x"}],
-                 "volumes": [
-                     {"name": "cfg", "configMap": {"name": "x"}},
-                     {"name": "data", "persistentVolumeClaim": {"claimName": e.id}},
-                     {"name": "scratch", "csi": {"driver": "csi.tessera.io"}}]},
-    }))
-    .unwrap();
-    let pods: Api<Pod> = Api::namespaced(e.client.clone(), "default");
-    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let pods = pod_of_claim(&e, &pod_name, &n0, &claim.pvc).await;
     let out = stdout(&plugin(&["status", &format!("pod/{pod_name}")]));
     println!("{out}");
     line_with(&out, &[&format!("Pod default/{pod_name}, volume data")]);
@@ -337,10 +374,7 @@ async fn tickets_and_status_name_reasons_and_owners() {
         !tickets_line.contains("person-b"),
         "{n1}'s ticket: {tickets_line}"
     );
-    let found: Value = serde_json::from_slice(
-        &plugin(&["status", &format!("pod/{pod_name}"), "-o", "json"]).stdout,
-    )
-    .unwrap();
+    let found = plugin_json(&["status", &format!("pod/{pod_name}"), "-o", "json"]);
     assert_eq!(found[0]["volume"], json!("data"));
     assert_eq!(found[0]["report"]["volumeName"], json!(vol));
     assert_eq!(found[1]["start"]["kind"], json!("volume"));
@@ -364,7 +398,7 @@ async fn tickets_and_status_name_reasons_and_owners() {
     line_with(&out, &["default", &pod_name, "data", &vol]);
     let out = stdout(&plugin(&["pods", "--node", &n1]));
     assert!(!out.contains(&pod_name), "only node {n1}'s Pods: {out}");
-    let rows: Value = serde_json::from_slice(&plugin(&["pods", "-o", "json"]).stdout).unwrap();
+    let rows = plugin_json(&["pods", "-o", "json"]);
     assert!(
         rows.as_array()
             .unwrap()
@@ -376,24 +410,14 @@ async fn tickets_and_status_name_reasons_and_owners() {
     );
     // In kube-system (the other kubeconfig's context): not there; with -A it is.
     let there = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
-            .arg("--kubeconfig")
-            .arg(&in_kube_system)
-            .args(args)
-            .output()
-            .unwrap();
+        let out = plugin_as(&in_kube_system, args);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         String::from_utf8(out.stdout).unwrap()
     };
     assert!(!there(&["pods"]).contains(&pod_name));
     assert!(there(&["pods", "-A"]).contains(&pod_name));
     // -A where one object is named: refused.
-    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-tessera"))
-        .arg("--kubeconfig")
-        .arg(support::kubeconfig_path())
-        .args(["-A", "status", &format!("pod/{pod_name}")])
-        .output()
-        .unwrap();
+    let bad = plugin_as(&kubeconfig, &["-A", "status", &format!("pod/{pod_name}")]);
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
     // No kubelet runs the Pod: gone at once, not left Terminating for the next run.
     let _ = pods
@@ -406,7 +430,7 @@ async fn tickets_and_status_name_reasons_and_owners() {
     line_with(&out, &[&n0, &vol, "Serve", "Ready"]);
     let out = stdout(&plugin(&["mounts", "--node", &n1]));
     assert!(!out.contains(&vol), "only node {n1}'s: {out}");
-    let rows: Value = serde_json::from_slice(&plugin(&["mounts", "-o", "json"]).stdout).unwrap();
+    let rows = plugin_json(&["mounts", "-o", "json"]);
     assert!(
         rows.as_array()
             .unwrap()
@@ -415,11 +439,7 @@ async fn tickets_and_status_name_reasons_and_owners() {
         "{rows}"
     );
 
-    let _ = svas.delete(&sva_name, &DeleteParams::default()).await;
-    let _ = pvcs.delete(&e.id, &DeleteParams::default()).await;
-    let _ = Api::<PersistentVolume>::all(e.client.clone())
-        .delete(&pv_name, &DeleteParams::default())
-        .await;
+    claim.delete(&e).await;
     cleanup(&e, vol).await;
 }
 

@@ -8,11 +8,63 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use tessera_api::Volume;
+use tessera_api::{ATTACHMENT_FINALIZER, AttacherType, AttachmentTicket, Volume, VolumeAttachment};
 
 use super::rbac::{CONTROLLER_SA, NODE_SA, apply_config, can_i, code, impersonating};
 use crate::support;
 use support::fixtures::{self, TEST_LABEL, eventually};
+
+/// An inline Volume `name` of test `id` (labelled so when `label`) of `scope` on `node`.
+fn inline(id: &str, name: &str, node: &str, label: bool, scope: &str) -> Volume {
+    let mut labels = json!({TEST_LABEL: id});
+    if label {
+        labels["tessera.io/inline"] = json!("true");
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"size": "1Mi", "accessMode": "ReadWriteOnce",
+                 "backend": {"root": "/var/lib/tessera/test", "scope": scope,
+                             "node": (scope == "NodeLocal").then_some(node)}},
+    }))
+    .unwrap()
+}
+
+/// A csi-ephemeral ticket of `node`, as its agent writes it.
+fn ephemeral(node: &str) -> AttachmentTicket {
+    AttachmentTicket::new(format!("inline-{node}"), AttacherType::CsiEphemeral, node)
+}
+
+/// The HTTP code of a create of `v` as `c` (a dry run when `dry_run`).
+async fn create(c: &Client, v: Volume, dry_run: bool) -> u16 {
+    let pp = PostParams {
+        dry_run,
+        ..Default::default()
+    };
+    code(
+        Api::<Volume>::all(c.clone())
+            .create(&pp, &v)
+            .await
+            .map(drop),
+    )
+}
+
+/// The HTTP code of a merge patch `p` of VolumeAttachment `name` as `c` (a dry run when
+/// `dry_run`).
+async fn patch_va(c: &Client, name: &str, p: serde_json::Value, dry_run: bool) -> u16 {
+    let pp = PatchParams {
+        dry_run,
+        ..Default::default()
+    };
+    let api: Api<VolumeAttachment> = Api::all(c.clone());
+    code(api.patch(name, &pp, &Patch::Merge(p)).await.map(drop))
+}
+
+/// The HTTP code of a delete of Volume `name` as `c`.
+async fn delete(c: &Client, name: &str) -> u16 {
+    let api: Api<Volume> = Api::all(c.clone());
+    code(api.delete(name, &Default::default()).await.map(drop))
+}
 
 /// CSI ephemeral inline volumes (issue 19): the node agent creates and deletes only
 /// inline Volumes of its own node, and on their VolumeAttachments adds and removes
@@ -22,7 +74,6 @@ use support::fixtures::{self, TEST_LABEL, eventually};
 /// Pods by name (the orphan check) and nothing more of them.
 #[tokio::test]
 async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
-    use tessera_api::{ATTACHMENT_FINALIZER, AttacherType, AttachmentTicket, VolumeAttachment};
     let client = support::client().await;
     support::ensure_crds(&client).await;
     apply_config(&[
@@ -33,20 +84,8 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
     ]);
     let id = support::unique_name("rbac-inline");
     let (a, b) = (format!("{id}-a"), format!("{id}-b"));
-    let inline = |name: &str, node: &str, label: bool, scope: &str| -> Volume {
-        let mut labels = json!({TEST_LABEL: id});
-        if label {
-            labels["tessera.io/inline"] = json!("true");
-        }
-        serde_json::from_value(json!({
-            "apiVersion": "tessera.io/v1alpha1", "kind": "Volume",
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"size": "1Mi", "accessMode": "ReadWriteOnce",
-                     "backend": {"root": "/var/lib/tessera/test", "scope": scope,
-                                 "node": (scope == "NodeLocal").then_some(node)}},
-        }))
-        .unwrap()
-    };
+    let inline =
+        |name: &str, node: &str, label: bool, scope: &str| inline(&id, name, node, label, scope);
     let admin_vols: Api<Volume> = Api::all(client.clone());
     let admin_vas: Api<VolumeAttachment> = Api::all(client.clone());
     let (own, others, plain) = (
@@ -56,20 +95,12 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
     );
     // Node B's inline Volume and a plain one, made by the administrator; each with
     // a VolumeAttachment holding a manual ticket on node B.
-    admin_vols
-        .create(
-            &PostParams::default(),
-            &inline(&others, &b, true, "NodeLocal"),
-        )
-        .await
-        .unwrap();
-    admin_vols
-        .create(
-            &PostParams::default(),
-            &fixtures::volume(&plain, &id, "ReadWriteOnce"),
-        )
-        .await
-        .unwrap();
+    for v in [
+        inline(&others, &b, true, "NodeLocal"),
+        fixtures::volume(&plain, &id, "ReadWriteOnce"),
+    ] {
+        admin_vols.create(&PostParams::default(), &v).await.unwrap();
+    }
     let manual = AttachmentTicket::new("manual-b", AttacherType::Manual, &b);
     for name in [&others, &plain] {
         let va: VolumeAttachment = serde_json::from_value(json!({
@@ -83,22 +114,6 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
     }
     let agent_a = impersonating(NODE_SA, Some(&a)).await;
     let no_node = impersonating(NODE_SA, None).await;
-    let dry = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    let create = |c: &Client, v: Volume, dry_run: bool| {
-        let api: Api<Volume> = Api::all(c.clone());
-        let pp = if dry_run {
-            dry.clone()
-        } else {
-            PostParams::default()
-        };
-        async move { code(api.create(&pp, &v).await.map(drop)) }
-    };
-    let ephemeral = |node: &str| {
-        AttachmentTicket::new(format!("inline-{node}"), AttacherType::CsiEphemeral, node)
-    };
     // Each policy is loaded by the API server on its own: wait until both refuse
     // (a dry-run create of node B's inline Volume, a dry-run ticket of node B, a
     // dry-run label: the policy of this version, not one applied before).
@@ -108,16 +123,10 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
         || async {
             let v = inline(&format!("inline-{id}-x"), &b, true, "NodeLocal");
             let volume_refused = create(&agent_a, v, true).await >= 400;
-            let vas: Api<VolumeAttachment> = Api::all(agent_a.clone());
-            let dry_patch = PatchParams {
-                dry_run: true,
-                ..Default::default()
-            };
-            let ticket = Patch::Merge(ephemeral(&b).upsert_patch());
-            let ticket_refused =
-                code(vas.patch(&others, &dry_patch, &ticket).await.map(drop)) >= 400;
-            let label = Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}));
-            let label_refused = code(vas.patch(&others, &dry_patch, &label).await.map(drop)) >= 400;
+            let ticket = ephemeral(&b).upsert_patch();
+            let ticket_refused = patch_va(&agent_a, &others, ticket, true).await >= 400;
+            let label = json!({"metadata": {"labels": {"x": "y"}}});
+            let label_refused = patch_va(&agent_a, &others, label, true).await >= 400;
             (volume_refused && ticket_refused && label_refused).then_some(())
         },
     )
@@ -125,19 +134,9 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
 
     let add = |t: &AttachmentTicket| t.upsert_patch();
     let remove = |id: &str| tessera_api::tickets_removal_patch([id]);
-    let patch_va = |c: &Client, name: String, p: serde_json::Value| {
-        let api: Api<VolumeAttachment> = Api::all(c.clone());
-        async move {
-            code(
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(p))
-                    .await
-                    .map(drop),
-            )
-        }
-    };
-    let delete = |c: &Client, name: String| {
-        let api: Api<Volume> = Api::all(c.clone());
-        async move { code(api.delete(&name, &Default::default()).await.map(drop)) }
+    let patch_va = |name: &str, p: serde_json::Value| {
+        let (agent_a, name) = (&agent_a, name.to_string());
+        async move { patch_va(agent_a, &name, p, false).await }
     };
     let mut wrong = vec![];
     let mut check = |what: &str, got: u16, allowed: bool| {
@@ -171,56 +170,33 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
     for (what, v) in cases {
         check(what, create(&agent_a, v, true).await, false);
     }
+    let got = create(&no_node, inline(&own, &a, true, "NodeLocal"), true).await;
     check(
         "create its inline Volume with no node in its token",
-        create(&no_node, inline(&own, &a, true, "NodeLocal"), true).await,
+        got,
         false,
     );
-    check(
-        "create its own node's inline Volume",
-        create(&agent_a, inline(&own, &a, true, "NodeLocal"), false).await,
-        true,
-    );
-    check(
-        "delete a plain Volume",
-        delete(&agent_a, plain.clone()).await,
-        false,
-    );
-    check(
-        "delete node B's inline Volume",
-        delete(&agent_a, others.clone()).await,
-        false,
-    );
+    let got = create(&agent_a, inline(&own, &a, true, "NodeLocal"), false).await;
+    check("create its own node's inline Volume", got, true);
+    let got = delete(&agent_a, &plain).await;
+    check("delete a plain Volume", got, false);
+    let got = delete(&agent_a, &others).await;
+    check("delete node B's inline Volume", got, false);
+    let got = patch_va(&others, add(&ephemeral(&a))).await;
     check(
         "add a csi-ephemeral ticket of its node to an inline volume",
-        patch_va(&agent_a, others.clone(), add(&ephemeral(&a))).await,
+        got,
         true,
     );
-    check(
-        "add a csi-ephemeral ticket of node B",
-        patch_va(&agent_a, others.clone(), add(&ephemeral(&b))).await,
-        false,
-    );
-    check(
-        "add a manual ticket of its node",
-        patch_va(
-            &agent_a,
-            others.clone(),
-            add(&AttachmentTicket::new("manual-a", AttacherType::Manual, &a)),
-        )
-        .await,
-        false,
-    );
-    check(
-        "remove node B's manual ticket",
-        patch_va(&agent_a, others.clone(), remove("manual-b")).await,
-        false,
-    );
-    check(
-        "add a csi-ephemeral ticket to a plain volume",
-        patch_va(&agent_a, plain.clone(), add(&ephemeral(&a))).await,
-        false,
-    );
+    let got = patch_va(&others, add(&ephemeral(&b))).await;
+    check("add a csi-ephemeral ticket of node B", got, false);
+    let manual_a = AttachmentTicket::new("manual-a", AttacherType::Manual, &a);
+    let got = patch_va(&others, add(&manual_a)).await;
+    check("add a manual ticket of its node", got, false);
+    let got = patch_va(&others, remove("manual-b")).await;
+    check("remove node B's manual ticket", got, false);
+    let got = patch_va(&plain, add(&ephemeral(&a))).await;
+    check("add a csi-ephemeral ticket to a plain volume", got, false);
     // The metadata of an inline volume's VolumeAttachment: the controller's (labels:
     // its watch selector; finalizers: the workload protection), never the agent's.
     let owner = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "x",
@@ -251,18 +227,12 @@ async fn the_node_agent_makes_only_its_own_nodes_inline_volumes() {
         ),
         ("add its csi-ephemeral ticket and a label", with_label),
     ] {
-        check(what, patch_va(&agent_a, others.clone(), p).await, false);
+        check(what, patch_va(&others, p).await, false);
     }
-    check(
-        "remove its csi-ephemeral ticket",
-        patch_va(&agent_a, others.clone(), remove(&format!("inline-{a}"))).await,
-        true,
-    );
-    check(
-        "delete its own node's inline Volume",
-        delete(&agent_a, own.clone()).await,
-        true,
-    );
+    let got = patch_va(&others, remove(&format!("inline-{a}"))).await;
+    check("remove its csi-ephemeral ticket", got, true);
+    let got = delete(&agent_a, &own).await;
+    check("delete its own node's inline Volume", got, true);
     let va = admin_vas.get(&others).await.unwrap();
     assert_eq!(
         va.spec.attachment_tickets.keys().collect::<Vec<_>>(),
