@@ -31,7 +31,7 @@ pub(crate) async fn env(prefix: &str, nodes: usize) -> Env {
 #[tokio::test]
 async fn single_rwo_attach() {
     let e = env("rwo", 1).await;
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::alone(&e.id, &[]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
 
@@ -81,7 +81,7 @@ async fn single_rwo_attach() {
 #[tokio::test]
 async fn rwo_second_node_waits_for_the_holder_then_moves() {
     let e = env("handover", 2).await;
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::alone(&e.id, &[]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
     let (max_nodes, watch) = fixtures::watch_max_mountpods(e.client.clone(), &vol);
@@ -135,7 +135,7 @@ async fn rwo_second_node_waits_for_the_holder_then_moves() {
 #[tokio::test]
 async fn a_higher_priority_ticket_does_not_preempt_a_workload() {
     let e = env("nopreempt", 2).await;
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::alone(&e.id, &[]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
 
@@ -168,7 +168,7 @@ async fn a_higher_priority_ticket_does_not_preempt_a_workload() {
 #[tokio::test]
 async fn rwx_attaches_on_three_nodes() {
     let e = env("rwx", 3).await;
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::alone(&e.id, &[]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteMany").await;
     for (i, node) in e.nodes.iter().enumerate() {
@@ -204,7 +204,7 @@ async fn rwx_attaches_on_three_nodes() {
 #[tokio::test]
 async fn a_background_ticket_yields_to_a_workload_on_another_node() {
     let e = env("yield", 2).await;
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::alone(&e.id, &[]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
 
@@ -232,7 +232,7 @@ async fn a_background_ticket_yields_to_a_workload_on_another_node() {
 #[tokio::test]
 async fn the_reaper_removes_tickets_nothing_stands_behind() {
     let e = env("reaper", 3).await;
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election", "--reap-grace=2s"]);
+    let _ctrl = ControllerProcess::alone(&e.id, &["--reap-grace=2s"]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteMany").await;
 
@@ -356,7 +356,7 @@ async fn the_reaper_removes_tickets_nothing_stands_behind() {
 #[tokio::test]
 async fn gitops_tickets_merge_per_key_and_tessera_owns_none_of_them() {
     let e = env("gitops", 2).await;
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::alone(&e.id, &[]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteMany").await;
     let api: Api<VolumeAttachment> = Api::all(e.client.clone());
@@ -424,7 +424,7 @@ async fn gitops_tickets_merge_per_key_and_tessera_owns_none_of_them() {
 #[tokio::test]
 async fn nothing_is_written_when_nothing_changed() {
     let e = env("idle", 1).await;
-    let ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let ctrl = ControllerProcess::alone(&e.id, &[]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
     e.attach(&vol, "manual-a", "manual", &e.nodes[0]).await;
@@ -462,7 +462,7 @@ async fn a_node_update_that_changes_nothing_read_reconciles_nothing() {
     // own schedule (and on every attach): none of it is what the controller reads of a
     // Node (that it exists), so none of it may reconcile the node's volumes.
     let e = env("nodeupd", 1).await;
-    let ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let ctrl = ControllerProcess::alone(&e.id, &[]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
     e.attach(&vol, "manual-a", "manual", &e.nodes[0]).await;
@@ -621,7 +621,7 @@ fn record_statuses(
 #[tokio::test]
 async fn ready_conditions_and_one_event_series_per_node() {
     let e = env("ready", 2).await;
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::alone(&e.id, &[]);
     let vas: Api<VolumeAttachment> = Api::all(e.client.clone());
     let volumes: Api<Volume> = Api::all(e.client.clone());
     let va_ready = |name: String| {

@@ -20,7 +20,7 @@ use support::fixtures::{self, ControllerProcess, FakeAgent, eventually};
 async fn killed_mid_reconcile_and_restarted_the_controller_converges() {
     let e = env("crash", 2).await;
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
-    let mut ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let mut ctrl = ControllerProcess::alone(&e.id, &[]);
     let mut vols = vec![];
     for i in 0..6 {
         vols.push(e.volume(&format!("v{i}"), "ReadWriteOnce").await);
@@ -50,7 +50,7 @@ async fn killed_mid_reconcile_and_restarted_the_controller_converges() {
         )
         .await;
     }
-    let _ctrl2 = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _ctrl2 = ControllerProcess::alone(&e.id, &[]);
     // Converged: csi-a holds each volume on its node with exactly one MountPod; csi-b
     // shares node 1 where csi-a is there and waits elsewhere; nothing is stranded.
     for (i, vol) in vols.iter().enumerate() {
@@ -138,7 +138,7 @@ async fn two_replicas_elect_one_leader() {
 #[tokio::test]
 async fn deleting_a_volume_removes_its_data_through_a_cleanup_ticket() {
     let e = env("delete", 1).await;
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::alone(&e.id, &[]);
     let agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
     e.attach(&vol, "manual-a", "manual", &e.nodes[0]).await;
@@ -210,7 +210,7 @@ async fn deleting_a_volume_removes_its_data_through_a_cleanup_ticket() {
 #[tokio::test]
 async fn a_node_local_volume_whose_node_is_gone_waits_for_the_abandon_annotation() {
     let e = env("abandon", 1).await;
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election", "--reap-grace=1s"]);
+    let _ctrl = ControllerProcess::alone(&e.id, &["--reap-grace=1s"]);
     let gone = format!("{}-gone", e.id);
     let name = e.volume_name("v");
     let mut v = fixtures::volume(&name, &e.id, "ReadWriteOnce");

@@ -73,7 +73,7 @@ async fn tickets_another_manager_owns_are_never_reaped_and_say_why() {
     let id = support::unique_name("owners");
     let nodes: Vec<String> = (0..2).map(|i| format!("{id}-n{i}")).collect();
     fixtures::create_nodes(&client, &nodes).await;
-    let _ctrl = ControllerProcess::start(&id, &["--no-leader-election", "--reap-grace=2s"]);
+    let _ctrl = ControllerProcess::alone(&id, &["--reap-grace=2s"]);
     let _agent = FakeAgent::start(client.clone(), &id);
     let vol = fixtures::create_volume(
         &client,
@@ -216,7 +216,7 @@ async fn deleting_a_volume_attachment_in_use_waits_and_a_recreated_one_gets_its_
     let id = support::unique_name("vadelete");
     let nodes: Vec<String> = (0..2).map(|i| format!("{id}-n{i}")).collect();
     fixtures::create_nodes(&client, &nodes).await;
-    let _ctrl = ControllerProcess::start(&id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::alone(&id, &[]);
     let agent = FakeAgent::start(client.clone(), &id);
     agent.failing.lock().unwrap().push(nodes[1].clone());
     let vas: Api<VolumeAttachment> = Api::all(client.clone());

@@ -53,10 +53,7 @@ pub(super) async fn renew(leases: &Api<Lease>, node: &str) {
 /// Leases' API in the controller's namespace.
 pub(super) async fn setup(prefix: &str) -> (Env, ControllerProcess, FakeAgent, Api<Lease>) {
     let e = Env::new(prefix, 2, WAIT).await;
-    let ctrl = ControllerProcess::start(
-        &e.id,
-        &["--no-leader-election", &format!("--fence-margin={MARGIN}")],
-    );
+    let ctrl = ControllerProcess::alone(&e.id, &[&format!("--fence-margin={MARGIN}")]);
     let agent = FakeAgent::start(e.client.clone(), &e.id);
     // CSINodes list the driver: the controller gives each MountPod the agent's
     // finalizer, which only a live agent lets go of.

@@ -312,10 +312,7 @@ async fn a_restarted_controller_keeps_what_was_said_of_a_down_node() {
     // No release happened on A: its Lease is not marked, so the new controller counts
     // fenceAfter + margin (3 s) from its own start before A is fenced again.
     ctrl.kill();
-    let _ctrl = fixtures::ControllerProcess::start(
-        &e.id,
-        &["--no-leader-election", &format!("--fence-margin={MARGIN}")],
-    );
+    let _ctrl = fixtures::ControllerProcess::alone(&e.id, &[&format!("--fence-margin={MARGIN}")]);
     let until = std::time::Instant::now() + Duration::from_secs(8);
     while std::time::Instant::now() < until {
         let (both, v, mp) = said().await;

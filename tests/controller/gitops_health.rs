@@ -35,7 +35,7 @@ async fn kstatus_and_argocd_read_each_state_of_real_objects() {
     let e = Env::new("health", 3, WAIT).await;
     let _nodes = fixtures::NodesGuard(e.nodes.clone());
     fixtures::create_csinodes(&e.client, &e.id, &e.nodes).await;
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::alone(&e.id, &[]);
     let agent = FakeAgent::start(e.client.clone(), &e.id);
     agent.failing.lock().unwrap().push(e.nodes[1].clone());
     agent.silent.lock().unwrap().push(e.nodes[2].clone());

@@ -76,7 +76,7 @@ async fn an_inline_volume_whose_pod_is_gone_is_deleted() {
     support::ensure_crds(&client).await;
     let id = support::unique_name("inline-orphans");
     let node = format!("{id}-n");
-    let _ctrl = ControllerProcess::start(&id, &["--no-leader-election", "--reap-grace=1s"]);
+    let _ctrl = ControllerProcess::alone(&id, &["--reap-grace=1s"]);
     // A Pod that exists (it stays Pending: no node runs it).
     let (pods, uid) = create_pod(
         &client,
@@ -189,7 +189,7 @@ async fn a_recreated_attachment_of_an_inline_volume_gets_its_ticket_back() {
     let node = format!("{id}-n");
     fixtures::create_nodes(&client, std::slice::from_ref(&node)).await;
     // The reaper left out: the Pod-less volume is what this test keeps.
-    let _ctrl = ControllerProcess::start(&id, &["--no-leader-election", "--reap-grace=1h"]);
+    let _ctrl = ControllerProcess::alone(&id, &["--reap-grace=1h"]);
     // The Pod, placed on the node (no kubelet runs it: the ticket stays unsatisfied,
     // so nothing holds the deletion), declaring a read-only inline volume.
     let (pods, uid) = create_pod(

@@ -186,7 +186,7 @@ fn line_with<'a>(text: &'a str, words: &[&str]) -> &'a str {
 async fn tickets_and_status_name_reasons_and_owners() {
     let e = Env::new("kplug", 2, WAIT).await;
     let (n0, n1) = (e.nodes[0].clone(), e.nodes[1].clone());
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::alone(&e.id, &[]);
     let _agent = FakeAgent::start(e.client.clone(), &e.id);
     let vol = e.volume("v", "ReadWriteOnce").await;
 

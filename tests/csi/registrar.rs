@@ -48,10 +48,7 @@ async fn registrar_healthz_answers_on_tesseras_socket() {
         || async { agent.csi_socket().exists().then_some(()) },
     )
     .await;
-    let registration = tempfile::Builder::new()
-        .prefix("tessera-registration-")
-        .tempdir()
-        .unwrap();
+    let registration = support::temp_dir("tessera-registration-");
     let port = fixtures::free_port();
     let log = std::env::temp_dir().join(format!("tessera-registrar-{id}.log"));
     let child =

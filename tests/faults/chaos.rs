@@ -72,10 +72,7 @@ impl Rig {
     async fn new(prefix: &str, nodes: usize) -> Rig {
         let env = Env::new(prefix, nodes, WAIT).await;
         fixtures::create_csinodes(&env.client, &env.id, &env.nodes).await;
-        let backend = tempfile::Builder::new()
-            .prefix("tessera-chaos-backend-")
-            .tempdir()
-            .unwrap();
+        let backend = support::temp_dir("tessera-chaos-backend-");
         let guard = NodesGuard(env.nodes.clone());
         Rig {
             env,
@@ -551,7 +548,7 @@ async fn node_agent_kill_under_live_io() {
     let _serial = SERIAL.lock().await;
     let rig = Rig::new("chaosio", 1).await;
     let (e, client) = (&rig.env, rig.env.client.clone());
-    let _ctrl = ControllerProcess::start(&e.id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::alone(&e.id, &[]);
     let mut agent = AgentProcess::start(&e.id, &e.nodes[0]);
     let vol = rig.volumes(0..1).await.remove(0);
     let watch = SingleNodeWatch::start(client.clone(), &e.id).await;

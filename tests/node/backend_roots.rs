@@ -38,7 +38,7 @@ async fn warnings_about(client: &kube::Client, name: &str, reason: &str) -> usiz
 #[tokio::test]
 async fn a_volume_naming_a_root_outside_the_allow_list_is_refused() {
     let env = support::env::Env::new("roots", 1, WAIT).await;
-    let _ctrl = ControllerProcess::start(&env.id, &["--no-leader-election"]);
+    let _ctrl = ControllerProcess::alone(&env.id, &[]);
     let name = env.volume_name("etc");
     let vol = fixtures::volume_at(&name, &env.id, "ReadWriteOnce", Path::new("/etc"), false);
     let volumes: Api<Volume> = Api::all(env.client.clone());
@@ -122,10 +122,7 @@ fn hand_made(
 async fn the_agent_refuses_mountpods_outside_the_allowed_roots_or_not_owned() {
     let env = support::env::Env::new("roots-mp", 1, WAIT).await;
     let agent = AgentProcess::start(&env.id, &env.nodes[0]);
-    let backend = tempfile::Builder::new()
-        .prefix("tessera-backend-")
-        .tempdir()
-        .unwrap();
+    let backend = support::temp_dir("tessera-backend-");
     // A Volume of an allowed root (no controller runs: nothing else writes MountPods).
     let owner_name = env.volume_name("owner");
     let owner = Api::<Volume>::all(env.client.clone())
@@ -214,7 +211,7 @@ async fn a_shared_volume_on_a_node_local_root_is_refused() {
     let env = support::env::Env::new("scope", 1, WAIT).await;
     let root = format!("/var/lib/tessera/local-{}", env.id);
     let declared = format!("--allowed-backend-root={root}=NodeLocal");
-    let _ctrl = ControllerProcess::start(&env.id, &["--no-leader-election", &declared]);
+    let _ctrl = ControllerProcess::alone(&env.id, &[&declared]);
     let volumes: Api<Volume> = Api::all(env.client.clone());
     let shared = env.volume_name("shared");
     let vol = fixtures::volume_at(&shared, &env.id, "ReadWriteOnce", Path::new(&root), false);

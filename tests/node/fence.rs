@@ -81,10 +81,7 @@ async fn writes_wait_without_renewals_and_fail_once_revoked() {
         format!("--mount-namespace={NAMESPACE}"),
     ];
     let mut agent = AgentProcess::start_with(&env.id, &node, &extra);
-    let backend = tempfile::Builder::new()
-        .prefix("tessera-backend-")
-        .tempdir()
-        .unwrap();
+    let backend = support::temp_dir("tessera-backend-");
     let leases: Api<Lease> = Api::namespaced(env.client.clone(), NAMESPACE);
     let lease_name = tessera_api::liveness_lease(&node);
 

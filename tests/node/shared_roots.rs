@@ -46,13 +46,10 @@ async fn a_node_that_does_not_share_a_shared_root_is_refused_and_nothing_is_crea
     let root = Root(PathBuf::from(format!("/var/lib/tessera/shared-{}", env.id)));
     std::fs::create_dir_all(&root.0).unwrap();
     let declared = format!("--allowed-backend-root={}=Shared", root.0.display());
-    let _ctrl = ControllerProcess::start(&env.id, &["--no-leader-election", &declared]);
+    let _ctrl = ControllerProcess::alone(&env.id, &[&declared]);
     let a = AgentProcess::start_with(&env.id, &env.nodes[0], std::slice::from_ref(&declared));
     // B's own directory where the root is: empty, and it must stay so.
-    let own = tempfile::Builder::new()
-        .prefix("tessera-own-root-")
-        .tempdir()
-        .unwrap();
+    let own = support::temp_dir("tessera-own-root-");
     let b = AgentProcess::start_with_private_root(
         &env.id,
         &env.nodes[1],
@@ -172,13 +169,10 @@ async fn a_node_without_the_shared_root_serves_node_local_volumes_and_refuses_sh
     let root = parent.0.join("root");
     std::fs::create_dir_all(&root).unwrap();
     let declared = format!("--allowed-backend-root={}=Shared", root.display());
-    let _ctrl = ControllerProcess::start(&env.id, &["--no-leader-election", &declared]);
+    let _ctrl = ControllerProcess::alone(&env.id, &[&declared]);
     let a = AgentProcess::start_with(&env.id, &env.nodes[0], std::slice::from_ref(&declared));
     // On B the parent is an empty directory of its own: no root there.
-    let empty = tempfile::Builder::new()
-        .prefix("tessera-no-share-")
-        .tempdir()
-        .unwrap();
+    let empty = support::temp_dir("tessera-no-share-");
     let b = AgentProcess::start_with_private_root(
         &env.id,
         &env.nodes[1],
@@ -249,10 +243,7 @@ async fn a_node_without_the_shared_root_serves_node_local_volumes_and_refuses_sh
     assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
 
     // A NodeLocal volume on B (under the fixtures' /tmp root) is served there.
-    let local_dir = tempfile::Builder::new()
-        .prefix("tessera-local-")
-        .tempdir()
-        .unwrap();
+    let local_dir = support::temp_dir("tessera-local-");
     let local = env.volume_name("local");
     let mut lv = fixtures::volume_at(&local, &env.id, "ReadWriteOnce", local_dir.path(), true);
     lv.spec.backend.scope = tessera_api::BackendScope::NodeLocal;

@@ -78,7 +78,7 @@ async fn a_persistently_failing_mount_costs_at_most_one_write_a_second() {
     // MountPod was gone (its node was then the only one known), and CI lost that race.
     fixtures::create_csinodes(&env.client, &env.id, &env.nodes).await;
     let _nodes = fixtures::NodesGuard(env.nodes.clone());
-    let ctrl = ControllerProcess::start(&env.id, &["--no-leader-election"]);
+    let ctrl = ControllerProcess::alone(&env.id, &[]);
     let agent = AgentProcess::start(&env.id, &env.nodes[0]);
     // Beneath an allowed root (the temporary directory), but missing on the node.
     let missing = std::env::temp_dir().join(format!("tessera-missing-{}", env.id));

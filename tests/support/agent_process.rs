@@ -63,10 +63,7 @@ impl AgentProcess {
         private_root: Option<(std::path::PathBuf, std::path::PathBuf)>,
         extra: &[String],
     ) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("tessera-node-{node}-"))
-            .tempdir()
-            .unwrap();
+        let dir = super::temp_dir(&format!("tessera-node-{node}-"));
         for sub in ["mounts", "state", "kubelet"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }

@@ -226,11 +226,8 @@ impl AgentEnv {
     /// leader election.
     pub async fn new(prefix: &str, nodes: usize, wait: Duration) -> AgentEnv {
         let base = Env::new(prefix, nodes, wait).await;
-        let backend = tempfile::Builder::new()
-            .prefix("tessera-backend-")
-            .tempdir()
-            .unwrap();
-        let ctrl = fixtures::ControllerProcess::start(&base.id, &["--no-leader-election"]);
+        let backend = super::temp_dir("tessera-backend-");
+        let ctrl = ControllerProcess::alone(&base.id, &[]);
         AgentEnv {
             base,
             backend,
@@ -240,9 +237,10 @@ impl AgentEnv {
 }
 
 /// [`Env`] with the CSI block of the tests that call Tessera's CSI services over their
-/// sockets: a `tessera controller` of the test's own (no leader election) serving its
-/// CSI socket, real node agents (`tessera node`, each serving its own socket) and/or
-/// the stand-in agent, a backend root, and a client of the controller's socket. The
+/// sockets: a `tessera controller` of the test's own ([`ControllerProcess::alone`])
+/// serving its CSI socket, real node agents (`tessera node`, each serving its own
+/// socket) and/or the stand-in agent, a backend root, and a client of the controller's
+/// socket. The
 /// socket and the backend root are in a temporary directory of the test's. Made by
 /// [`CsiEnv::builder`] or [`CsiEnv::on`], started by [`CsiEnvBuilder::start`], which
 /// returns once every socket is there. Dropping it stops the agents (their daemons
@@ -392,7 +390,7 @@ impl CsiEnvBuilder {
         self
     }
 
-    /// Start the agents, then the controller (with `--no-leader-election` and
+    /// Start the agents, then the controller ([`ControllerProcess::alone`], with
     /// `--csi-endpoint`), then the stand-in agent; return once the controller's socket
     /// answers and every agent's socket is there (within the Env's wait).
     pub async fn start(self) -> CsiEnv {
@@ -404,10 +402,7 @@ impl CsiEnvBuilder {
             fixtures::create_csinodes(&base.client, &base.id, &base.nodes).await;
         }
         let nodes = (!base.nodes.is_empty()).then(|| NodesGuard(base.nodes.clone()));
-        let work = tempfile::Builder::new()
-            .prefix(&format!("tessera-{}-", base.id))
-            .tempdir()
-            .unwrap();
+        let work = super::temp_dir(&format!("tessera-{}-", base.id));
         let backend = work.path().join("backend");
         std::fs::create_dir_all(&backend).unwrap();
         let sock = work.path().join("controller.sock");
@@ -419,16 +414,13 @@ impl CsiEnvBuilder {
         let agents: Vec<AgentProcess> = agent_nodes
             .map(|node| AgentProcess::start_with(&base.id, &node, &self.agent_args))
             .collect();
-        let mut args = vec![
-            "--no-leader-election".to_string(),
-            format!("--csi-endpoint=unix://{}", sock.display()),
-        ];
+        let mut args = vec![format!("--csi-endpoint=unix://{}", sock.display())];
         if self.default_root {
             args.push(format!("--default-backend-root={}", backend.display()));
         }
         args.extend(self.args);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let ctrl = ControllerProcess::start(&base.id, &args);
+        let ctrl = ControllerProcess::alone(&base.id, &args);
         let fake = self
             .fake_agent
             .then(|| FakeAgent::start(base.client.clone(), &base.id));

@@ -58,6 +58,15 @@ impl ControllerProcess {
         }
     }
 
+    /// Start the test's only controller: [`ControllerProcess::start`] without leader
+    /// election (`--no-leader-election`), with `extra`.
+    pub fn alone(test_id: &str, extra: &[&str]) -> Self {
+        let args: Vec<&str> = std::iter::once("--no-leader-election")
+            .chain(extra.iter().copied())
+            .collect();
+        Self::start(test_id, &args)
+    }
+
     /// The metrics text, if the endpoint answers.
     pub fn metrics(&self) -> Option<String> {
         scrape(self.metrics_port)

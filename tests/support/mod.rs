@@ -127,6 +127,15 @@ pub fn kubectl_stdin(args: &[&str], input: &str) {
     );
 }
 
+/// A temporary directory `<prefix>…` (in the temporary directory, an allowed backend
+/// root of every process the tests start), removed when dropped.
+pub fn temp_dir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .unwrap_or_else(|e| panic!("a temporary directory {prefix}…: {e}"))
+}
+
 /// A name no other test (or earlier run) uses: `<prefix>-<pid>-<n>-<nanos>`.
 pub fn unique_name(prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
