@@ -31,7 +31,7 @@ command -v pkg-config >/dev/null || need_apt+=(pkg-config)
 # its FUSE client, one per node.
 command -v glusterd >/dev/null || need_apt+=(glusterfs-server)
 command -v glusterfs >/dev/null || need_apt+=(glusterfs-client)
-# The real-Pod lock tests (tests/pods.rs) and their comparator (tests/fuse/locks.rs)
+# The real-Pod lock tests (tests/pods/locks.rs) and their comparator (tests/fuse/locks.rs)
 # run the sqlite3 CLI; images.sh copies it into the tools image.
 command -v sqlite3 >/dev/null || need_apt+=(sqlite3)
 # `make lint` checks the pictures in docs/ against their sources: Graphviz renders

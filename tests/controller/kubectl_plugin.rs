@@ -65,12 +65,12 @@ fn plugin_as(kubeconfig: &Path, args: &[&str]) -> Output {
 /// A copy of the kubeconfig under test, in `dir`, whose contexts say `namespace`.
 fn kubeconfig_in(dir: &Path, namespace: &str) -> PathBuf {
     let text = std::fs::read_to_string(support::kubeconfig_path()).unwrap();
-    let mut kc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let mut kc: serde_norway::Value = serde_norway::from_str(&text).unwrap();
     for c in kc["contexts"].as_sequence_mut().unwrap() {
         c["context"]["namespace"] = namespace.into();
     }
     let path = dir.join("kubeconfig");
-    std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+    std::fs::write(&path, serde_norway::to_string(&kc).unwrap()).unwrap();
     path
 }
 

@@ -161,7 +161,7 @@ fn the_health_script_reads_each_state_as_argocd_defines_it() {
 fn the_health_script_is_shipped_alike_for_the_three_kinds() {
     let script = argocd_script();
     let root = support::repo_root();
-    let cm: Value = serde_yaml::from_str(
+    let cm: Value = serde_norway::from_str(
         &std::fs::read_to_string(root.join("config/argocd/argocd-cm.yaml")).unwrap(),
     )
     .unwrap();

@@ -395,7 +395,7 @@ fn dist_writes_archives_and_a_manifest_krew_accepts() {
     );
     let text = std::fs::read_to_string(dir.path().join("tessera.yaml")).unwrap();
     assert!(!text.contains('@'), "a placeholder left:\n{text}");
-    let m: Value = serde_yaml::from_str(&text).unwrap();
+    let m: Value = serde_norway::from_str(&text).unwrap();
     assert_eq!(krew_problems(&m, "tessera"), Vec::<String>::new(), "{text}");
     let version = env!("CARGO_PKG_VERSION");
     assert_eq!(m["spec"]["version"], format!("v{version}"));

@@ -66,12 +66,12 @@ fn promtool_parses_every_dashboard_expression() {
 /// Every alert has a rule test that expects it to fire.
 #[test]
 fn every_alert_is_tested_firing() {
-    let rules: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(rules_path()).unwrap()).unwrap();
+    let rules: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(rules_path()).unwrap()).unwrap();
     let mut fired = std::collections::BTreeSet::new();
     for path in rule_tests() {
-        let doc: serde_yaml::Value =
-            serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let doc: serde_norway::Value =
+            serde_norway::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         for test in doc["tests"].as_sequence().unwrap() {
             for t in test["alert_rule_test"].as_sequence().into_iter().flatten() {
                 if t["exp_alerts"].as_sequence().is_some_and(|a| !a.is_empty()) {
@@ -92,9 +92,9 @@ fn every_alert_is_tested_firing() {
 #[test]
 fn the_prometheusrule_is_the_rules_file() {
     let root = support::repo_root();
-    let plain: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(rules_path()).unwrap()).unwrap();
-    let rule: serde_yaml::Value = serde_yaml::from_str(
+    let plain: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(rules_path()).unwrap()).unwrap();
+    let rule: serde_norway::Value = serde_norway::from_str(
         &std::fs::read_to_string(root.join("config/monitoring/prometheusrule.yaml")).unwrap(),
     )
     .unwrap();
@@ -126,8 +126,8 @@ fn every_runbook_is_a_section_of_troubleshooting() {
     let docs =
         std::fs::read_to_string(support::repo_root().join("docs/troubleshooting.md")).unwrap();
     let anchors = crate::doc_links::anchors(&docs);
-    let rules: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(rules_path()).unwrap()).unwrap();
+    let rules: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(rules_path()).unwrap()).unwrap();
     for group in rules["groups"].as_sequence().unwrap() {
         for rule in group["rules"].as_sequence().unwrap() {
             let url = rule["annotations"]["runbook_url"].as_str().unwrap();

@@ -226,13 +226,13 @@ pub async fn wait_established(api: &Api<CustomResourceDefinition>, name: &str) {
 /// Parse a multi-document YAML stream, skipping empty documents.
 pub fn parse_documents<T: serde::de::DeserializeOwned>(text: &str) -> Vec<T> {
     use serde::Deserialize;
-    serde_yaml::Deserializer::from_str(text)
+    serde_norway::Deserializer::from_str(text)
         .filter_map(|doc| {
-            let value = serde_yaml::Value::deserialize(doc).expect("valid YAML");
+            let value = serde_norway::Value::deserialize(doc).expect("valid YAML");
             if value.is_null() {
                 None
             } else {
-                Some(serde_yaml::from_value(value).expect("document of the expected type"))
+                Some(serde_norway::from_value(value).expect("document of the expected type"))
             }
         })
         .collect()

@@ -108,7 +108,7 @@ pub fn promtool(args: &[&str]) -> String {
 /// `labels` (severity included), its annotations rendered with `value` and `labels`.
 pub fn expected_alert(alert: &str, value: f64, labels: &[(&str, &str)]) -> serde_json::Value {
     let text = std::fs::read_to_string(rules_path()).unwrap();
-    let rules: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let rules: serde_norway::Value = serde_norway::from_str(&text).unwrap();
     let rule = rules["groups"][0]["rules"]
         .as_sequence()
         .unwrap()
@@ -186,8 +186,8 @@ pub fn expressions() -> Vec<(String, String)> {
         }
     }
     walk(&dash, "", &mut out);
-    let rules: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(rules_path()).unwrap()).unwrap();
+    let rules: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(rules_path()).unwrap()).unwrap();
     for group in rules["groups"].as_sequence().unwrap() {
         for rule in group["rules"].as_sequence().unwrap() {
             let name = rule["alert"].as_str().or(rule["record"].as_str()).unwrap();
@@ -265,8 +265,8 @@ pub fn parse_series(text: &str) -> Option<Series> {
 pub fn input_series() -> Vec<(PathBuf, Series)> {
     let mut out = Vec::new();
     for path in rule_tests() {
-        let doc: serde_yaml::Value =
-            serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let doc: serde_norway::Value =
+            serde_norway::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         for test in doc["tests"].as_sequence().unwrap() {
             for s in test["input_series"].as_sequence().unwrap() {
                 let text = s["series"].as_str().unwrap();
@@ -348,8 +348,8 @@ pub fn held_series_test(
     minutes: u32,
     expect: &BTreeMap<String, Vec<Value>>,
 ) -> String {
-    let rules: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(rules_path()).unwrap()).unwrap();
+    let rules: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(rules_path()).unwrap()).unwrap();
     let mut used = BTreeSet::new();
     for (at, expr) in expressions() {
         if at.starts_with("rule ") {
@@ -392,5 +392,5 @@ pub fn held_series_test(
         "tests": [{"name": "a real run's series, held", "interval": "1m",
                    "input_series": input, "alert_rule_test": cases}],
     });
-    serde_yaml::to_string(&test).unwrap()
+    serde_norway::to_string(&test).unwrap()
 }
