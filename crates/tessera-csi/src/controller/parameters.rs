@@ -114,18 +114,18 @@ pub const PARAMETERS: &[Parameter] = &[
 
 /// The names of [`PARAMETERS`], for the error that refuses any other.
 pub fn known() -> String {
-    PARAMETERS
-        .iter()
-        .map(|p| p.name)
-        .collect::<Vec<_>>()
-        .join(", ")
+    names(|_| true)
 }
 
 /// The names of the [`PARAMETERS`] a VolumeAttributesClass may change.
 pub fn known_modifiable() -> String {
+    names(|p| p.modifiable)
+}
+
+fn names(which: impl Fn(&Parameter) -> bool) -> String {
     PARAMETERS
         .iter()
-        .filter(|p| p.modifiable)
+        .filter(|p| which(p))
         .map(|p| p.name)
         .collect::<Vec<_>>()
         .join(", ")
