@@ -576,7 +576,7 @@ fn chart_passes_server_side_dry_run() {
 
 /// `kubectl apply -f - ARGS` with `yaml` on stdin (server-side apply, forced: other
 /// tests apply the same objects).
-fn apply(yaml: &str, args: &[&str]) -> String {
+pub(crate) fn apply(yaml: &str, args: &[&str]) -> String {
     use std::io::Write;
     let mut child = support::kubectl()
         .args([

@@ -13,6 +13,7 @@ mod support;
 mod api_server;
 mod argocd;
 mod chart;
+mod chart_knobs;
 mod chart_namespace;
 mod chart_pods;
 mod crds_in_sync;

@@ -104,3 +104,20 @@ on mount Pods (the agent's would win) and keys under tessera.io/ are refused her
 - {{ toJson . }}
 {{- end }}
 {{- end }}
+
+{{/* A scrape endpoint's settings from a podMonitor or serviceMonitor value:
+interval, and scrapeTimeout, relabelings, metricRelabelings when set. */}}
+{{- define "tessera.scrapeSettings" -}}
+interval: {{ .interval }}
+{{- with .scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+{{- with .relabelings }}
+relabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .metricRelabelings }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
