@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
@@ -72,6 +72,15 @@ pub(crate) fn chart_dir() -> String {
 
 /// `helm template tessera charts/tessera -n NAMESPACE --set ...`.
 pub(crate) fn helm_template(namespace: &str, set: &[&str]) -> String {
+    helm_template_with(namespace, &[], set)
+}
+
+/// [`helm_template`] with values files as well.
+pub(crate) fn helm_template_with(
+    namespace: &str,
+    files: &[&std::path::Path],
+    set: &[&str],
+) -> String {
     let mut cmd = Command::new(harness_bin("helm"));
     cmd.args([
         "template",
@@ -80,6 +89,9 @@ pub(crate) fn helm_template(namespace: &str, set: &[&str]) -> String {
         "--namespace",
         namespace,
     ]);
+    for f in files {
+        cmd.arg("-f").arg(f);
+    }
     for s in set {
         cmd.args(["--set", s]);
     }
@@ -96,6 +108,18 @@ pub(crate) fn kustomize(dirs: &[&str]) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n---\n")
+}
+
+/// `helm template` with `set`, which the chart must refuse: what helm says.
+pub(crate) fn refused(set: &[&str]) -> String {
+    let mut cmd = Command::new(harness_bin("helm"));
+    cmd.args(["template", "tessera", &chart_dir()]);
+    for s in set {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success(), "{set:?} was accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// The objects of a YAML stream, by (kind, namespace, name).
@@ -478,12 +502,7 @@ fn values_schema_refuses_bad_values() {
             "/monitoring/prometheusRule/labels/release",
         ),
     ] {
-        let out = Command::new(harness_bin("helm"))
-            .args(["template", "tessera", &chart_dir(), "--set", set])
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{set} was accepted");
+        let stderr = refused(&[set]);
         assert!(stderr.contains(says), "{set}: {stderr}");
     }
 }
@@ -575,37 +594,18 @@ fn chart_passes_server_side_dry_run() {
 }
 
 /// `kubectl apply -f - ARGS` with `yaml` on stdin (server-side apply, forced: other
-/// tests apply the same objects).
+/// tests apply the same objects): what kubectl prints.
 pub(crate) fn apply(yaml: &str, args: &[&str]) -> String {
-    use std::io::Write;
-    let mut child = support::kubectl()
-        .args([
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=tessera-tests",
-            "-f",
-            "-",
-        ])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running kubectl");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(yaml.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl apply {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let mut all = vec![
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=tessera-tests",
+        "-f",
+        "-",
+    ];
+    all.extend_from_slice(args);
+    support::kubectl_stdin(&all, yaml)
 }
 
 /// Every CSI sidecar of the controller serves its metrics (`--http-endpoint`, operation

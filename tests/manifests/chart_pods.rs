@@ -12,7 +12,8 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 use crate::chart::{
-    chart_dir, first_difference, harness_bin, helm_template, kustomize, normalized, objects, output,
+    chart_dir, first_difference, harness_bin, helm_template, kustomize, normalized, objects,
+    output, refused,
 };
 use crate::support;
 
@@ -194,17 +195,6 @@ fn the_kustomize_overlay_renders_the_same_pods() {
             panic!("{kind} {name}: chart != overlay at {diff}");
         }
     }
-}
-
-fn refused(set: &[&str]) -> String {
-    let mut cmd = Command::new(harness_bin("helm"));
-    cmd.args(["template", "tessera", &chart_dir()]);
-    for s in set {
-        cmd.args(["--set", s]);
-    }
-    let out = cmd.output().unwrap();
-    assert!(!out.status.success(), "{set:?} was accepted");
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// A label the chart sets itself is refused, with the reason, rather than rendered

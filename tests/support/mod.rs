@@ -102,8 +102,9 @@ pub fn kubectl_output(args: &[&str]) -> String {
         .to_string()
 }
 
-/// Run kubectl with `args` and `input` on its stdin, and check that it succeeds.
-pub fn kubectl_stdin(args: &[&str], input: &str) {
+/// Run kubectl with `args` and `input` on its stdin, check that it succeeds, and give
+/// what it printed.
+pub fn kubectl_stdin(args: &[&str], input: &str) -> String {
     use std::io::Write;
     let mut child = kubectl()
         .args(args)
@@ -125,6 +126,7 @@ pub fn kubectl_stdin(args: &[&str], input: &str) {
         args.join(" "),
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A temporary directory `<prefix>…` (in the temporary directory, an allowed backend

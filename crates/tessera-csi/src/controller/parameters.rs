@@ -180,16 +180,8 @@ pub const MAX_IDLE_MOUNT_DELAY: i64 = 86_400;
 /// [`tessera_text::duration`] (`90`, `90s`, `5m`, `1h30m`, `1d`), whole seconds, from
 /// 0 to a day.
 pub fn idle_mount_delay(v: &str) -> Result<i64, Error> {
-    const BOUNDS: Bounds = Bounds {
-        zero: true,
-        max: Duration::from_secs(MAX_IDLE_MOUNT_DELAY as u64),
-        whole_seconds: true,
-        said: "from 0 to 1 day, in whole seconds",
-    };
-    let d = BOUNDS
-        .parse(v)
-        .map_err(|_| Error::IdleMountDelay(shown(v)))?;
-    Ok(d.as_secs() as i64)
+    whole_seconds(v, MAX_IDLE_MOUNT_DELAY, "from 0 to 1 day, in whole seconds")
+        .ok_or_else(|| Error::IdleMountDelay(shown(v)))
 }
 
 /// The longest attribute cache: an hour.
@@ -198,16 +190,19 @@ pub const MAX_ATTR_CACHE_SECONDS: i64 = 3600;
 /// An `attrCacheSeconds` value: a duration in the same grammar (a bare number is
 /// seconds, as the name says), whole seconds from 0 to an hour.
 pub fn attr_cache_seconds(v: &str) -> Result<i64, Error> {
-    const BOUNDS: Bounds = Bounds {
+    whole_seconds(v, MAX_ATTR_CACHE_SECONDS, "from 0 to 3600 seconds, whole")
+        .ok_or_else(|| Error::AttrCacheSeconds(shown(v)))
+}
+
+/// `v` as whole seconds from 0 to `max` (each parameter's error says why not).
+fn whole_seconds(v: &str, max: i64, said: &'static str) -> Option<i64> {
+    let bounds = Bounds {
         zero: true,
-        max: Duration::from_secs(MAX_ATTR_CACHE_SECONDS as u64),
+        max: Duration::from_secs(max.unsigned_abs()),
         whole_seconds: true,
-        said: "from 0 to 3600 seconds, whole",
+        said,
     };
-    let d = BOUNDS
-        .parse(v)
-        .map_err(|_| Error::AttrCacheSeconds(shown(v)))?;
-    Ok(d.as_secs() as i64)
+    bounds.parse(v).ok().map(|d| d.as_secs() as i64)
 }
 
 /// The scope of a volume created under `params.backend_root`: the `scope` parameter,
