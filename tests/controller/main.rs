@@ -13,6 +13,7 @@ mod controller_lifecycle;
 mod controller_owners;
 mod failover;
 mod failover_conditions;
+mod failover_in_use;
 mod gitops_health;
 mod inline_orphans;
 mod kubectl_plugin;

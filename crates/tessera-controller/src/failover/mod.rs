@@ -8,6 +8,7 @@
 //!  Lease watch ─▶ Observer::observe(node, resourceVersion, now)  (a change restarts the wait)
 //!  Observer + out-of-service taint + Timing + now ─▶ liveness ─▶ Alive │ Suspect │ Fenced(since) │ NoLease
 //!  nodes' liveness + tickets held (volume single-writer? StorageClass nodeFailover?) ─▶ releases
+//!  a fenced node Kubernetes gave up on + the volumes released there ─▶ in_use::plan
 //! ```
 //!
 //! A node is `Fenced` when the controller has seen no change of its Lease for
@@ -26,10 +27,12 @@ use tessera_api::NodeFailover;
 use tessera_api::VolumeAttachment;
 
 pub mod conditions;
+pub mod in_use;
 mod report;
 mod run;
 #[cfg(test)]
 mod tests;
+mod unlist;
 pub mod witness;
 
 pub use run::run;

@@ -17,6 +17,8 @@
 //!              ticket: JSON patch test-and-remove, Event FailedOver on the Volume
 //!  a fenced node's MountPods of those volumes, once deleted: the dead agent's
 //!      finalizer dropped (the agent, back, tears the orphaned mount down)
+//!  per fenced node not Ready (or out-of-service): the released volumes' entries
+//!      removed from its status.volumesInUse (`unlist`: JSON patch, a test per index)
 //!  then, once both watches have listed: the conditions NodeFailover (Volumes) and
 //!      Fenced (MountPods) written where they change (`report`)
 //! ```
@@ -70,6 +72,7 @@ pub async fn run(
         released: BTreeMap::new(),
         listed: Listed::default(),
         carrying: true,
+        in_use: BTreeMap::new(),
     };
     let mut events = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
@@ -114,10 +117,15 @@ pub async fn run(
                             set.remove(&n.name_any());
                         }
                     }
+                    match tessera_in_use(&n) {
+                        Some(list) => seen.in_use.insert(n.name_any(), list),
+                        None => seen.in_use.remove(&n.name_any()),
+                    };
                 }
                 Some(Ok(watcher::Event::Delete(n))) => {
                     tainted.remove(&n.name_any());
                     ready.remove(&n.name_any());
+                    seen.in_use.remove(&n.name_any());
                 }
                 Some(Ok(watcher::Event::InitDone)) => seen.listed.nodes = true,
                 Some(Ok(watcher::Event::Init)) => {}
@@ -150,6 +158,14 @@ fn kube_ready(n: &Node) -> bool {
         .unwrap_or_default()
         .iter()
         .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// The Node's `status.volumesInUse` when it lists a volume of Tessera's.
+fn tessera_in_use(n: &Node) -> Option<Vec<String>> {
+    let list = n.status.as_ref()?.volumes_in_use.as_ref()?;
+    list.iter()
+        .any(|e| super::in_use::handle(e).is_some())
+        .then(|| list.clone())
 }
 
 /// What the Node watch says: which nodes have the out-of-service taint, which are
@@ -214,6 +230,8 @@ struct Seen {
     /// Whether the last report found an object with a failover condition (true until
     /// the first one): with no node fenced and none, there is nothing to look at.
     carrying: bool,
+    /// The `status.volumesInUse` of the nodes that list a volume of Tessera's.
+    in_use: BTreeMap<String, Vec<String>>,
 }
 
 /// Which watches have listed everything once: until both have, a node not seen yet
@@ -240,6 +258,7 @@ async fn act(
         released,
         listed,
         carrying,
+        in_use,
     } = seen;
     let tainted = k8s.tainted;
     let names: BTreeSet<&String> = leases.keys().chain(tainted).collect();
@@ -298,6 +317,7 @@ async fn act(
     tell_stranded(ctx, &stays, told);
     let all = releases(&nodes, &held);
     let_go(ctx, &nodes).await;
+    let mut just: BTreeSet<(String, String)> = BTreeSet::new();
     let mut by_node: BTreeMap<&str, Vec<&Release>> = BTreeMap::new();
     for r in &all {
         by_node.entry(r.node.as_str()).or_default().push(r);
@@ -322,6 +342,7 @@ async fn act(
         }
         for r in rs {
             if release(ctx, r).await {
+                just.insert((r.node.clone(), r.volume.clone()));
                 released.insert(r.volume.clone(), r.node.clone());
                 let why = match r.why {
                     super::Why::LeaseExpired => "lease_expired",
@@ -337,6 +358,21 @@ async fn act(
             }
         }
     }
+    // After the release steps (the Pods deleted, the ticket gone): the attach-detach
+    // controller detaches what the dead kubelet no longer says it uses.
+    let marked_nodes: BTreeSet<String> = leases
+        .iter()
+        .filter(|(_, l)| marked(l))
+        .map(|(n, _)| n.clone())
+        .collect();
+    let look = super::unlist::Look {
+        nodes: &nodes,
+        ready: k8s.ready,
+        tainted,
+        marked: &marked_nodes,
+        just: &just,
+    };
+    super::unlist::unlist(ctx, &look, in_use).await;
     if report {
         *carrying = super::report::all(ctx, echoes, &view, released, &stays).await;
     }
