@@ -339,6 +339,7 @@ async fn mount_pods_carry_the_values_and_the_api_server_takes_them() {
         settings_file: None,
         fence_file: None,
         handoff: None,
+        mounted: false,
     };
     let pod = mount_pod(&template, &spec);
     let value = serde_json::to_value(&pod).unwrap();

@@ -374,6 +374,7 @@ async fn the_node_agent_manages_mount_pods_in_its_namespace_only() {
         settings_file: None,
         fence_file: None,
         handoff: None,
+        mounted: false,
     };
     let own = mount_pod(&template("tessera-system"), &spec);
     let name = own.metadata.name.clone().unwrap();

@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agent_mount;
 mod backend_roots;
 mod dashboard_run;
 mod fence;

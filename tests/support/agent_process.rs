@@ -28,6 +28,8 @@ pub struct AgentProcess {
     private_root: Option<(std::path::PathBuf, std::path::PathBuf)>,
     /// More arguments.
     extra: Vec<String>,
+    /// More environment (the agent's daemons inherit it: test-only fault points).
+    env: Vec<(String, String)>,
     dir: tempfile::TempDir,
 }
 
@@ -40,6 +42,23 @@ impl AgentProcess {
     /// Start an agent for `node` with more arguments (more allowed roots, …).
     pub fn start_with(test_id: &str, node: &str, extra: &[String]) -> Self {
         Self::start_as(test_id, node, None, extra)
+    }
+
+    /// Start an agent for `node` with more arguments and environment (which its
+    /// daemons inherit: a test-only fault point).
+    pub fn start_with_env(
+        test_id: &str,
+        node: &str,
+        extra: &[String],
+        env: &[(&str, &str)],
+    ) -> Self {
+        let mut agent = Self::new_stopped(test_id, node, None, extra);
+        agent.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        agent.spawn();
+        agent
     }
 
     /// Start an agent for `node` that sees `dir` where everyone else sees `root`: in a
@@ -63,11 +82,22 @@ impl AgentProcess {
         private_root: Option<(std::path::PathBuf, std::path::PathBuf)>,
         extra: &[String],
     ) -> Self {
+        let mut agent = Self::new_stopped(test_id, node, private_root, extra);
+        agent.spawn();
+        agent
+    }
+
+    fn new_stopped(
+        test_id: &str,
+        node: &str,
+        private_root: Option<(std::path::PathBuf, std::path::PathBuf)>,
+        extra: &[String],
+    ) -> Self {
         let dir = super::temp_dir(&format!("tessera-node-{node}-"));
         for sub in ["mounts", "state", "kubelet"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
-        let mut agent = AgentProcess {
+        AgentProcess {
             child: None,
             node: node.to_string(),
             test_id: test_id.to_string(),
@@ -75,10 +105,9 @@ impl AgentProcess {
             log: std::env::temp_dir().join(format!("tessera-node-{node}.log")),
             private_root,
             extra: extra.to_vec(),
+            env: Vec::new(),
             dir,
-        };
-        agent.spawn();
-        agent
+        }
     }
 
     fn spawn(&mut self) {
@@ -126,6 +155,7 @@ impl AgentProcess {
                 self.csi_socket().display()
             ))
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .spawn()
             .expect("starting tessera node");
         self.child = Some(child);

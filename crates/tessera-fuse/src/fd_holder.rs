@@ -15,6 +15,8 @@
 //!           daemon has left (its holder connection ended): a successor started
 //!           beside its predecessor (an upgrade) takes over the moment it leaves
 //!  daemon stop   ──connect── DROP key ─▶ forgotten (the agent may also drop in process)
+//!  node agent    ──connect── MOUNTED key + fd ─▶ held, fresh: the first CLAIM gets it
+//!           answered `F` (its daemon answers INIT); no orphan grace (the agent bounds it)
 //!  sweeper, every second: poll each fd; POLLERR (connection ended) ─▶ forgotten;
 //!           no daemon connected for it for the orphan grace (60 s) ─▶ let go, so the
 //!           connection ends and applications get ENOTCONN instead of waiting for ever
@@ -38,8 +40,8 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 
 use super::contract::args::HolderArgs;
 use super::contract::holder_socket::{
-    BUSY, DEFAULT_ORPHAN_GRACE, DONE, FD, MAX_WAIT, NONE, OP_CLAIM, OP_DROP, OP_GET, OP_PUT,
-    OP_WAIT, REFUSED, connection_ended, receive, reply,
+    BUSY, DEFAULT_ORPHAN_GRACE, DONE, FD, FRESH, MAX_WAIT, NONE, OP_CLAIM, OP_DROP, OP_GET,
+    OP_MOUNTED, OP_PUT, OP_WAIT, REFUSED, connection_ended, receive, reply,
 };
 
 /// Descriptors held at once.
@@ -64,6 +66,9 @@ struct Entry {
     /// it over: a PUT replaces the entry; or until that connection ends: the
     /// claimer died before taking over, so the next successor may claim at once).
     claimed: Option<(Instant, u64)>,
+    /// Mounted by the node agent and not yet handed back by a daemon: nobody has
+    /// answered its INIT (until a daemon's PUT replaces the entry).
+    fresh: bool,
 }
 
 /// What a claim of a held connection finds.
@@ -280,6 +285,28 @@ fn serve_conn(stream: &UnixStream, entries: &Entries, id: u64) -> io::Result<()>
                         owner: Some(id),
                         orphaned: None,
                         claimed: None,
+                        fresh: false,
+                    },
+                );
+                drop(e);
+                reply(stream, DONE, None)?;
+            }
+            (OP_MOUNTED, Some(fd)) => {
+                let mut e = lock(entries);
+                if e.len() >= MAX_ENTRIES && !e.contains_key(&m.key) {
+                    drop(e);
+                    reply(stream, REFUSED, None)?;
+                    continue;
+                }
+                tracing::info!(key = %String::from_utf8_lossy(&m.key), "fd holder: holding a connection the agent mounted");
+                e.insert(
+                    m.key,
+                    Entry {
+                        fd,
+                        owner: None,
+                        orphaned: None,
+                        claimed: None,
+                        fresh: true,
                     },
                 );
                 drop(e);
@@ -326,7 +353,7 @@ fn serve_conn(stream: &UnixStream, entries: &Entries, id: u64) -> io::Result<()>
 }
 
 /// Claim `key` for the caller (see [`decide_claim`]), with the descriptor if free.
-fn try_claim(entries: &Entries, key: &[u8], by: u64) -> (Claim, Option<OwnedFd>) {
+fn try_claim(entries: &Entries, key: &[u8], by: u64) -> (Claim, Option<(OwnedFd, bool)>) {
     let mut map = lock(entries);
     let Some(e) = map.get_mut(key) else {
         return (Claim::None, None);
@@ -341,7 +368,7 @@ fn try_claim(entries: &Entries, key: &[u8], by: u64) -> (Claim, Option<OwnedFd>)
         Claim::Free => match e.fd.try_clone() {
             Ok(fd) => {
                 e.claimed = Some((Instant::now(), by));
-                (Claim::Free, Some(fd))
+                (Claim::Free, Some((fd, e.fresh)))
             }
             Err(_) => (Claim::Busy, None),
         },
@@ -349,9 +376,10 @@ fn try_claim(entries: &Entries, key: &[u8], by: u64) -> (Claim, Option<OwnedFd>)
     }
 }
 
-fn send_claim(stream: &UnixStream, c: Claim, fd: Option<OwnedFd>) -> io::Result<()> {
+fn send_claim(stream: &UnixStream, c: Claim, fd: Option<(OwnedFd, bool)>) -> io::Result<()> {
     match (c, fd) {
-        (Claim::Free, Some(fd)) => reply(stream, FD, Some(fd.as_fd())),
+        (Claim::Free, Some((fd, true))) => reply(stream, FRESH, Some(fd.as_fd())),
+        (Claim::Free, Some((fd, false))) => reply(stream, FD, Some(fd.as_fd())),
         (Claim::None, _) => reply(stream, NONE, None),
         _ => reply(stream, BUSY, None),
     }
@@ -381,7 +409,9 @@ pub fn run(args: HolderArgs) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::holder_socket::{Claimed, answer, claim, claim_when_free, encode, send};
+    use crate::contract::holder_socket::{
+        Claimed, answer, claim, claim_when_free, deposit_mounted, encode, send,
+    };
 
     #[test]
     fn one_taker_and_none_while_served() {
@@ -442,6 +472,52 @@ mod tests {
             claim(&sock, Path::new("/mnt/other")).unwrap(),
             Claimed::None
         ));
+    }
+
+    /// A connection the agent mounted: the first claim gets it as fresh (its
+    /// daemon answers INIT), others are busy meanwhile; no orphan grace lets it go
+    /// (the agent bounds the wait); once the taker hands it back it is an ordinary
+    /// served connection, and a later successor gets it as one to resume.
+    #[test]
+    fn a_connection_the_agent_mounted_goes_fresh_to_one_taker() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("h.sock");
+        let holder = Holder::serve_with_grace(&sock, Duration::from_millis(100)).unwrap();
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        assert!(deposit_mounted(&sock, Path::new("/mnt/v"), r.as_fd()).unwrap());
+        drop(r);
+        // Longer than the grace, and the sweeper runs every second.
+        std::thread::sleep(Duration::from_millis(1300));
+        assert!(
+            holder.holds(Path::new("/mnt/v")),
+            "a fresh connection was let go"
+        );
+        let claim_on = || {
+            let c = UnixStream::connect(&sock).unwrap();
+            send(&c, &encode(OP_CLAIM, b"/mnt/v").unwrap(), None).unwrap();
+            let (got, fd) = answer(&c).unwrap();
+            (c, got, fd)
+        };
+        let (taker, got, fd) = claim_on();
+        assert_eq!(got, FRESH);
+        assert_eq!(claim_on().1, BUSY, "a second taker while the first lives");
+        // The taker hands it back: served, then gone: a successor resumes it.
+        let fd = fd.unwrap();
+        send(
+            &taker,
+            &encode(OP_PUT, b"/mnt/v").unwrap(),
+            Some(fd.as_fd()),
+        )
+        .unwrap();
+        assert_eq!(answer(&taker).unwrap().0, DONE);
+        assert_eq!(claim_on().1, BUSY, "claimed while its daemon serves");
+        drop(taker);
+        let resumed = (0..100).find_map(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            let (c, got, _) = claim_on();
+            (got != BUSY).then_some((c, got))
+        });
+        assert_eq!(resumed.map(|(_, got)| got), Some(FD));
     }
 
     /// A taker that dies after its claim and before it hands the descriptor over (a

@@ -93,6 +93,7 @@ use self::adapter::{Adapter, AdapterOptions};
 use self::budget::Budget;
 use self::contract::args::{MountArgs, QuotaChoice};
 use self::contract::counters;
+use self::contract::kernel_mount::{self, Opt};
 use self::fs::{FsError, Naming, Options, VolumeFs};
 use self::projquota::{BackendQuotaError, IdOrigin, ProjectQuota};
 use self::quota::{Accounting, Enforcement};
@@ -284,63 +285,42 @@ fn choose_quota(args: &MountArgs, capacity: u64, read_only: bool) -> Result<Enfo
     Ok(Enforcement::Daemon(Accounting::new(capacity, scan.bytes)))
 }
 
-/// Mount options for the kernel from the command line.
+/// Mount options for the kernel from the command line (`contract::kernel_mount`,
+/// the plan the node agent mounts with too).
 fn mount_options(args: &MountArgs) -> Result<(Vec<MountOption>, Options), Error> {
-    let mut read_only = args.read_only;
-    let mut devices = false;
+    let plan = kernel_mount::plan(&args.source, args.read_only, &args.options)
+        .map_err(|e| Error::MountOption(e.0))?;
     let mut opts = vec![
-        MountOption::FSName(args.source.display().to_string()),
+        MountOption::FSName(plan.fsname.clone()),
         MountOption::Subtype("tessera".into()),
         MountOption::DefaultPermissions,
     ];
-    for o in args
-        .options
-        .iter()
-        .map(|o| o.trim())
-        .filter(|o| !o.is_empty())
-    {
-        let opt = match o {
-            "ro" => {
-                read_only = true;
-                continue;
-            }
-            "rw" => continue,
-            "exec" => MountOption::Exec,
-            "noexec" => MountOption::NoExec,
-            "suid" => MountOption::Suid,
-            "nosuid" => MountOption::NoSuid,
-            "dev" => {
-                devices = true;
-                MountOption::Dev
-            }
-            "nodev" => {
-                devices = false;
-                MountOption::NoDev
-            }
-            "atime" => MountOption::Atime,
-            "noatime" => MountOption::NoAtime,
-            "sync" => MountOption::Sync,
-            "async" => MountOption::Async,
-            "dirsync" => MountOption::DirSync,
-            // Always on: pods run as any uid, and the kernel checks permissions.
-            "allow_other" | "default_permissions" => continue,
-            // Needs the setuid fusermount helper, which a root daemon does not use.
-            "auto_unmount" | "allow_root" => return Err(Error::MountOption(o.to_owned())),
-            _ if o.starts_with("fsname=") || o.starts_with("subtype=") => {
-                return Err(Error::MountOption(o.to_owned()));
-            }
-            other => MountOption::CUSTOM(other.to_owned()),
-        };
-        if !opts.contains(&opt) {
-            opts.push(opt);
-        }
-    }
-    opts.push(if read_only {
+    opts.extend(plan.options.iter().map(|o| match o {
+        Opt::Exec => MountOption::Exec,
+        Opt::NoExec => MountOption::NoExec,
+        Opt::Suid => MountOption::Suid,
+        Opt::NoSuid => MountOption::NoSuid,
+        Opt::Dev => MountOption::Dev,
+        Opt::NoDev => MountOption::NoDev,
+        Opt::Atime => MountOption::Atime,
+        Opt::NoAtime => MountOption::NoAtime,
+        Opt::Sync => MountOption::Sync,
+        Opt::Async => MountOption::Async,
+        Opt::DirSync => MountOption::DirSync,
+        Opt::Custom(c) => MountOption::CUSTOM(c.clone()),
+    }));
+    opts.push(if plan.read_only {
         MountOption::RO
     } else {
         MountOption::RW
     });
-    Ok((opts, Options { read_only, devices }))
+    Ok((
+        opts,
+        Options {
+            read_only: plan.read_only,
+            devices: plan.devices,
+        },
+    ))
 }
 
 /// Serve the volume until unmounted or signalled.
@@ -357,6 +337,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         }
     }
     adapter::fault::warn_if_armed();
+    adapter::fault::late_start();
     let (mount_options, options) = mount_options(&args)?;
     // The kernel applies the caller's umask before a create reaches us; ours must not
     // apply a second one. Set before any thread exists (umask is per process).
@@ -440,6 +421,7 @@ pub fn run(args: MountArgs) -> Result<(), Error> {
         &args.mountpoint,
         &fs,
         args.standby,
+        args.mounted,
     )?;
     // Self-fencing: a successor serves under its predecessor's epoch (a revoked
     // daemon's successor is revoked too), and each daemon records its own for the next.

@@ -20,6 +20,8 @@
 //! check.
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -75,6 +77,16 @@ pub enum Error {
     /// `/proc/self/mountinfo` could not be read.
     #[error("reading /proc/self/mountinfo")]
     MountInfo(#[source] std::io::Error),
+    /// A FUSE mount made by the agent (`/dev/fuse`, then `mount(2)`) failed.
+    #[error("mounting FUSE at {target} ({step}): {errno}")]
+    Fuse {
+        /// The mount point.
+        target: PathBuf,
+        /// Which step failed.
+        step: &'static str,
+        /// Why not.
+        errno: Errno,
+    },
 }
 
 /// One line of `/proc/self/mountinfo`.
@@ -138,6 +150,26 @@ pub trait Mounts: Send + Sync {
     fn unmount_lazy(&self, target: &Path) -> Result<bool, Error>;
     /// Whether a mount on `path` answers, waiting at most `timeout`.
     fn probe(&self, path: &Path, timeout: Duration) -> Probe;
+
+    /// Mount a FUSE filesystem on `mountpoint` (an existing directory) on a new
+    /// `/dev/fuse` connection, and return the connection's descriptor, which nobody
+    /// serves yet: requests wait (killably) until a daemon answers its INIT. `data`
+    /// makes the FUSE options from the descriptor's number and the mount point's mode.
+    /// Unsupported (ENOSYS) by default: in-memory tables have no kernel.
+    fn mount_fuse(
+        &self,
+        mountpoint: &Path,
+        source: &str,
+        flags: MsFlags,
+        data: &dyn Fn(i32, u32) -> String,
+    ) -> Result<OwnedFd, Error> {
+        let _ = (source, flags, data);
+        Err(Error::Fuse {
+            target: mountpoint.to_path_buf(),
+            step: "mount",
+            errno: Errno::ENOSYS,
+        })
+    }
 
     /// The mounts whose mount point is `path`, bottom first.
     fn mounts_at(&self, path: &Path) -> Result<Vec<MountInfo>, Error> {
@@ -264,6 +296,40 @@ impl Mounts for HostMounts {
             }
         }
         Ok(())
+    }
+
+    fn mount_fuse(
+        &self,
+        mountpoint: &Path,
+        source: &str,
+        flags: MsFlags,
+        data: &dyn Fn(i32, u32) -> String,
+    ) -> Result<OwnedFd, Error> {
+        let fail = |step, errno| Error::Fuse {
+            target: mountpoint.to_path_buf(),
+            step,
+            errno,
+        };
+        let errno = |e: std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO));
+        let mode = std::fs::metadata(mountpoint)
+            .map_err(|e| fail("reading the mount point", errno(e)))?
+            .mode();
+        let dev = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .map_err(|e| fail("opening /dev/fuse", errno(e)))?;
+        let fd = OwnedFd::from(dev);
+        let data = data(fd.as_raw_fd(), mode);
+        nix::mount::mount(
+            Some(source),
+            mountpoint,
+            Some("fuse"),
+            flags,
+            Some(data.as_str()),
+        )
+        .map_err(|e| fail("mount(2)", e))?;
+        Ok(fd)
     }
 
     fn bind_beneath(

@@ -52,6 +52,9 @@ pub struct DaemonSpec {
     /// The fd holder's socket and the handoff state file (`--holder`,
     /// `--handoff-state`), when the agent runs a holder.
     pub handoff: Option<(PathBuf, PathBuf)>,
+    /// The agent mounted and gave the connection to the holder (`--mounted`): the
+    /// daemon serves it and never mounts.
+    pub mounted: bool,
 }
 
 impl DaemonSpec {
@@ -74,6 +77,7 @@ impl DaemonSpec {
             read_only: self.read_only,
             shared_backend: self.shared_backend,
             options: self.options.clone(),
+            mounted: self.mounted && holder.is_some(),
             holder,
             handoff_state,
             ..MountArgs::new(
@@ -114,6 +118,7 @@ pub(crate) mod tests {
             settings_file: None,
             fence_file: None,
             handoff: None,
+            mounted: false,
         }
     }
 

@@ -7,6 +7,7 @@
 //!  agent ── ensure: connect? ──no──▶ /proc/self/exe fd-holder --socket S (setsid)
 //!        ── holds(M): GET M ──▶ a live descriptor? (dropped at once)
 //!        ── remove(M): DROP M ──▶ the holder closes it (ending a connection no daemon serves)
+//!        ── deposit(M, fd): MOUNTED M + fd ──▶ a connection the agent mounted, for its daemon
 //! ```
 //!
 //! In pod mode the agent starts no holder (`connect_only`): the `tessera-fd-holder`
@@ -17,6 +18,7 @@
 //! their descriptors over once it answers.
 
 use std::fs::OpenOptions;
+use std::os::fd::BorrowedFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -151,6 +153,12 @@ impl HolderProcess {
     /// Whether the holder has a live connection for `mountpoint`.
     pub fn holds(&self, mountpoint: &Path) -> bool {
         matches!(holder_socket::take(&self.socket, mountpoint), Ok(Some(_)))
+    }
+
+    /// Give the holder the connection the agent has just mounted at `mountpoint`, for
+    /// the daemon to claim. `Ok(false)`: the holder is of an earlier release.
+    pub fn deposit(&self, mountpoint: &Path, fd: BorrowedFd<'_>) -> std::io::Result<bool> {
+        holder_socket::deposit_mounted(&self.socket, mountpoint, fd)
     }
 
     /// Make the holder let go of `mountpoint`'s connection.

@@ -139,6 +139,13 @@ pub struct NodeArgs {
     /// DaemonSet in `config/`, which then needs `hostPID`).
     #[arg(long, value_enum, default_value_t = MountMode::Process)]
     pub mount_mode: MountMode,
+    /// Who mounts a volume: `agent` (the agent opens /dev/fuse, calls mount(2) and
+    /// gives the connection to the fd holder; the daemon, started beside, answers
+    /// the kernel's INIT and serves it, so NodePublish waits for the kernel mount and
+    /// not for the daemon) or `daemon` (the daemon mounts, as before 0.2). Without an
+    /// fd holder answering, the daemon mounts.
+    #[arg(long, value_enum, default_value_t = Mounter::Agent)]
+    pub mounter: Mounter,
     /// Image of the mount Pods. Default: the image of the agent's own container
     /// (read from its Pod, `POD_NAME`), so `kustomize edit set image` and the Helm
     /// chart's image move both together.
@@ -203,6 +210,15 @@ pub enum MountMode {
     Process,
     /// One mount Pod per MountPod.
     Pod,
+}
+
+/// Who makes a volume's FUSE mount (`--mounter`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mounter {
+    /// The agent: mount(2) at once, the connection to the fd holder.
+    Agent,
+    /// The daemon, once it runs.
+    Daemon,
 }
 
 /// Errors of the node agent.
@@ -301,6 +317,7 @@ pub fn mount_service_for(args: &NodeArgs) -> Result<MountService, Error> {
             start_timeout: args.start_timeout.max(Duration::from_secs(1)),
             stop_grace: Duration::from_secs(5),
             fencing: !args.renew_interval.is_zero(),
+            agent_mounts: args.mounter == Mounter::Agent,
         },
         mounts: Arc::new(HostMounts::new()),
         // The agent's own binary, even if the file was replaced since it started.

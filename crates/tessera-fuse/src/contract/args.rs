@@ -112,6 +112,11 @@ pub struct MountArgs {
     /// left the held connection, then take it over; never mount. Needs `--holder`.
     #[arg(long, requires = "holder")]
     pub standby: bool,
+    /// The node agent has mounted `--mountpoint` and given the connection to the
+    /// holder: take it from there (answering the kernel's INIT), never mount. Needs
+    /// `--holder`.
+    #[arg(long, requires = "holder")]
+    pub mounted: bool,
     /// The write end of a pipe (a descriptor inherited from the node agent): one byte
     /// is written to it, and it is closed, once the mount is in place, so the agent
     /// probes the mount at once instead of polling. Ignored unless it is a pipe.
@@ -158,6 +163,7 @@ impl MountArgs {
             holder: None,
             handoff_state: None,
             standby: false,
+            mounted: false,
             ready_fd: None,
         }
     }
@@ -228,6 +234,9 @@ impl MountArgs {
         }
         if self.standby {
             args.push("--standby".into());
+        }
+        if self.mounted {
+            args.push("--mounted".into());
         }
         if let Some(fd) = self.ready_fd {
             args.push(format!("--ready-fd={fd}").into());
@@ -336,6 +345,7 @@ mod tests {
             holder: Some("/s/holder.sock".into()),
             handoff_state: Some("/s/v.handoff".into()),
             standby: true,
+            mounted: true,
             ready_fd: Some(3),
             ..MountArgs::new("/b/v".into(), "/m/v".into(), 10 << 30)
         };

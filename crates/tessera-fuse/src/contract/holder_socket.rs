@@ -13,6 +13,9 @@
 //!           daemon has left (its holder connection ended): a successor started
 //!           beside its predecessor (an upgrade) takes over the moment it leaves
 //!  daemon stop   ──connect── DROP key ─▶ forgotten (the agent may also drop in process)
+//!  node agent    ──connect── MOUNTED key + fd ─▶ a connection the agent mounted, not yet
+//!           initialised: the first CLAIM gets it as `F` + descriptor (answer INIT),
+//!           never let go for want of a daemon (the agent bounds the wait and DROPs it)
 //! ```
 //!
 //! Wire format, one message per `sendmsg`: `op: u8`, `key length: u16 LE`, key bytes
@@ -51,11 +54,15 @@ pub(crate) const OP_DROP: u8 = b'D';
 pub(crate) const OP_CLAIM: u8 = b'C';
 /// Requests: as a claim, answered once the daemon serving the key has left.
 pub(crate) const OP_WAIT: u8 = b'W';
+/// Requests: hold a connection the node agent mounted (attached), not yet initialised.
+pub(crate) const OP_MOUNTED: u8 = b'M';
 
 /// Answers: done.
 pub(crate) const DONE: u8 = b'K';
 /// Answers: the descriptor, attached.
 pub(crate) const FD: u8 = b'Y';
+/// Answers: the descriptor of a connection nobody has initialised yet, attached.
+pub(crate) const FRESH: u8 = b'F';
 /// Answers: nothing held (or its connection ended).
 pub(crate) const NONE: u8 = b'N';
 /// Answers: served by a daemon, or claimed by another successor.
@@ -224,6 +231,8 @@ static CLAIM: Mutex<Option<UnixStream>> = Mutex::new(None);
 #[derive(Debug)]
 pub enum Claimed {
     Fd(OwnedFd),
+    /// A connection the agent mounted and nobody has initialised: answer its INIT.
+    Fresh(OwnedFd),
     None,
     Busy,
 }
@@ -237,6 +246,10 @@ fn claim_op(socket: &Path, key: &Path, op: u8, timeout: Duration) -> io::Result<
         None,
     )?;
     match answer(&stream)? {
+        (FRESH, Some(fd)) => {
+            *lock(&CLAIM) = Some(stream);
+            Ok(Claimed::Fresh(fd))
+        }
         (FD, Some(fd)) => {
             // The claim lasts as long as this connection: kept open until this
             // daemon has handed the descriptor over ([`hand_over`]), so that if it
@@ -260,6 +273,25 @@ pub fn claim(socket: &Path, key: &Path) -> io::Result<Claimed> {
 /// `timeout`, and [`MAX_WAIT`]).
 pub fn claim_when_free(socket: &Path, key: &Path, timeout: Duration) -> io::Result<Claimed> {
     claim_op(socket, key, OP_WAIT, timeout)
+}
+
+/// Give the holder at `socket` the connection `fd` the node agent has just mounted at
+/// `key` (not initialised: its daemon answers INIT once it claims it). `Ok(false)`
+/// when the holder does not know the request (an earlier release): the caller then
+/// lets the daemon mount.
+pub fn deposit_mounted(socket: &Path, key: &Path, fd: BorrowedFd<'_>) -> io::Result<bool> {
+    let stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    send(
+        &stream,
+        &encode(OP_MOUNTED, key.as_os_str().as_encoded_bytes())?,
+        Some(fd),
+    )?;
+    match answer(&stream) {
+        Ok((DONE, _)) => Ok(true),
+        Ok((REFUSED, _)) | Err(_) => Ok(false),
+        Ok(_) => Err(io::Error::other("unexpected answer from the holder")),
+    }
 }
 
 /// Tell the holder at `socket` to forget `key` (an unmount on purpose).

@@ -78,6 +78,10 @@ pub enum Refused {
     Busy,
     #[error("a standby found no held connection to take over")]
     NothingHeld,
+    #[error(
+        "started to serve the node agent's mount (--mounted), but the holder holds no connection for it (the agent gave up waiting, or tore the volume down)"
+    )]
+    NotHeldForUs,
 }
 
 /// How long a standby waits for its predecessor to leave.
@@ -98,7 +102,12 @@ fn standby_claim(socket: &Path, mountpoint: &Path) -> std::io::Result<holder_soc
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let r = holder_socket::claim_when_free(socket, mountpoint, left);
-        if let Ok(holder_socket::Claimed::Fd(_) | holder_socket::Claimed::Busy) = r {
+        if let Ok(
+            holder_socket::Claimed::Fd(_)
+            | holder_socket::Claimed::Fresh(_)
+            | holder_socket::Claimed::Busy,
+        ) = r
+        {
             return r;
         }
         let since = *unheld_since.get_or_insert_with(Instant::now);
@@ -115,9 +124,20 @@ fn standby_claim(socket: &Path, mountpoint: &Path) -> std::io::Result<holder_soc
     }
 }
 
+/// What a daemon found held for its mount point.
+#[derive(Debug)]
+pub enum Found {
+    /// A connection another daemon served: resumed without INIT.
+    Takeover(Takeover),
+    /// A connection the node agent mounted and nobody initialised: served after
+    /// answering its INIT.
+    Fresh(OwnedFd),
+}
+
 /// What the holder at `socket` and the state at `state` offer for `mountpoint`: a
-/// takeover; `Ok(None)` (the reason logged) when nothing live is held, and the
-/// daemon mounts anew; `Err` when a live connection is held but cannot be served.
+/// takeover or a fresh connection the agent mounted; `Ok(None)` (the reason logged)
+/// when nothing live is held, and the daemon mounts anew; `Err` when a live
+/// connection is held but cannot be served.
 /// Mounting over it would leave the applications on it blocked for ever, so the
 /// caller makes the holder let go (which ends it: they see ENOTCONN) and exits, and
 /// the agent repairs by remounting.
@@ -126,7 +146,7 @@ pub fn find(
     mountpoint: &Path,
     state: &Path,
     standby: bool,
-) -> Result<Option<Takeover>, Refused> {
+) -> Result<Option<Found>, Refused> {
     let claimed = if standby {
         tracing::info!("handoff: standby, waiting for the serving daemon to leave");
         standby_claim(socket, mountpoint)
@@ -143,8 +163,9 @@ pub fn find(
             }
         }
     };
-    let fd = match claimed {
-        Ok(holder_socket::Claimed::Fd(fd)) => fd,
+    let (fd, fresh) = match claimed {
+        Ok(holder_socket::Claimed::Fd(fd)) => (fd, false),
+        Ok(holder_socket::Claimed::Fresh(fd)) => (fd, true),
         Ok(holder_socket::Claimed::Busy) => return Err(Refused::Busy),
         Ok(holder_socket::Claimed::None) if standby => return Err(Refused::NothingHeld),
         Ok(holder_socket::Claimed::None) => {
@@ -154,7 +175,7 @@ pub fn find(
         Err(e) if standby => return Err(Refused::Unreadable(e)),
         // A holder of an earlier release (no CLAIM): ask as it did.
         Err(_) => match holder_socket::take(socket, mountpoint) {
-            Ok(Some(fd)) => fd,
+            Ok(Some(fd)) => (fd, false),
             Ok(None) => {
                 tracing::info!("handoff: the holder has no connection for this mount point");
                 return Ok(None);
@@ -173,9 +194,20 @@ pub fn find(
         return Err(Refused::NotMounted);
     }
     let snapshot = match state::read(state) {
-        Ok(Some(s)) => s,
-        Ok(None) => return Err(Refused::NoState(state.to_path_buf())),
-        Err(e) => return Err(Refused::Unreadable(e)),
+        Ok(Some(s)) => Some(s),
+        Ok(None) => None,
+        Err(e) if !fresh => return Err(Refused::Unreadable(e)),
+        Err(_) => None,
+    };
+    // A fresh connection is resumed only if a daemon had answered its INIT (and
+    // recorded it) before dying without handing it back; else INIT is ours to answer.
+    let snapshot = match snapshot {
+        Some(s) if s.init.is_some() || !fresh => s,
+        _ if fresh => {
+            tracing::info!("handoff: serving the connection the node agent mounted");
+            return Ok(Some(Found::Fresh(fd)));
+        }
+        _ => return Err(Refused::NoState(state.to_path_buf())),
     };
     let Some(init) = snapshot.init else {
         return Err(Refused::NoInit);
@@ -183,7 +215,7 @@ pub fn find(
     if snapshot.overflow {
         return Err(Refused::Overflow);
     }
-    Ok(Some(Takeover {
+    Ok(Some(Found::Takeover(Takeover {
         fd,
         init: fuser::ResumeInit {
             abi: fuser::Version(init.abi_major, init.abi_minor),
@@ -191,7 +223,7 @@ pub fn find(
             max_readahead: init.max_readahead,
         },
         snapshot,
-    }))
+    })))
 }
 
 /// The state file's record of a negotiated INIT.
@@ -209,6 +241,8 @@ pub fn init_record(init: fuser::ResumeInit) -> InitRecord {
 pub struct Prepared {
     /// A held connection to serve, its predecessor's state restored into the core.
     takeover: Option<Takeover>,
+    /// A connection the node agent mounted, to initialise and serve.
+    fresh: Option<OwnedFd>,
     /// The state file this daemon keeps (not yet published).
     state: Option<Arc<StateFile>>,
 }
@@ -228,19 +262,27 @@ impl Prepared {
 /// With `--holder` and `--handoff-state`: look for a held connection of
 /// `mountpoint` and restore its predecessor's state into `fs`; then start this
 /// daemon's own state file and record `fs`'s tables in it. A live connection that
-/// cannot be taken over is let go (see [`find`]) and refused.
+/// cannot be taken over is let go (see [`find`]) and refused. With `mounted` (the
+/// node agent mounts: `--mounted`) the daemon never mounts: nothing held is refused.
 pub fn prepare(
     holder: Option<&Path>,
     state: Option<&Path>,
     mountpoint: &Path,
     fs: &VolumeFs,
     standby: bool,
+    mounted: bool,
 ) -> Result<Prepared, Refused> {
     let (Some(socket), Some(path)) = (holder, state) else {
         return Ok(Prepared::default());
     };
-    let takeover = match find(socket, mountpoint, path, standby) {
-        Ok(t) => t,
+    let (takeover, fresh) = match find(socket, mountpoint, path, standby) {
+        Ok(Some(Found::Takeover(t))) => (Some(t), None),
+        Ok(Some(Found::Fresh(fd))) => (None, Some(fd)),
+        Ok(None) if mounted => {
+            tracing::error!(error = %Refused::NotHeldForUs, "handoff: nothing to serve");
+            return Err(Refused::NotHeldForUs);
+        }
+        Ok(None) => (None, None),
         // Not ours to take (someone serves it), or nothing to take: leave it be.
         Err(refused @ (Refused::Busy | Refused::NothingHeld)) => {
             tracing::error!(error = %refused, "handoff: not taking the connection over");
@@ -275,7 +317,11 @@ pub fn prepare(
     if let Some(state) = &state {
         fs.record_into(state.clone());
     }
-    Ok(Prepared { takeover, state })
+    Ok(Prepared {
+        takeover,
+        fresh,
+        state,
+    })
 }
 
 /// The session of the daemon: the held connection resumed (the predecessor's
@@ -290,10 +336,14 @@ pub fn open_session(
     prepared: Prepared,
     holder: Option<&Path>,
 ) -> io::Result<(Session<Adapter>, bool)> {
-    let Prepared { takeover, state } = prepared;
+    let Prepared {
+        takeover,
+        fresh,
+        state,
+    } = prepared;
     let resumed = takeover.is_some();
-    let session = match takeover {
-        Some(t) => {
+    let session = match (takeover, fresh) {
+        (Some(t), _) => {
             let adopter = adapter.backing_adopter();
             let session = Session::resume_fd(adapter, t.fd, SessionACL::All, config, t.init)?;
             let notifier = session.notifier();
@@ -304,7 +354,9 @@ pub fn open_session(
             }
             session
         }
-        None => Session::new(adapter, mountpoint, &config)?,
+        // The agent mounted: answer the kernel's INIT on the descriptor, mount nothing.
+        (None, Some(fd)) => Session::from_fd(adapter, fd, SessionACL::All, config)?,
+        (None, None) => Session::new(adapter, mountpoint, &config)?,
     };
     if let (Some(state), Some(init)) = (&state, session.negotiated()) {
         state.set_init(init_record(init));

@@ -346,8 +346,18 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
                 continue;
             }
         };
-        let Some(Progress::Starting { cause }) = progress else {
-            break;
+        let cause = match progress {
+            Some(Progress::Starting { cause }) => cause,
+            Some(Progress::Mounted) => {
+                // The kernel mount exists: NodePublish may bind it now; the Pods'
+                // requests wait for the daemon being started (bounded by the start
+                // timeout: then they fail with ENOTCONN and the mount is redone).
+                pending = None;
+                let report = Report::awaiting_daemon(&want.mountpoint);
+                write_status_from(mp, ctx, &prev, &mut current, report, now).await?;
+                continue;
+            }
+            None => break,
         };
         if retrying {
             // A retry after a failure says Failed until it works: no Mounting/Failed

@@ -86,6 +86,30 @@ impl Report {
         r
     }
 
+    /// The agent has mounted (`--mounter=agent`) and the daemon does not answer yet:
+    /// Ready (NodePublish may bind it), reason `AwaitingDaemon`; requests wait for it.
+    pub(super) fn awaiting_daemon(mountpoint: &std::path::Path) -> Self {
+        Report {
+            phase: MountPhase::Ready,
+            pid: None,
+            mount_point: Some(mountpoint.display().to_string()),
+            error: None,
+            restarted: false,
+            ready: cond(
+                CONDITION_READY,
+                true,
+                "AwaitingDaemon",
+                format!(
+                    "mounted at {}; waiting for its daemon to answer (requests wait for it)",
+                    mountpoint.display()
+                ),
+            ),
+            extra: vec![],
+            observed: true,
+            image: None,
+        }
+    }
+
     /// Everything as it is, in a new phase.
     pub(super) fn keep(status: &MountPodStatus, phase: MountPhase) -> Self {
         Report {
@@ -284,6 +308,18 @@ pub(super) fn serve_report(
             image: None,
         };
         return (report, Action::requeue(backoff));
+    }
+    if !served.answers && served.agent_mounted {
+        // The kernel mount is there (bound into Pods, or ready to be): Ready, while
+        // the Pods' requests wait for the daemon (the start timeout bounds it).
+        let report = Report {
+            pid,
+            error: cause,
+            restarted: served.repaired.is_some(),
+            extra,
+            ..Report::awaiting_daemon(&want.mountpoint)
+        };
+        return (report, Action::requeue(Duration::from_secs(1)));
     }
     if !served.answers {
         let report = Report {
@@ -593,6 +629,12 @@ pub(super) mod tests {
                 Report::task_done("DataPopulated", "Copied", "done".into()),
                 None,
             ),
+            // The agent mounted; the daemon is awaited: Ready, nothing abnormal.
+            (
+                "awaiting its daemon",
+                Report::awaiting_daemon(std::path::Path::new("/m/v")),
+                None,
+            ),
         ];
         let t0 = jiff::Timestamp::from_second(1_000).unwrap();
         for (what, report, want) in table {
@@ -622,6 +664,34 @@ pub(super) mod tests {
             let later = t0 + jiff::SignedDuration::from_secs(60);
             assert_eq!(next_status(&s, &mp, report, later), s, "{what}: stable");
         }
+    }
+
+    #[test]
+    fn a_mount_the_agent_made_is_ready_before_its_daemon_answers() {
+        let t0 = jiff::Timestamp::from_second(1_000).unwrap();
+        let mut mp = mountpod(3, 1);
+        let s = next_status(
+            &MountPodStatus::default(),
+            &mp,
+            Report::awaiting_daemon(std::path::Path::new("/m/v")),
+            t0,
+        );
+        assert_eq!(s.phase, Some(MountPhase::Ready));
+        assert_eq!(s.mount_point.as_deref(), Some("/m/v"));
+        mp.status = Some(s.clone());
+        assert!(
+            mp.is_serving() && mp.is_ready(),
+            "NodePublish may bind it: {s:?}"
+        );
+        let ready = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_READY)
+            .unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "AwaitingDaemon")
+        );
     }
 
     #[test]

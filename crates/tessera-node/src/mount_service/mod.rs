@@ -25,7 +25,9 @@
 //! is.
 //!
 //! [`want`] validates a MountPod spec into a [`Want`]; [`populate`] fills a volume
-//! from its data source.
+//! from its data source; `health` says how a recorded mount is doing
+//! ([`MountService::health`], with [`hung`]'s grace for a slow one); `agent_mount` makes the mount itself before any
+//! daemon runs (`--mounter=agent`).
 
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -44,6 +46,8 @@ use super::daemon_spec::DaemonSpec;
 use super::holder_process::HolderProcess;
 use super::supervisor::{self, Daemon, Daemons, Liveness, Record, StateDir};
 
+mod agent_mount;
+mod health;
 mod hung;
 mod want;
 
@@ -102,6 +106,9 @@ pub enum Error {
         "the MountPod asks for self-fencing (spec.selfFence) and this agent renews no liveness Lease"
     )]
     NoLivenessLease,
+    /// `mountOptions` the FUSE mount cannot take.
+    #[error(transparent)]
+    MountOption(#[from] tessera_fuse::contract::kernel_mount::BadOption),
     /// The data is still served by a mount on this node.
     #[error("{source_dir} is still served by the mount at {mountpoint}")]
     StillMounted {
@@ -145,6 +152,9 @@ pub enum Progress {
         /// Why the previous daemon was replaced.
         cause: Option<String>,
     },
+    /// The agent has mounted: the kernel mount exists and can be bound into Pods,
+    /// whose requests wait for the daemon being started.
+    Mounted,
 }
 
 /// What [`MountService::serve`] achieved.
@@ -173,6 +183,9 @@ pub struct Served {
     pub taken_over: bool,
     /// The daemon was started with `--shared-backend`.
     pub shared_backend: bool,
+    /// The agent made the mount (`--mounted`): it exists, and can be bound, even
+    /// while its daemon does not answer yet.
+    pub agent_mounted: bool,
     /// The image the daemon runs (pod mode).
     pub image: Option<String>,
     /// Whether other nodes see the locks taken through the mount: `None` on a
@@ -217,57 +230,6 @@ pub struct MountService {
 }
 
 impl MountService {
-    /// How the mount of `record` is doing.
-    pub fn health(&self, record: &Record) -> Health {
-        match self.daemons.liveness(record.daemon, &record.mountpoint) {
-            Liveness::Exited(why) => Health::Broken(why),
-            Liveness::Running => {
-                let young = record.age() < self.config.start_timeout;
-                match self
-                    .mounts
-                    .probe(&record.mountpoint, self.config.probe_timeout)
-                {
-                    Probe::Answers { .. } => {
-                        self.hung.answered(record);
-                        Health::Healthy
-                    }
-                    Probe::NotMounted | Probe::TimedOut if young => Health::Starting,
-                    Probe::TimedOut if record.answered => {
-                        let (silent, first) = self.hung.silent(record);
-                        let grace = hang_grace(self.config.start_timeout);
-                        let why = format!(
-                            "mount point {} did not answer within {:?} (silent for {:.1?})",
-                            record.mountpoint.display(),
-                            self.config.probe_timeout,
-                            silent
-                        );
-                        if first {
-                            warn!(volume = %record.volume, cause = %why, grace = ?grace, "mount slow to answer; repaired only if silent for the grace");
-                        }
-                        match silent < grace {
-                            true => Health::Slow(why),
-                            false => Health::Broken(why),
-                        }
-                    }
-                    Probe::NotMounted => Health::Broken(format!(
-                        "fuse daemon runs but nothing is mounted at {}",
-                        record.mountpoint.display()
-                    )),
-                    Probe::TimedOut => Health::Broken(format!(
-                        "mount point {} did not answer within {:?}",
-                        record.mountpoint.display(),
-                        self.config.probe_timeout
-                    )),
-                    Probe::Broken(errno) => Health::Broken(format!("mount point broken: {errno}")),
-                    Probe::Missing => Health::Broken(format!(
-                        "mount point {} is missing",
-                        record.mountpoint.display()
-                    )),
-                }
-            }
-        }
-    }
-
     /// Make the node serve `want`: adopt, start, repair or change the mount.
     pub fn serve(&self, want: &Want, progress: &dyn Fn(Progress)) -> Result<Served, Error> {
         let mut served = self.serve_mount(want, progress)?;
@@ -297,7 +259,7 @@ impl MountService {
                     progress(Progress::Starting {
                         cause: Some(why.clone()),
                     });
-                    match self.start_successor(want, Some(record.daemon)) {
+                    match self.start_successor(want, &record) {
                         Ok(record) => {
                             return self.await_answer(&record, want, Some(why), begun, true);
                         }
@@ -329,7 +291,7 @@ impl MountService {
         progress(Progress::Starting {
             cause: cause.clone(),
         });
-        let record = self.start(want)?;
+        let record = self.start(want, progress)?;
         self.await_answer(&record, want, cause, begun, false)
     }
 
@@ -363,7 +325,7 @@ impl MountService {
             return Ok(None);
         }
         let begun = Instant::now();
-        let record = self.spawn_as(want, Launch::Replace(record.daemon))?;
+        let record = self.spawn_as(want, Launch::Replace(record.daemon), record.agent_mounted)?;
         let why = "planned replacement".to_string();
         self.await_answer(&record, want, Some(why), begun, true)
             .map(Some)
@@ -392,8 +354,8 @@ impl MountService {
     /// Start a daemon that takes over the held connection of `want`'s mount point:
     /// nothing is unmounted, the mount point stays as it is. `dead`: the daemon that
     /// died (the daemons may restart it on their own, as the kubelet does in pod mode).
-    fn start_successor(&self, want: &Want, dead: Option<Daemon>) -> Result<Record, Error> {
-        self.spawn(want, dead)
+    fn start_successor(&self, want: &Want, dead: &Record) -> Result<Record, Error> {
+        self.spawn_as(want, Launch::Successor(dead.daemon), dead.agent_mounted)
     }
 
     /// Capacity and mount-setting changes on a healthy mount. `None`: the mount must
@@ -432,6 +394,7 @@ impl MountService {
             daemon: Some(record.daemon),
             answers: true,
             shared_backend: record.shared_backend,
+            agent_mounted: record.agent_mounted,
             image: record.image.clone(),
             remount_blocked: settings_changed,
             ..Served::default()
@@ -470,8 +433,9 @@ impl MountService {
         Ok(())
     }
 
-    /// Start a daemon for `want` on a clean mount point and record it.
-    fn start(&self, want: &Want) -> Result<Record, Error> {
+    /// Start a daemon for `want` on a clean mount point and record it: the agent
+    /// mounts first where it can ([`Self::agent_mount`]; `Progress::Mounted`).
+    fn start(&self, want: &Want, progress: &dyn Fn(Progress)) -> Result<Record, Error> {
         // A mount left behind without a record (an agent killed mid-start).
         self.mounts.unmount_all_lazy(&want.mountpoint, 16)?;
         // Nothing held for a mount point that is gone (the daemon had died).
@@ -499,15 +463,23 @@ impl MountService {
             path: want.mountpoint.clone(),
             source,
         })?;
-        self.spawn(want, None)
+        let mounted = self.agent_mount(want)?;
+        if mounted {
+            progress(Progress::Mounted);
+        }
+        self.spawn_as(want, Launch::Start, mounted)
+            .inspect_err(|_| {
+                if mounted {
+                    // No daemon will come for this start: the requests waiting on the
+                    // mount fail (ENOTCONN) rather than wait; the retry mounts anew.
+                    self.abandon(&want.mountpoint);
+                }
+            })
     }
 
-    /// Start the daemon of `want` (the successor of `dead`, if given) and record it.
-    fn spawn(&self, want: &Want, dead: Option<Daemon>) -> Result<Record, Error> {
-        self.spawn_as(want, dead.map_or(Launch::Start, Launch::Successor))
-    }
-
-    fn spawn_as(&self, want: &Want, launch: Launch) -> Result<Record, Error> {
+    /// Start the daemon of `want` as `launch` says (`mounted`: the agent mounted,
+    /// `--mounted`) and record it.
+    fn spawn_as(&self, want: &Want, launch: Launch, mounted: bool) -> Result<Record, Error> {
         // A self-fencing daemon without an agent renewing the Lease would wait forever.
         if want.self_fence && !self.config.fencing {
             return Err(Error::NoLivenessLease);
@@ -545,6 +517,7 @@ impl MountService {
                     self.state.handoff_file(&want.volume),
                 )
             }),
+            mounted,
         };
         let log = self.state.log_file(&want.volume);
         let daemon = match launch {
@@ -578,6 +551,7 @@ impl MountService {
                     .or_else(|| self.daemons.image()),
                 Launch::Start | Launch::Replace(_) => self.daemons.image(),
             },
+            agent_mounted: mounted,
         };
         self.state.save(&record)?;
         Ok(record)
@@ -598,6 +572,7 @@ impl MountService {
         let mut served = Served {
             daemon: Some(record.daemon),
             shared_backend: record.shared_backend,
+            agent_mounted: record.agent_mounted,
             image: record.image.clone(),
             repaired: cause,
             taken_over,

@@ -199,6 +199,7 @@ fn setup() -> Setup {
             start_timeout: Duration::from_secs(1),
             stop_grace: Duration::from_millis(100),
             fencing: true,
+            agent_mounts: false,
         },
         mounts: Arc::new(fake.clone()),
         daemons: Arc::new(fake.clone()),
@@ -402,6 +403,7 @@ fn rebinds_references_left_on_an_earlier_instance() {
         settings_file: None,
         fence_file: None,
         handoff: None,
+        mounted: false,
     };
     let daemon = s.fake.start(&spec, Path::new("/dev/null")).unwrap();
     let mut rec = s.host.state.load("vol1").unwrap().unwrap();

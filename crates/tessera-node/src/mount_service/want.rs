@@ -28,6 +28,10 @@ pub struct Config {
     pub stop_grace: Duration,
     /// The agent renews its node's liveness Lease, so a daemon may fence itself.
     pub fencing: bool,
+    /// The agent mounts (`/dev/fuse`, `mount(2)`, the descriptor to the fd holder)
+    /// and the daemon serves what it is given; else (or without a holder) the
+    /// daemon mounts.
+    pub agent_mounts: bool,
 }
 
 /// One bind of the mount into a pod, validated.

@@ -480,6 +480,7 @@ mod tests {
             settings_file: None,
             fence_file: None,
             handoff: None,
+            mounted: false,
         };
         // /bin/sleep exits at once on these arguments: the exit is reaped and described.
         let d = daemons.start(&spec, &dir.path().join("log")).unwrap();

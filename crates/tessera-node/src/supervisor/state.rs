@@ -52,6 +52,11 @@ pub struct Record {
     /// before the field existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The agent mounted and its daemon was started with `--mounted` (a successor or
+    /// a replacement is started the same way). Records written before: the daemon
+    /// mounted.
+    #[serde(default)]
+    pub agent_mounted: bool,
 }
 
 impl Record {
@@ -323,6 +328,7 @@ mod tests {
             shared_backend: true,
             answered: false,
             image: Some("reg/tessera:1".into()),
+            agent_mounted: true,
         };
         state.save(&rec).unwrap();
         assert_eq!(state.load("v").unwrap(), Some(rec.clone()));
