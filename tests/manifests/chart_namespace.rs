@@ -76,17 +76,22 @@ fn another_namespace_changes_every_namespaced_object_and_the_policies() {
         }
     }
     assert!(namespaced >= 10, "{namespaced} namespaced objects");
-    // The policies name the agent of the release namespace, and no other.
+    // The policies name the agent (the controller's, its own) of the release
+    // namespace, and no other.
     let policies: Vec<&Value> = objs
         .iter()
         .filter(|((kind, _, _), _)| kind == "ValidatingAdmissionPolicy")
         .map(|(_, obj)| obj)
         .collect();
-    assert_eq!(policies.len(), 4, "the four policies");
+    assert_eq!(policies.len(), 5, "the five policies");
     for policy in policies {
         let conditions = policy["spec"]["matchConditions"].to_string();
+        let component = match policy["metadata"]["name"].as_str() {
+            Some("tessera-controller-node-writes") => "tessera-controller",
+            _ => "tessera-node",
+        };
         assert!(
-            conditions.contains("'system:serviceaccount:tessera-alt:tessera-node'"),
+            conditions.contains(&format!("'system:serviceaccount:tessera-alt:{component}'")),
             "{}: {conditions}",
             policy["metadata"]["name"]
         );

@@ -22,5 +22,6 @@ mod examples;
 mod inline_policy;
 mod krew;
 mod monitoring;
+mod node_policy;
 mod parameters;
 mod rbac;

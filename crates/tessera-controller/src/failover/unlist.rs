@@ -84,6 +84,9 @@ pub(super) async fn unlist(
                 warn!(node, removed = ?removed, "fenced node: Tessera's released volumes removed from its volumesInUse");
                 *list = n.status.and_then(|s| s.volumes_in_use).unwrap_or_default();
             }
+            Err(kube::Error::Api(s)) if s.message.contains("ValidatingAdmissionPolicy") => {
+                warn!(node, removed = ?removed, message = %s.message, "removing volumes from a fenced node's volumesInUse: refused by admission")
+            }
             // A test failed (the kubelet or another writer changed the list) or the
             // Node is gone: planned again on what the watch brings.
             Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 || s.code == 404 => {
