@@ -107,7 +107,7 @@ async fn the_agent_mounts_before_the_daemon_and_requests_wait_for_it() {
     let asked = Instant::now();
     e.attach(&vol, "manual-a", "manual", &agent.node).await;
     let mp = e
-        .ready_mountpod(&vol, &agent.node, "Ready, mounted by the agent", |mp| {
+        .mounted_mountpod(&vol, &agent.node, "Ready, mounted by the agent", |mp| {
             status(mp).phase == Some(MountPhase::Ready)
         })
         .await;
@@ -207,7 +207,7 @@ async fn a_daemon_that_never_comes_fails_the_waiting_requests_then_the_mount_is_
     let vol = fixtures::volume_at(&name, &e.id, "ReadWriteOnce", e.backend.path(), true);
     let vol = e.create_volume(&vol).await;
     e.attach(&vol, "manual-a", "manual", &agent.node).await;
-    e.ready_mountpod(&vol, &agent.node, "Ready, mounted by the agent", |mp| {
+    e.mounted_mountpod(&vol, &agent.node, "Ready, mounted by the agent", |mp| {
         status(mp).phase == Some(MountPhase::Ready)
     })
     .await;
@@ -229,6 +229,16 @@ async fn a_daemon_that_never_comes_fails_the_waiting_requests_then_the_mount_is_
         failed_after < Duration::from_secs(30),
         "the bound did not hold: {failed_after:?}"
     );
+    // Said on the MountPod (and on the Pods bound to it: this one has no Pod object).
+    let mountpod = tessera_api::mountpod_name(&vol, &agent.node);
+    let notes = fixtures::eventually(WAIT, "a DaemonMissing Event", || async {
+        let notes =
+            support::event_notes(&e.client, &mountpod, "DaemonMissing", Some("Warning")).await;
+        (!notes.is_empty()).then_some(notes)
+    })
+    .await;
+    println!("Event DaemonMissing: {}", notes[0]);
+    assert!(notes[0].contains("ENOTCONN"), "{notes:?}");
     // The daemon comes: the mount is redone and the Pod's target works again.
     drop(hold);
     e.ready_mountpod(&vol, &agent.node, "served by its daemon", |mp| {

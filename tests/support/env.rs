@@ -148,8 +148,24 @@ impl Env {
     }
 
     /// Wait until the MountPod of `volume` on `node` is ready for its current
-    /// generation and satisfies `f`.
+    /// generation, served by its daemon (not only mounted by the agent: Ready reason
+    /// `AwaitingDaemon`), and satisfies `f`.
     pub async fn ready_mountpod(
+        &self,
+        volume: &str,
+        node: &str,
+        what: &str,
+        f: impl Fn(&MountPod) -> bool,
+    ) -> MountPod {
+        self.mounted_mountpod(volume, node, what, |mp| {
+            !fixtures::awaits_daemon(mp) && f(mp)
+        })
+        .await
+    }
+
+    /// As [`Self::ready_mountpod`], but Ready is enough: the agent's mount may still
+    /// wait for its daemon.
+    pub async fn mounted_mountpod(
         &self,
         volume: &str,
         node: &str,

@@ -559,6 +559,16 @@ pub fn volume_at(
     .unwrap()
 }
 
+/// Whether `mp` is Ready only because the agent mounted it: its daemon has not
+/// answered yet (`--mounter=agent`; Ready reason `AwaitingDaemon`).
+pub fn awaits_daemon(mp: &tessera_api::MountPod) -> bool {
+    mp.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.reason == "AwaitingDaemon")
+    })
+}
+
 /// Create a CSINode listing the Tessera driver for each of `names` (as
 /// node-driver-registrar would), so the controller knows where an agent runs. They
 /// carry the test's label, so a controller scoped to the test picks its own nodes for

@@ -144,7 +144,7 @@ pub struct NodeArgs {
     /// the kernel's INIT and serves it, so NodePublish waits for the kernel mount and
     /// not for the daemon) or `daemon` (the daemon mounts, as before 0.2). Without an
     /// fd holder answering, the daemon mounts.
-    #[arg(long, value_enum, default_value_t = Mounter::Agent)]
+    #[arg(long, env = "TESSERA_MOUNTER", value_enum, default_value_t = Mounter::Agent)]
     pub mounter: Mounter,
     /// Image of the mount Pods. Default: the image of the agent's own container
     /// (read from its Pod, `POD_NAME`), so `kustomize edit set image` and the Helm

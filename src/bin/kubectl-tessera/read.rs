@@ -502,6 +502,18 @@ pub async fn inventory(
         .extend(volumes.items.iter().filter_map(deleting));
     inv.deleting.extend(vas.items.iter().filter_map(deleting));
     inv.deleting.extend(mps.items.iter().filter_map(deleting));
+    inv.awaiting_daemon
+        .extend(mps.items.iter().filter_map(|mp| {
+            let ready = mp.status.as_ref()?.conditions.iter().find(|c| {
+                c.type_ == tessera_api::CONDITION_READY && c.reason == "AwaitingDaemon"
+            })?;
+            Some(doctor::AwaitingDaemon {
+                mountpod: mp.name_any(),
+                volume: mp.spec.volume.clone(),
+                node: mp.spec.node_name.clone(),
+                since: Some(ready.last_transition_time.0),
+            })
+        }));
     for va in &vas.items {
         for t in tickets::rows(va).into_iter().filter(|t| !t.satisfied) {
             inv.unsatisfied.push(doctor::WaitingTicket {

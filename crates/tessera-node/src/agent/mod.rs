@@ -56,6 +56,7 @@ use super::mount_service::{self, Health, MountService, Progress};
 use super::{Error, FINALIZER, Labels};
 use status::{Report, cond, next_status, serve_report};
 
+mod missing;
 mod oom;
 mod populate;
 mod status;
@@ -332,6 +333,8 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
         })
     });
     let retrying = prev.phase == Some(MountPhase::Failed);
+    // The agent's mount was waiting for its daemon when this pass began.
+    let was_awaiting = missing::awaits_daemon(&prev);
     // A first start says Mounting only once it has taken MOUNTING_QUIET: a mount that
     // answers before has Ready as its one status write. A restart of a broken daemon
     // says so at once.
@@ -392,6 +395,7 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
         Ok(s) => s,
         Err(e) => {
             let msg = error_chain(&e);
+            let mounted_here = missing::awaits_daemon(&current);
             let delay = ctx
                 .backoff
                 .failed(&name, mp.metadata.generation, Instant::now());
@@ -403,6 +407,11 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
             // One Event per distinct failure, not one per attempt.
             if prev.last_error.as_deref() != Some(msg.as_str()) {
                 publish(ctx, mp, EventType::Warning, reason, &msg).await;
+            }
+            // Mounted in this pass (or waiting before it), and no daemon came: the
+            // connection was let go under the Pods bound to it.
+            if was_awaiting || mounted_here {
+                missing::announce(ctx, mp, &msg).await;
             }
             return Ok(Action::requeue(delay));
         }
@@ -418,6 +427,11 @@ async fn serve(mp: &MountPod, ctx: &Context) -> Result<Action, Error> {
     }
     if served.answers {
         ctx.metrics.mount_served(&mount_labels(ctx, mp));
+    }
+    if let Some(cause) = &served.repaired
+        && was_awaiting
+    {
+        missing::announce(ctx, mp, cause).await;
     }
     if let Some(cause) = &served.repaired {
         let took = served.repair_time.unwrap_or_default();

@@ -55,6 +55,9 @@ pub struct Inventory {
     pub mount_pods: Vec<MountPodInfo>,
     /// Volumes whose state is Faulted.
     pub faulted: Vec<FaultedVolume>,
+    /// Mounts the agent made whose daemon does not answer yet (MountPods Ready with
+    /// reason `AwaitingDaemon`).
+    pub awaiting_daemon: Vec<AwaitingDaemon>,
     /// Tessera's ValidatingAdmissionPolicies (`None`: the API server does not serve
     /// admissionregistration.k8s.io/v1 policies).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -153,6 +156,19 @@ pub struct WaitingTicket {
     pub requested_at: Option<jiff::Timestamp>,
 }
 
+/// A mount the agent made, waiting for its daemon (the MountPod's `Ready` condition,
+/// reason `AwaitingDaemon`).
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AwaitingDaemon {
+    pub mountpod: String,
+    pub volume: String,
+    pub node: String,
+    /// Since when (the condition's transition time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<jiff::Timestamp>,
+}
+
 /// Thresholds of the rules.
 #[derive(Debug, Clone, Copy)]
 pub struct Thresholds {
@@ -227,6 +243,7 @@ pub fn diagnose(inv: &Inventory, now: jiff::Timestamp, th: Thresholds) -> Vec<Fi
     finalizers(inv, now, th, &mut out);
     tickets(inv, now, th, &mut out);
     volumes(inv, &mut out);
+    pods::awaiting_daemon(inv, now, &mut out);
     pods::fd_holders(inv, &mut out);
     pods::mount_pods(inv, &mut out);
     pods::sidecars(inv, &mut out);

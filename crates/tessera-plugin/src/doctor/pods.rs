@@ -137,6 +137,38 @@ pub(super) fn mount_pods(inv: &Inventory, out: &mut Vec<Finding>) {
     }
 }
 
+/// How long a mount may wait for its daemon before it is a problem: a mount Pod
+/// normally runs within seconds; the agent gives up at its start timeout (30 s, four
+/// times that while the kubelet still creates the Pod).
+pub const AWAITING_DAEMON_SECS: i64 = 15;
+
+/// Mounts the agent made whose daemon has not answered for long: the Pods bound to
+/// them wait on every request, and fail (ENOTCONN) once the agent gives up.
+pub(super) fn awaiting_daemon(inv: &Inventory, now: jiff::Timestamp, out: &mut Vec<Finding>) {
+    let ns = &inv.namespace;
+    for a in &inv.awaiting_daemon {
+        let age = a.since.map_or(0, |s| now.duration_since(s).as_secs());
+        if age < AWAITING_DAEMON_SECS {
+            continue;
+        }
+        out.push(Finding::problem(
+            "mounts",
+            format!(
+                "the mount of volume {} on node {} has waited {} for its daemon (MountPod {}, AwaitingDaemon): the Pods using it wait on every request, and fail with ENOTCONN once the agent gives up",
+                a.volume,
+                a.node,
+                crate::text::age(age),
+                a.mountpod
+            ),
+            format!(
+                "why its mount Pod does not run: `kubectl -n {ns} get pods -l {}={} -o wide` (image pull, quota, node pressure), then `kubectl get events -A --field-selector reason=DaemonMissing`",
+                tessera_api::LABEL_VOLUME,
+                a.volume
+            ),
+        ));
+    }
+}
+
 /// Whether `c` (`name` or `name (reason)`) is a sidecar: not the `tessera` container,
 /// whose readiness the agents check reports (and a standby controller's is not meant
 /// to be ready).

@@ -82,6 +82,7 @@ fn healthy(now: Timestamp) -> Inventory {
         fd_holders: vec![pod("holder-a", "a", "0.1.0"), pod("holder-b", "b", "0.1.0")],
         mount_pods: vec![mount_pod("v-1a2b", "a"), mount_pod("w-3c4d", "b")],
         faulted: vec![],
+        awaiting_daemon: vec![],
         policies: Some(POLICIES.map(|p| policy(p, "tessera-system")).to_vec()),
     }
 }
@@ -358,6 +359,31 @@ fn mount_pods_on_another_image_than_their_agent_are_a_note() {
             "1 mount Pod(s) run another image than their node's agent mounts with (reg/mount:1): w-3c4d",
             "1 mount Pod(s) run another image than their node's agent mounts with (reg/tessera:0.1.0): v-1a2b",
         ]
+    );
+}
+
+#[test]
+fn a_mount_waiting_long_for_its_daemon_is_a_problem() {
+    let now = Timestamp::now();
+    let mut inv = healthy(now);
+    let waiting = |secs| AwaitingDaemon {
+        mountpod: "v-1a2b".into(),
+        volume: "v".into(),
+        node: "n1".into(),
+        since: Some(ago(now, secs)),
+    };
+    // A daemon a few seconds late is normal: its mount Pod starts.
+    inv.awaiting_daemon = vec![waiting(5)];
+    assert_eq!(problems(&inv, now), vec![]);
+    inv.awaiting_daemon = vec![waiting(90)];
+    let found = problems(&inv, now);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "mounts");
+    assert!(
+        found[0]
+            .1
+            .starts_with("the mount of volume v on node n1 has waited 1m30s for its daemon"),
+        "{found:?}"
     );
 }
 
