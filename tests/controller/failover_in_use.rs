@@ -22,7 +22,7 @@ use support::fixtures::{self, eventually};
 const REMOVED: &str = "removed from its volumesInUse";
 
 /// Set `node`'s `volumesInUse` and its Ready condition as its kubelet would.
-async fn report(nodes: &Api<Node>, node: &str, in_use: &[String], ready: &str) {
+pub(super) async fn report(nodes: &Api<Node>, node: &str, in_use: &[String], ready: &str) {
     let now = jiff::Timestamp::now().round(jiff::Unit::Second).unwrap();
     let status = json!({"status": {
         "volumesInUse": in_use,
@@ -35,7 +35,7 @@ async fn report(nodes: &Api<Node>, node: &str, in_use: &[String], ready: &str) {
         .unwrap();
 }
 
-async fn in_use(nodes: &Api<Node>, node: &str) -> Vec<String> {
+pub(super) async fn in_use(nodes: &Api<Node>, node: &str) -> Vec<String> {
     let n = nodes.get(node).await.unwrap();
     n.status.and_then(|s| s.volumes_in_use).unwrap_or_default()
 }

@@ -14,6 +14,7 @@ mod controller_owners;
 mod failover;
 mod failover_conditions;
 mod failover_in_use;
+mod failover_taint;
 mod gitops_health;
 mod inline_orphans;
 mod kubectl_plugin;

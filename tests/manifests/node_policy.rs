@@ -6,11 +6,15 @@
 //! `status.volumesInUse`, is admitted; removing another driver's entry, adding an
 //! entry, a label, an annotation, a changed condition, and a taint are refused (a
 //! taint sent to `nodes/status` is dropped by the API server: `spec` is not status).
+//! With the opt-in fence taint (`controller.fenceTaint.enabled`, RBAC `patch` on
+//! `nodes`), the controller's own `tessera.io/fenced:NoSchedule` is admitted on and
+//! off, and nothing else of a Node: another taint, the taint as NoExecute, a label.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -191,6 +195,181 @@ async fn the_controller_only_takes_tesseras_entries_out_of_a_nodes_volumes_in_us
             wrong.push(format!("controller {verb} {resource}: {got}"));
         }
     }
+    // With the fence taint on, RBAC lets it patch Nodes (as the chart's ClusterRole
+    // does with controller.fenceTaint.enabled): the policy admits its own taint only.
+    let extra = grant_patch_nodes(&client, &id).await;
+    let fence = tessera_controller::failover::taint::fence_taint();
+    let fresh = || async {
+        let n = admin.get(&node).await.unwrap();
+        let taints = n.spec.and_then(|s| s.taints).unwrap_or_default();
+        (n.metadata.resource_version.unwrap(), taints)
+    };
+    let (rv, taints) = fresh().await;
+    let add = tessera_controller::failover::taint::add_patch(&rv, &taints);
+    eventually(
+        Duration::from_secs(30),
+        "patch on nodes granted",
+        || async {
+            let (code, _) = attempt(
+                &controller,
+                &node,
+                &Write::Node(json_patch(add.clone())),
+                true,
+            )
+            .await;
+            (code == 200).then_some(())
+        },
+    )
+    .await;
+    let foreign = json!({"key": "example.com/x", "effect": "NoSchedule"});
+    let no_execute = json!({"key": fence.key, "effect": "NoExecute", "value": "true"});
+    let refused: Vec<(&str, Write)> = vec![
+        (
+            "add another taint",
+            Write::Node(json_patch(
+                json!([{"op": "add", "path": "/spec/taints/-", "value": foreign}]),
+            )),
+        ),
+        (
+            "add its taint as NoExecute",
+            Write::Node(json_patch(
+                json!([{"op": "add", "path": "/spec/taints/-", "value": no_execute}]),
+            )),
+        ),
+        (
+            "add its taint and a label",
+            Write::Node(json_patch(json!([
+                {"op": "add", "path": "/spec/taints/-", "value": fence},
+                {"op": "add", "path": "/metadata/labels/x", "value": "y"},
+            ]))),
+        ),
+        (
+            "cordon the node",
+            Write::Node(Patch::Merge(json!({"spec": {"unschedulable": true}}))),
+        ),
+    ];
+    for (what, w) in &refused {
+        let (code, message) = attempt(&controller, &node, w, false).await;
+        println!("controller, fence taint on: {what}: HTTP {code} {message}");
+        if (200..300).contains(&code) {
+            wrong.push(format!("fence taint on: {what}: admitted"));
+        }
+    }
+    for adding in [true, false] {
+        let (rv, taints) = fresh().await;
+        let p = if adding {
+            tessera_controller::failover::taint::add_patch(&rv, &taints)
+        } else {
+            tessera_controller::failover::taint::remove_patch(&rv, &taints).unwrap()
+        };
+        let (code, message) = attempt(&controller, &node, &Write::Node(json_patch(p)), false).await;
+        println!("controller, fence taint on: adding {adding}: HTTP {code} {message}");
+        let (_, after) = fresh().await;
+        let has = after.iter().any(|t| t.key == fence.key);
+        if code != 200 || has != adding {
+            wrong.push(format!(
+                "its own taint, adding {adding}: HTTP {code}, on the Node: {has}"
+            ));
+        }
+    }
+    extra.remove(&client).await;
     fixtures::delete_nodes(&client, std::slice::from_ref(&node)).await;
     assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// A ClusterRole and binding giving the controller's ServiceAccount `patch` on Nodes,
+/// as the chart's ClusterRole does with the fence taint on; removed by [`Extra::remove`].
+struct Extra(String);
+
+impl Extra {
+    async fn remove(self, client: &kube::Client) {
+        let dp = kube::api::DeleteParams::default();
+        let _ = Api::<ClusterRoleBinding>::all(client.clone())
+            .delete(&self.0, &dp)
+            .await;
+        let _ = Api::<ClusterRole>::all(client.clone())
+            .delete(&self.0, &dp)
+            .await;
+    }
+}
+
+async fn grant_patch_nodes(client: &kube::Client, id: &str) -> Extra {
+    let name = format!("{id}-patch-nodes");
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}],
+    }))
+    .unwrap();
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "tessera-controller", "namespace": "tessera-system"}],
+    }))
+    .unwrap();
+    let pp = kube::api::PostParams::default();
+    Api::<ClusterRole>::all(client.clone())
+        .create(&pp, &role)
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&pp, &binding)
+        .await
+        .unwrap();
+    Extra(name)
+}
+
+/// The chart's value: the flags on the controller, `patch` on Nodes in its role; off
+/// by default (config/, which the chart's defaults equal, has neither); the schema
+/// takes a share in percent only.
+#[test]
+fn the_fence_taint_value_reaches_the_controller_and_its_role() {
+    use crate::chart::{helm_template, objects};
+    let on = objects(&helm_template(
+        "storage",
+        &[
+            "controller.fenceTaint.enabled=true",
+            "controller.fenceTaint.maxNodesPercent=50",
+        ],
+    ));
+    let off = objects(&helm_template("storage", &[]));
+    let args = |objs: &std::collections::BTreeMap<(String, String, String), Value>| {
+        let d = &objs[&(
+            "Deployment".into(),
+            "storage".into(),
+            "tessera-controller".into(),
+        )];
+        d["spec"]["template"]["spec"]["containers"][0]["args"].to_string()
+    };
+    let patches_nodes =
+        |objs: &std::collections::BTreeMap<(String, String, String), Value>| {
+            let role = &objs[&(
+                "ClusterRole".into(),
+                String::new(),
+                "tessera-controller".into(),
+            )];
+            role["rules"].as_array().unwrap().iter().any(|r| {
+                r["resources"] == json!(["nodes"]) && r["verbs"].to_string().contains("patch")
+            })
+        };
+    assert!(args(&on).contains("\"--fence-taint\""), "{}", args(&on));
+    assert!(
+        args(&on).contains("--fence-taint-max-percent=50"),
+        "{}",
+        args(&on)
+    );
+    assert!(patches_nodes(&on));
+    assert!(!args(&off).contains("--fence-taint"), "{}", args(&off));
+    assert!(!patches_nodes(&off));
+    let bad = std::process::Command::new(crate::chart::harness_bin("helm"))
+        .args(["template", "t"])
+        .arg(support::repo_root().join("charts/tessera"))
+        .args(["--set", "controller.fenceTaint.maxNodesPercent=101"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success(), "a share above 100 % rendered");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("/controller/fenceTaint/maxNodesPercent"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 }

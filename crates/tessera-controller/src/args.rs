@@ -78,6 +78,18 @@ pub struct ControllerArgs {
     /// and the backend.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub fence_margin: Duration,
+    /// Fenced failover: taint a node whose liveness Lease went unrenewed for
+    /// fenceAfter + margin while its kubelet still reports it Ready with
+    /// `tessera.io/fenced:NoSchedule`, and release its tickets then, instead of after
+    /// Kubernetes marks it not Ready; the taint goes when the node's agent renews
+    /// again. Off by default (needs `patch` on Nodes).
+    #[arg(long)]
+    pub fence_taint: bool,
+    /// The most nodes, in percent of the cluster's (rounded down, at least one of two
+    /// or more), that carry the fence taint at once; beyond it a node waits for
+    /// Kubernetes to mark it not Ready.
+    #[arg(long, default_value_t = 34, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub fence_taint_max_percent: u8,
     /// The backend roots Volumes and StorageClasses may name (the node administrator's).
     #[command(flatten)]
     pub roots: tessera_host::roots::RootArgs,

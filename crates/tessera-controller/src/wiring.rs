@@ -266,6 +266,7 @@ pub(super) async fn run_controllers(
         args.namespace.clone(),
         args.fence_margin,
         Duration::from_secs(1),
+        args.fence_taint.then_some(args.fence_taint_max_percent),
     );
     // Each its own task on the runtime's workers, next to the HTTP connections they
     // talk through: polled by the main thread (one `join!`), every watch event and

@@ -37,14 +37,10 @@ pub fn handle(entry: &str) -> Option<&str> {
 /// node is fenced, by the out-of-service taint or by its Lease once the Lease carries
 /// the controller's mark (`marked`: written before anything is released; the agent
 /// clears it only under a new epoch, which revokes its daemons), and Kubernetes marked
-/// it not Ready or it has the taint (a node fenced by its Lease while its kubelet
-/// still reports is left to its kubelet).
-pub fn may_unlist(
-    liveness: Option<&Liveness>,
-    marked: bool,
-    kube_ready: bool,
-    out_of_service: bool,
-) -> bool {
+/// it not Ready, or it has the out-of-service taint or the controller's fence taint
+/// (`gave_up`; a node fenced by its Lease while its kubelet still reports, untainted,
+/// is left to its kubelet).
+pub fn may_unlist(liveness: Option<&Liveness>, marked: bool, gave_up: GaveUp) -> bool {
     match liveness {
         Some(Liveness::Fenced {
             why: Why::OutOfService,
@@ -53,9 +49,20 @@ pub fn may_unlist(
         Some(Liveness::Fenced {
             why: Why::LeaseExpired,
             ..
-        }) => marked && (!kube_ready || out_of_service),
+        }) => marked && (!gave_up.ready || gave_up.out_of_service || gave_up.fence_tainted),
         _ => false,
     }
+}
+
+/// What Kubernetes (or the controller's taint) says of a node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GaveUp {
+    /// Its Ready condition is True.
+    pub ready: bool,
+    /// It has the out-of-service taint.
+    pub out_of_service: bool,
+    /// It has the controller's fence taint.
+    pub fence_tainted: bool,
 }
 
 /// Of `stand_ins` (one per Tessera volume the node lists in use, as the decision
@@ -212,7 +219,23 @@ mod tests {
             ("unknown node", None, false, false, false, false),
         ];
         for (what, l, marked, ready, oos, want) in table {
-            assert_eq!(may_unlist(l.as_ref(), marked, ready, oos), want, "{what}");
+            let k8s = GaveUp {
+                ready,
+                out_of_service: oos,
+                fence_tainted: false,
+            };
+            assert_eq!(may_unlist(l.as_ref(), marked, k8s), want, "{what}");
+            // The fence taint stands for not Ready; without a marked Lease it is nothing.
+            let tainted = GaveUp {
+                fence_tainted: true,
+                ..k8s
+            };
+            let want_tainted = want || (marked && l == lease);
+            assert_eq!(
+                may_unlist(l.as_ref(), marked, tainted),
+                want_tainted,
+                "{what}, fence taint"
+            );
         }
     }
 

@@ -9,6 +9,7 @@
 //!  Observer + out-of-service taint + Timing + now ─▶ liveness ─▶ Alive │ Suspect │ Fenced(since) │ NoLease
 //!  nodes' liveness + tickets held (volume single-writer? StorageClass nodeFailover?) ─▶ releases
 //!  a fenced node Kubernetes gave up on + the volumes released there ─▶ in_use::plan
+//!  nodes past the wait but Ready (`--fence-taint`) ─▶ taint::plan (within a share)
 //! ```
 //!
 //! A node is `Fenced` when the controller has seen no change of its Lease for
@@ -30,6 +31,8 @@ pub mod conditions;
 pub mod in_use;
 mod report;
 mod run;
+pub mod taint;
+mod tainting;
 #[cfg(test)]
 mod tests;
 mod unlist;
@@ -162,6 +165,9 @@ pub struct NodeView {
     pub out_of_service: bool,
     /// The Node's Ready condition is True (its kubelet reports to the API server).
     pub kube_ready: bool,
+    /// The node carries the controller's fence taint ([`taint`], `--fence-taint`): the
+    /// scheduler puts nothing there, so its Lease fences it though it is Ready.
+    pub fence_tainted: bool,
 }
 
 /// The liveness at `now` of the node `n`.
@@ -182,7 +188,7 @@ pub fn liveness(n: NodeView, timing: Timing, now: Duration) -> Liveness {
         };
     }
     let fenced_at = last.saturating_add(timing.wait());
-    if now >= fenced_at && n.kube_ready {
+    if now >= fenced_at && n.kube_ready && !n.fence_tainted {
         Liveness::AgentGone { fenced_at }
     } else if now >= fenced_at {
         Liveness::Fenced {

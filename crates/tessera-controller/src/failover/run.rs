@@ -9,6 +9,8 @@
 //! ```text
 //!  Node watch ─▶ the nodes with the out-of-service taint
 //!  Lease watch ─▶ Witness::observe(node, resourceVersion) ─▶ the Observer
+//!  every interval (`--fence-taint`: first the fence taint on nodes past the wait but
+//!      Ready, off nodes renewed, within a share: `tainting`)
 //!  every interval: liveness per node ─▶ releases(VolumeAttachments, Volumes)
 //!      └─ per fenced node: Lease + tessera.io/fenced (replace; 409: it changed, wait again)
 //!           └─ per ticket (a node fenced by its Lease, and not Ready): the Pods bound to
@@ -44,6 +46,7 @@ use tessera_api::{
 };
 use tessera_runtime::metrics::failover::WhyLabels;
 
+use super::tainting::NodeTaints;
 use super::{
     Holding, Liveness, NodeView, OUT_OF_SERVICE_TAINT, Observer, Release, Step, Timing, liveness,
     releases, stranded, witness::Witness,
@@ -55,7 +58,9 @@ use crate::events::{publish_objects, publish_tickets};
 
 /// Watch the Leases of `namespace` and release fenced nodes' tickets until dropped;
 /// `echoes` are the attachment controller's (the conditions written here trigger no
-/// reconcile of it); `witness`: what this process saw of the Leases so far.
+/// reconcile of it); `witness`: what this process saw of the Leases so far;
+/// `fence_taint`: the share of nodes (percent) that may carry the fence taint, when
+/// the controller taints at all.
 pub async fn run(
     ctx: Arc<Context>,
     echoes: Arc<Echoes>,
@@ -63,6 +68,7 @@ pub async fn run(
     namespace: String,
     margin: Duration,
     interval: Duration,
+    fence_taint: Option<u8>,
 ) {
     let api: Api<Lease> = Api::namespaced(ctx.client.clone(), &namespace);
     let mut seen = Seen {
@@ -73,6 +79,10 @@ pub async fn run(
         listed: Listed::default(),
         carrying: true,
         in_use: BTreeMap::new(),
+        unlisted: BTreeMap::new(),
+        node_taints: BTreeMap::new(),
+        valve_held: BTreeSet::new(),
+        fence_taint,
     };
     let mut events = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
@@ -121,11 +131,13 @@ pub async fn run(
                         Some(list) => seen.in_use.insert(n.name_any(), list),
                         None => seen.in_use.remove(&n.name_any()),
                     };
+                    seen.node_taints.insert(n.name_any(), NodeTaints::of(&n));
                 }
                 Some(Ok(watcher::Event::Delete(n))) => {
                     tainted.remove(&n.name_any());
                     ready.remove(&n.name_any());
                     seen.in_use.remove(&n.name_any());
+                    seen.node_taints.remove(&n.name_any());
                 }
                 Some(Ok(watcher::Event::InitDone)) => seen.listed.nodes = true,
                 Some(Ok(watcher::Event::Init)) => {}
@@ -232,6 +244,15 @@ struct Seen {
     carrying: bool,
     /// The `status.volumesInUse` of the nodes that list a volume of Tessera's.
     in_use: BTreeMap<String, Vec<String>>,
+    /// The entries removed from each fenced node's `volumesInUse`, not removed again
+    /// while it stays fenced (a kubelet that reports them again is not fought).
+    unlisted: BTreeMap<String, BTreeSet<String>>,
+    /// Every node's taints, as the watch or the last write left them.
+    node_taints: BTreeMap<String, NodeTaints>,
+    /// The nodes the share kept from the fence taint, said once.
+    valve_held: BTreeSet<String>,
+    /// The share of nodes (percent) that may carry the fence taint, if it is on.
+    fence_taint: Option<u8>,
 }
 
 /// Which watches have listed everything once: until both have, a node not seen yet
@@ -259,25 +280,67 @@ async fn act(
         listed,
         carrying,
         in_use,
+        unlisted,
+        node_taints,
+        valve_held,
+        fence_taint,
     } = seen;
     let tainted = k8s.tainted;
+    let live = |node: &str, fence_tainted: bool| {
+        let l = leases.get(node);
+        let view = NodeView {
+            last_change: l.and(observer.last_change(node)),
+            marked: l.is_some_and(marked),
+            out_of_service: tainted.contains(node),
+            kube_ready: k8s.ready.contains(node),
+            fence_tainted,
+        };
+        let timing = Timing {
+            fence_after: l.map_or(Duration::ZERO, fence_after),
+            margin,
+        };
+        liveness(view, timing, now)
+    };
+    // The fence taint first (`--fence-taint`), on what each node's liveness would be
+    // without it; a node tainted now is fenced in this very decision.
+    if let Some(percent) = *fence_taint {
+        // The caches are scanned only when a node is past its wait (idle, nothing).
+        let past = node_taints.keys().any(|n| {
+            matches!(
+                live(n, false),
+                Liveness::AgentGone { .. } | Liveness::Fenced { .. }
+            )
+        });
+        let moving: BTreeSet<String> = if past {
+            holdings(ctx)
+                .into_iter()
+                .filter(|h| h.single_writer && h.failover == NodeFailover::Fenced)
+                .map(|h| h.node)
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        let each: BTreeMap<String, super::taint::Seen> = node_taints
+            .iter()
+            .map(|(node, t)| {
+                let s = super::taint::Seen {
+                    liveness: live(node, false),
+                    ready: k8s.ready.contains(node),
+                    carries: t.fenced(),
+                    holds: moving.contains(node),
+                };
+                (node.clone(), s)
+            })
+            .collect();
+        let plan = super::taint::plan(&each, percent);
+        super::tainting::apply(ctx, &plan, node_taints, valve_held).await;
+    }
+    let carries =
+        |node: &str| fence_taint.is_some() && node_taints.get(node).is_some_and(|t| t.fenced());
     let names: BTreeSet<&String> = leases.keys().chain(tainted).collect();
     let nodes: BTreeMap<String, Liveness> = names
         .into_iter()
-        .map(|node| {
-            let l = leases.get(node);
-            let view = NodeView {
-                last_change: l.and(observer.last_change(node)),
-                marked: l.is_some_and(marked),
-                out_of_service: tainted.contains(node),
-                kube_ready: k8s.ready.contains(node),
-            };
-            let timing = Timing {
-                fence_after: l.map_or(Duration::ZERO, fence_after),
-                margin,
-            };
-            (node.clone(), liveness(view, timing, now))
-        })
+        .map(|node| (node.clone(), live(node, carries(node))))
         .collect();
     let mut states: BTreeMap<&str, i64> = BTreeMap::new();
     for l in nodes.values() {
@@ -307,6 +370,7 @@ async fn act(
     };
     if !any_fenced {
         told.clear();
+        unlisted.clear();
         if report {
             *carrying = super::report::all(ctx, echoes, &view, released, &[]).await;
         }
@@ -365,14 +429,17 @@ async fn act(
         .filter(|(_, l)| marked(l))
         .map(|(n, _)| n.clone())
         .collect();
+    let fence_tainted: BTreeSet<String> =
+        node_taints.keys().filter(|n| carries(n)).cloned().collect();
     let look = super::unlist::Look {
         nodes: &nodes,
         ready: k8s.ready,
         tainted,
+        fence_tainted: &fence_tainted,
         marked: &marked_nodes,
         just: &just,
     };
-    super::unlist::unlist(ctx, &look, in_use).await;
+    super::unlist::unlist(ctx, &look, in_use, unlisted).await;
     if report {
         *carrying = super::report::all(ctx, echoes, &view, released, &stays).await;
     }

@@ -106,6 +106,7 @@ fn liveness_by_the_controllers_own_observation() {
             marked: false,
             out_of_service: *oos,
             kube_ready: false,
+            fence_tainted: false,
         };
         assert_eq!(liveness(n, t, *now), *want, "{name}");
         // A Node its kubelet still reports Ready: the same, but a Lease fence only
@@ -122,6 +123,17 @@ fn liveness_by_the_controllers_own_observation() {
             w => *w,
         };
         assert_eq!(liveness(ready, t, *now), want_ready, "{name}, Node Ready");
+        // Ready but carrying the fence taint (`--fence-taint`): the scheduler puts
+        // nothing there, so a Lease fence fences as on a node not Ready.
+        let tainted = NodeView {
+            fence_tainted: true,
+            ..ready
+        };
+        assert_eq!(
+            liveness(tainted, t, *now),
+            *want,
+            "{name}, Ready, fence taint"
+        );
     }
     // The controller's own mark: fenced at once (it was written only once fenced).
     let marked = NodeView {
@@ -129,6 +141,7 @@ fn liveness_by_the_controllers_own_observation() {
         marked: true,
         out_of_service: false,
         kube_ready: true,
+        fence_tainted: false,
     };
     assert_eq!(
         liveness(marked, t, 101 * S),

@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use tessera_api::NodeFailover;
 
-use super::in_use::{handle, may_unlist, plan, released};
+use super::in_use::{GaveUp, handle, may_unlist, plan, released};
 use super::{Holding, Liveness};
 use crate::Context;
 use crate::context::merge_params;
@@ -32,6 +32,8 @@ pub(super) struct Look<'a> {
     pub ready: &'a BTreeSet<String>,
     /// The nodes with the out-of-service taint.
     pub tainted: &'a BTreeSet<String>,
+    /// The nodes with the controller's fence taint (`--fence-taint`).
+    pub fence_tainted: &'a BTreeSet<String>,
     /// The nodes whose liveness Lease carries the controller's fenced mark.
     pub marked: &'a BTreeSet<String>,
     /// (node, volume) of the tickets this decision released: gone, whatever the cache
@@ -41,18 +43,26 @@ pub(super) struct Look<'a> {
 
 /// Remove the released volumes' entries from the `volumesInUse` of the nodes that
 /// may lose them; `in_use`: each node's list as last seen, updated with what was
-/// written.
+/// written; `done`: the entries removed from each node while it stays fenced, not
+/// removed again (a kubelet alive after all reports its own truth, unfought).
 pub(super) async fn unlist(
     ctx: &Context,
     look: &Look<'_>,
     in_use: &mut BTreeMap<String, Vec<String>>,
+    done: &mut BTreeMap<String, BTreeSet<String>>,
 ) {
+    done.retain(|n, _| matches!(look.nodes.get(n), Some(Liveness::Fenced { .. })));
     for (node, list) in in_use.iter_mut() {
-        let (ready, tainted) = (look.ready.contains(node), look.tainted.contains(node));
+        let gave_up = GaveUp {
+            ready: look.ready.contains(node),
+            out_of_service: look.tainted.contains(node),
+            fence_tainted: look.fence_tainted.contains(node),
+        };
         let marked = look.marked.contains(node);
-        if !may_unlist(look.nodes.get(node), marked, ready, tainted) {
+        if !may_unlist(look.nodes.get(node), marked, gave_up) {
             continue;
         }
+        let before = done.get(node);
         let handles: BTreeSet<&str> = list.iter().filter_map(|e| handle(e)).collect();
         let stand_ins: Vec<Holding> = handles
             .iter()
@@ -64,7 +74,8 @@ pub(super) async fn unlist(
             .filter(|h| holds(ctx, h, node))
             .map(|h| h.to_string())
             .collect();
-        let gone = released(look.nodes, &stand_ins, &holding);
+        let mut gone = released(look.nodes, &stand_ins, &holding);
+        gone.retain(|v| !before.is_some_and(|d| d.contains(v)));
         let Some(u) = plan(list, &gone) else {
             continue;
         };
@@ -82,6 +93,13 @@ pub(super) async fn unlist(
         match res {
             Ok(n) => {
                 warn!(node, removed = ?removed, "fenced node: Tessera's released volumes removed from its volumesInUse");
+                let d = done.entry(node.clone()).or_default();
+                d.extend(
+                    u.removed
+                        .iter()
+                        .filter_map(|(_, e)| handle(e))
+                        .map(str::to_owned),
+                );
                 *list = n.status.and_then(|s| s.volumes_in_use).unwrap_or_default();
             }
             Err(kube::Error::Api(s)) if s.message.contains("ValidatingAdmissionPolicy") => {
