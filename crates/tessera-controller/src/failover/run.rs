@@ -303,7 +303,8 @@ async fn act(
     };
     // The fence taint first (`--fence-taint`), on what each node's liveness would be
     // without it; a node tainted now is fenced in this very decision.
-    if let Some(percent) = *fence_taint {
+    // Only once the Node watch has listed every node: the share counts them all.
+    if let Some(percent) = fence_taint.filter(|_| listed.nodes) {
         // The caches are scanned only when a node is past its wait (idle, nothing).
         let past = node_taints.keys().any(|n| {
             matches!(
