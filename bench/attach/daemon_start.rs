@@ -60,6 +60,7 @@ impl DaemonStart {
             settings_file: None,
             fence_file: None,
             handoff: None,
+            mounted: false,
         };
         DaemonStart {
             daemons: HostDaemons::new(env!("CARGO_BIN_EXE_tessera").into()),

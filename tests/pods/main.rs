@@ -33,6 +33,7 @@ mod preflight;
 mod release;
 mod rollout;
 mod snapshots;
+mod startup_order;
 mod upgrade;
 mod writer;
 

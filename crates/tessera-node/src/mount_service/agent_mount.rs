@@ -13,12 +13,32 @@
 
 use std::os::fd::AsFd;
 use std::path::Path;
+use std::time::Duration;
 
 use tracing::{info, warn};
 
 use tessera_fuse::contract::kernel_mount;
 
 use super::{Error, MountService, Want};
+
+/// Test only: `TESSERA_FAULT_DAEMON_DELAY_MS=<ms>` in the agent's environment makes
+/// it start each daemon (pod mode: create each mount Pod) that long after its own
+/// mount, so a test sees a Pod's volume set up before its volume's daemon exists
+/// (tests/pods/startup_order.rs). Never set it on a real node.
+pub const DAEMON_DELAY: &str = "TESSERA_FAULT_DAEMON_DELAY_MS";
+
+pub(super) fn late_daemon() {
+    if let Some(ms) = std::env::var(DAEMON_DELAY)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        warn!(
+            env = DAEMON_DELAY,
+            ms, "test-only fault point: the daemon is started late"
+        );
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+}
 
 impl MountService {
     /// Mount `want` from the agent (`/dev/fuse`, `mount(2)`) and give the connection

@@ -466,6 +466,7 @@ impl MountService {
         let mounted = self.agent_mount(want)?;
         if mounted {
             progress(Progress::Mounted);
+            agent_mount::late_daemon();
         }
         self.spawn_as(want, Launch::Start, mounted)
             .inspect_err(|_| {
