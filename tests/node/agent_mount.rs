@@ -15,9 +15,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
-
 use tessera_api::{MountPhase, MountPod, MountPodStatus};
 
 use crate::support;
@@ -38,36 +35,6 @@ fn ready_reason(mp: &MountPod) -> String {
         .find(|c| c.type_ == "Ready" && c.status == "True")
         .map(|c| c.reason.clone())
         .unwrap_or_default()
-}
-
-/// Bind the mount point into a target under the kubelet dir and record it, as the
-/// CSI node service does.
-async fn add_reference(e: &Env, agent: &AgentProcess, volume: &str) -> PathBuf {
-    let target = agent
-        .kubelet_dir()
-        .join(format!("pods/app/volumes/kubernetes.io~csi/{volume}/mount"));
-    std::fs::create_dir_all(&target).unwrap();
-    nix::mount::mount(
-        Some(&agent.mountpoint(volume)),
-        &target,
-        None::<&str>,
-        nix::mount::MsFlags::MS_BIND,
-        None::<&str>,
-    )
-    .unwrap();
-    let refs = json!([{"targetPath": target, "owner": "pod/app", "readOnly": false}]);
-    Api::<MountPod>::all(e.client.clone())
-        .patch(
-            &tessera_api::mountpod_name(volume, &agent.node),
-            &PatchParams {
-                field_manager: Some("tessera-csi-node".into()),
-                ..Default::default()
-            },
-            &Patch::Merge(json!({"spec": {"references": refs}})),
-        )
-        .await
-        .unwrap();
-    target
 }
 
 /// A write of `data` to `path` on a thread of its own (it may wait in the kernel).
@@ -125,7 +92,7 @@ async fn the_agent_mounts_before_the_daemon_and_requests_wait_for_it() {
         mount_line(&mountpoint)
     );
     // Bound into the "Pod" while no daemon runs; its first write waits for one.
-    let target = add_reference(&e, &agent, &vol).await;
+    let target = e.add_reference(&agent, &vol).await;
     let issued = Instant::now();
     let write = write_in_background(target.join("first.txt"), b"written before the daemon");
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -211,7 +178,7 @@ async fn a_daemon_that_never_comes_fails_the_waiting_requests_then_the_mount_is_
         status(mp).phase == Some(MountPhase::Ready)
     })
     .await;
-    let target = add_reference(&e, &agent, &vol).await;
+    let target = e.add_reference(&agent, &vol).await;
     let issued = Instant::now();
     let write = write_in_background(target.join("waits.txt"), b"never");
     let err = tokio::task::spawn_blocking(move || write.join().unwrap())

@@ -31,36 +31,6 @@ fn status(mp: &MountPod) -> tessera_api::MountPodStatus {
     mp.status.clone().unwrap_or_default()
 }
 
-/// Bind the mount point into one target under the kubelet dir and record it as the
-/// CSI node service does.
-async fn add_reference(e: &Env, agent: &AgentProcess, volume: &str) -> PathBuf {
-    let target = agent
-        .kubelet_dir()
-        .join(format!("pods/app/volumes/kubernetes.io~csi/{volume}/mount"));
-    std::fs::create_dir_all(&target).unwrap();
-    nix::mount::mount(
-        Some(&agent.mountpoint(volume)),
-        &target,
-        None::<&str>,
-        nix::mount::MsFlags::MS_BIND,
-        None::<&str>,
-    )
-    .unwrap();
-    let refs = json!([{"targetPath": target, "owner": "pod/app", "readOnly": false}]);
-    Api::<MountPod>::all(e.client.clone())
-        .patch(
-            &tessera_api::mountpod_name(volume, &agent.node),
-            &PatchParams {
-                field_manager: Some("tessera-csi-node".into()),
-                ..Default::default()
-            },
-            &Patch::Merge(json!({"spec": {"references": refs}})),
-        )
-        .await
-        .unwrap();
-    target
-}
-
 /// An application: its own process (this test binary, `writer_process`), so that
 /// the test process forking the agent does not carry its descriptor (a fork-exec
 /// closes it, and on a mount with FLUSH that close waits for a daemon). One
@@ -198,7 +168,7 @@ async fn takeover(prefix: &str, case: Case) {
     let mp = e.ready_mountpod(&vol, &agent.node, "Ready", |_| true).await;
     let old_pid = status(&mp).pid.unwrap();
     let mountpoint = agent.mountpoint(&vol);
-    let target = add_reference(&e, &agent, &vol).await;
+    let target = e.add_reference(&agent, &vol).await;
     e.ready_mountpod(&vol, &agent.node, "one reference", |mp| {
         status(mp).reference_count == 1
     })
