@@ -50,7 +50,8 @@ use tessera_api::{MountPhase, MountPod, Volume, VolumeAttachment};
 use crate::{SERIAL, support};
 use support::env::Env;
 use support::fixtures::{
-    self, AgentProcess, ControllerProcess, NodesGuard, TEST_LABEL, eventually,
+    self, AgentProcess, ControllerProcess, NodesGuard, TEST_LABEL, add_references, eventually,
+    set_references,
 };
 use support::invariants::{MountPoller, SingleNodeWatch};
 
@@ -444,41 +445,6 @@ async fn storm(kill_agent: bool) {
         .await;
 }
 
-/// Bind `volume`'s mount point on `agent` into a pod's target under the kubelet dir
-/// and record the reference, as NodePublish does; the target.
-async fn publish(client: &Client, agent: &AgentProcess, volume: &str, pod: &str) -> PathBuf {
-    let target = agent.kubelet_dir().join(format!(
-        "pods/{pod}/volumes/kubernetes.io~csi/{volume}/mount"
-    ));
-    std::fs::create_dir_all(&target).unwrap();
-    nix::mount::mount(
-        Some(&agent.mountpoint(volume)),
-        &target,
-        None::<&str>,
-        nix::mount::MsFlags::MS_BIND,
-        None::<&str>,
-    )
-    .unwrap();
-    let refs = json!([{"targetPath": target, "owner": format!("pod/{pod}"), "readOnly": false}]);
-    set_references(client, volume, &agent.node, refs).await;
-    target
-}
-
-async fn set_references(client: &Client, volume: &str, node: &str, references: serde_json::Value) {
-    let params = PatchParams {
-        field_manager: Some("tessera-csi-node".into()),
-        ..Default::default()
-    };
-    Api::<MountPod>::all(client.clone())
-        .patch(
-            &tessera_api::mountpod_name(volume, node),
-            &params,
-            &Patch::Merge(json!({"spec": {"references": references}})),
-        )
-        .await
-        .unwrap();
-}
-
 /// Record size: `<seq, 10 digits> <padding>\n`.
 const RECORD: usize = 64;
 
@@ -554,7 +520,9 @@ async fn node_agent_kill_under_live_io() {
     let watch = SingleNodeWatch::start(client.clone(), &e.id).await;
     attach(&client, &vol, "csi-io", &agent.node).await;
     fixtures::wait_satisfied(&client, &vol, "csi-io").await;
-    let target = publish(&client, &agent, &vol, "writer").await;
+    let target = add_references(&client, &agent, &vol, &[("writer", false)])
+        .await
+        .remove(0);
     let mp = e
         .ready_mountpod(&vol, &agent.node, "one reference", |mp| {
             mp.status.as_ref().is_some_and(|s| s.reference_count == 1)

@@ -92,7 +92,9 @@ async fn the_agent_mounts_before_the_daemon_and_requests_wait_for_it() {
         mount_line(&mountpoint)
     );
     // Bound into the "Pod" while no daemon runs; its first write waits for one.
-    let target = e.add_reference(&agent, &vol).await;
+    let target = fixtures::add_references(&e.client, &agent, &vol, &[("app", false)])
+        .await
+        .remove(0);
     let issued = Instant::now();
     let write = write_in_background(target.join("first.txt"), b"written before the daemon");
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -178,7 +180,9 @@ async fn a_daemon_that_never_comes_fails_the_waiting_requests_then_the_mount_is_
         status(mp).phase == Some(MountPhase::Ready)
     })
     .await;
-    let target = e.add_reference(&agent, &vol).await;
+    let target = fixtures::add_references(&e.client, &agent, &vol, &[("app", false)])
+        .await
+        .remove(0);
     let issued = Instant::now();
     let write = write_in_background(target.join("waits.txt"), b"never");
     let err = tokio::task::spawn_blocking(move || write.join().unwrap())

@@ -168,7 +168,9 @@ async fn takeover(prefix: &str, case: Case) {
     let mp = e.ready_mountpod(&vol, &agent.node, "Ready", |_| true).await;
     let old_pid = status(&mp).pid.unwrap();
     let mountpoint = agent.mountpoint(&vol);
-    let target = e.add_reference(&agent, &vol).await;
+    let target = fixtures::add_references(&e.client, &agent, &vol, &[("app", false)])
+        .await
+        .remove(0);
     e.ready_mountpod(&vol, &agent.node, "one reference", |mp| {
         status(mp).reference_count == 1
     })

@@ -20,7 +20,9 @@ use crate::support;
 // The shared set-up with a backend root and the test's controller, waits bounded by
 // WAIT.
 use support::env::AgentEnv as Env;
-use support::fixtures::{self, AgentProcess, NodesGuard, eventually};
+use support::fixtures::{
+    self, AgentProcess, NodesGuard, add_references, eventually, set_references,
+};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -51,66 +53,6 @@ impl Env {
 
 fn status(mp: &MountPod) -> tessera_api::MountPodStatus {
     mp.status.clone().unwrap_or_default()
-}
-
-/// Bind the mount point into one target per `(pod, read_only)` under the kubelet dir
-/// and record the references as the CSI node service does (merge patch, field
-/// manager tessera-csi-node).
-async fn add_references(
-    client: &Client,
-    agent: &AgentProcess,
-    volume: &str,
-    pods: &[(&str, bool)],
-) -> Vec<PathBuf> {
-    let mut targets = Vec::new();
-    let mut refs = Vec::new();
-    for (pod, read_only) in pods {
-        let target = agent.kubelet_dir().join(format!(
-            "pods/{pod}/volumes/kubernetes.io~csi/{volume}/mount"
-        ));
-        std::fs::create_dir_all(&target).unwrap();
-        nix::mount::mount(
-            Some(&agent.mountpoint(volume)),
-            &target,
-            None::<&str>,
-            nix::mount::MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .unwrap();
-        if *read_only {
-            nix::mount::mount(
-                None::<&str>,
-                &target,
-                None::<&str>,
-                nix::mount::MsFlags::MS_BIND
-                    | nix::mount::MsFlags::MS_REMOUNT
-                    | nix::mount::MsFlags::MS_RDONLY,
-                None::<&str>,
-            )
-            .unwrap();
-        }
-        refs.push(
-            json!({"targetPath": target, "owner": format!("pod/{pod}"), "readOnly": read_only}),
-        );
-        targets.push(target);
-    }
-    set_references(client, volume, &agent.node, json!(refs)).await;
-    targets
-}
-
-async fn set_references(client: &Client, volume: &str, node: &str, references: serde_json::Value) {
-    let api: Api<MountPod> = Api::all(client.clone());
-    let params = PatchParams {
-        field_manager: Some("tessera-csi-node".into()),
-        ..Default::default()
-    };
-    api.patch(
-        &tessera_api::mountpod_name(volume, node),
-        &params,
-        &Patch::Merge(json!({"spec": {"references": references}})),
-    )
-    .await
-    .unwrap();
 }
 
 /// Unmount the references' binds (NodeUnpublish) and drop them from the MountPod.

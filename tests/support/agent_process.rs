@@ -2,8 +2,15 @@
 //! that find and end what it leaves on the host: mount daemons, fd holders and mounts
 //! under a root. Re-exported by `fixtures`.
 
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use tessera_api::MountPod;
 
 use super::fixtures::{TEST_LABEL, free_port, scrape, tessera_command, test_backend_roots};
 
@@ -336,4 +343,71 @@ pub fn mounts_at(path: &std::path::Path) -> Vec<tessera_host::mounts::MountInfo>
         .into_iter()
         .filter(|m| m.mount_point == path)
         .collect()
+}
+
+/// Bind the mount point into one target per `(pod, read_only)` under the kubelet dir
+/// and record the references as the CSI node service does (merge patch, field
+/// manager tessera-csi-node).
+pub async fn add_references(
+    client: &Client,
+    agent: &AgentProcess,
+    volume: &str,
+    pods: &[(&str, bool)],
+) -> Vec<PathBuf> {
+    let mut targets = Vec::new();
+    let mut refs = Vec::new();
+    for (pod, read_only) in pods {
+        let target = agent.kubelet_dir().join(format!(
+            "pods/{pod}/volumes/kubernetes.io~csi/{volume}/mount"
+        ));
+        std::fs::create_dir_all(&target).unwrap();
+        nix::mount::mount(
+            Some(&agent.mountpoint(volume)),
+            &target,
+            None::<&str>,
+            nix::mount::MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .unwrap();
+        if *read_only {
+            nix::mount::mount(
+                None::<&str>,
+                &target,
+                None::<&str>,
+                nix::mount::MsFlags::MS_BIND
+                    | nix::mount::MsFlags::MS_REMOUNT
+                    | nix::mount::MsFlags::MS_RDONLY,
+                None::<&str>,
+            )
+            .unwrap();
+        }
+        refs.push(
+            json!({"targetPath": target, "owner": format!("pod/{pod}"), "readOnly": read_only}),
+        );
+        targets.push(target);
+    }
+    set_references(client, volume, &agent.node, json!(refs)).await;
+    targets
+}
+
+/// Set the MountPod's references of `volume` on `node` (merge patch, field manager
+/// tessera-csi-node, as the CSI node service writes them; `null`: none).
+pub async fn set_references(
+    client: &Client,
+    volume: &str,
+    node: &str,
+    references: serde_json::Value,
+) {
+    let api: Api<MountPod> = Api::all(client.clone());
+    let params = PatchParams {
+        field_manager: Some("tessera-csi-node".into()),
+        ..Default::default()
+    };
+    api.patch(
+        &tessera_api::mountpod_name(volume, node),
+        &params,
+        &Patch::Merge(json!({"spec": {"references": references}})),
+    )
+    .await
+    .unwrap();
 }

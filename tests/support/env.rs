@@ -250,36 +250,6 @@ impl AgentEnv {
             _ctrl: ctrl,
         }
     }
-
-    /// Bind `agent`'s mount of `volume` onto one target under its kubelet dir (a Pod
-    /// `app`'s) and record the reference, as the CSI node service does; the target.
-    pub async fn add_reference(&self, agent: &AgentProcess, volume: &str) -> PathBuf {
-        let target = agent
-            .kubelet_dir()
-            .join(format!("pods/app/volumes/kubernetes.io~csi/{volume}/mount"));
-        std::fs::create_dir_all(&target).unwrap();
-        nix::mount::mount(
-            Some(&agent.mountpoint(volume)),
-            &target,
-            None::<&str>,
-            nix::mount::MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .unwrap();
-        let refs = json!([{"targetPath": target, "owner": "pod/app", "readOnly": false}]);
-        Api::<MountPod>::all(self.client.clone())
-            .patch(
-                &tessera_api::mountpod_name(volume, &agent.node),
-                &kube::api::PatchParams {
-                    field_manager: Some("tessera-csi-node".into()),
-                    ..Default::default()
-                },
-                &kube::api::Patch::Merge(json!({"spec": {"references": refs}})),
-            )
-            .await
-            .unwrap();
-        target
-    }
 }
 
 /// [`Env`] with the CSI block of the tests that call Tessera's CSI services over their
