@@ -11,6 +11,7 @@ use kube::runtime::events::EventType;
 use tessera_api::{CONDITION_READY, MountPod, MountPodStatus};
 
 use super::oom::app_pods;
+use super::status::AWAITING_DAEMON;
 use super::{Context, publish, publish_on};
 
 /// The Event's reason.
@@ -21,7 +22,7 @@ pub(super) fn awaits_daemon(status: &MountPodStatus) -> bool {
     status
         .conditions
         .iter()
-        .any(|c| c.type_ == CONDITION_READY && c.reason == "AwaitingDaemon")
+        .any(|c| c.type_ == CONDITION_READY && c.reason == AWAITING_DAEMON)
 }
 
 /// What the Event says: `why` the daemon did not come.
@@ -53,7 +54,7 @@ mod tests {
         st.conditions.push(super::super::status::cond(
             CONDITION_READY,
             true,
-            "AwaitingDaemon",
+            AWAITING_DAEMON,
             String::new(),
         ));
         assert!(awaits_daemon(&st));

@@ -98,7 +98,7 @@ impl Report {
             ready: cond(
                 CONDITION_READY,
                 true,
-                "AwaitingDaemon",
+                AWAITING_DAEMON,
                 format!(
                     "mounted at {}; waiting for its daemon to answer (requests wait for it)",
                     mountpoint.display()
@@ -125,6 +125,9 @@ impl Report {
         }
     }
 }
+
+/// The `Ready` reason of a mount the agent made whose daemon does not answer yet.
+pub(super) const AWAITING_DAEMON: &str = "AwaitingDaemon";
 
 /// The condition of a mount whose settings wait for a remount.
 const SPEC_APPLIED: &str = "SpecApplied";
