@@ -23,6 +23,24 @@ pub(super) const WAIT: Duration = Duration::from_secs(30);
 const FENCE_AFTER_S: i32 = 2;
 pub(super) const MARGIN: &str = "1s";
 
+/// The node takes its Lease back as its agent does when it comes back: the fenced
+/// mark cleared, a new transition, renewed.
+pub(super) async fn take_back(leases: &Api<Lease>, node: &str) {
+    let name = tessera_api::liveness_lease(node);
+    let mut l = leases.get(&name).await.unwrap();
+    l.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .remove(tessera_api::ANNOTATION_FENCED);
+    let spec = l.spec.as_mut().unwrap();
+    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    leases
+        .replace(&name, &PostParams::default(), &l)
+        .await
+        .unwrap();
+    renew(leases, node).await;
+}
+
 /// Renew (or create) `node`'s liveness Lease as its agent does.
 pub(super) async fn renew(leases: &Api<Lease>, node: &str) {
     let name = tessera_api::liveness_lease(node);

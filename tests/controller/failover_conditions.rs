@@ -8,15 +8,14 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use tessera_api::{CONDITION_FENCED, CONDITION_NODE_FAILOVER, MountPod, Volume, VolumeAttachment};
 
-use crate::failover::{MARGIN, WAIT, renew, renewing, setup, tickets};
+use crate::failover::{MARGIN, WAIT, renewing, setup, take_back, tickets};
 use crate::support;
 use support::fixtures::{self, TEST_LABEL, eventually};
 use support::health;
@@ -58,24 +57,6 @@ fn reason(c: &Option<Condition>) -> Option<String> {
         assert_eq!(c.status, "True", "{c:?}");
         c.reason.clone()
     })
-}
-
-/// The node takes its Lease back as its agent does when it comes back: the fenced
-/// mark cleared, a new transition, renewed.
-async fn take_back(leases: &Api<Lease>, node: &str) {
-    let name = tessera_api::liveness_lease(node);
-    let mut l = leases.get(&name).await.unwrap();
-    l.metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .remove(tessera_api::ANNOTATION_FENCED);
-    let spec = l.spec.as_mut().unwrap();
-    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
-    leases
-        .replace(&name, &PostParams::default(), &l)
-        .await
-        .unwrap();
-    renew(leases, node).await;
 }
 
 /// kstatus and the Argo CD script read the test's Volumes and MountPods as they read

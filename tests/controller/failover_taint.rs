@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 use tessera_controller::failover::in_use::entry;
 use tessera_controller::failover::taint::FENCE_TAINT;
 
-use crate::failover::{MARGIN, WAIT, renew, renewing, tickets};
+use crate::failover::{MARGIN, WAIT, renew, renewing, take_back, tickets};
 use crate::failover_in_use::{in_use, report};
 use crate::support;
 use support::env::Env;
@@ -47,24 +47,6 @@ fn heartbeats(nodes: &Api<Node>, node: &str) -> tokio::task::JoinHandle<()> {
             tokio::time::sleep(Duration::from_secs(5)).await;
         }
     })
-}
-
-/// The node's agent takes its Lease back as it does when it comes back: the fenced
-/// mark cleared, a new transition, renewed.
-async fn take_back(leases: &Api<Lease>, node: &str) {
-    let name = tessera_api::liveness_lease(node);
-    let mut l = leases.get(&name).await.unwrap();
-    l.metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .remove(tessera_api::ANNOTATION_FENCED);
-    let spec = l.spec.as_mut().unwrap();
-    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
-    leases
-        .replace(&name, &PostParams::default(), &l)
-        .await
-        .unwrap();
-    renew(leases, node).await;
 }
 
 #[tokio::test]
